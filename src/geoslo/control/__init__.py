@@ -1,0 +1,1 @@
+"""Decision engines, one subpackage per paper."""

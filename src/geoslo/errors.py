@@ -1,0 +1,33 @@
+"""The small tree of errors geoslo raises on purpose.
+
+Every message names the offending field and says how to fix it; the command line
+turns an :class:`InputError` into one line on stderr and exit status 2.
+"""
+
+from __future__ import annotations
+
+__all__ = ["GeosloError", "InputError", "ConfigError", "DataError"]
+
+
+class GeosloError(Exception):
+    """Base class of every error geoslo raises deliberately."""
+
+
+class InputError(GeosloError, ValueError):
+    """A user-supplied input (JSON problem, CLI option, array) is invalid.
+
+    ``field`` names the offending input (a JSON path such as ``curves.violation[0][1]``).
+    """
+
+    def __init__(self, field: str, problem: str) -> None:
+        self.field = field
+        self.problem = problem
+        super().__init__(f"{field}: {problem}")
+
+
+class ConfigError(InputError):
+    """A configuration value is out of range or inconsistent."""
+
+
+class DataError(GeosloError, OSError):
+    """A data file (trace, latency matrix) is missing or malformed."""
