@@ -1,0 +1,35 @@
+"""Kurma (SoCC 2018): SLO-aware geo-distributed load balancing.
+
+``types`` (config, observation, model), ``validation`` (the JSON contract), ``problem`` and
+``solver`` (KurmaPerf / KurmaCost, exact), ``decide`` (pure), ``loop`` (the controller).
+"""
+
+from geoslo.control.kurma.decide import build_problem, decide, dissemination_offset_s
+from geoslo.control.kurma.loop import KurmaController, plan_fractions
+from geoslo.control.kurma.problem import KurmaPlan, KurmaProblem
+from geoslo.control.kurma.solver import evaluate, solve
+from geoslo.control.kurma.types import (
+    IntervalMeasurements,
+    KurmaConfig,
+    KurmaModel,
+    KurmaObservation,
+)
+from geoslo.control.kurma.validation import parse_problem, problem_to_dict
+
+__all__ = [
+    "IntervalMeasurements",
+    "KurmaConfig",
+    "KurmaController",
+    "KurmaModel",
+    "KurmaObservation",
+    "KurmaPlan",
+    "KurmaProblem",
+    "build_problem",
+    "decide",
+    "dissemination_offset_s",
+    "evaluate",
+    "parse_problem",
+    "plan_fractions",
+    "problem_to_dict",
+    "solve",
+]

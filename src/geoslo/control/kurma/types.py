@@ -1,0 +1,75 @@
+"""Kurma's configuration, observation and model types (defaults cite the paper's sections)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from geoslo.errors import ConfigError
+from geoslo.models import SloSurface
+
+__all__ = ["KurmaConfig", "KurmaObservation", "KurmaModel", "IntervalMeasurements"]
+
+
+@dataclass(frozen=True)
+class KurmaConfig:
+    """How a Kurma instance measures, solves and enforces."""
+
+    objective: str = "perf"  # "perf" = KurmaPerf (1), "cost" = KurmaCost (2), §5
+    interval_s: float = 2.5  # model recomputation interval, §6
+    rate_window_s: float = 5.0  # arrival rate averaged over 5 s, §7.1
+    base_rtt_window_s: float = 1.0  # base RTT = min response over 1 s - min service time, §6
+    slo_ms: float = 30.0  # 30 ms at the 95th percentile, §7
+    slo_violation_target: float = 0.05  # rho, §5 and §7
+    quantum_fraction: float = 0.01  # load balancing quantum, 1% of capacity, §5.2 and §7.1
+    dissemination_margin_ms: float = 20.0  # NTP error and processing margin, §6
+    max_fraction_change_per_s: float | None = None  # None = Kurma; 0.013 = the DNS baseline, §7.1.2
+    solve_time_limit_s: float = 2.0
+    interference_window_s: float = 60.0  # recent (load, violation) points for curve fitting, §7.1.4
+    recompute_every_s: float | None = None  # None = every interval; 600 = the EWMA baseline, §7.1.2
+    demand_ewma_alpha: float | None = None  # weight of the newest demand mean (EWMA baseline: 0.8)
+
+    def __post_init__(self) -> None:
+        if self.objective not in ("perf", "cost"):
+            raise ConfigError("objective", f"must be 'perf' or 'cost', not {self.objective!r}")
+        for name in ("interval_s", "rate_window_s", "base_rtt_window_s", "slo_ms"):
+            if not getattr(self, name) > 0:
+                raise ConfigError(name, "must be > 0")
+        if not 0 < self.slo_violation_target < 1:
+            raise ConfigError("slo_violation_target", "must be in (0, 1)")
+        if not 0 < self.quantum_fraction <= 1:
+            raise ConfigError("quantum_fraction", "must be in (0, 1]")
+
+
+@dataclass(frozen=True)
+class KurmaObservation:
+    """The global state every instance holds after the exchange (§6)."""
+
+    demand_rps: np.ndarray  # D_i, client requests arriving at each site
+    write_fraction: np.ndarray  # share of writes in each site's client requests
+    base_rtt_ms: np.ndarray  # [i, j] measured base RTT, whole ms, 0 on the diagonal
+    available: np.ndarray | None = None  # sites that answered the last exchange
+
+
+@dataclass(frozen=True)
+class KurmaModel:
+    """Per destination site, its family of SLO curves (over base RTT and write fraction)."""
+
+    sites: tuple[str, ...]
+    capacity_rps: np.ndarray
+    surfaces: tuple[SloSurface, ...]
+    min_service_ms: float = 0.0  # subtracted from the min response to get the base RTT, §6
+
+
+@dataclass(frozen=True)
+class IntervalMeasurements:
+    """What an environment (simulation or live testbed) reports after each interval."""
+
+    duration_s: float
+    arrivals: np.ndarray  # [i] client requests that arrived at site i
+    writes: np.ndarray  # [i] of which writes
+    requests: np.ndarray  # [i, j] requests from i served at j
+    violations: np.ndarray  # [i, j] of which missed the SLO (seen at i)
+    min_response_ms: np.ndarray  # [i, j] min response in the last base-RTT window (inf: none)
+    probe_rtt_ms: np.ndarray | None = None  # [i, j] min WAN probe RTT in that window (§6 probes)

@@ -1,0 +1,25 @@
+"""Models fitted from observations or profiling: SLO curves, queueing formulas, curve fits."""
+
+from geoslo.models._interference import best_fitting_curve
+from geoslo.models._queueing import erlang_c, mmc_sojourn_tail, mmc_violation_surface
+from geoslo.models._slo_curves import (
+    ServiceProfile,
+    SloCurve,
+    SloSurface,
+    build_slo_surface,
+    profile_backend,
+    profile_loads,
+)
+
+__all__ = [
+    "ServiceProfile",
+    "SloCurve",
+    "SloSurface",
+    "best_fitting_curve",
+    "build_slo_surface",
+    "erlang_c",
+    "mmc_sojourn_tail",
+    "mmc_violation_surface",
+    "profile_backend",
+    "profile_loads",
+]
