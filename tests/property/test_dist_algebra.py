@@ -140,3 +140,14 @@ def test_sample_with_same_seed_is_identical(dist, seed, n) -> None:
     if n:
         assert first.min() >= dist.offset_ms - 1e-9
         assert first.max() <= dist.support_ms[-1] + 1e-9
+
+
+@modest
+@given(distributions(), distributions())
+def test_minimum_of_two_has_exact_mean_on_any_lattices(a, b) -> None:
+    """Exact minimum, then mean-preserving re-grid: equals brute force over all pairs."""
+    pairs_min = np.minimum.outer(a.support_ms, b.support_ms)
+    expected = float(np.sum(np.outer(a.pmf, b.pmf) * pairs_min))
+    m = minimum([a, b])
+    assert math.isclose(m.mean_ms(), expected, abs_tol=1e-9 * _scale(a, b))
+    assert m.step_ms == a.step_ms

@@ -1,0 +1,21 @@
+"""Topologies: sites, WAN links with changing base RTTs, prices (Kurma §7, §7.2),
+and measured IBM Cloud inter-region RTTs for realistic links."""
+
+from geoslo.topology._ibm import ibm_rtt_history, ibm_topology, load_ibm_latency
+from geoslo.topology._links import BaseRttSchedule, WanLink, routing_changes
+from geoslo.topology._sites import Prices, Site
+from geoslo.topology._topology import KURMA_RTT_RANGES_MS, Topology, kurma_topology
+
+__all__ = [
+    "KURMA_RTT_RANGES_MS",
+    "BaseRttSchedule",
+    "Prices",
+    "Site",
+    "Topology",
+    "WanLink",
+    "ibm_rtt_history",
+    "ibm_topology",
+    "kurma_topology",
+    "load_ibm_latency",
+    "routing_changes",
+]
