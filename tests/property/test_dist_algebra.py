@@ -9,6 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from geoslo.dist import LatencyDistribution, minimum, mixture
+from geoslo.dist._lattice import SNAP_STEPS
 
 # Per-test settings, not a profile: loading a profile would change other modules' tests.
 modest = settings(max_examples=50, deadline=None)
@@ -22,9 +23,7 @@ def distributions(draw, step_ms: float | None = None, max_points: int = 40):
     step = draw(st.sampled_from(STEPS_MS)) if step_ms is None else step_ms
     offset_ms = draw(st.floats(-50.0, 200.0, allow_nan=False))
     masses = draw(
-        st.lists(st.integers(0, 1000), min_size=1, max_size=max_points).filter(
-            lambda m: sum(m) > 0
-        )
+        st.lists(st.integers(0, 1000), min_size=1, max_size=max_points).filter(lambda m: sum(m) > 0)
     )
     return LatencyDistribution.from_pmf(offset_ms, step, masses)
 
@@ -116,7 +115,8 @@ def test_mixture_mean_is_weighted_mean(dists, weights) -> None:
     w = np.array(weights[: len(dists)])
     mix = mixture(dists, w)
     expected = float(np.dot(w / w.sum(), [d.mean_ms() for d in dists]))
-    assert math.isclose(mix.mean_ms(), expected, abs_tol=1e-9 * _scale(*dists))
+    snap_ms = SNAP_STEPS * dists[0].step_ms
+    assert math.isclose(mix.mean_ms(), expected, abs_tol=1e-9 * _scale(*dists) + snap_ms)
     assert mix.step_ms == dists[0].step_ms
 
 
@@ -149,5 +149,7 @@ def test_minimum_of_two_has_exact_mean_on_any_lattices(a, b) -> None:
     pairs_min = np.minimum.outer(a.support_ms, b.support_ms)
     expected = float(np.sum(np.outer(a.pmf, b.pmf) * pairs_min))
     m = minimum([a, b])
-    assert math.isclose(m.mean_ms(), expected, abs_tol=1e-9 * _scale(a, b))
+    # atoms within SNAP_STEPS of a lattice point are snapped onto it, not split
+    snap_ms = SNAP_STEPS * a.step_ms
+    assert math.isclose(m.mean_ms(), expected, abs_tol=1e-9 * _scale(a, b) + snap_ms)
     assert m.step_ms == a.step_ms

@@ -148,7 +148,10 @@ class LatencyDistribution:
         low_ms = float(frozen_rv.ppf(tail_mass / 2.0))
         high_ms = float(frozen_rv.isf(tail_mass / 2.0))
         if not (math.isfinite(low_ms) and math.isfinite(high_ms)):
-            raise InputError("tail_mass", "the distribution is unbounded; use tail_mass > 0")
+            raise InputError(
+                "tail_mass",
+                "the range is not finite; an unbounded distribution needs tail_mass > 0",
+            )
         k_min = round(low_ms / step_ms)
         n_points = round(high_ms / step_ms) - k_min + 1
         _lattice.check_lattice_size(n_points)
@@ -353,7 +356,8 @@ def mixture(
     """Distribution that is ``components[i]`` with probability ``weights[i]`` (normalised).
 
     Components off the first one's lattice are re-gridded onto it by splitting each
-    atom's mass linearly between its two neighbours: the mean stays exact.
+    atom's mass linearly between its two neighbours: the mean stays exact (an atom
+    within ``SNAP_STEPS`` of a lattice point is moved onto it instead).
     """
     comps = _checked_components(components)
     w = np.asarray(weights, dtype=np.float64)
@@ -375,7 +379,7 @@ def minimum(components: Sequence[LatencyDistribution]) -> LatencyDistribution:
     ``P(min > t)`` is the product of the components' tails. On a common lattice
     (same step, offsets a whole number of steps apart) this is exact; otherwise the
     exact minimum over the union of all atoms is re-gridded onto the first
-    component's lattice by linear mass splitting (mean exact).
+    component's lattice by linear mass splitting (mean exact, as in :func:`mixture`).
     """
     comps = _checked_components(components)
     first = comps[0]

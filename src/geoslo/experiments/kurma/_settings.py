@@ -1,0 +1,36 @@
+"""How big each experiment is: the paper's scale by default, a short form for CI (--quick)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+__all__ = ["Settings"]
+
+
+@dataclass(frozen=True)
+class Settings:
+    trace_minutes: float = 30.0  # Trace-1 and Trace-2 are 30-minute intervals, §7
+    profile_seconds: float = 20.0  # per profiled point
+    profile_points: int = 24
+    write_fractions: tuple[float, ...] = (0.0, 0.1, 0.2)  # 4% writes per site gives 8-16%, §7.1.2
+    accuracy_seconds: float = 60.0  # per load point of the estimate-vs-measured check
+    interference_minutes: float = 6.0  # Fig. 11
+    cost_days: int = 30  # Fig. 12 averages 30 days
+    scaling_sites: tuple[int, ...] = (3, 4, 5, 6, 8, 10)
+    scaling_quanta: tuple[float, ...] = (0.01, 0.02, 0.04, 0.08)
+    scaling_problems: int = 5
+    workers: int = 2  # processes for independent simulation runs
+
+    @classmethod
+    def quick(cls) -> Settings:
+        return cls(
+            trace_minutes=3.0,
+            profile_seconds=6.0,
+            profile_points=16,
+            accuracy_seconds=15.0,
+            interference_minutes=6.0,
+            cost_days=2,
+            scaling_sites=(3, 5, 8),
+            scaling_quanta=(0.01, 0.08),
+            scaling_problems=3,
+        )
