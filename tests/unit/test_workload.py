@@ -558,6 +558,7 @@ def test_embedded_data_matches_the_shared_files(monkeypatch, tmp_path, name):
     assert np.allclose(load_trace_minutes(name), minutes)
     if name != "wikipedia":
         embedded = load_trace_day(name, 5)
+        assert "embedded" in embedded.name
         monkeypatch.delenv("GEOSLO_DATA_DIR")
         assert np.array_equal(embedded.rate_rps, load_trace_day(name, 5).rate_rps)
 

@@ -131,8 +131,8 @@ def _to_date(published: object) -> np.datetime64:
 def load_ibm_latency(published: object = None) -> tuple[list[str], np.ndarray]:
     """(regions, RTT matrix in ms) of one publication: the latest by default, else the
     latest published on or before ``published`` (a date or ``"YYYY-MM-DD"``). Only the
-    regions measured then are returned; ``rtt_ms[i, j]`` is region i -> region j and
-    the diagonal is 0."""
+    regions measured then are returned; ``rtt_ms[i, j]`` is region i -> region j, the
+    diagonal is 0 and a pair not measured that week is NaN."""
     table = _ibm_table()
     if published is None:
         d = table.dates.size - 1
@@ -178,7 +178,8 @@ def ibm_topology(
     prices: Prices | None = None,
 ) -> Topology:
     """A topology of IBM Cloud ``regions`` with constant base RTTs from one
-    publication (see :func:`load_ibm_latency`); both directions are kept."""
+    publication (see :func:`load_ibm_latency`); both directions are kept, and a pair
+    not measured then has no link."""
     names, rtt_ms = load_ibm_latency(published)
     chosen = list(regions)
     if len(chosen) < 1:
@@ -201,6 +202,6 @@ def ibm_topology(
         WanLink(names[a], names[b], float(rtt_ms[a, b]))
         for a in index
         for b in index
-        if a != b
+        if a != b and np.isfinite(rtt_ms[a, b])
     )
     return Topology(sites, links, prices)

@@ -101,9 +101,9 @@ def _read_tar_text(path: Path) -> bytes:
 
 def _cache_path(path: Path) -> Path:
     stat = path.stat()
-    key = hashlib.sha1(
-        f"{path.resolve()}|{stat.st_size}|{stat.st_mtime_ns}".encode()
-    ).hexdigest()[:16]
+    key = hashlib.sha1(f"{path.resolve()}|{stat.st_size}|{stat.st_mtime_ns}".encode()).hexdigest()[
+        :16
+    ]
     return cache_dir() / f"{path.name}.{key}.npy"
 
 
@@ -259,9 +259,7 @@ def _embedded(name: str) -> dict[str, np.ndarray]:
         with resource.open("rb") as stream, np.load(stream, allow_pickle=False) as archive:
             return {key: archive[key] for key in archive.files}
     except FileNotFoundError:
-        raise DataError(
-            f"{resource}: embedded data missing; run scripts/embed_data.py"
-        ) from None
+        raise DataError(f"{resource}: embedded data missing; run scripts/embed_data.py") from None
 
 
 def _embedded_minutes(name: str) -> np.ndarray:

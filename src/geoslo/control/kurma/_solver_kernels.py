@@ -1,0 +1,435 @@
+"""Compiled inner loops of Kurma's exact solver (§5): curves, plan scoring, greedy, label DP.
+
+Units: a plan is an integer matrix ``units[i, j]`` (j != i) of quanta ``q[i]`` req/s; the
+diagonal is implied (what i keeps). ``mode`` 0 is KurmaPerf (model 1: total expected
+violations), 1 is KurmaCost (model 2: violations in excess of rho * D_i, then redirected rate).
+The plain-Python reference every kernel is checked against lives in ``_solver_reference``.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+PERF = 0
+COST = 1
+
+
+@njit(cache=True)
+def omega(grid, vio, i, j, load):
+    """Omega_ij(load): linear between grid points, first value below, 1 above the last."""
+    k = grid.shape[0]
+    if load > grid[k - 1]:
+        return 1.0
+    if load <= grid[0]:
+        return vio[i, j, 0]
+    lo = 0
+    hi = k - 1
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if grid[mid] < load:
+            lo = mid
+        else:
+            hi = mid
+    slope = (vio[i, j, hi] - vio[i, j, lo]) / (grid[hi] - grid[lo])
+    return vio[i, j, lo] + slope * (load - grid[lo])
+
+
+@njit(cache=True)
+def curve_min_from(grid, vio, i, j, load):
+    """min of Omega_ij over [load, inf): a bound valid for any curve shape."""
+    best = omega(grid, vio, i, j, load)
+    for k in range(grid.shape[0]):
+        if grid[k] >= load and vio[i, j, k] < best:
+            best = vio[i, j, k]
+    return best
+
+
+@njit(cache=True)
+def own_costs(grid, vio, demand, q, i, n_units):
+    """own[u] = (D_i - u q_i) Omega_ii(D_i - u q_i): violations of what i keeps, u = 0..n."""
+    out = np.empty(n_units + 1)
+    for u in range(n_units + 1):
+        kept = max(demand[i] - u * q[i], 0.0)
+        out[u] = kept * omega(grid, vio, i, i, kept)
+    return out
+
+
+@njit(cache=True)
+def _column(grid, vio, demand, q, units, j, contrib):
+    """Fill contrib[:] with the violations at site j of requests from each origin."""
+    n = demand.shape[0]
+    sent_j = 0.0
+    for k in range(n):
+        if k != j:
+            sent_j += units[j, k] * q[j]
+    load = demand[j] - sent_j
+    for i in range(n):
+        if i != j:
+            load += units[i, j] * q[i]
+    for i in range(n):
+        if i == j:
+            rate = demand[j] - sent_j
+        else:
+            rate = units[i, j] * q[i]
+        contrib[i] = rate * omega(grid, vio, i, j, load) if rate > 0 else 0.0
+
+
+@njit(cache=True)
+def score_plan(grid, vio, demand, q, units, avail, rho, mode):
+    """(objective, redirected): perf = total violations; cost = excess over rho * D_i."""
+    n = demand.shape[0]
+    contrib = np.zeros((n, n))
+    col = np.zeros(n)
+    for j in range(n):
+        _column(grid, vio, demand, q, units, j, col)
+        contrib[:, j] = col
+    return _score_from(contrib, demand, q, units, avail, rho, mode)
+
+
+@njit(cache=True)
+def _score_from(contrib, demand, q, units, avail, rho, mode):
+    n = demand.shape[0]
+    value = 0.0
+    for i in range(n):
+        v_i = 0.0
+        for j in range(n):
+            v_i += contrib[i, j]
+        if mode == PERF:
+            value += v_i
+        elif avail[i] and v_i > rho * demand[i]:
+            value += v_i - rho * demand[i]
+    redirected = 0.0
+    for i in range(n):
+        for j in range(n):
+            if i != j:
+                redirected += units[i, j] * q[i]
+    return value, redirected
+
+
+@njit(cache=True)
+def _better(value, redirected, best_value, best_redirected, tol, tol_rps):
+    """Lexicographic (objective, redirected) with absolute tolerances."""
+    if value < best_value - tol:
+        return True
+    return value <= best_value + tol and redirected < best_redirected - tol_rps
+
+
+@njit(cache=True)
+def greedy(grid, vio, demand, q, capu, can_send, avail, rho, mode, tol, tol_rps):
+    """A good first incumbent: move one quantum at a time along the best improving pair.
+
+    A move i -> j is allowed when i may send, i receives nothing, j sends nothing and the
+    pair bound holds (complementarity, §5.1). Stops when no move improves the objective;
+    then gives back every quantum whose return does not worsen it (fewer redirects).
+    """
+    n = demand.shape[0]
+    units = np.zeros((n, n), dtype=np.int64)
+    value, redirected = score_plan(grid, vio, demand, q, units, avail, rho, mode)
+    while True:
+        best_i = -1
+        best_j = -1
+        best_v = value
+        best_r = redirected
+        for i in range(n):
+            if not can_send[i]:
+                continue
+            incoming = 0
+            sent = 0
+            for k in range(n):
+                if k != i:
+                    incoming += units[k, i]
+                    sent += units[i, k]
+            if incoming > 0 or (sent + 1) * q[i] > demand[i] * (1 + 1e-12):
+                continue
+            for j in range(n):
+                if j == i or units[i, j] >= capu[i, j]:
+                    continue
+                outgoing = 0
+                for k in range(n):
+                    if k != j:
+                        outgoing += units[j, k]
+                if outgoing > 0:
+                    continue
+                units[i, j] += 1
+                v, r = score_plan(grid, vio, demand, q, units, avail, rho, mode)
+                units[i, j] -= 1
+                if v < best_v - tol:
+                    best_i, best_j, best_v, best_r = i, j, v, r
+        if best_i < 0:
+            break
+        units[best_i, best_j] += 1
+        value, redirected = best_v, best_r
+    improved = True
+    while improved:
+        improved = False
+        for i in range(n):
+            for j in range(n):
+                if i != j and units[i, j] > 0:
+                    units[i, j] -= 1
+                    v, r = score_plan(grid, vio, demand, q, units, avail, rho, mode)
+                    if v <= value + tol:
+                        value, redirected = v, r
+                        improved = True
+                    else:
+                        units[i, j] += 1
+    return units, value, redirected
+
+
+@njit(cache=True)
+def build_intakes(grid, vio, demand, q, rho, j, senders, caps):
+    """Every intake vector of receiver j (a[s] quanta from senders[s], a[s] <= caps[s]).
+
+    Returns per intake: units [m, s], base cost (perf: what j's own requests and the incoming
+    ones violate; cost: j's own excess over rho), and per-sender violations [m, s].
+    """
+    n_s = senders.shape[0]
+    count = 1
+    for s in range(n_s):
+        count *= caps[s] + 1
+    units = np.zeros((count, n_s), dtype=np.int64)
+    perf_cost = np.empty(count)
+    excess = np.empty(count)
+    per_sender = np.zeros((count, n_s))
+    a = np.zeros(n_s, dtype=np.int64)
+    for m in range(count):
+        load = demand[j]
+        for s in range(n_s):
+            load += a[s] * q[senders[s]]
+        own = omega(grid, vio, j, j, load)
+        total = demand[j] * own
+        for s in range(n_s):
+            units[m, s] = a[s]
+            if a[s] > 0:
+                v = a[s] * q[senders[s]] * omega(grid, vio, senders[s], j, load)
+                per_sender[m, s] = v
+                total += v
+        perf_cost[m] = total
+        excess[m] = demand[j] * (own - rho) if own > rho else 0.0
+        for s in range(n_s):  # odometer, last sender fastest
+            idx = n_s - 1 - s
+            a[idx] += 1
+            if a[idx] <= caps[idx]:
+                break
+            a[idx] = 0
+    return units, perf_cost, excess, per_sender
+
+
+@njit(cache=True)
+def _lower_bound(mode, t, value, vvec, stage, bound_b, bound_own, lb_a, lb_b, rdem):
+    """(bound, separable bound) on the final objective of a label.
+
+    Perf: remaining receivers cost at least their least base (lb_a) and each sender's
+    remaining quanta at least the cheapest remote rate (bound_b); or, separately, remaining
+    receivers at least their cheapest intake (lb_b) and senders their least own cost.
+    Cost: receivers' least excess (lb_a) and each sender's least excess given what it has.
+    """
+    n_s = t.shape[0]
+    lb1 = value + lb_a[stage]
+    if mode == PERF:
+        lb2 = value + lb_b[stage]
+        for s in range(n_s):
+            lb1 += bound_b[stage, s, t[s]]
+            lb2 += bound_own[s, t[s]]
+        return max(lb1, lb2), lb1
+    for s in range(n_s):
+        e = bound_b[stage, s, t[s]] + vvec[s] - rdem[s]
+        if e > 0:
+            lb1 += e
+    return lb1, lb1
+
+
+@njit(cache=True)
+def _redirect_bound(mode, t, vvec, lb1, stage, bound_b, own, m_rate, q_s, upper, rdem, inc,
+                    tol):
+    """Least redirected rate of any completion whose objective is within inc + tol.
+
+    Each sender's term of the separable bound lb1 may grow only by what the others leave:
+    that gives the fewest quanta it must end with.
+    """
+    n_s = t.shape[0]
+    total = 0.0
+    for s in range(n_s):
+        term = bound_b[stage, s, t[s]]
+        if mode == COST:
+            term = max(term + vvec[s] - rdem[s], 0.0)
+        budget = inc + tol - (lb1 - term)
+        lo = -1
+        for u in range(t[s], upper[s] + 1):
+            c = own[s, u] + (u - t[s]) * q_s[s] * m_rate[stage, s]
+            if mode == COST:
+                c = max(c + vvec[s] - rdem[s], 0.0)
+            if c <= budget:
+                lo = u
+                break
+        if lo < 0:
+            return np.inf
+        total += lo * q_s[s]
+    return total
+
+
+@njit(cache=True)
+def _prunable(mode, t, value, vvec, stage, bound_b, bound_own, lb_a, lb_b, own, m_rate, q_s,
+              upper, rdem, inc, inc_rps, tol, tol_rps):
+    """True when no completion of this label can beat the incumbent (objective, redirected)."""
+    lb, lb1 = _lower_bound(mode, t, value, vvec, stage, bound_b, bound_own, lb_a, lb_b, rdem)
+    if lb > inc + tol:
+        return True
+    if lb < inc - tol:
+        return False
+    t_lb = _redirect_bound(mode, t, vvec, lb1, stage, bound_b, own, m_rate, q_s, upper, rdem,
+                           inc, tol)
+    return t_lb >= inc_rps - tol_rps
+
+
+@njit(cache=True)
+def _grow(arr, size):
+    out = np.empty((size,) + arr.shape[1:], dtype=arr.dtype)
+    out[: arr.shape[0]] = arr
+    return out
+
+
+@njit(cache=True)
+def label_dp(mode, upper, strides, q_s, own, rdem, in_start, in_units, in_off, in_cost, in_vec,
+             bound_b, bound_own, lb_a, lb_b, m_rate, base_value, inc, inc_rps, tol, tol_rps,
+             work_limit, label_limit):
+    """Exact DP over receivers, state = quanta sent so far by each sender (§5, quantised).
+
+    Perf labels carry one number (violations so far, one label per state). Cost labels carry
+    each sender's remote violations and the receivers' excess (a Pareto set per state),
+    because a sender's excess max(0, own + remote - rho D) is only known at the end. Labels
+    whose bound cannot beat the incumbent (objective, then redirected) are dropped.
+    Returns (status 0 done / 1 stopped, best label or -1, value, redirected, parent, intake).
+    """
+    n_s = upper.shape[0]
+    n_states = 1
+    for s in range(n_s):
+        n_states *= upper[s] + 1
+    n_r = in_start.shape[0] - 1
+    cap = 1024
+    lab_state = np.empty(cap, dtype=np.int64)
+    lab_value = np.empty(cap)
+    lab_vec = np.zeros((cap, max(n_s, 1)))
+    lab_parent = np.empty(cap, dtype=np.int64)
+    lab_intake = np.empty(cap, dtype=np.int64)
+    lab_alive = np.empty(cap, dtype=np.bool_)
+    lab_next = np.empty(cap, dtype=np.int64)
+    lab_state[0] = 0
+    lab_value[0] = base_value
+    lab_parent[0] = -1
+    lab_intake[0] = -1
+    lab_alive[0] = True
+    size = 1
+    begin = 0
+    end = 1
+    head = np.full(n_states, -1, dtype=np.int64)
+    t = np.zeros(n_s, dtype=np.int64)
+    t2 = np.zeros(n_s, dtype=np.int64)
+    vec = np.zeros(max(n_s, 1))
+    work = 0
+    for stage in range(n_r):
+        head[:] = -1
+        for lab in range(begin, end):
+            if not lab_alive[lab]:
+                continue
+            p = lab_state[lab]
+            rem = p
+            for s in range(n_s):
+                t[s] = rem // strides[s]
+                rem -= t[s] * strides[s]
+            value = lab_value[lab]
+            if _prunable(mode, t, value, lab_vec[lab], stage, bound_b, bound_own, lb_a, lb_b,
+                         own, m_rate, q_s, upper, rdem, inc, inc_rps, tol, tol_rps):
+                continue
+            for m in range(in_start[stage], in_start[stage + 1]):
+                work += 1
+                ok = True
+                for s in range(n_s):
+                    t2[s] = t[s] + in_units[m, s]
+                    if t2[s] > upper[s]:
+                        ok = False
+                        break
+                if not ok:
+                    continue
+                np_ = p + in_off[m]
+                nv = value + in_cost[m]
+                if mode == PERF:
+                    k = head[np_]
+                    if k >= 0:
+                        if nv < lab_value[k]:
+                            lab_value[k] = nv
+                            lab_parent[k] = lab
+                            lab_intake[k] = m
+                        continue
+                else:
+                    for s in range(n_s):
+                        vec[s] = lab_vec[lab, s] + in_vec[m, s]
+                    if _prunable(mode, t2, nv, vec, stage + 1, bound_b, bound_own, lb_a, lb_b,
+                                 own, m_rate, q_s, upper, rdem, inc, inc_rps, tol, tol_rps):
+                        continue
+                    k = head[np_]
+                    dominated = False
+                    while k >= 0:
+                        if lab_alive[k]:
+                            k_le = lab_value[k] <= nv
+                            new_le = nv <= lab_value[k]
+                            for s in range(n_s):
+                                if lab_vec[k, s] > vec[s]:
+                                    k_le = False
+                                if vec[s] > lab_vec[k, s]:
+                                    new_le = False
+                            if k_le:
+                                dominated = True
+                                break
+                            if new_le:
+                                lab_alive[k] = False
+                        k = lab_next[k]
+                    if dominated:
+                        continue
+                if size >= cap:
+                    if size >= label_limit:
+                        return 1, -1, 0.0, 0.0, lab_parent[:size], lab_intake[:size]
+                    cap *= 2
+                    lab_state = _grow(lab_state, cap)
+                    lab_value = _grow(lab_value, cap)
+                    lab_vec = _grow(lab_vec, cap)
+                    lab_parent = _grow(lab_parent, cap)
+                    lab_intake = _grow(lab_intake, cap)
+                    lab_alive = _grow(lab_alive, cap)
+                    lab_next = _grow(lab_next, cap)
+                lab_state[size] = np_
+                lab_value[size] = nv
+                for s in range(n_s):
+                    lab_vec[size, s] = vec[s] if mode == COST else 0.0
+                lab_parent[size] = lab
+                lab_intake[size] = m
+                lab_alive[size] = True
+                lab_next[size] = head[np_]
+                head[np_] = size
+                size += 1
+            if work > work_limit:
+                return 1, -1, 0.0, 0.0, lab_parent[:size], lab_intake[:size]
+        begin = end
+        end = size
+    best = -1
+    best_value = inc
+    best_rps = inc_rps
+    for lab in range(begin, end):
+        if not lab_alive[lab]:
+            continue
+        rem = lab_state[lab]
+        value = lab_value[lab]
+        redirected = 0.0
+        for s in range(n_s):
+            t[s] = rem // strides[s]
+            rem -= t[s] * strides[s]
+            redirected += t[s] * q_s[s]
+            if mode == PERF:
+                value += own[s, t[s]]
+            else:
+                e = own[s, t[s]] + lab_vec[lab, s] - rdem[s]
+                if e > 0:
+                    value += e
+        if _better(value, redirected, best_value, best_rps, tol, tol_rps):
+            best, best_value, best_rps = lab, value, redirected
+    return 0, best, best_value, best_rps, lab_parent[:size], lab_intake[:size]

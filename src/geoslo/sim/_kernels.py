@@ -1,0 +1,843 @@
+"""Hot loops of the request-level simulator, compiled with numba.
+
+The same source runs uncompiled as the plain-Python reference (`_reference.py`
+loads this file with ``_PURE_PYTHON = True``), so kernel and reference can be
+compared exactly on identical pre-generated random numbers.
+
+Time advances in slices (default 10 ms). In a slice every source routes its
+arrivals and appends them to a pending buffer keyed by arrival time at the
+server; at the slice end the pending requests that reached their server before
+the slice end are sorted by (server arrival, sequence number) and run through
+the FCFS (Lindley) recursion of their server. Feedback to adaptive policies
+(the response observed at the source) is applied at the first slice end after
+it reaches the source.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+if globals().get("_PURE_PYTHON", False):
+
+    def _jit(func):
+        return func
+
+else:
+    from numba import njit
+
+    _jit = njit(cache=True)
+
+# Policy codes.
+RATES = 0
+GLOBAL_RR = 1
+LATENCY_AWARE = 2
+DYNAMIC_SNITCH = 3
+C3 = 4
+
+# Columns of the per-request random inputs `req` (n, NREQ).
+RQ_T = 0
+RQ_ROUTE = 1
+RQ_SERVER = 2
+RQ_EBASE = 3
+RQ_USTALL = 4
+RQ_RESID = 5
+RQ_AUX = 6
+RQ_KEEP = 7
+RQ_WRITE = 8
+NREQ = 9
+
+# Float columns of pending server work `pf`.
+PF_ARR = 0
+PF_SVC = 1
+PF_ISSUE = 2
+PF_SEND = 3
+PF_RTT = 4
+PF_RESID = 5
+PF_AUX = 6
+PF_KEEP = 7
+NPF = 8
+# Integer columns of pending server work `pi`.
+PI_SITE = 0
+PI_SRV = 1
+PI_SRC = 2  # -1: background replication write
+PI_REPORTED = 3
+PI_SEQ = 4
+NPI = 5
+
+# Integer state `st`.
+ST_NPEND = 0
+ST_SEQ = 1
+ST_NFB = 2
+ST_NBACK = 3
+NST = 4
+
+# Feedback events `fb` (float) and `fbi` (int).
+FB_T = 0
+FB_RESP = 1
+FB_QLEN = 2
+FB_SVC = 3
+FB_AUX = 4
+NFB = 5
+FBI_SRC = 0
+FBI_SITE = 1
+FBI_SRV = 2
+NFBI = 3
+
+# Per (source, global server) policy state `gs`.
+GS_LA_AVG = 0
+GS_LA_TS = 1
+GS_LA_NB = 2
+GS_C3_R = 3
+GS_C3_Q = 4
+GS_C3_SVC = 5
+GS_C3_OS = 6
+GS_C3_RATE = 7
+GS_C3_R0 = 8
+GS_C3_TDEC = 9
+GS_C3_SENT = 10
+GS_C3_RECV = 11
+NGS = 12
+
+# Per source state `cs`.
+CS_RR = 0
+CS_LA_MIN = 1
+NCS = 2
+
+# Global policy clocks `glob`.
+GL_LA_NEXT_MIN = 0
+GL_DS_NEXT_SCORE = 1
+GL_DS_NEXT_RESET = 2
+GL_DS_LANDMARK = 3
+GL_C3_NEXT_WINDOW = 4
+NGL = 5
+
+# Per (source, site) dynamic snitch state `ss`.
+SS_SCORE = 0
+SS_COUNT = 1
+NSS = 2
+# Reservoir entries `res` (S, S, size, 3).
+RS_VAL = 0
+RS_W = 1
+RS_PRIO = 2
+
+# Policy parameters `pp`.
+PP_LA_SCALE_MS = 0
+PP_LA_THRESHOLD = 1
+PP_LA_RETRY_MS = 2
+PP_LA_MIN_MEASURE = 3
+PP_LA_UPDATE_MS = 4
+PP_DS_ALPHA_PER_S = 5
+PP_DS_UPDATE_MS = 6
+PP_DS_RESET_MS = 7
+PP_DS_BADNESS = 8
+PP_C3_EWMA = 9
+PP_C3_WINDOW_MS = 10
+PP_C3_BETA = 11
+PP_C3_GAMMA = 12
+PP_C3_SMAX = 13
+PP_C3_HYST_MS = 14
+PP_C3_RF = 15
+PP_C3_NCLIENTS = 16
+PP_C3_MIN_RATE = 17
+NPP = 18
+
+# Backlog (C3 backpressure queue) float columns, followed by 3 per site.
+BK_ISSUE = 0
+BK_SRC = 1
+BK_SERVER = 2
+BK_EBASE = 3
+BK_USTALL = 4
+BK_RESID = 5
+BK_AUX = 6
+BK_KEEP = 7
+BK_WRITE = 8
+NBK = 9
+
+RING = 64  # finish times kept per server, to read the queue length seen by C3
+
+
+@_jit
+def service_ms(e_base, u_stall, base_mean_ms, stall_p, stall_mean_ms, slowdown):
+    """Exp(base) plus, with probability stall_p, an Exp(stall) stall; times slowdown."""
+    s = e_base * base_mean_ms
+    if u_stall < stall_p:
+        u = u_stall / stall_p
+        if u < 1e-300:
+            u = 1e-300
+        s += -math.log(u) * stall_mean_ms
+    return s * slowdown
+
+
+@_jit
+def lindley_ms(arrival_ms, svc_ms):
+    """Response (sojourn) times of one FCFS server fed in arrival order."""
+    out = np.empty(arrival_ms.size)
+    free = -1e300
+    for k in range(arrival_ms.size):
+        start = arrival_ms[k] if arrival_ms[k] > free else free
+        free = start + svc_ms[k]
+        out[k] = free - arrival_ms[k]
+    return out
+
+
+@_jit
+def profile_kernel(arrival_ms, server, svc_ms, n_servers, overhead_ms):
+    """One site at a given arrival stream: response time (ms) of every request."""
+    free = np.full(n_servers, -1e300)
+    out = np.empty(arrival_ms.size)
+    for k in range(arrival_ms.size):
+        s = server[k]
+        start = arrival_ms[k] if arrival_ms[k] > free[s] else free[s]
+        free[s] = start + svc_ms[k]
+        out[k] = free[s] - arrival_ms[k] + overhead_ms
+    return out
+
+
+@_jit
+def _push(pf, pi, st, arr, svc, issue, send, rtt, resid, aux, keep, site, srv, src):
+    n = st[ST_NPEND]
+    pf[n, PF_ARR] = arr
+    pf[n, PF_SVC] = svc
+    pf[n, PF_ISSUE] = issue
+    pf[n, PF_SEND] = send
+    pf[n, PF_RTT] = rtt
+    pf[n, PF_RESID] = resid
+    pf[n, PF_AUX] = aux
+    pf[n, PF_KEEP] = keep
+    pi[n, PI_SITE] = site
+    pi[n, PI_SRV] = srv
+    pi[n, PI_SRC] = src
+    pi[n, PI_REPORTED] = 0
+    pi[n, PI_SEQ] = st[ST_SEQ]
+    st[ST_SEQ] += 1
+    st[ST_NPEND] = n + 1
+
+
+# ----------------------------------------------------------------------------- policies
+
+
+@_jit
+def _route_rates(i, u, cum_frac, n_sites):
+    for j in range(n_sites - 1):
+        if u < cum_frac[i, j]:
+            return j
+    return n_sites - 1
+
+
+@_jit
+def _route_global_rr(i, cs, allowed, site_off, n_servers):
+    """Round robin over every server of every allowed site (one cursor per source)."""
+    n_sites = n_servers.size
+    total = site_off[n_sites]
+    for _ in range(total):
+        g = int(cs[i, CS_RR]) % total
+        cs[i, CS_RR] = float((g + 1) % total)
+        j = 0
+        while site_off[j + 1] <= g:
+            j += 1
+        if allowed[i, j]:
+            return j, g - site_off[j]
+    return i, 0
+
+
+@_jit
+def _la_ok(gs, cs, i, g, t, pp):
+    """DataStax LatencyAwarePolicy: is host g acceptable for source i at time t?"""
+    mn = cs[i, CS_LA_MIN]
+    if mn < 0 or gs[i, g, GS_LA_NB] < pp[PP_LA_MIN_MEASURE]:
+        return True
+    if t - gs[i, g, GS_LA_TS] > pp[PP_LA_RETRY_MS]:
+        return True
+    return gs[i, g, GS_LA_AVG] <= pp[PP_LA_THRESHOLD] * mn
+
+
+@_jit
+def _route_latency_aware(i, t, u_server, gs, cs, pp, allowed, site_off, n_servers, order):
+    """Query plan: local servers from a random start, then remote sites by proximity;
+    the first host not excluded wins, else the first skipped one."""
+    first_j = -1
+    first_s = 0
+    n_sites = n_servers.size
+    for r in range(n_sites):
+        j = order[i, r]
+        if not allowed[i, j]:
+            continue
+        n = n_servers[j]
+        start = int(u_server * n)
+        if start >= n:
+            start = n - 1
+        for k in range(n):
+            s = (start + k) % n
+            g = site_off[j] + s
+            if _la_ok(gs, cs, i, g, t, pp):
+                return j, s
+            if first_j < 0:
+                first_j = j
+                first_s = s
+    if first_j < 0:
+        return i, 0
+    return first_j, first_s
+
+
+@_jit
+def _la_feedback(gs, i, g, t, x, pp):
+    """TimestampedAverage update of the DataStax driver (scale-weighted EWMA)."""
+    nb = gs[i, g, GS_LA_NB]
+    if nb + 1 < pp[PP_LA_MIN_MEASURE]:
+        gs[i, g, GS_LA_NB] = nb + 1
+        gs[i, g, GS_LA_TS] = t
+        gs[i, g, GS_LA_AVG] = -1.0
+        return
+    if gs[i, g, GS_LA_AVG] < 0:
+        gs[i, g, GS_LA_NB] = nb + 1
+        gs[i, g, GS_LA_TS] = t
+        gs[i, g, GS_LA_AVG] = x
+        return
+    delay = t - gs[i, g, GS_LA_TS]
+    if delay <= 0:
+        return
+    scaled = delay / pp[PP_LA_SCALE_MS]
+    w = math.log(scaled + 1.0) / scaled
+    gs[i, g, GS_LA_AVG] = (1.0 - w) * x + w * gs[i, g, GS_LA_AVG]
+    gs[i, g, GS_LA_TS] = t
+    gs[i, g, GS_LA_NB] = nb + 1
+
+
+@_jit
+def _la_update_min(gs, cs, pp):
+    for i in range(gs.shape[0]):
+        mn = -1.0
+        for g in range(gs.shape[1]):
+            if gs[i, g, GS_LA_NB] >= pp[PP_LA_MIN_MEASURE] and gs[i, g, GS_LA_AVG] >= 0:
+                if mn < 0 or gs[i, g, GS_LA_AVG] < mn:
+                    mn = gs[i, g, GS_LA_AVG]
+        cs[i, CS_LA_MIN] = mn
+
+
+@_jit
+def _route_dynamic_snitch(i, ss, pp, allowed, order):
+    """Cassandra's sortByProximityWithBadness: proximity order unless a positional
+    score exceeds the sorted score by the badness threshold, then the best score."""
+    n_sites = order.shape[1]
+    prox = np.empty(n_sites)
+    m = 0
+    for r in range(n_sites):
+        j = order[i, r]
+        if allowed[i, j]:
+            prox[m] = ss[i, j, SS_SCORE]
+            m += 1
+    srt = np.sort(prox[:m])
+    bad = False
+    for k in range(m):
+        if prox[k] > srt[k] * (1.0 + pp[PP_DS_BADNESS]):
+            bad = True
+            break
+    best_j = -1
+    for r in range(n_sites):
+        j = order[i, r]
+        if not allowed[i, j]:
+            continue
+        if not bad:
+            return j
+        if best_j < 0 or ss[i, j, SS_SCORE] < ss[i, best_j, SS_SCORE]:
+            best_j = j
+    if best_j < 0:
+        return i
+    return best_j
+
+
+@_jit
+def _ds_feedback(ss, res, i, j, t_ms, x, u, landmark_ms, pp):
+    """Exponentially decaying reservoir (forward decay, Codahale metrics) insert."""
+    size = res.shape[2]
+    w = math.exp(pp[PP_DS_ALPHA_PER_S] * (t_ms - landmark_ms) / 1000.0)
+    prio = w / (1.0 - u)
+    c = int(ss[i, j, SS_COUNT])
+    if c < size:
+        res[i, j, c, RS_VAL] = x
+        res[i, j, c, RS_W] = w
+        res[i, j, c, RS_PRIO] = prio
+        ss[i, j, SS_COUNT] = c + 1
+        return
+    kmin = 0
+    for k in range(1, size):
+        if res[i, j, k, RS_PRIO] < res[i, j, kmin, RS_PRIO]:
+            kmin = k
+    if prio > res[i, j, kmin, RS_PRIO]:
+        res[i, j, kmin, RS_VAL] = x
+        res[i, j, kmin, RS_W] = w
+        res[i, j, kmin, RS_PRIO] = prio
+
+
+@_jit
+def _ds_update_scores(ss, res):
+    """Score = weighted median / largest median of this source (0 when unsampled)."""
+    n_src = ss.shape[0]
+    n_sites = ss.shape[1]
+    med = np.zeros(n_sites)
+    for i in range(n_src):
+        mx = 0.0
+        for j in range(n_sites):
+            c = int(ss[i, j, SS_COUNT])
+            med[j] = 0.0
+            if c == 0:
+                continue
+            vals = res[i, j, :c, RS_VAL].copy()
+            ws = res[i, j, :c, RS_W].copy()
+            idx = np.argsort(vals, kind="mergesort")
+            tot = 0.0
+            for k in range(c):
+                tot += ws[k]
+            cum = 0.0
+            m = vals[idx[0]]
+            for k in range(c):
+                if cum / tot <= 0.5:
+                    m = vals[idx[k]]
+                cum += ws[idx[k]]
+            med[j] = m
+            if m > mx:
+                mx = m
+        for j in range(n_sites):
+            ss[i, j, SS_SCORE] = med[j] / mx if mx > 0 else 0.0
+
+
+@_jit
+def _c3_psi(gs, i, g, n_clients):
+    r = gs[i, g, GS_C3_R]
+    svc = gs[i, g, GS_C3_SVC]
+    qh = 1.0 + gs[i, g, GS_C3_OS] * n_clients + gs[i, g, GS_C3_Q]
+    return r - svc + qh * qh * qh * svc
+
+
+@_jit
+def _route_c3(i, u_server, gs, pp, allowed, site_off, n_servers):
+    """Lowest psi among the key's replicas (rf consecutive servers per site) whose
+    rate limiter has room; (-1, -1) sends the request to the backpressure queue."""
+    best_j = -1
+    best_s = -1
+    best = 0.0
+    for j in range(n_servers.size):
+        if not allowed[i, j]:
+            continue
+        n = n_servers[j]
+        rf = int(pp[PP_C3_RF])
+        if rf > n:
+            rf = n
+        start = int(u_server * n)
+        if start >= n:
+            start = n - 1
+        for k in range(rf):
+            s = (start + k) % n
+            g = site_off[j] + s
+            if gs[i, g, GS_C3_SENT] >= gs[i, g, GS_C3_RATE]:
+                continue
+            psi = _c3_psi(gs, i, g, pp[PP_C3_NCLIENTS])
+            if best_j < 0 or psi < best:
+                best = psi
+                best_j = j
+                best_s = s
+    return best_j, best_s
+
+
+@_jit
+def _c3_feedback(gs, i, g, resp, qlen, svc, pp):
+    a = pp[PP_C3_EWMA]
+    gs[i, g, GS_C3_R] = a * gs[i, g, GS_C3_R] + (1.0 - a) * resp
+    gs[i, g, GS_C3_Q] = a * gs[i, g, GS_C3_Q] + (1.0 - a) * qlen
+    gs[i, g, GS_C3_SVC] = a * gs[i, g, GS_C3_SVC] + (1.0 - a) * svc
+    gs[i, g, GS_C3_OS] -= 1.0
+    gs[i, g, GS_C3_RECV] += 1.0
+
+
+@_jit
+def _c3_window(gs, t, pp):
+    """Cubic rate control at the end of a window of PP_C3_WINDOW_MS (C3 section 4.3)."""
+    beta = pp[PP_C3_BETA]
+    gamma = pp[PP_C3_GAMMA]
+    for i in range(gs.shape[0]):
+        for g in range(gs.shape[1]):
+            sent = gs[i, g, GS_C3_SENT]
+            recv = gs[i, g, GS_C3_RECV]
+            rate = gs[i, g, GS_C3_RATE]
+            if sent > recv:
+                if t - gs[i, g, GS_C3_TDEC] >= pp[PP_C3_HYST_MS]:
+                    gs[i, g, GS_C3_R0] = rate
+                    rate = rate * (1.0 - beta)
+                    if rate < pp[PP_C3_MIN_RATE]:
+                        rate = pp[PP_C3_MIN_RATE]
+                    gs[i, g, GS_C3_TDEC] = t
+            else:
+                r0 = gs[i, g, GS_C3_R0]
+                k = (beta * r0 / gamma) ** (1.0 / 3.0)
+                d = t - gs[i, g, GS_C3_TDEC] - k
+                target = gamma * d * d * d + r0
+                if target > rate:
+                    step = target - rate
+                    if step > pp[PP_C3_SMAX]:
+                        step = pp[PP_C3_SMAX]
+                    rate = rate + step
+            gs[i, g, GS_C3_RATE] = rate
+            gs[i, g, GS_C3_SENT] = 0.0
+            gs[i, g, GS_C3_RECV] = 0.0
+
+
+# ----------------------------------------------------------------------------- recording
+
+
+@_jit
+def _record(src, site, issue, send, arr, finish, rtt, resid, keep, overhead_ms, slo_ms,
+            first_sec, keep_prob, st_viol, st_done, st_sum, st_min, samples, nsamp):
+    svc_part = (finish - arr) + overhead_ms
+    wan = rtt + resid
+    resp = svc_part + wan + (send - issue)
+    if resp > slo_ms:
+        st_viol[src, site] += 1
+    st_done[src, site] += 1
+    st_sum[src, site] += resp
+    sec = int(math.floor(issue / 1000.0)) - first_sec
+    if sec < 0:
+        sec = 0
+    if sec >= st_min.shape[2]:
+        sec = st_min.shape[2] - 1
+    if resp < st_min[src, site, sec]:
+        st_min[src, site, sec] = resp
+    if keep < keep_prob and nsamp[0] < samples.shape[0]:
+        k = nsamp[0]
+        samples[k, 0] = src
+        samples[k, 1] = site
+        samples[k, 2] = resp
+        samples[k, 3] = wan
+        samples[k, 4] = svc_part
+        nsamp[0] = k + 1
+    return resp
+
+
+@_jit
+def _queue_len(ring, ring_n, site, srv, arr):
+    n = ring_n[site, srv]
+    cap = ring.shape[2]
+    q = 0
+    for k in range(min(n, cap)):
+        if ring[site, srv, (n - 1 - k) % cap] > arr:
+            q += 1
+        else:
+            break
+    return q
+
+
+@_jit
+def _process_servers(t_end, adaptive, need_qlen, pf, pi, st, free_ms, fb, fbi, ring, ring_n,
+                     overhead_ms, slo_ms, first_sec, keep_prob,
+                     st_viol, st_done, st_sum, st_min, samples, nsamp):
+    """Serve (Lindley) every pending request that reached its server before t_end."""
+    n = st[ST_NPEND]
+    sel = np.empty(n, np.int64)
+    m = 0
+    for k in range(n):
+        if pf[k, PF_ARR] < t_end:
+            sel[m] = k
+            m += 1
+    if m == 0:
+        return
+    sel = sel[:m]
+    keys = np.empty(m)
+    for k in range(m):
+        keys[k] = pf[sel[k], PF_ARR]
+    order = np.argsort(keys, kind="mergesort")
+    for r in range(m):
+        k = sel[order[r]]
+        site = pi[k, PI_SITE]
+        srv = pi[k, PI_SRV]
+        arr = pf[k, PF_ARR]
+        qlen = 0
+        if need_qlen:
+            qlen = _queue_len(ring, ring_n, site, srv, arr)
+        start = arr if arr > free_ms[site, srv] else free_ms[site, srv]
+        finish = start + pf[k, PF_SVC]
+        free_ms[site, srv] = finish
+        if need_qlen:
+            ring[site, srv, ring_n[site, srv] % ring.shape[2]] = finish
+            ring_n[site, srv] += 1
+        src = pi[k, PI_SRC]
+        if src < 0:
+            continue
+        rtt = pf[k, PF_RTT]
+        resid = pf[k, PF_RESID]
+        if pi[k, PI_REPORTED] == 0:
+            _record(src, site, pf[k, PF_ISSUE], pf[k, PF_SEND], arr, finish, rtt,
+                    resid, pf[k, PF_KEEP], overhead_ms[site], slo_ms, first_sec,
+                    keep_prob, st_viol, st_done, st_sum, st_min, samples, nsamp)
+        if adaptive:
+            f = st[ST_NFB]
+            fb[f, FB_T] = finish + overhead_ms[site] + rtt / 2.0 + resid
+            # response seen by the client library, from send to receipt
+            fb[f, FB_RESP] = (finish - arr) + overhead_ms[site] + rtt + resid
+            fb[f, FB_QLEN] = qlen
+            fb[f, FB_SVC] = pf[k, PF_SVC]
+            fb[f, FB_AUX] = pf[k, PF_AUX]
+            fbi[f, FBI_SRC] = src
+            fbi[f, FBI_SITE] = site
+            fbi[f, FBI_SRV] = srv
+            st[ST_NFB] = f + 1
+    # compact: keep the unserved ones in sequence order
+    w = 0
+    for k in range(n):
+        if pf[k, PF_ARR] >= t_end:
+            if w != k:
+                pf[w, :] = pf[k, :]
+                pi[w, :] = pi[k, :]
+            w += 1
+    st[ST_NPEND] = w
+
+
+@_jit
+def _apply_feedback(t_end, policy, fb, fbi, st, gs, ss, res, glob, site_off, pp):
+    n = st[ST_NFB]
+    sel = np.empty(n, np.int64)
+    m = 0
+    for k in range(n):
+        if fb[k, FB_T] < t_end:
+            sel[m] = k
+            m += 1
+    if m > 0:
+        sel = sel[:m]
+        keys = np.empty(m)
+        for k in range(m):
+            keys[k] = fb[sel[k], FB_T]
+        order = np.argsort(keys, kind="mergesort")
+        for r in range(m):
+            k = sel[order[r]]
+            i = fbi[k, FBI_SRC]
+            j = fbi[k, FBI_SITE]
+            g = site_off[j] + fbi[k, FBI_SRV]
+            if policy == LATENCY_AWARE:
+                _la_feedback(gs, i, g, fb[k, FB_T], fb[k, FB_RESP], pp)
+            elif policy == DYNAMIC_SNITCH:
+                _ds_feedback(ss, res, i, j, fb[k, FB_T], fb[k, FB_RESP], fb[k, FB_AUX],
+                             glob[GL_DS_LANDMARK], pp)
+            elif policy == C3:
+                _c3_feedback(gs, i, g, fb[k, FB_RESP], fb[k, FB_QLEN], fb[k, FB_SVC], pp)
+        w = 0
+        for k in range(n):
+            if fb[k, FB_T] >= t_end:
+                if w != k:
+                    fb[w, :] = fb[k, :]
+                    fbi[w, :] = fbi[k, :]
+                w += 1
+        st[ST_NFB] = w
+
+
+@_jit
+def _policy_clocks(t_end, policy, gs, cs, ss, res, glob, pp):
+    if policy == LATENCY_AWARE:
+        while glob[GL_LA_NEXT_MIN] <= t_end:
+            _la_update_min(gs, cs, pp)
+            glob[GL_LA_NEXT_MIN] += pp[PP_LA_UPDATE_MS]
+    elif policy == DYNAMIC_SNITCH:
+        if glob[GL_DS_NEXT_RESET] <= t_end:
+            ss[:, :, SS_COUNT] = 0.0
+            glob[GL_DS_LANDMARK] = t_end
+            while glob[GL_DS_NEXT_RESET] <= t_end:
+                glob[GL_DS_NEXT_RESET] += pp[PP_DS_RESET_MS]
+        if glob[GL_DS_NEXT_SCORE] <= t_end:
+            _ds_update_scores(ss, res)
+            while glob[GL_DS_NEXT_SCORE] <= t_end:
+                glob[GL_DS_NEXT_SCORE] += pp[PP_DS_UPDATE_MS]
+    elif policy == C3:
+        if glob[GL_C3_NEXT_WINDOW] <= t_end:
+            _c3_window(gs, t_end, pp)
+            while glob[GL_C3_NEXT_WINDOW] <= t_end:
+                glob[GL_C3_NEXT_WINDOW] += pp[PP_C3_WINDOW_MS]
+
+
+# ----------------------------------------------------------------------------- dispatch
+
+
+@_jit
+def _dispatch(i, j, srv, t_issue, t_send, is_write, u_resid, e_base, u_stall, aux, keep,
+              rep, base_rtt, sp, slowdown, resid_pool, resid_off, resid_len, pf, pi, st,
+              st_req, st_served, n_servers):
+    """Send one request from source i to server srv of site j (and replicate a write)."""
+    rtt = 0.0
+    resid = 0.0
+    if j != i:
+        rtt = base_rtt[i, j]
+        ln = resid_len[i, j]
+        if ln > 0:
+            idx = int(u_resid * ln)
+            if idx >= ln:
+                idx = ln - 1
+            resid = resid_pool[resid_off[i, j] + idx]
+    arr = t_send + rtt / 2.0
+    cls = 1 if is_write else 0
+    svc = service_ms(e_base, u_stall, sp[j, cls, 0], sp[j, cls, 1], sp[j, cls, 2],
+                     slowdown[j, srv])
+    _push(pf, pi, st, arr, svc, t_issue, t_send, rtt, resid, aux, keep, j, srv, i)
+    st_req[i, j] += 1
+    st_served[j] += 1
+    if is_write:
+        for k in range(n_servers.size):
+            if k == j:
+                continue
+            n = n_servers[k]
+            s = int(rep[k, 0] * n)
+            if s >= n:
+                s = n - 1
+            svc_k = service_ms(rep[k, 1], rep[k, 2], sp[k, 1, 0], sp[k, 1, 1], sp[k, 1, 2],
+                               slowdown[k, s])
+            a_k = arr + base_rtt[j, k] / 2.0
+            _push(pf, pi, st, a_k, svc_k, t_issue, t_send, 0.0, 0.0, 0.0, 2.0, k, s, -1)
+            st_served[k] += 1
+
+
+@_jit
+def run_chunk(t0_ms, t1_ms, slice_ms, policy, slo_ms, first_sec, keep_prob,
+              req, src_start, rep, req_w,
+              base_rtt, cum_frac, allowed, n_servers, site_off, order, sp, overhead_ms,
+              slowdown, resid_pool, resid_off, resid_len, pp,
+              free_ms, pf, pi, st, fb, fbi, gs, cs, ss, res, glob, ring, ring_n,
+              bk, bkrep,
+              st_arr, st_req, st_viol, st_done, st_sum, st_min, st_served, samples, nsamp):
+    """Simulate [t0_ms, t1_ms): route every arrival, serve, feed back, record stats."""
+    n_sites = n_servers.size
+    adaptive = policy >= LATENCY_AWARE
+    need_qlen = policy == C3
+    ptr = src_start[:n_sites].copy()
+    blocked = np.zeros(n_sites, np.bool_)
+    t = t0_ms
+    while t < t1_ms:
+        s_end = t + slice_ms
+        if s_end > t1_ms or t1_ms - s_end < 1e-9:
+            s_end = t1_ms
+        # C3 backpressure queue first, in FIFO order per source
+        if policy == C3 and st[ST_NBACK] > 0:
+            blocked[:] = False
+            w = 0
+            for b in range(st[ST_NBACK]):
+                i = int(bk[b, BK_SRC])
+                sent = False
+                if not blocked[i]:
+                    j, srv = _route_c3(i, bk[b, BK_SERVER], gs, pp, allowed, site_off,
+                                       n_servers)
+                    if j >= 0:
+                        g = site_off[j] + srv
+                        gs[i, g, GS_C3_SENT] += 1.0
+                        gs[i, g, GS_C3_OS] += 1.0
+                        _dispatch(i, j, srv, bk[b, BK_ISSUE], t, bk[b, BK_WRITE] > 0.5,
+                                  bk[b, BK_RESID], bk[b, BK_EBASE], bk[b, BK_USTALL],
+                                  bk[b, BK_AUX], bk[b, BK_KEEP], bkrep[b], base_rtt, sp,
+                                  slowdown, resid_pool, resid_off, resid_len, pf, pi, st,
+                                  st_req, st_served, n_servers)
+                        sent = True
+                    else:
+                        blocked[i] = True
+                if not sent:
+                    if w != b:
+                        bk[w, :] = bk[b, :]
+                        bkrep[w, :, :] = bkrep[b, :, :]
+                    w += 1
+            st[ST_NBACK] = w
+        for i in range(n_sites):
+            end = src_start[i + 1]
+            while ptr[i] < end and req[ptr[i], RQ_T] < s_end:
+                k = ptr[i]
+                ptr[i] += 1
+                t_k = req[k, RQ_T]
+                is_write = req[k, RQ_WRITE] > 0.5
+                st_arr[i, 0] += 1
+                if is_write:
+                    st_arr[i, 1] += 1
+                srv = -1
+                if policy == RATES:
+                    j = _route_rates(i, req[k, RQ_ROUTE], cum_frac, n_sites)
+                elif policy == GLOBAL_RR:
+                    j, srv = _route_global_rr(i, cs, allowed, site_off, n_servers)
+                elif policy == LATENCY_AWARE:
+                    j, srv = _route_latency_aware(i, t_k, req[k, RQ_SERVER], gs, cs, pp,
+                                                  allowed, site_off, n_servers, order)
+                elif policy == DYNAMIC_SNITCH:
+                    j = _route_dynamic_snitch(i, ss, pp, allowed, order)
+                else:
+                    j = -1
+                    if not (st[ST_NBACK] > 0 and _has_backlog(bk, st, i)):
+                        j, srv = _route_c3(i, req[k, RQ_SERVER], gs, pp, allowed, site_off,
+                                           n_servers)
+                    if j < 0:
+                        b = st[ST_NBACK]
+                        bk[b, BK_ISSUE] = t_k
+                        bk[b, BK_SRC] = i
+                        bk[b, BK_SERVER] = req[k, RQ_SERVER]
+                        bk[b, BK_EBASE] = req[k, RQ_EBASE]
+                        bk[b, BK_USTALL] = req[k, RQ_USTALL]
+                        bk[b, BK_RESID] = req[k, RQ_RESID]
+                        bk[b, BK_AUX] = req[k, RQ_AUX]
+                        bk[b, BK_KEEP] = req[k, RQ_KEEP]
+                        bk[b, BK_WRITE] = req[k, RQ_WRITE]
+                        if is_write:
+                            bkrep[b, :, :] = rep[req_w[k], :, :]
+                        st[ST_NBACK] = b + 1
+                        continue
+                    g = site_off[j] + srv
+                    gs[i, g, GS_C3_SENT] += 1.0
+                    gs[i, g, GS_C3_OS] += 1.0
+                if srv < 0:
+                    n = n_servers[j]
+                    srv = int(req[k, RQ_SERVER] * n)
+                    if srv >= n:
+                        srv = n - 1
+                wk = req_w[k]
+                if wk < 0:
+                    wk = 0
+                _dispatch(i, j, srv, t_k, t_k, is_write, req[k, RQ_RESID], req[k, RQ_EBASE],
+                          req[k, RQ_USTALL], req[k, RQ_AUX], req[k, RQ_KEEP], rep[wk],
+                          base_rtt, sp, slowdown, resid_pool, resid_off, resid_len, pf, pi, st,
+                          st_req, st_served, n_servers)
+        _process_servers(s_end, adaptive, need_qlen, pf, pi, st, free_ms, fb, fbi, ring,
+                         ring_n, overhead_ms, slo_ms, first_sec, keep_prob,
+                         st_viol, st_done, st_sum, st_min, samples, nsamp)
+        if adaptive:
+            _apply_feedback(s_end, policy, fb, fbi, st, gs, ss, res, glob, site_off, pp)
+            _policy_clocks(s_end, policy, gs, cs, ss, res, glob, pp)
+        t = s_end
+
+
+@_jit
+def _has_backlog(bk, st, i):
+    for b in range(st[ST_NBACK]):
+        if int(bk[b, BK_SRC]) == i:
+            return True
+    return False
+
+
+@_jit
+def settle(pf, pi, st, free_ms, overhead_ms, slo_ms, first_sec, keep_prob,
+           st_viol, st_done, st_sum, st_min, samples, nsamp):
+    """Report the requests still in flight at the end of an interval.
+
+    Their response is computed on a copy of the server state, with the work known
+    now (requests of later intervals that would reach the server first are not
+    known yet); the real queues are left untouched and served later in exact FCFS.
+    """
+    n = st[ST_NPEND]
+    if n == 0:
+        return
+    free = free_ms.copy()
+    keys = pf[:n, PF_ARR].copy()
+    order = np.argsort(keys, kind="mergesort")
+    for r in range(n):
+        k = order[r]
+        site = pi[k, PI_SITE]
+        srv = pi[k, PI_SRV]
+        arr = pf[k, PF_ARR]
+        start = arr if arr > free[site, srv] else free[site, srv]
+        finish = start + pf[k, PF_SVC]
+        free[site, srv] = finish
+        src = pi[k, PI_SRC]
+        if src < 0 or pi[k, PI_REPORTED] != 0:
+            continue
+        _record(src, site, pf[k, PF_ISSUE], pf[k, PF_SEND], arr, finish, pf[k, PF_RTT],
+                pf[k, PF_RESID], pf[k, PF_KEEP], overhead_ms[site], slo_ms, first_sec,
+                keep_prob, st_viol, st_done, st_sum, st_min, samples, nsamp)
+        pi[k, PI_REPORTED] = 1
