@@ -86,7 +86,7 @@ class ServiceProfile:
 
 def profile_loads(
     saturation_rps: float, n_points: int = 24, lowest_fraction: float = 0.05,
-    highest_fraction: float = 1.0,
+    highest_fraction: float = 0.98,
 ) -> np.ndarray:
     """Loads to profile: exponentially spaced, denser near saturation (§4.1).
 
@@ -95,12 +95,10 @@ def profile_loads(
     """
     if saturation_rps <= 0 or n_points < 2:
         raise InputError("saturation_rps", "must be > 0 with at least two points")
-    top = min(highest_fraction, 0.999)
-    gaps = np.geomspace(1.0 - lowest_fraction, 1.0 - top, n_points)
-    loads = saturation_rps * (1.0 - gaps)
-    if highest_fraction >= 1.0:
-        loads[-1] = saturation_rps * highest_fraction
-    return loads
+    if not 0 < lowest_fraction < highest_fraction < 1:
+        raise InputError("highest_fraction", "need 0 < lowest_fraction < highest_fraction < 1")
+    gaps = np.geomspace(1.0 - lowest_fraction, 1.0 - highest_fraction, n_points)
+    return saturation_rps * (1.0 - gaps)
 
 
 def profile_backend(

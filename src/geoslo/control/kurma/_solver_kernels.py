@@ -116,63 +116,83 @@ def _better(value, redirected, best_value, best_redirected, tol, tol_rps):
 
 
 @njit(cache=True)
-def greedy(grid, vio, demand, q, capu, can_send, avail, rho, mode, tol, tol_rps):
-    """A good first incumbent: move one quantum at a time along the best improving pair.
+def _sends(units, i):
+    n = units.shape[0]
+    total = 0
+    for k in range(n):
+        if k != i:
+            total += units[i, k]
+    return total
 
-    A move i -> j is allowed when i may send, i receives nothing, j sends nothing and the
-    pair bound holds (complementarity, §5.1). Stops when no move improves the objective;
-    then gives back every quantum whose return does not worsen it (fewer redirects).
+
+@njit(cache=True)
+def _receives(units, j):
+    n = units.shape[0]
+    total = 0
+    for k in range(n):
+        if k != j:
+            total += units[k, j]
+    return total
+
+
+@njit(cache=True)
+def local_search(grid, vio, demand, q, capu, can_send, avail, rho, mode, tol, tol_rps, units):
+    """Best-improvement descent over one-quantum moves: add i->j, return i->j, shift i: j->k.
+
+    Moves keep complementarity (§5.1): only a site that receives nothing adds, only to a
+    site that sends nothing. "Improves" is lexicographic: objective, then redirected rate.
+    From the all-local plan this is a greedy; from a coarse optimum, a polish.
     """
     n = demand.shape[0]
-    units = np.zeros((n, n), dtype=np.int64)
+    units = units.copy()
     value, redirected = score_plan(grid, vio, demand, q, units, avail, rho, mode)
     while True:
-        best_i = -1
-        best_j = -1
+        best_kind = -1
+        best_i = best_j = best_k = -1
         best_v = value
         best_r = redirected
         for i in range(n):
             if not can_send[i]:
                 continue
-            incoming = 0
-            sent = 0
-            for k in range(n):
-                if k != i:
-                    incoming += units[k, i]
-                    sent += units[i, k]
-            if incoming > 0 or (sent + 1) * q[i] > demand[i] * (1 + 1e-12):
-                continue
+            sent = _sends(units, i)
             for j in range(n):
-                if j == i or units[i, j] >= capu[i, j]:
+                if j == i:
                     continue
-                outgoing = 0
-                for k in range(n):
-                    if k != j:
-                        outgoing += units[j, k]
-                if outgoing > 0:
-                    continue
-                units[i, j] += 1
-                v, r = score_plan(grid, vio, demand, q, units, avail, rho, mode)
-                units[i, j] -= 1
-                if v < best_v - tol:
-                    best_i, best_j, best_v, best_r = i, j, v, r
-        if best_i < 0:
-            break
-        units[best_i, best_j] += 1
-        value, redirected = best_v, best_r
-    improved = True
-    while improved:
-        improved = False
-        for i in range(n):
-            for j in range(n):
-                if i != j and units[i, j] > 0:
+                if units[i, j] > 0:  # return one quantum home
                     units[i, j] -= 1
                     v, r = score_plan(grid, vio, demand, q, units, avail, rho, mode)
-                    if v <= value + tol:
-                        value, redirected = v, r
-                        improved = True
-                    else:
-                        units[i, j] += 1
+                    units[i, j] += 1
+                    if _better(v, r, best_v, best_r, tol, tol_rps):
+                        best_kind, best_i, best_j, best_v, best_r = 0, i, j, v, r
+                if units[i, j] >= capu[i, j] or _sends(units, j) > 0:
+                    continue
+                if _receives(units, i) > 0:
+                    continue
+                if (sent + 1) * q[i] <= demand[i] * (1 + 1e-12):  # add one quantum
+                    units[i, j] += 1
+                    v, r = score_plan(grid, vio, demand, q, units, avail, rho, mode)
+                    units[i, j] -= 1
+                    if _better(v, r, best_v, best_r, tol, tol_rps):
+                        best_kind, best_i, best_j, best_v, best_r = 1, i, j, v, r
+                for k in range(n):  # shift one quantum from k to j
+                    if k == i or k == j or units[i, k] == 0:
+                        continue
+                    units[i, k] -= 1
+                    units[i, j] += 1
+                    v, r = score_plan(grid, vio, demand, q, units, avail, rho, mode)
+                    units[i, j] -= 1
+                    units[i, k] += 1
+                    if _better(v, r, best_v, best_r, tol, tol_rps):
+                        best_kind, best_i, best_j, best_k, best_v, best_r = 2, i, j, k, v, r
+        if best_kind < 0:
+            break
+        if best_kind == 0:
+            units[best_i, best_j] -= 1
+        else:
+            units[best_i, best_j] += 1
+            if best_kind == 2:
+                units[best_i, best_k] -= 1
+        value, redirected = best_v, best_r
     return units, value, redirected
 
 

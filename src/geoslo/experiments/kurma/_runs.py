@@ -43,7 +43,7 @@ class PolicyRun:
     requests: np.ndarray  # [interval, src, dst]
     violations: np.ndarray  # [interval, src, dst]
     served_rps: np.ndarray  # [interval, site] client load served at each site
-    estimated_violation_fraction: np.ndarray  # [interval, src, dst] the model's Omega (nan if none)
+    chosen_curve: dict[int, int]  # site -> index in its curve family (interference, §7.1.4)
 
     @property
     def global_violation_fraction(self) -> float:
@@ -128,7 +128,7 @@ def run_policy(
     n = len(scenario.sites)
     fractions = np.eye(n)
     pending = sorted(events, key=lambda e: e[0])
-    requests, violations, served, estimated = [], [], [], []
+    requests, violations, served = [], [], []
     intervals = int(duration_s // INTERVAL_S)
     for k in range(intervals):
         while pending and pending[0][0] <= sim.now_s:
@@ -137,7 +137,6 @@ def run_policy(
         requests.append(stats.requests)
         violations.append(stats.violations)
         served.append(stats.requests.sum(axis=0) / INTERVAL_S)
-        estimated.append(_estimate(controller, stats, n))
         if controller is not None:
             base = topology.base_rtt_matrix_ms(sim.now_s)
             fractions = controller.step(to_measurements(stats, base, scenario.residual_pool_ms, rng))
@@ -148,15 +147,6 @@ def run_policy(
         np.array(requests),
         np.array(violations),
         np.array(served),
-        np.array(estimated),
+        dict(controller.chosen_curve) if controller is not None else {},
     )
 
-
-def _estimate(controller, stats, n) -> np.ndarray:
-    """The model's Omega_ij at the load each destination actually served (§7.1.3 accuracy)."""
-    out = np.full((n, n), np.nan)
-    if controller is None or controller.plan is None:
-        return out
-    from geoslo.control.kurma import build_problem  # noqa: PLC0415 - small helper use
-
-    return out

@@ -1,0 +1,464 @@
+"""Exact solver of KurmaPerf and KurmaCost on the quantised problem (Kurma §5, §9).
+
+Method (the paper used MiniZinc + Gecode; this is orders of magnitude faster, and exact):
+
+1. Roles. Complementarity (§5.1) splits the available sites into senders S and receivers
+   R; a sender that sends nothing or a receiver that takes nothing is neutral, so the
+   partitions (S, available minus S) cover every plan. Senders are drawn from provable
+   candidates only (see :func:`_candidates`).
+2. For one partition the objective separates: a sender's own violations depend on its total
+   sent, a receiver's on its incoming vector (which fixes its load Lambda_j exactly). An
+   exact DP runs over receivers with state = quanta sent so far by each sender (any
+   per-sender quantum). Perf keeps one value per state; cost keeps a Pareto set per state
+   of (remote violations of each sender, receivers' excess), since a sender's excess is
+   known only once its total is.
+3. Bounds. A greedy plan is the first incumbent; partitions and DP labels whose lower bound
+   cannot beat it (objective, then redirected rate) are dropped; senders' ranges are cut
+   where their own violations alone exceed it.
+
+KurmaCost when no plan meets every bound returns the least violating plan: it minimises
+the total violations in excess of the bounds, sum_i max(0, V_i - rho D_i) over available
+sites (req/s), then the redirected rate; with zero excess this is exactly model (2).
+Ties: fewer redirected req/s first (within 1e-9 of total demand); remaining ties by a fixed
+search order, so the same problem always gives the same plan.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import time
+from dataclasses import dataclass, replace
+
+import numpy as np
+
+from geoslo.control.kurma import _solver_kernels as kern
+from geoslo.control.kurma.problem import OBJECTIVES, KurmaPlan, KurmaProblem
+from geoslo.errors import InputError
+
+__all__ = ["solve", "evaluate", "check_problem"]
+
+WORK_PER_S = 6e7  # DP transitions per second of time limit (measured ~1e8-3e8/s here)
+MAX_STATES = 10_000_000  # states of one partition's DP (memory: 8 bytes each)
+MAX_LABELS = 4_000_000
+COARSE_BELOW = 8  # solve at twice the quantum first when a sender has more quanta than this
+_HUGE_RATE = 1e300  # "no receiver left": a per-quantum rate no budget can pay
+
+
+@dataclass
+class _Prepared:
+    """The problem as flat arrays in quanta (shared by every partition)."""
+
+    grid: np.ndarray
+    vio: np.ndarray
+    demand: np.ndarray
+    q: np.ndarray
+    avail: np.ndarray
+    capu: np.ndarray  # [i, j] most quanta i may send to j (0: not allowed)
+    own: list  # own[i][u]: violations of what i keeps after sending u quanta
+    upper: np.ndarray  # most useful quanta each site may send
+    monotone: bool
+    rho: float
+    mode: int
+    tol: float
+    tol_rps: float
+
+
+def check_problem(problem: KurmaProblem) -> None:
+    """Shapes and values a hand-built problem must have (parse_problem checks JSON fully)."""
+    n = len(problem.sites)
+    grid = np.asarray(problem.load_grid_rps, dtype=float)
+    arrays = {
+        "demand_rps": (np.asarray(problem.demand_rps, dtype=float), (n,)),
+        "capacity_rps": (np.asarray(problem.capacity_rps, dtype=float), (n,)),
+        "violation": (np.asarray(problem.violation, dtype=float), (n, n, grid.size)),
+    }
+    for name, (value, shape) in arrays.items():
+        if value.shape != shape:
+            raise InputError(name, f"must have shape {shape}, not {value.shape}")
+        if not np.all(np.isfinite(value)) or np.any(value < 0):
+            raise InputError(name, "must be finite and >= 0")
+    if grid.ndim != 1 or grid.size < 1 or np.any(np.diff(grid) <= 0):
+        raise InputError("load_grid_rps", "must be a strictly increasing 1-d grid")
+    if np.any(np.asarray(problem.violation) > 1):
+        raise InputError("violation", "fractions must be in [0, 1]")
+    if not 0 < problem.quantum_fraction <= 1:
+        raise InputError("quantum_fraction", "must be in (0, 1]")
+    if problem.available is not None and np.shape(problem.available) != (n,):
+        raise InputError("available", f"must have {n} entries")
+    if problem.max_redirect_fraction is not None and np.shape(
+        problem.max_redirect_fraction
+    ) != (n, n):
+        raise InputError("max_redirect_fraction", f"must have shape ({n}, {n})")
+
+
+def evaluate(problem: KurmaProblem, rates_rps: np.ndarray) -> tuple[float, np.ndarray]:
+    """(expected violations req/s, per-origin violation fraction) of a rate matrix (§5).
+
+    Lambda_j is column j's sum; requests from i served at j miss the SLO at rate
+    lambda_ij Omega_ij(Lambda_j). A site with no demand has fraction 0.
+    """
+    rates = np.asarray(rates_rps, dtype=float)
+    load = rates.sum(axis=0)
+    n = len(problem.sites)
+    per_origin = np.zeros(n)
+    for i in range(n):
+        for j in range(n):
+            if rates[i, j] > 0:
+                per_origin[i] += rates[i, j] * problem.omega(i, j, load[j])
+    demand = np.asarray(problem.demand_rps, dtype=float)
+    fraction = np.divide(per_origin, demand, out=np.zeros(n), where=demand > 0)
+    return float(per_origin.sum()), fraction
+
+
+def _prepare(problem: KurmaProblem, mode: int) -> _Prepared:
+    grid = np.ascontiguousarray(problem.load_grid_rps, dtype=float)
+    vio = np.ascontiguousarray(problem.violation, dtype=float)
+    demand = np.asarray(problem.demand_rps, dtype=float)
+    q = problem.quantum_rps
+    avail = problem.available_mask
+    n = len(problem.sites)
+    max_units = np.zeros(n, dtype=np.int64)
+    for i in range(n):
+        if avail[i] and q[i] > 0:
+            max_units[i] = int(math.floor(demand[i] / q[i] * (1 + 1e-12) + 1e-9))
+    bounds = problem.max_redirect_matrix
+    capu = np.zeros((n, n), dtype=np.int64)
+    for i, j in itertools.product(range(n), range(n)):
+        if i != j and avail[i] and avail[j] and max_units[i] > 0:
+            pair = int(math.floor(bounds[i, j] * demand[i] / q[i] * (1 + 1e-12) + 1e-9))
+            capu[i, j] = min(max_units[i], pair)
+    own = [kern.own_costs(grid, vio, demand, q, i, int(max_units[i])) for i in range(n)]
+    monotone = bool(np.all(np.diff(vio, axis=2) >= 0))
+    upper = np.minimum(max_units, capu.sum(axis=1))
+    if monotone:
+        # Curves never fall with load: once i's kept load violates nothing, sending more
+        # quanta adds remote violations and load elsewhere and never lowers i's own (0), so
+        # returning them is no worse in either objective and redirects less.
+        for i in range(n):
+            zero = np.flatnonzero(own[i] == 0.0)
+            if zero.size:
+                upper[i] = min(upper[i], int(zero[0]))
+    scale = 1.0 + float(demand.sum())
+    return _Prepared(
+        grid, vio, demand, q, avail, capu, own, upper, monotone,
+        float(problem.slo_violation_target), mode, 1e-9 * scale, 1e-9 * scale,
+    )  # fmt: skip
+
+
+def _min_remote_rate(prep: _Prepared, i: int, receivers) -> float:
+    """Least Omega_ij a quantum from i can meet at any receiver that may take it."""
+    best = _HUGE_RATE
+    for j in receivers:
+        if prep.capu[i, j] > 0:
+            load = prep.demand[j] + prep.q[i]
+            best = min(best, kern.curve_min_from(prep.grid, prep.vio, i, j, load))
+    return best
+
+
+def _candidates(prep: _Prepared) -> list[int]:
+    """Sites that may send in some optimal plan.
+
+    Always: available, some demand, a quantum and a receiver it may send to. With curves
+    that never fall with load two more rules hold (moving every quantum of i back home
+    leaves i neutral, lowers every receiver's load, so no other site's violations rise, and
+    redirects less):
+    * perf: if for every s > 0, own_i(s) + s * (least remote rate of i) >= own_i(0), sending
+      cannot lower i's violations plus those of its quanta, so i never sends;
+    * cost: if i meets its bound at its own demand (own_i(0) <= rho D_i), i never sends.
+    """
+    n = prep.demand.size
+    out = []
+    for i in range(n):
+        if prep.upper[i] <= 0:
+            continue
+        if prep.monotone:
+            own = prep.own[i]
+            if prep.mode == kern.PERF:
+                rate = _min_remote_rate(prep, i, range(n))
+                u = np.arange(1, prep.upper[i] + 1)
+                if not np.any(own[u] + u * prep.q[i] * rate < own[0]):
+                    continue
+            elif own[0] <= prep.rho * prep.demand[i]:
+                continue
+        out.append(i)
+    return out
+
+
+def _bound_tables(prep, senders, receivers, upper, minimum_base):
+    """Per stage: least remote rate m, separable sender bounds B, least receiver sums."""
+    n_s, n_r = len(senders), len(receivers)
+    width = int(upper.max()) + 1 if n_s else 1
+    m_rate = np.full((n_r + 1, max(n_s, 1)), _HUGE_RATE)
+    bound_b = np.zeros((n_r + 1, max(n_s, 1), width))
+    own = np.zeros((max(n_s, 1), width))
+    bound_own = np.zeros((max(n_s, 1), width))
+    for s, i in enumerate(senders):
+        own[s, : upper[s] + 1] = prep.own[i][: upper[s] + 1]
+        bound_own[s, : upper[s] + 1] = np.minimum.accumulate(own[s, : upper[s] + 1][::-1])[::-1]
+        for stage in range(n_r + 1):
+            m_rate[stage, s] = _min_remote_rate(prep, i, receivers[stage:])
+            u = np.arange(upper[s] + 1)
+            if m_rate[stage, s] >= _HUGE_RATE:
+                bound_b[stage, s, : upper[s] + 1] = own[s, : upper[s] + 1]
+            else:
+                shifted = own[s, u] + u * prep.q[i] * m_rate[stage, s]
+                best = np.minimum.accumulate(shifted[::-1])[::-1]
+                bound_b[stage, s, : upper[s] + 1] = best - u * prep.q[i] * m_rate[stage, s]
+    lb_a = np.append(np.cumsum(np.asarray(minimum_base, dtype=float)[::-1])[::-1], 0.0)
+    return m_rate, bound_b, own, bound_own, lb_a
+
+
+class _Search:
+    """Incumbent, bounds and the partition loop of one solve."""
+
+    def __init__(self, problem: KurmaProblem, mode: int, time_limit_s: float):
+        self.problem = problem
+        self.prep = _prepare(problem, mode)
+        self.deadline = time.perf_counter() + time_limit_s
+        prep = self.prep
+        n = prep.demand.size
+        self.candidates = _candidates(prep)
+        can_send = np.zeros(n, dtype=np.bool_)
+        can_send[self.candidates] = True
+        capu = prep.capu.copy()
+        capu[~can_send] = 0
+        start = np.zeros((n, n), dtype=np.int64)
+        coarse = _coarse_plan(problem, mode, prep, time_limit_s)
+        if coarse is not None:
+            start = coarse
+        self.units, self.value, self.rps = kern.local_search(
+            prep.grid, prep.vio, prep.demand, prep.q, capu, can_send, prep.avail, prep.rho,
+            mode, prep.tol, prep.tol_rps, start,
+        )  # fmt: skip
+        self.unfinished: list[tuple[float, float]] = []  # (objective bound, redirect bound)
+        self.base = 0.0
+        if mode == kern.PERF:  # unavailable sites keep their demand: a constant
+            for i in np.flatnonzero(~prep.avail):
+                d = prep.demand[i]
+                self.base += d * kern.omega(prep.grid, prep.vio, i, i, d) if d > 0 else 0.0
+
+    def run(self) -> None:
+        prep = self.prep
+        available = [int(i) for i in np.flatnonzero(prep.avail)]
+        for size in range(1, len(self.candidates) + 1):
+            for senders in itertools.combinations(self.candidates, size):
+                receivers = [j for j in available if j not in senders]
+                self._partition(list(senders), receivers)
+
+    def _partition(self, senders: list[int], receivers: list[int]) -> None:
+        prep = self.prep
+        upper = np.array([min(prep.upper[i], prep.capu[i, receivers].sum()) for i in senders])
+        if np.any(upper <= 0):
+            return  # a sender with nowhere to send: covered by a smaller partition
+        if prep.mode == kern.PERF:
+            least = [
+                prep.demand[j] * kern.curve_min_from(prep.grid, prep.vio, j, j, prep.demand[j])
+                for j in receivers
+            ]
+        else:
+            least = [
+                prep.demand[j]
+                * max(kern.curve_min_from(prep.grid, prep.vio, j, j, prep.demand[j]) - prep.rho, 0)
+                for j in receivers
+            ]
+        tables = _bound_tables(prep, senders, receivers, upper, least)
+        upper = self._cut_upper(senders, upper, tables)
+        if upper is None:
+            return
+        tables = _bound_tables(prep, senders, receivers, upper, least)
+        m_rate, bound_b, own, bound_own, lb_a = tables
+        root = self._root_bounds(senders, upper, tables)
+        if root is None:
+            return
+        n_states = int(np.prod(upper + 1))
+        if n_states > MAX_STATES or time.perf_counter() > self.deadline:
+            self.unfinished.append(root)
+            return
+        intakes = self._intakes(senders, receivers, upper)
+        in_start, in_units, in_off, in_cost, in_vec, least_intake = intakes
+        lb_b = np.append(np.cumsum(least_intake[::-1])[::-1], 0.0)
+        left_s = max(self.deadline - time.perf_counter(), 0.0)
+        rdem = prep.rho * prep.demand[senders]
+        status, best, value, rps, parent, intake = kern.label_dp(
+            prep.mode, upper, _strides(upper), prep.q[senders].copy(), own, rdem, in_start,
+            in_units, in_off, in_cost, in_vec, bound_b, bound_own, lb_a, lb_b, m_rate,
+            self.base, self.value, self.rps, prep.tol, prep.tol_rps, int(left_s * WORK_PER_S),
+            MAX_LABELS,
+        )  # fmt: skip
+        if status != 0:
+            self.unfinished.append(root)
+            return
+        if best >= 0:
+            self.units = _plan_units(
+                prep.demand.size, senders, receivers, best, parent, intake, in_start, in_units
+            )
+            self.value, self.rps = value, rps
+
+    def _cut_upper(self, senders, upper, tables):
+        """Drop quanta a sender cannot reach while staying within the incumbent.
+
+        Sender s's final term (own violations plus at least the cheapest remote rate per
+        quantum; for cost, its excess) plus every other term's bound must not exceed the
+        incumbent, so quanta beyond the largest such count are useless.
+        """
+        prep = self.prep
+        m_rate, bound_b, own, _, lb_a = tables
+        rdem = prep.rho * prep.demand[senders]
+        terms = bound_b[0, : len(senders), 0].copy()
+        if prep.mode == kern.COST:
+            terms = np.maximum(terms - rdem, 0.0)
+        new = upper.copy()
+        for s, i in enumerate(senders):
+            others = self.base + lb_a[0] + terms.sum() - terms[s]
+            u = np.arange(upper[s] + 1)
+            with np.errstate(over="ignore", invalid="ignore"):
+                cost = own[s, u] + np.where(u > 0, u * prep.q[i] * m_rate[0, s], 0.0)
+            if prep.mode == kern.COST:
+                cost = np.maximum(cost - rdem[s], 0.0)
+            ok = np.flatnonzero(others + cost <= self.value + prep.tol)
+            if ok.size == 0 or ok[-1] == 0:
+                return None  # cannot win, or cannot send: a smaller partition covers it
+            new[s] = int(ok[-1])
+        return new
+
+    def _root_bounds(self, senders, upper, tables):
+        """(objective bound, redirect bound) at the root, or None when it cannot win."""
+        prep = self.prep
+        m_rate, bound_b, own, bound_own, lb_a = tables
+        t = np.zeros(len(senders), dtype=np.int64)
+        vec = np.zeros(max(len(senders), 1))
+        rdem = prep.rho * prep.demand[senders]
+        lb_b = np.zeros(1) + lb_a[0]
+        lb, lb1 = kern._lower_bound(
+            prep.mode, t, self.base, vec, 0, bound_b, bound_own, lb_a, lb_b, rdem
+        )
+        q_s = prep.q[senders].copy()
+        t_lb = kern._redirect_bound(
+            prep.mode, t, vec, lb1, 0, bound_b, own, m_rate, q_s, upper, rdem, self.value,
+            prep.tol,
+        )  # fmt: skip
+        if lb > self.value + prep.tol:
+            return None
+        if lb >= self.value - prep.tol and t_lb >= self.rps - prep.tol_rps:
+            return None
+        return lb, t_lb
+
+    def _intakes(self, senders, receivers, upper):
+        """Concatenated intake tables of the receivers, with state offsets."""
+        prep = self.prep
+        strides = _strides(upper)
+        starts, units, offs, costs, vecs, least = [0], [], [], [], [], []
+        for j in receivers:
+            caps = np.minimum(prep.capu[senders, j], upper).astype(np.int64)
+            u, perf_cost, excess, per_sender = kern.build_intakes(
+                prep.grid, prep.vio, prep.demand, prep.q, prep.rho, j,
+                np.asarray(senders, dtype=np.int64), caps,
+            )  # fmt: skip
+            cost = perf_cost if prep.mode == kern.PERF else excess
+            units.append(u)
+            offs.append(u @ strides)
+            costs.append(cost)
+            vecs.append(per_sender)
+            least.append(cost.min())
+            starts.append(starts[-1] + len(cost))
+        return (
+            np.asarray(starts, dtype=np.int64),
+            np.ascontiguousarray(np.concatenate(units)),
+            np.concatenate(offs).astype(np.int64),
+            np.concatenate(costs),
+            np.ascontiguousarray(np.concatenate(vecs)),
+            np.asarray(least, dtype=float),
+        )
+
+    def gap(self) -> float:
+        if not self.unfinished:
+            return 0.0
+        lowest = min(b for b, _ in self.unfinished)
+        if self.prep.mode == kern.PERF or lowest < self.value - self.prep.tol:
+            return max(self.value - lowest, 0.0)
+        return max(self.rps - min(r for _, r in self.unfinished), 0.0)
+
+
+def _coarse_plan(problem, mode, prep, time_limit_s):
+    """An incumbent from the same problem at twice the quantum, solved exactly (recursively).
+
+    Every plan of the coarse problem is a plan of this one (each amount is a multiple of
+    2 quanta and within the same bounds), so its optimum is a good, valid starting point.
+    """
+    if prep.upper.max(initial=0) <= COARSE_BELOW or problem.quantum_fraction * 2 > 1:
+        return None
+    coarse = replace(problem, quantum_fraction=problem.quantum_fraction * 2)
+    search = _Search(coarse, mode, time_limit_s / 4)
+    search.run()
+    return search.units * 2
+
+
+def _strides(upper: np.ndarray) -> np.ndarray:
+    strides = np.ones(len(upper), dtype=np.int64)
+    for s in range(len(upper) - 2, -1, -1):
+        strides[s] = strides[s + 1] * (upper[s + 1] + 1)
+    return strides
+
+
+def _plan_units(n, senders, receivers, best, parent, intake, in_start, in_units) -> np.ndarray:
+    units = np.zeros((n, n), dtype=np.int64)
+    lab = best
+    while lab >= 0 and intake[lab] >= 0:
+        m = intake[lab]
+        r = int(np.searchsorted(in_start, m, side="right")) - 1
+        for s, i in enumerate(senders):
+            units[i, receivers[r]] += in_units[m, s]
+        lab = parent[lab]
+    return units
+
+
+def _rates(problem: KurmaProblem, units: np.ndarray) -> np.ndarray:
+    rates = units * problem.quantum_rps[:, None]
+    np.fill_diagonal(rates, 0.0)
+    kept = np.asarray(problem.demand_rps, dtype=float) - rates.sum(axis=1)
+    np.fill_diagonal(rates, np.maximum(kept, 0.0))
+    return rates
+
+
+def solve(problem: KurmaProblem, objective: str = "perf", time_limit_s: float = 10.0) -> KurmaPlan:
+    """The optimal quantised plan of KurmaPerf (1) or KurmaCost (2), §5, with §9's bounds.
+
+    Stops at ``time_limit_s`` with the best plan found and its gap (``optimal`` false).
+    """
+    if objective not in OBJECTIVES:
+        raise InputError("objective", f"must be one of {list(OBJECTIVES)}, not {objective!r}")
+    if not time_limit_s > 0:
+        raise InputError("time_limit_s", "must be > 0")
+    check_problem(problem)
+    start = time.perf_counter()
+    mode = kern.PERF if objective == "perf" else kern.COST
+    search = _Search(problem, mode, time_limit_s)
+    search.run()
+    rates = _rates(problem, search.units)
+    violations, fraction = evaluate(problem, rates)
+    gap = search.gap()
+    optimal = not search.unfinished
+    demand = np.asarray(problem.demand_rps, dtype=float)
+    rho = problem.slo_violation_target
+    missing = ()
+    if mode == kern.COST:
+        over = (fraction * demand > rho * demand + search.prep.tol) & problem.available_mask
+        missing = tuple(problem.sites[i] for i in np.flatnonzero(over))
+    feasible = not missing
+    status = "optimal" if optimal else "limit"
+    if not feasible and optimal:
+        status = "infeasible"
+    return KurmaPlan(
+        objective=objective,
+        status=status,
+        rates_rps=rates,
+        expected_violations_rps=violations,
+        site_violation_fraction=fraction,
+        redirected_rps=float(rates.sum() - np.trace(rates)),
+        optimal=optimal,
+        gap=gap,
+        feasible=feasible,
+        infeasible_sites=missing,
+        solve_ms=(time.perf_counter() - start) * 1e3,
+    )
