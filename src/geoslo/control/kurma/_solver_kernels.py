@@ -260,8 +260,7 @@ def _lower_bound(mode, t, value, vvec, stage, bound_b, bound_own, lb_a, lb_b, rd
 
 
 @njit(cache=True)
-def _redirect_bound(mode, t, vvec, lb1, stage, bound_b, own, m_rate, q_s, upper, rdem, inc,
-                    tol):
+def _redirect_bound(mode, t, vvec, lb1, stage, bound_b, own, m_rate, q_s, upper, rdem, inc, tol):
     """Least redirected rate of any completion whose objective is within inc + tol.
 
     Each sender's term of the separable bound lb1 may grow only by what the others leave:
@@ -289,16 +288,35 @@ def _redirect_bound(mode, t, vvec, lb1, stage, bound_b, own, m_rate, q_s, upper,
 
 
 @njit(cache=True)
-def _prunable(mode, t, value, vvec, stage, bound_b, bound_own, lb_a, lb_b, own, m_rate, q_s,
-              upper, rdem, inc, inc_rps, tol, tol_rps):
+def _prunable(
+    mode,
+    t,
+    value,
+    vvec,
+    stage,
+    bound_b,
+    bound_own,
+    lb_a,
+    lb_b,
+    own,
+    m_rate,
+    q_s,
+    upper,
+    rdem,
+    inc,
+    inc_rps,
+    tol,
+    tol_rps,
+):
     """True when no completion of this label can beat the incumbent (objective, redirected)."""
     lb, lb1 = _lower_bound(mode, t, value, vvec, stage, bound_b, bound_own, lb_a, lb_b, rdem)
     if lb > inc + tol:
         return True
     if lb < inc - tol:
         return False
-    t_lb = _redirect_bound(mode, t, vvec, lb1, stage, bound_b, own, m_rate, q_s, upper, rdem,
-                           inc, tol)
+    t_lb = _redirect_bound(
+        mode, t, vvec, lb1, stage, bound_b, own, m_rate, q_s, upper, rdem, inc, tol
+    )
     return t_lb >= inc_rps - tol_rps
 
 
@@ -310,9 +328,31 @@ def _grow(arr, size):
 
 
 @njit(cache=True)
-def label_dp(mode, upper, strides, q_s, own, rdem, in_start, in_units, in_off, in_cost, in_vec,
-             bound_b, bound_own, lb_a, lb_b, m_rate, base_value, inc, inc_rps, tol, tol_rps,
-             work_limit, label_limit):
+def label_dp(
+    mode,
+    upper,
+    strides,
+    q_s,
+    own,
+    rdem,
+    in_start,
+    in_units,
+    in_off,
+    in_cost,
+    in_vec,
+    bound_b,
+    bound_own,
+    lb_a,
+    lb_b,
+    m_rate,
+    base_value,
+    inc,
+    inc_rps,
+    tol,
+    tol_rps,
+    work_limit,
+    label_limit,
+):
     """Exact DP over receivers, state = quanta sent so far by each sender (§5, quantised).
 
     Perf labels carry one number (violations so far, one label per state). Cost labels carry
@@ -358,8 +398,26 @@ def label_dp(mode, upper, strides, q_s, own, rdem, in_start, in_units, in_off, i
                 t[s] = rem // strides[s]
                 rem -= t[s] * strides[s]
             value = lab_value[lab]
-            if _prunable(mode, t, value, lab_vec[lab], stage, bound_b, bound_own, lb_a, lb_b,
-                         own, m_rate, q_s, upper, rdem, inc, inc_rps, tol, tol_rps):
+            if _prunable(
+                mode,
+                t,
+                value,
+                lab_vec[lab],
+                stage,
+                bound_b,
+                bound_own,
+                lb_a,
+                lb_b,
+                own,
+                m_rate,
+                q_s,
+                upper,
+                rdem,
+                inc,
+                inc_rps,
+                tol,
+                tol_rps,
+            ):
                 continue
             for m in range(in_start[stage], in_start[stage + 1]):
                 work += 1
@@ -384,12 +442,31 @@ def label_dp(mode, upper, strides, q_s, own, rdem, in_start, in_units, in_off, i
                 else:
                     for s in range(n_s):
                         vec[s] = lab_vec[lab, s] + in_vec[m, s]
-                    if _prunable(mode, t2, nv, vec, stage + 1, bound_b, bound_own, lb_a, lb_b,
-                                 own, m_rate, q_s, upper, rdem, inc, inc_rps, tol, tol_rps):
+                    if _prunable(
+                        mode,
+                        t2,
+                        nv,
+                        vec,
+                        stage + 1,
+                        bound_b,
+                        bound_own,
+                        lb_a,
+                        lb_b,
+                        own,
+                        m_rate,
+                        q_s,
+                        upper,
+                        rdem,
+                        inc,
+                        inc_rps,
+                        tol,
+                        tol_rps,
+                    ):
                         continue
                     k = head[np_]
                     dominated = False
                     while k >= 0:
+                        work += 1
                         if lab_alive[k]:
                             k_le = lab_value[k] <= nv
                             new_le = nv <= lab_value[k]
@@ -453,3 +530,70 @@ def label_dp(mode, upper, strides, q_s, own, rdem, in_start, in_units, in_off, i
         if _better(value, redirected, best_value, best_rps, tol, tol_rps):
             best, best_value, best_rps = lab, value, redirected
     return 0, best, best_value, best_rps, lab_parent[:size], lab_intake[:size]
+
+
+@njit(cache=True)
+def dual_value(mu, own, upper, in_start, in_units, in_cost, grad):
+    """Lagrangian bound L(mu) of one partition (perf), and its supergradient in ``grad``.
+
+    Relaxing "sender s's total = sum of what receivers take from it" with prices mu_s per
+    quantum separates the problem: each sender minimises own_s(u) - mu_s u, each receiver
+    G_k(a) + mu . a. For any mu, L(mu) is a lower bound on the partition's optimum.
+    """
+    n_s = upper.shape[0]
+    n_r = in_start.shape[0] - 1
+    total = 0.0
+    for s in range(n_s):
+        best = np.inf
+        best_u = 0
+        for u in range(upper[s] + 1):
+            v = own[s, u] - mu[s] * u
+            if v < best:
+                best, best_u = v, u
+        total += best
+        grad[s] = -best_u
+    for k in range(n_r):
+        best = np.inf
+        best_m = in_start[k]
+        for m in range(in_start[k], in_start[k + 1]):
+            v = in_cost[m]
+            for s in range(n_s):
+                v += mu[s] * in_units[m, s]
+            if v < best:
+                best, best_m = v, m
+        total += best
+        for s in range(n_s):
+            grad[s] += in_units[best_m, s]
+    return total
+
+
+@njit(cache=True)
+def dual_ascent(mu0, own, upper, in_start, in_units, in_cost, target, iterations):
+    """Best prices found by supergradient ascent with Polyak steps toward ``target``."""
+    n_s = upper.shape[0]
+    mu = mu0.copy()
+    grad = np.zeros(n_s)
+    best_mu = mu0.copy()
+    best = -np.inf
+    theta = 1.0
+    stall = 0
+    for _ in range(iterations):
+        value = dual_value(mu, own, upper, in_start, in_units, in_cost, grad)
+        if best == -np.inf or value > best + 1e-12 * (1.0 + abs(best)):
+            best = value
+            best_mu[:] = mu
+            stall = 0
+        else:
+            stall += 1
+            if stall >= 4:
+                theta *= 0.5
+                stall = 0
+        norm = 0.0
+        for s in range(n_s):
+            norm += grad[s] * grad[s]
+        if norm == 0.0 or target - value <= 0.0:
+            break
+        step = theta * (target - value) / norm
+        for s in range(n_s):
+            mu[s] += step * grad[s]
+    return best_mu, best

@@ -38,9 +38,11 @@ from geoslo.errors import InputError
 
 __all__ = ["solve", "evaluate", "check_problem"]
 
-WORK_PER_S = 6e7  # DP transitions per second of time limit (measured ~1e8-3e8/s here)
+WORK_PER_S = 6e7  # perf DP transitions per second of time limit (measured here, 2 cores)
+WORK_PER_S_COST = 7e6  # cost: each step also bounds and compares Pareto labels
 MAX_STATES = 10_000_000  # states of one partition's DP (memory: 8 bytes each)
 MAX_LABELS = 4_000_000
+DUAL_ITERATIONS = 40  # supergradient steps for a perf partition's Lagrangian bound
 COARSE_BELOW = 8  # solve at twice the quantum first when a sender has more quanta than this
 _HUGE_RATE = 1e300  # "no receiver left": a per-quantum rate no budget can pay
 
@@ -86,9 +88,10 @@ def check_problem(problem: KurmaProblem) -> None:
         raise InputError("quantum_fraction", "must be in (0, 1]")
     if problem.available is not None and np.shape(problem.available) != (n,):
         raise InputError("available", f"must have {n} entries")
-    if problem.max_redirect_fraction is not None and np.shape(
-        problem.max_redirect_fraction
-    ) != (n, n):
+    if problem.max_redirect_fraction is not None and np.shape(problem.max_redirect_fraction) != (
+        n,
+        n,
+    ):
         raise InputError("max_redirect_fraction", f"must have shape ({n}, {n})")
 
 
@@ -188,24 +191,32 @@ def _candidates(prep: _Prepared) -> list[int]:
 def _bound_tables(prep, senders, receivers, upper, minimum_base):
     """Per stage: least remote rate m, separable sender bounds B, least receiver sums."""
     n_s, n_r = len(senders), len(receivers)
-    width = int(upper.max()) + 1 if n_s else 1
     m_rate = np.full((n_r + 1, max(n_s, 1)), _HUGE_RATE)
-    bound_b = np.zeros((n_r + 1, max(n_s, 1), width))
+    for s, i in enumerate(senders):
+        for stage in range(n_r + 1):
+            m_rate[stage, s] = _min_remote_rate(prep, i, receivers[stage:])
+    return _tables_from(prep, senders, upper, m_rate, minimum_base)
+
+
+def _tables_from(prep, senders, upper, m_rate, stage_terms):
+    """Sender bounds B[stage, s, t] = min over u >= t of own(u) + (u - t) q m[stage, s]."""
+    n_s, n_stages = len(senders), m_rate.shape[0]
+    width = int(upper.max()) + 1 if n_s else 1
+    bound_b = np.zeros((n_stages, max(n_s, 1), width))
     own = np.zeros((max(n_s, 1), width))
     bound_own = np.zeros((max(n_s, 1), width))
     for s, i in enumerate(senders):
-        own[s, : upper[s] + 1] = prep.own[i][: upper[s] + 1]
-        bound_own[s, : upper[s] + 1] = np.minimum.accumulate(own[s, : upper[s] + 1][::-1])[::-1]
-        for stage in range(n_r + 1):
-            m_rate[stage, s] = _min_remote_rate(prep, i, receivers[stage:])
-            u = np.arange(upper[s] + 1)
+        u = np.arange(upper[s] + 1)
+        own[s, u] = prep.own[i][u]
+        bound_own[s, u] = np.minimum.accumulate(own[s, u][::-1])[::-1]
+        for stage in range(n_stages):
             if m_rate[stage, s] >= _HUGE_RATE:
-                bound_b[stage, s, : upper[s] + 1] = own[s, : upper[s] + 1]
+                bound_b[stage, s, u] = own[s, u]
             else:
                 shifted = own[s, u] + u * prep.q[i] * m_rate[stage, s]
                 best = np.minimum.accumulate(shifted[::-1])[::-1]
-                bound_b[stage, s, : upper[s] + 1] = best - u * prep.q[i] * m_rate[stage, s]
-    lb_a = np.append(np.cumsum(np.asarray(minimum_base, dtype=float)[::-1])[::-1], 0.0)
+                bound_b[stage, s, u] = best - u * prep.q[i] * m_rate[stage, s]
+    lb_a = np.append(np.cumsum(np.asarray(stage_terms, dtype=float)[::-1])[::-1], 0.0)
     return m_rate, bound_b, own, bound_own, lb_a
 
 
@@ -276,14 +287,21 @@ class _Search:
             self.unfinished.append(root)
             return
         intakes = self._intakes(senders, receivers, upper)
+        if prep.mode == kern.PERF:
+            priced = self._price(senders, receivers, upper, intakes, tables)
+            if priced is None:
+                return
+            upper, intakes, tables = priced
+            m_rate, bound_b, own, bound_own, lb_a = tables
         in_start, in_units, in_off, in_cost, in_vec, least_intake = intakes
         lb_b = np.append(np.cumsum(least_intake[::-1])[::-1], 0.0)
         left_s = max(self.deadline - time.perf_counter(), 0.0)
         rdem = prep.rho * prep.demand[senders]
+        rate = WORK_PER_S if prep.mode == kern.PERF else WORK_PER_S_COST
         status, best, value, rps, parent, intake = kern.label_dp(
             prep.mode, upper, _strides(upper), prep.q[senders].copy(), own, rdem, in_start,
             in_units, in_off, in_cost, in_vec, bound_b, bound_own, lb_a, lb_b, m_rate,
-            self.base, self.value, self.rps, prep.tol, prep.tol_rps, int(left_s * WORK_PER_S),
+            self.base, self.value, self.rps, prep.tol, prep.tol_rps, int(left_s * rate),
             MAX_LABELS,
         )  # fmt: skip
         if status != 0:
@@ -294,6 +312,60 @@ class _Search:
                 prep.demand.size, senders, receivers, best, parent, intake, in_start, in_units
             )
             self.value, self.rps = value, rps
+
+    def _price(self, senders, receivers, upper, intakes, tables):
+        """Lagrangian prices for a perf partition: a tight bound, then fixing by reduced cost.
+
+        With prices mu (see kern.dual_value) any plan's objective is base + L(mu) plus the
+        reduced costs of its senders' totals and receivers' intakes above their minima, so a
+        total or an intake whose reduced cost exceeds incumbent - (base + L) cannot be in a
+        better plan. Stage bounds then use the same prices.
+        """
+        prep = self.prep
+        in_start, in_units, _, in_cost, in_vec, _ = intakes
+        m_rate, _, own, bound_own, _ = tables
+        q_s = prep.q[senders]
+        mu0 = np.where(m_rate[0, : len(senders)] < _HUGE_RATE, -q_s * m_rate[0, : len(senders)], 0)
+        mu, dual = kern.dual_ascent(
+            mu0.astype(float), own, upper, in_start, in_units, in_cost,
+            self.value - self.base, DUAL_ITERATIONS,
+        )  # fmt: skip
+        slack = self.value + prep.tol - (self.base + dual)
+        if slack < 0:
+            return None
+        new_upper = upper.copy()
+        for s in range(len(senders)):
+            reduced = own[s, : upper[s] + 1] - mu[s] * np.arange(upper[s] + 1)
+            new_upper[s] = int(np.flatnonzero(reduced - reduced.min() <= slack)[-1])
+        if np.any(new_upper <= 0):
+            return None  # some sender cannot send in a better plan: a smaller partition
+        reduced = in_cost + in_units @ mu
+        keep = np.all(in_units <= new_upper, axis=1)
+        starts, least, stage_min = [0], [], []
+        for k in range(len(receivers)):
+            block = slice(in_start[k], in_start[k + 1])
+            keep[block] &= reduced[block] - reduced[block].min() <= slack
+            if not keep[block].any():
+                return None
+            starts.append(starts[-1] + int(keep[block].sum()))
+            least.append(in_cost[block][keep[block]].min())
+            stage_min.append(reduced[block][keep[block]].min())
+        units = np.ascontiguousarray(in_units[keep])
+        intakes = (
+            np.asarray(starts, dtype=np.int64),
+            units,
+            (units @ _strides(new_upper)).astype(np.int64),
+            in_cost[keep],
+            np.ascontiguousarray(in_vec[keep]),
+            np.asarray(least),
+        )
+        m_rate = np.full((len(receivers) + 1, max(len(senders), 1)), _HUGE_RATE)
+        for stage in range(len(receivers)):
+            for s, i in enumerate(senders):
+                if prep.capu[i, receivers[stage:]].sum() > 0:
+                    m_rate[stage, s] = -mu[s] / q_s[s]
+        tables = _tables_from(prep, senders, new_upper, m_rate, stage_min)
+        return new_upper, intakes, tables
 
     def _cut_upper(self, senders, upper, tables):
         """Drop quanta a sender cannot reach while staying within the incumbent.
@@ -421,6 +493,29 @@ def _rates(problem: KurmaProblem, units: np.ndarray) -> np.ndarray:
     return rates
 
 
+_compiled = False
+
+
+def _ensure_compiled() -> None:
+    """Compile (or load from numba's cache) every kernel once per process, off the clock,
+    so that a first solve's time limit is not spent compiling."""
+    global _compiled
+    if _compiled:
+        return
+    grid = np.array([0.0, 10.0, 20.0])
+    problem = KurmaProblem(
+        sites=("a", "b", "c"),
+        demand_rps=np.array([18.0, 2.0, 9.0]),
+        capacity_rps=np.full(3, 10.0),
+        load_grid_rps=grid,
+        violation=np.tile(np.array([0.0, 0.2, 0.9]), (3, 3, 1)),
+        quantum_fraction=0.05,
+    )
+    for mode in (kern.PERF, kern.COST):
+        _Search(problem, mode, 1e6).run()
+    _compiled = True
+
+
 def solve(problem: KurmaProblem, objective: str = "perf", time_limit_s: float = 10.0) -> KurmaPlan:
     """The optimal quantised plan of KurmaPerf (1) or KurmaCost (2), §5, with §9's bounds.
 
@@ -431,6 +526,7 @@ def solve(problem: KurmaProblem, objective: str = "perf", time_limit_s: float = 
     if not time_limit_s > 0:
         raise InputError("time_limit_s", "must be > 0")
     check_problem(problem)
+    _ensure_compiled()
     start = time.perf_counter()
     mode = kern.PERF if objective == "perf" else kern.COST
     search = _Search(problem, mode, time_limit_s)
@@ -455,7 +551,7 @@ def solve(problem: KurmaProblem, objective: str = "perf", time_limit_s: float = 
         rates_rps=rates,
         expected_violations_rps=violations,
         site_violation_fraction=fraction,
-        redirected_rps=float(rates.sum() - np.trace(rates)),
+        redirected_rps=float((rates * (1.0 - np.eye(len(rates)))).sum()),
         optimal=optimal,
         gap=gap,
         feasible=feasible,
