@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import sys
 import traceback
+from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated
 
@@ -35,6 +37,29 @@ def _root(debug: Annotated[bool, typer.Option(help="Show tracebacks of internal 
     _state["debug"] = debug
 
 
+def user_errors(command: Callable) -> Callable:
+    """Turn geoslo's errors into one line on stderr: exit 2 for bad input, 1 otherwise."""
+
+    @functools.wraps(command)
+    def wrapper(*args, **kwargs):
+        try:
+            return command(*args, **kwargs)
+        except InputError as error:
+            typer.echo(f"geoslo: error: {error}", err=True)
+            raise typer.Exit(2) from None
+        except GeosloError as error:
+            typer.echo(f"geoslo: error: {error}", err=True)
+            raise typer.Exit(1) from None
+        except Exception as error:
+            if _state["debug"]:
+                traceback.print_exc()
+            else:
+                typer.echo(f"geoslo: internal error: {error!r} (rerun with --debug)", err=True)
+            raise typer.Exit(1) from None
+
+    return wrapper
+
+
 def read_json(path: Path) -> dict:
     """The JSON object in ``path`` (``-`` = stdin); InputError naming the file otherwise."""
     try:
@@ -60,6 +85,7 @@ def write_json(data: dict, output: Path | None) -> None:
 
 
 @kurma_app.command("solve")
+@user_errors
 def kurma_solve(
     input: InputOption,
     objective: Annotated[str, typer.Option(help="perf (KurmaPerf, eq. 1) or cost (KurmaCost, eq. 2).")] = "perf",
@@ -76,6 +102,7 @@ def kurma_solve(
 
 
 @reproduce_app.command("kurma")
+@user_errors
 def reproduce_kurma(
     quick: Annotated[bool, typer.Option(help="A short form of every experiment (minutes, for CI).")] = False,
     output: Annotated[Path, typer.Option(help="Report folder.")] = Path("reports/kurma"),
@@ -90,24 +117,4 @@ def reproduce_kurma(
 
 def main() -> None:
     """Entry point: user errors become one line on stderr and exit status 2."""
-    try:
-        app(standalone_mode=False)
-    except InputError as error:
-        typer.echo(f"geoslo: error: {error}", err=True)
-        sys.exit(2)
-    except GeosloError as error:
-        typer.echo(f"geoslo: error: {error}", err=True)
-        sys.exit(1)
-    except Exception as error:  # a click usage error, or our bug
-        import click
-
-        if isinstance(error, click.exceptions.ClickException):
-            error.show()
-            sys.exit(error.exit_code)
-        if isinstance(error, click.exceptions.Abort):
-            sys.exit(130)
-        if _state["debug"]:
-            traceback.print_exc()
-        else:
-            typer.echo(f"geoslo: internal error: {error!r} (rerun with --debug for the traceback)", err=True)
-        sys.exit(1)
+    app()
