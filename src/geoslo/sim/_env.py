@@ -312,22 +312,17 @@ class RequestLevelSim:
         total = int(counts.sum())
         src_start = np.zeros(n + 1, dtype=np.int64)
         src_start[1:] = np.cumsum(counts)
-        req = np.empty((total, K.NREQ))
-        req[:, K.RQ_T] = np.concatenate(times) if total else np.empty(0)
-        u = rng.random((total, 6))
-        req[:, K.RQ_ROUTE] = u[:, 0]
-        req[:, K.RQ_SERVER] = u[:, 1]
-        req[:, K.RQ_USTALL] = u[:, 2]
-        req[:, K.RQ_RESID] = u[:, 3]
-        req[:, K.RQ_AUX] = u[:, 4]
-        req[:, K.RQ_KEEP] = u[:, 5]
-        req[:, K.RQ_EBASE] = rng.standard_exponential(total)
+        req = np.empty((K.NREQ, total))
+        if total:
+            np.concatenate(times, out=req[K.RQ_T])
+        rng.random(out=req[K.RQ_ROUTE : K.RQ_KEEP + 1])
+        rng.standard_exponential(out=req[K.RQ_EBASE])
         wfrac = np.repeat(self._write_fraction, counts)
         if np.any(self._write_fraction > 0):
             is_write = rng.random(total) < wfrac
         else:
             is_write = np.zeros(total, dtype=bool)
-        req[:, K.RQ_WRITE] = is_write
+        req[K.RQ_WRITE] = is_write
         n_w = int(is_write.sum())
         req_w = np.full(total, -1, dtype=np.int64)
         req_w[is_write] = np.arange(n_w)
@@ -357,8 +352,9 @@ class RequestLevelSim:
             self._bk = _grow(self._bk, size)
             self._bkrep = _grow(self._bkrep, size)
 
-    def run(self, duration_s: float, rates_fraction: np.ndarray | None = None,
-            *, kernels=None) -> IntervalStats:
+    def run(
+        self, duration_s: float, rates_fraction: np.ndarray | None = None, *, kernels=None
+    ) -> IntervalStats:
         """Simulate the next ``duration_s`` seconds and return their statistics.
 
         With policy "rates" a request from site i goes to site j with probability
@@ -376,11 +372,15 @@ class RequestLevelSim:
         t1_s = t0_s + duration_s
         first_sec = int(np.floor(t0_s + 1e-12))
         n_sec = max(int(np.ceil(t1_s - 1e-12)) - first_sec, 1)
-        expected = sum(
-            float(self._traces[i][min(s, self._traces[i].size - 1)])
-            for i in range(n)
-            for s in range(first_sec, first_sec + n_sec)
-        ) * duration_s / n_sec
+        expected = (
+            sum(
+                float(self._traces[i][min(s, self._traces[i].size - 1)])
+                for i in range(n)
+                for s in range(first_sec, first_sec + n_sec)
+            )
+            * duration_s
+            / n_sec
+        )
         cap = int(self.policy_params["reservoir_size"])
         keep_prob = min(1.0, cap / max(expected, 1.0))
         st_arr = np.zeros((n, 2), dtype=np.int64)
@@ -401,23 +401,74 @@ class RequestLevelSim:
             order = self._proximity_order(rtt)
             t0_ms, t1_ms = t * 1000.0, t_next * 1000.0
             req, src_start, rep, req_w, n_w = self._arrivals(t0_ms, t1_ms, sec)
-            n_req = req.shape[0]
+            n_req = req.shape[1]
             self._ensure_capacity(n_req + n_w * (n - 1), n_req, n_req)
             kern.run_chunk(
-                t0_ms, t1_ms, slice_ms, self._policy_code, self.slo_ms, first_sec, keep_prob,
-                req, src_start, rep, req_w,
-                rtt, cum, self._allowed, self._n_servers, self._site_off, order, self._sp,
-                self._overhead, self._slowdown, self._resid_pool, self._resid_off,
-                self._resid_len, self._pp,
-                self._free, self._pf, self._pi, self._st, self._fb, self._fbi, self._gs,
-                self._cs, self._ss, self._res, self._glob, self._ring, self._ring_n,
-                self._bk, self._bkrep,
-                st_arr, st_req, st_viol, st_done, st_sum, st_min, st_served, samples, nsamp,
+                t0_ms,
+                t1_ms,
+                slice_ms,
+                self._policy_code,
+                self.slo_ms,
+                first_sec,
+                keep_prob,
+                req,
+                src_start,
+                rep,
+                req_w,
+                rtt,
+                cum,
+                self._allowed,
+                self._n_servers,
+                self._site_off,
+                order,
+                self._sp,
+                self._overhead,
+                self._slowdown,
+                self._resid_pool,
+                self._resid_off,
+                self._resid_len,
+                self._pp,
+                self._free,
+                self._pf,
+                self._pi,
+                self._st,
+                self._fb,
+                self._fbi,
+                self._gs,
+                self._cs,
+                self._ss,
+                self._res,
+                self._glob,
+                self._ring,
+                self._ring_n,
+                self._bk,
+                self._bkrep,
+                st_arr,
+                st_req,
+                st_viol,
+                st_done,
+                st_sum,
+                st_min,
+                st_served,
+                samples,
+                nsamp,
             )
             t = t_next
         kern.settle(
-            self._pf, self._pi, self._st, self._free, self._overhead, self.slo_ms, first_sec,
-            keep_prob, st_viol, st_done, st_sum, st_min, samples, nsamp,
+            self._pf,
+            self._pi,
+            self._st,
+            self._free,
+            self._overhead,
+            self.slo_ms,
+            first_sec,
+            keep_prob,
+            st_viol,
+            st_done,
+            st_sum,
+            st_min,
+            samples,
+            nsamp,
         )
         self.now_s = t1_s
         backlog = np.zeros(n, dtype=np.int64)
@@ -456,10 +507,10 @@ def _residual_pools(samples, n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray
     """One pool for every link, or per link pools ``samples[i][j]``."""
     off = np.zeros((n, n), dtype=np.int64)
     ln = np.zeros((n, n), dtype=np.int64)
-    if isinstance(samples, np.ndarray) and samples.ndim == 1 or (
-        not isinstance(samples, np.ndarray) and np.ndim(samples) == 1
-        and all(np.isscalar(x) for x in samples)
-    ):
+    flat = isinstance(samples, np.ndarray) and samples.ndim == 1
+    if not isinstance(samples, np.ndarray):
+        flat = all(np.isscalar(x) for x in samples)
+    if flat:
         pool = np.asarray(samples, dtype=float)
         if pool.size == 0 or np.any(~np.isfinite(pool)) or np.any(pool < 0):
             raise InputError("residual_rtt_samples_ms", "must be non-empty, finite, >= 0")

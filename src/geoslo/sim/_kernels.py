@@ -24,10 +24,15 @@ if globals().get("_PURE_PYTHON", False):
     def _jit(func):
         return func
 
+    _inline = _jit
+
 else:
     from numba import njit
 
     _jit = njit(cache=True)
+    # small helpers of the per-request path: inlined, so no call boundary (and no
+    # reference counting of a dozen array arguments) per request
+    _inline = njit(cache=True, inline="always")
 
 # Policy codes.
 RATES = 0
@@ -36,15 +41,15 @@ LATENCY_AWARE = 2
 DYNAMIC_SNITCH = 3
 C3 = 4
 
-# Columns of the per-request random inputs `req` (n, NREQ).
+# Columns of the per-request random inputs `req` (NREQ, n).
 RQ_T = 0
-RQ_ROUTE = 1
+RQ_ROUTE = 1  # rows 1..6 are uniforms, generated in one block
 RQ_SERVER = 2
-RQ_EBASE = 3
-RQ_USTALL = 4
-RQ_RESID = 5
-RQ_AUX = 6
-RQ_KEEP = 7
+RQ_USTALL = 3
+RQ_RESID = 4
+RQ_AUX = 5
+RQ_KEEP = 6
+RQ_EBASE = 7
 RQ_WRITE = 8
 NREQ = 9
 
@@ -158,7 +163,7 @@ NBK = 9
 RING = 64  # finish times kept per server, to read the queue length seen by C3
 
 
-@_jit
+@_inline
 def service_ms(e_base, u_stall, base_mean_ms, stall_p, stall_mean_ms, slowdown):
     """Exp(base) plus, with probability stall_p, an Exp(stall) stall; times slowdown."""
     s = e_base * base_mean_ms
@@ -195,7 +200,7 @@ def profile_kernel(arrival_ms, server, svc_ms, n_servers, overhead_ms):
     return out
 
 
-@_jit
+@_inline
 def _push(pf, pi, st, arr, svc, issue, send, rtt, resid, aux, keep, site, srv, src):
     n = st[ST_NPEND]
     pf[n, PF_ARR] = arr
@@ -218,7 +223,7 @@ def _push(pf, pi, st, arr, svc, issue, send, rtt, resid, aux, keep, site, srv, s
 # ----------------------------------------------------------------------------- policies
 
 
-@_jit
+@_inline
 def _route_rates(i, u, cum_frac, n_sites):
     for j in range(n_sites - 1):
         if u < cum_frac[i, j]:
@@ -486,9 +491,28 @@ def _c3_window(gs, t, pp):
 # ----------------------------------------------------------------------------- recording
 
 
-@_jit
-def _record(src, site, issue, send, arr, finish, rtt, resid, keep, overhead_ms, slo_ms,
-            first_sec, keep_prob, st_viol, st_done, st_sum, st_min, samples, nsamp):
+@_inline
+def _record(
+    src,
+    site,
+    issue,
+    send,
+    arr,
+    finish,
+    rtt,
+    resid,
+    keep,
+    overhead_ms,
+    slo_ms,
+    first_sec,
+    keep_prob,
+    st_viol,
+    st_done,
+    st_sum,
+    st_min,
+    samples,
+    nsamp,
+):
     svc_part = (finish - arr) + overhead_ms
     wan = rtt + resid
     resp = svc_part + wan + (send - issue)
@@ -514,7 +538,7 @@ def _record(src, site, issue, send, arr, finish, rtt, resid, keep, overhead_ms, 
     return resp
 
 
-@_jit
+@_inline
 def _queue_len(ring, ring_n, site, srv, arr):
     n = ring_n[site, srv]
     cap = ring.shape[2]
@@ -528,9 +552,29 @@ def _queue_len(ring, ring_n, site, srv, arr):
 
 
 @_jit
-def _process_servers(t_end, adaptive, need_qlen, pf, pi, st, free_ms, fb, fbi, ring, ring_n,
-                     overhead_ms, slo_ms, first_sec, keep_prob,
-                     st_viol, st_done, st_sum, st_min, samples, nsamp):
+def _process_servers(
+    t_end,
+    adaptive,
+    need_qlen,
+    pf,
+    pi,
+    st,
+    free_ms,
+    fb,
+    fbi,
+    ring,
+    ring_n,
+    overhead_ms,
+    slo_ms,
+    first_sec,
+    keep_prob,
+    st_viol,
+    st_done,
+    st_sum,
+    st_min,
+    samples,
+    nsamp,
+):
     """Serve (Lindley) every pending request that reached its server before t_end."""
     n = st[ST_NPEND]
     sel = np.empty(n, np.int64)
@@ -566,9 +610,27 @@ def _process_servers(t_end, adaptive, need_qlen, pf, pi, st, free_ms, fb, fbi, r
         rtt = pf[k, PF_RTT]
         resid = pf[k, PF_RESID]
         if pi[k, PI_REPORTED] == 0:
-            _record(src, site, pf[k, PF_ISSUE], pf[k, PF_SEND], arr, finish, rtt,
-                    resid, pf[k, PF_KEEP], overhead_ms[site], slo_ms, first_sec,
-                    keep_prob, st_viol, st_done, st_sum, st_min, samples, nsamp)
+            _record(
+                src,
+                site,
+                pf[k, PF_ISSUE],
+                pf[k, PF_SEND],
+                arr,
+                finish,
+                rtt,
+                resid,
+                pf[k, PF_KEEP],
+                overhead_ms[site],
+                slo_ms,
+                first_sec,
+                keep_prob,
+                st_viol,
+                st_done,
+                st_sum,
+                st_min,
+                samples,
+                nsamp,
+            )
         if adaptive:
             f = st[ST_NFB]
             fb[f, FB_T] = finish + overhead_ms[site] + rtt / 2.0 + resid
@@ -615,8 +677,17 @@ def _apply_feedback(t_end, policy, fb, fbi, st, gs, ss, res, glob, site_off, pp)
             if policy == LATENCY_AWARE:
                 _la_feedback(gs, i, g, fb[k, FB_T], fb[k, FB_RESP], pp)
             elif policy == DYNAMIC_SNITCH:
-                _ds_feedback(ss, res, i, j, fb[k, FB_T], fb[k, FB_RESP], fb[k, FB_AUX],
-                             glob[GL_DS_LANDMARK], pp)
+                _ds_feedback(
+                    ss,
+                    res,
+                    i,
+                    j,
+                    fb[k, FB_T],
+                    fb[k, FB_RESP],
+                    fb[k, FB_AUX],
+                    glob[GL_DS_LANDMARK],
+                    pp,
+                )
             elif policy == C3:
                 _c3_feedback(gs, i, g, fb[k, FB_RESP], fb[k, FB_QLEN], fb[k, FB_SVC], pp)
         w = 0
@@ -655,10 +726,34 @@ def _policy_clocks(t_end, policy, gs, cs, ss, res, glob, pp):
 # ----------------------------------------------------------------------------- dispatch
 
 
-@_jit
-def _dispatch(i, j, srv, t_issue, t_send, is_write, u_resid, e_base, u_stall, aux, keep,
-              rep, base_rtt, sp, slowdown, resid_pool, resid_off, resid_len, pf, pi, st,
-              st_req, st_served, n_servers):
+@_inline
+def _dispatch(
+    i,
+    j,
+    srv,
+    t_issue,
+    t_send,
+    is_write,
+    u_resid,
+    e_base,
+    u_stall,
+    aux,
+    keep,
+    rep,
+    wk,
+    base_rtt,
+    sp,
+    slowdown,
+    resid_pool,
+    resid_off,
+    resid_len,
+    pf,
+    pi,
+    st,
+    st_req,
+    st_served,
+    n_servers,
+):
     """Send one request from source i to server srv of site j (and replicate a write)."""
     rtt = 0.0
     resid = 0.0
@@ -672,8 +767,7 @@ def _dispatch(i, j, srv, t_issue, t_send, is_write, u_resid, e_base, u_stall, au
             resid = resid_pool[resid_off[i, j] + idx]
     arr = t_send + rtt / 2.0
     cls = 1 if is_write else 0
-    svc = service_ms(e_base, u_stall, sp[j, cls, 0], sp[j, cls, 1], sp[j, cls, 2],
-                     slowdown[j, srv])
+    svc = service_ms(e_base, u_stall, sp[j, cls, 0], sp[j, cls, 1], sp[j, cls, 2], slowdown[j, srv])
     _push(pf, pi, st, arr, svc, t_issue, t_send, rtt, resid, aux, keep, j, srv, i)
     st_req[i, j] += 1
     st_served[j] += 1
@@ -682,24 +776,68 @@ def _dispatch(i, j, srv, t_issue, t_send, is_write, u_resid, e_base, u_stall, au
             if k == j:
                 continue
             n = n_servers[k]
-            s = int(rep[k, 0] * n)
+            s = int(rep[wk, k, 0] * n)
             if s >= n:
                 s = n - 1
-            svc_k = service_ms(rep[k, 1], rep[k, 2], sp[k, 1, 0], sp[k, 1, 1], sp[k, 1, 2],
-                               slowdown[k, s])
+            svc_k = service_ms(
+                rep[wk, k, 1], rep[wk, k, 2], sp[k, 1, 0], sp[k, 1, 1], sp[k, 1, 2], slowdown[k, s]
+            )
             a_k = arr + base_rtt[j, k] / 2.0
             _push(pf, pi, st, a_k, svc_k, t_issue, t_send, 0.0, 0.0, 0.0, 2.0, k, s, -1)
             st_served[k] += 1
 
 
 @_jit
-def run_chunk(t0_ms, t1_ms, slice_ms, policy, slo_ms, first_sec, keep_prob,
-              req, src_start, rep, req_w,
-              base_rtt, cum_frac, allowed, n_servers, site_off, order, sp, overhead_ms,
-              slowdown, resid_pool, resid_off, resid_len, pp,
-              free_ms, pf, pi, st, fb, fbi, gs, cs, ss, res, glob, ring, ring_n,
-              bk, bkrep,
-              st_arr, st_req, st_viol, st_done, st_sum, st_min, st_served, samples, nsamp):
+def run_chunk(
+    t0_ms,
+    t1_ms,
+    slice_ms,
+    policy,
+    slo_ms,
+    first_sec,
+    keep_prob,
+    req,
+    src_start,
+    rep,
+    req_w,
+    base_rtt,
+    cum_frac,
+    allowed,
+    n_servers,
+    site_off,
+    order,
+    sp,
+    overhead_ms,
+    slowdown,
+    resid_pool,
+    resid_off,
+    resid_len,
+    pp,
+    free_ms,
+    pf,
+    pi,
+    st,
+    fb,
+    fbi,
+    gs,
+    cs,
+    ss,
+    res,
+    glob,
+    ring,
+    ring_n,
+    bk,
+    bkrep,
+    st_arr,
+    st_req,
+    st_viol,
+    st_done,
+    st_sum,
+    st_min,
+    st_served,
+    samples,
+    nsamp,
+):
     """Simulate [t0_ms, t1_ms): route every arrival, serve, feed back, record stats."""
     n_sites = n_servers.size
     adaptive = policy >= LATENCY_AWARE
@@ -719,17 +857,38 @@ def run_chunk(t0_ms, t1_ms, slice_ms, policy, slo_ms, first_sec, keep_prob,
                 i = int(bk[b, BK_SRC])
                 sent = False
                 if not blocked[i]:
-                    j, srv = _route_c3(i, bk[b, BK_SERVER], gs, pp, allowed, site_off,
-                                       n_servers)
+                    j, srv = _route_c3(i, bk[b, BK_SERVER], gs, pp, allowed, site_off, n_servers)
                     if j >= 0:
                         g = site_off[j] + srv
                         gs[i, g, GS_C3_SENT] += 1.0
                         gs[i, g, GS_C3_OS] += 1.0
-                        _dispatch(i, j, srv, bk[b, BK_ISSUE], t, bk[b, BK_WRITE] > 0.5,
-                                  bk[b, BK_RESID], bk[b, BK_EBASE], bk[b, BK_USTALL],
-                                  bk[b, BK_AUX], bk[b, BK_KEEP], bkrep[b], base_rtt, sp,
-                                  slowdown, resid_pool, resid_off, resid_len, pf, pi, st,
-                                  st_req, st_served, n_servers)
+                        _dispatch(
+                            i,
+                            j,
+                            srv,
+                            bk[b, BK_ISSUE],
+                            t,
+                            bk[b, BK_WRITE] > 0.5,
+                            bk[b, BK_RESID],
+                            bk[b, BK_EBASE],
+                            bk[b, BK_USTALL],
+                            bk[b, BK_AUX],
+                            bk[b, BK_KEEP],
+                            bkrep,
+                            b,
+                            base_rtt,
+                            sp,
+                            slowdown,
+                            resid_pool,
+                            resid_off,
+                            resid_len,
+                            pf,
+                            pi,
+                            st,
+                            st_req,
+                            st_served,
+                            n_servers,
+                        )
                         sent = True
                     else:
                         blocked[i] = True
@@ -741,40 +900,42 @@ def run_chunk(t0_ms, t1_ms, slice_ms, policy, slo_ms, first_sec, keep_prob,
             st[ST_NBACK] = w
         for i in range(n_sites):
             end = src_start[i + 1]
-            while ptr[i] < end and req[ptr[i], RQ_T] < s_end:
+            while ptr[i] < end and req[RQ_T, ptr[i]] < s_end:
                 k = ptr[i]
                 ptr[i] += 1
-                t_k = req[k, RQ_T]
-                is_write = req[k, RQ_WRITE] > 0.5
+                t_k = req[RQ_T, k]
+                is_write = req[RQ_WRITE, k] > 0.5
                 st_arr[i, 0] += 1
                 if is_write:
                     st_arr[i, 1] += 1
                 srv = -1
                 if policy == RATES:
-                    j = _route_rates(i, req[k, RQ_ROUTE], cum_frac, n_sites)
+                    j = _route_rates(i, req[RQ_ROUTE, k], cum_frac, n_sites)
                 elif policy == GLOBAL_RR:
                     j, srv = _route_global_rr(i, cs, allowed, site_off, n_servers)
                 elif policy == LATENCY_AWARE:
-                    j, srv = _route_latency_aware(i, t_k, req[k, RQ_SERVER], gs, cs, pp,
-                                                  allowed, site_off, n_servers, order)
+                    j, srv = _route_latency_aware(
+                        i, t_k, req[RQ_SERVER, k], gs, cs, pp, allowed, site_off, n_servers, order
+                    )
                 elif policy == DYNAMIC_SNITCH:
                     j = _route_dynamic_snitch(i, ss, pp, allowed, order)
                 else:
                     j = -1
                     if not (st[ST_NBACK] > 0 and _has_backlog(bk, st, i)):
-                        j, srv = _route_c3(i, req[k, RQ_SERVER], gs, pp, allowed, site_off,
-                                           n_servers)
+                        j, srv = _route_c3(
+                            i, req[RQ_SERVER, k], gs, pp, allowed, site_off, n_servers
+                        )
                     if j < 0:
                         b = st[ST_NBACK]
                         bk[b, BK_ISSUE] = t_k
                         bk[b, BK_SRC] = i
-                        bk[b, BK_SERVER] = req[k, RQ_SERVER]
-                        bk[b, BK_EBASE] = req[k, RQ_EBASE]
-                        bk[b, BK_USTALL] = req[k, RQ_USTALL]
-                        bk[b, BK_RESID] = req[k, RQ_RESID]
-                        bk[b, BK_AUX] = req[k, RQ_AUX]
-                        bk[b, BK_KEEP] = req[k, RQ_KEEP]
-                        bk[b, BK_WRITE] = req[k, RQ_WRITE]
+                        bk[b, BK_SERVER] = req[RQ_SERVER, k]
+                        bk[b, BK_EBASE] = req[RQ_EBASE, k]
+                        bk[b, BK_USTALL] = req[RQ_USTALL, k]
+                        bk[b, BK_RESID] = req[RQ_RESID, k]
+                        bk[b, BK_AUX] = req[RQ_AUX, k]
+                        bk[b, BK_KEEP] = req[RQ_KEEP, k]
+                        bk[b, BK_WRITE] = req[RQ_WRITE, k]
                         if is_write:
                             bkrep[b, :, :] = rep[req_w[k], :, :]
                         st[ST_NBACK] = b + 1
@@ -784,19 +945,62 @@ def run_chunk(t0_ms, t1_ms, slice_ms, policy, slo_ms, first_sec, keep_prob,
                     gs[i, g, GS_C3_OS] += 1.0
                 if srv < 0:
                     n = n_servers[j]
-                    srv = int(req[k, RQ_SERVER] * n)
+                    srv = int(req[RQ_SERVER, k] * n)
                     if srv >= n:
                         srv = n - 1
                 wk = req_w[k]
                 if wk < 0:
                     wk = 0
-                _dispatch(i, j, srv, t_k, t_k, is_write, req[k, RQ_RESID], req[k, RQ_EBASE],
-                          req[k, RQ_USTALL], req[k, RQ_AUX], req[k, RQ_KEEP], rep[wk],
-                          base_rtt, sp, slowdown, resid_pool, resid_off, resid_len, pf, pi, st,
-                          st_req, st_served, n_servers)
-        _process_servers(s_end, adaptive, need_qlen, pf, pi, st, free_ms, fb, fbi, ring,
-                         ring_n, overhead_ms, slo_ms, first_sec, keep_prob,
-                         st_viol, st_done, st_sum, st_min, samples, nsamp)
+                _dispatch(
+                    i,
+                    j,
+                    srv,
+                    t_k,
+                    t_k,
+                    is_write,
+                    req[RQ_RESID, k],
+                    req[RQ_EBASE, k],
+                    req[RQ_USTALL, k],
+                    req[RQ_AUX, k],
+                    req[RQ_KEEP, k],
+                    rep,
+                    wk,
+                    base_rtt,
+                    sp,
+                    slowdown,
+                    resid_pool,
+                    resid_off,
+                    resid_len,
+                    pf,
+                    pi,
+                    st,
+                    st_req,
+                    st_served,
+                    n_servers,
+                )
+        _process_servers(
+            s_end,
+            adaptive,
+            need_qlen,
+            pf,
+            pi,
+            st,
+            free_ms,
+            fb,
+            fbi,
+            ring,
+            ring_n,
+            overhead_ms,
+            slo_ms,
+            first_sec,
+            keep_prob,
+            st_viol,
+            st_done,
+            st_sum,
+            st_min,
+            samples,
+            nsamp,
+        )
         if adaptive:
             _apply_feedback(s_end, policy, fb, fbi, st, gs, ss, res, glob, site_off, pp)
             _policy_clocks(s_end, policy, gs, cs, ss, res, glob, pp)
@@ -812,8 +1016,22 @@ def _has_backlog(bk, st, i):
 
 
 @_jit
-def settle(pf, pi, st, free_ms, overhead_ms, slo_ms, first_sec, keep_prob,
-           st_viol, st_done, st_sum, st_min, samples, nsamp):
+def settle(
+    pf,
+    pi,
+    st,
+    free_ms,
+    overhead_ms,
+    slo_ms,
+    first_sec,
+    keep_prob,
+    st_viol,
+    st_done,
+    st_sum,
+    st_min,
+    samples,
+    nsamp,
+):
     """Report the requests still in flight at the end of an interval.
 
     Their response is computed on a copy of the server state, with the work known
@@ -837,7 +1055,25 @@ def settle(pf, pi, st, free_ms, overhead_ms, slo_ms, first_sec, keep_prob,
         src = pi[k, PI_SRC]
         if src < 0 or pi[k, PI_REPORTED] != 0:
             continue
-        _record(src, site, pf[k, PF_ISSUE], pf[k, PF_SEND], arr, finish, pf[k, PF_RTT],
-                pf[k, PF_RESID], pf[k, PF_KEEP], overhead_ms[site], slo_ms, first_sec,
-                keep_prob, st_viol, st_done, st_sum, st_min, samples, nsamp)
+        _record(
+            src,
+            site,
+            pf[k, PF_ISSUE],
+            pf[k, PF_SEND],
+            arr,
+            finish,
+            pf[k, PF_RTT],
+            pf[k, PF_RESID],
+            pf[k, PF_KEEP],
+            overhead_ms[site],
+            slo_ms,
+            first_sec,
+            keep_prob,
+            st_viol,
+            st_done,
+            st_sum,
+            st_min,
+            samples,
+            nsamp,
+        )
         pi[k, PI_REPORTED] = 1

@@ -102,17 +102,29 @@ def measure_crossings(
     loads_rps: np.ndarray | None = None,
     duration_s: float = 30.0,
     seed: int = 0,
+    n_seeds: int = 1,
 ) -> Crossings:
-    """Sweep reads-only loads; return where local and remote violations cross the target."""
+    """Sweep reads-only loads; return where local and remote violations cross the target.
+
+    Violations are pooled over ``n_seeds`` runs (seeds ``seed, seed+1, ...``): the
+    local crossing hinges on rare long stalls, so one short run is noisy.
+    """
     loads = np.arange(30e3, 52.5e3, 1e3) if loads_rps is None else np.asarray(loads_rps)
     loc = np.empty(loads.size)
     rem = np.empty(loads.size)
     for k, load in enumerate(loads):
-        r = profile_site(backend, float(load), 0.0, duration_s, seed)
-        rng = np.random.default_rng(seed + 1)
-        resid = rng.gamma(residual_shape, residual_mean_ms / residual_shape, r.size)
-        loc[k] = np.mean(r > slo_ms)
-        rem[k] = np.mean(r + remote_rtt_ms + resid > slo_ms)
+        over_local = 0
+        over_remote = 0
+        total = 0
+        for sd in range(seed, seed + n_seeds):
+            r = profile_site(backend, float(load), 0.0, duration_s, sd)
+            rng = np.random.default_rng(sd + 10_000)
+            resid = rng.gamma(residual_shape, residual_mean_ms / residual_shape, r.size)
+            over_local += int(np.count_nonzero(r > slo_ms))
+            over_remote += int(np.count_nonzero(r + remote_rtt_ms + resid > slo_ms))
+            total += r.size
+        loc[k] = over_local / total
+        rem[k] = over_remote / total
     return Crossings(
         local_rps=_crossing(loads, loc, violation_fraction),
         remote_rps=_crossing(loads, rem, violation_fraction),
@@ -127,8 +139,9 @@ def calibrate_backend(
     remote_crossing_rps: float = 36e3,  # section 4: 36k req/s from 22 ms away
     servers: int = 5,
     overhead_ms: float = 0.5,
-    duration_s: float = 30.0,
+    duration_s: float = 60.0,
     seed: int = 0,
+    n_seeds: int = 4,
     initial: tuple[float, float] = (8e-5, 40.0),
 ) -> BackendParams:
     """Solve the stall probability and mean so the crossings hit their targets."""
@@ -143,13 +156,25 @@ def calibrate_backend(
         return BackendParams(servers=servers, read=svc, write=svc, overhead_ms=overhead_ms)
 
     def residual(x: np.ndarray) -> np.ndarray:
-        c = measure_crossings(build(*x), duration_s=duration_s, seed=seed,
-                              loads_rps=np.arange(30e3, 50.5e3, 1e3))
-        return np.array([c.local_rps / local_crossing_rps - 1.0,
-                         c.remote_rps / remote_crossing_rps - 1.0])
+        c = measure_crossings(
+            build(*x),
+            duration_s=duration_s,
+            seed=seed,
+            n_seeds=n_seeds,
+            loads_rps=np.arange(32e3, 48.5e3, 1e3),
+        )
+        return np.array(
+            [c.local_rps / local_crossing_rps - 1.0, c.remote_rps / remote_crossing_rps - 1.0]
+        )
 
     lower = np.log([1e-6, 2.0])
     upper = np.log([min(1e-2, 0.9 * mean_ms / 2.0), 500.0])
-    sol = optimize.least_squares(residual, np.log(np.asarray(initial)), bounds=(lower, upper),
-                                 diff_step=0.05, xtol=1e-4, ftol=1e-6)
+    sol = optimize.least_squares(
+        residual,
+        np.log(np.asarray(initial)),
+        bounds=(lower, upper),
+        diff_step=0.05,
+        xtol=1e-4,
+        ftol=1e-6,
+    )
     return build(*sol.x)

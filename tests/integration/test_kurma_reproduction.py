@@ -1,0 +1,80 @@
+"""The quick reproduction end to end, and the paper's qualitative results in its numbers.
+
+Golden-style: these assert what the paper claims qualitatively (KurmaPerf well below
+AllLocal, GlobalRR with several times the WAN traffic, KurmaCost near its bound, M/M/c
+curves failing to redirect), measured on the short form that CI runs.
+"""
+
+import json
+
+import numpy as np
+import pytest
+
+from geoslo.experiments.kurma import Settings, build_scenario, reproduce
+from geoslo.experiments.kurma._fig4_5 import accuracy_points
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture(scope="module")
+def quick_report(tmp_path_factory):
+    out = tmp_path_factory.mktemp("kurma-report")
+    index = reproduce(out, quick=True, seed=1)
+    results = json.loads((out / "results.json").read_text())
+    return out, index, results
+
+
+def rows_by_policy(rows):
+    return {r["policy"]: r for r in rows}
+
+
+def test_report_has_every_figure_and_the_paper_column(quick_report):
+    out, index, _ = quick_report
+    text = index.read_text()
+    for heading in ("Fig. 4", "Fig. 5", "Fig. 8", "Fig. 9", "Fig. 10", "Fig. 11", "Fig. 12", "Solver scaling"):
+        assert heading in text
+    assert "paper" in text
+    assert (out / "index.html").exists()
+    assert len(list(out.glob("*.png"))) >= 7
+
+
+def test_kurmaperf_is_well_below_the_local_policies_on_trace1(quick_report):
+    rows = rows_by_policy(quick_report[2]["fig8_10"]["fig8a"])
+    kurma = rows["KurmaPerf"]["global_violations_pct"]
+    for policy in ("AllLocal", "LatencyAware", "DynamicSnitch", "C3"):
+        assert rows[policy]["global_violations_pct"] > 1.5 * kurma, policy
+
+
+def test_globalrr_is_close_but_sends_several_times_the_wan_traffic(quick_report):
+    for key in ("fig8a", "fig8b"):
+        rows = rows_by_policy(quick_report[2]["fig8_10"][key])
+        assert rows["GlobalRR"]["wan_gb"] > 2 * rows["KurmaPerf"]["wan_gb"], key
+
+
+def test_mmc_curves_fail_to_redirect_enough(quick_report):
+    rows = rows_by_policy(quick_report[2]["fig8_10"]["fig8a"])
+    assert rows["Mmc"]["global_violations_pct"] > 1.5 * rows["KurmaPerf"]["global_violations_pct"]
+    assert rows["Mmc"]["wan_gb"] < rows["KurmaPerf"]["wan_gb"]
+
+
+def test_kurmacost_redirects_less_than_kurmaperf(quick_report):
+    rows = rows_by_policy(quick_report[2]["fig8_10"]["fig8a"])
+    assert rows["KurmaCost"]["wan_gb"] < rows["KurmaPerf"]["wan_gb"]
+
+
+def test_cost_study_saves_against_alllocal_and_stays_above_allshared(quick_report):
+    rows = quick_report[2]["fig12"]["rows"]
+    for billing in (1, 60):
+        savings = {r["strategy"]: r["savings_vs_alllocal_pct"] for r in rows if r["billing_min"] == billing}
+        assert savings["KurmaCost"] > 0
+        assert savings["AllShared"] >= savings["KurmaCost"] - 1.0
+
+
+@pytest.mark.slow
+def test_estimate_for_redirected_requests_is_within_half_a_point():
+    """§4.2: the estimate agrees with the measured violations within 0.5 pp across 1-10%."""
+    scenario = build_scenario(Settings(write_fractions=(0.0,)), seed=3)
+    rows = accuracy_points(scenario, seconds=60.0, seed=3)
+    measured = np.array([r["measured_pct"] for r in rows])
+    assert measured.min() < 2.0 and measured.max() > 7.0  # the sweep covers 1-10%
+    assert np.max(np.abs([r["error_pp"] for r in rows])) <= 0.5
