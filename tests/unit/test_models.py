@@ -16,6 +16,7 @@ from geoslo.models import (
     profile_backend,
     profile_loads,
 )
+from geoslo.models._slo_curves import isotonic_increasing
 
 
 def exponential_profile(loads_rps, mean_ms_at, write_fractions=(0.0,)):
@@ -92,6 +93,14 @@ def test_surface_selects_the_nearest_whole_ms_and_interpolates_the_write_mix():
     low, high = surface.curve(0, 0.0)(10.0), surface.curve(0, 0.2)(10.0)
     assert surface.curve(0, 0.1)(10.0) == pytest.approx((low + high) / 2)
     assert surface.curve(12.4)(10.0) == surface.curve(12)(10.0)
+
+
+@pytest.mark.parametrize(
+    ("values", "expected"),
+    [([0, 1, 2], [0, 1, 2]), ([0, 2, 1, 3], [0, 1.5, 1.5, 3]), ([3, 2, 1], [2, 2, 2])],
+)
+def test_isotonic_fit_pools_adjacent_violators(values, expected):
+    assert isotonic_increasing(np.array(values, float)) == pytest.approx(expected)
 
 
 def test_surface_curves_never_decrease_with_load():

@@ -198,3 +198,165 @@ def test_bad_fractions_and_trace_end():
         s.run(1.0, np.ones((2, 2)))
     with pytest.raises(InputError, match="rate_traces"):
         build_sim(rate_rps=10.0).run(61.0)
+
+
+# ----------------------------------------------------------------------------- independent FCFS
+
+
+def _fcfs_by_hand(sim: RequestLevelSim, duration_s: float, fractions: np.ndarray) -> np.ndarray:
+    """Responses (ms) of every request of a "rates" run, event by event in plain Python.
+
+    Uses the simulator's pre-drawn random numbers (drawn here from a twin with the
+    same seed) but none of its kernels: route, pick a server, queue FCFS, add WAN.
+    """
+    from geoslo.sim import _kernels as K
+
+    req, src_start, _, _, _ = sim._arrivals(0.0, duration_s * 1000.0, 0)
+    backend = sim.backends[0]
+    jobs = []  # (arrival at server, sequence, site, server, service, wan, overhead)
+    for i in range(sim.n_sites):
+        for k in range(src_start[i], src_start[i + 1]):
+            cum = np.cumsum(fractions[i])
+            j = int(np.searchsorted(cum, req[K.RQ_ROUTE, k], side="right"))
+            j = min(j, sim.n_sites - 1)
+            srv = min(int(req[K.RQ_SERVER, k] * backend.servers), backend.servers - 1)
+            rtt = resid = 0.0
+            if j != i:
+                rtt = RTT_MS[i, j]
+                pool = sim._resid_pool
+                resid = pool[min(int(req[K.RQ_RESID, k] * pool.size), pool.size - 1)]
+            svc = req[K.RQ_EBASE, k] * backend.read.base_mean_ms
+            if req[K.RQ_USTALL, k] < backend.read.stall_probability:
+                u = req[K.RQ_USTALL, k] / backend.read.stall_probability
+                svc += -np.log(u) * backend.read.stall_mean_ms
+            t = req[K.RQ_T, k]
+            jobs.append((t + rtt / 2.0, len(jobs), j, srv, svc, rtt + resid))
+    free: dict[tuple[int, int], float] = {}
+    responses = []
+    for arrival, _, j, srv, svc, wan in sorted(jobs):
+        start = max(arrival, free.get((j, srv), -np.inf))
+        free[(j, srv)] = start + svc
+        responses.append(start + svc - arrival + backend.overhead_ms + wan)
+    return np.sort(np.array(responses))
+
+
+def test_rates_kernel_matches_an_event_by_event_fcfs_queue():
+    """Two sites, a few hundred requests: every response equals a hand-run FCFS queue."""
+    fractions = np.array([[0.7, 0.3], [0.4, 0.6]])
+    kwargs = dict(policy="rates", rate_rps=1500.0, n_sites=2, seed=4, reservoir_size=10**5)
+    stats = build_sim(**kwargs).run(0.3, fractions)
+    expected = _fcfs_by_hand(build_sim(**kwargs), 0.3, fractions)
+    assert 500 < expected.size < 1500
+    assert stats.sample_response_ms.size == expected.size
+    assert np.allclose(np.sort(stats.sample_response_ms), expected, rtol=0, atol=1e-9)
+    assert np.count_nonzero(stats.requests - np.diag(np.diag(stats.requests))) == 2
+
+
+# ----------------------------------------------------------------------------- adaptive baselines
+
+
+def _la_state(n_sites=2, servers=5, min_measure=50.0):
+    from geoslo.sim import _kernels as K
+
+    n_hosts = n_sites * servers
+    gs = np.zeros((n_sites, n_hosts, K.NGS))
+    gs[:, :, K.GS_LA_NB] = 1000.0
+    gs[:, :, K.GS_LA_AVG] = 1.0
+    gs[:, :, K.GS_LA_TS] = 0.0
+    cs = np.zeros((n_sites, K.NCS))
+    cs[:, K.CS_LA_MIN] = 1.0
+    pp = np.zeros(K.NPP)
+    pp[K.PP_LA_THRESHOLD] = 2.0
+    pp[K.PP_LA_RETRY_MS] = 10000.0
+    pp[K.PP_LA_MIN_MEASURE] = min_measure
+    pp[K.PP_LA_SCALE_MS] = 100.0
+    pp[K.PP_LA_RF] = 3
+    site_off = np.arange(n_sites + 1, dtype=np.int64) * servers
+    n_servers = np.full(n_sites, servers, dtype=np.int64)
+    order = np.array([[0, 1], [1, 0]], dtype=np.int64)[:n_sites, :n_sites]
+    allowed = np.ones((n_sites, n_sites), dtype=np.bool_)
+    return gs, cs, pp, allowed, site_off, n_servers, order
+
+
+@pytest.mark.parametrize("kern", ["compiled", "reference"])
+def test_latency_aware_penalises_but_never_removes(kern):
+    """DataStax driver semantics: a slow host goes to the end of the plan; the plan's
+    first acceptable host serves; when all are penalised the first planned one does."""
+    from geoslo.sim import _kernels as K
+
+    kern = K if kern == "compiled" else reference_kernels()
+    gs, cs, pp, allowed, site_off, n_servers, order = _la_state()
+    route = kern._route_latency_aware
+    args = (gs, cs, pp, allowed, site_off, n_servers, order)
+    # u_server 0.0: the key's replicas are local servers 0, 1, 2 (shuffled by u_shuffle)
+    first = {route(0, 1.0, 0.0, u, *args) for u in np.linspace(0.0, 0.999, 60)}
+    assert first == {(0, 0), (0, 1), (0, 2)}
+    gs[0, 0:3, K.GS_LA_AVG] = 5.0  # all replicas slower than 2 x min: penalised
+    assert {route(0, 1.0, 0.0, u, *args) for u in np.linspace(0, 0.999, 20)} == {(0, 3)}
+    gs[0, 0:5, K.GS_LA_AVG] = 5.0  # every local host penalised: the remote site next
+    assert route(0, 1.0, 0.0, 0.5, *args)[0] == 1
+    gs[0, :, K.GS_LA_AVG] = 5.0  # everything penalised: the first planned host
+    assert route(0, 1.0, 0.0, 0.0, *args) == (0, 0)
+    gs[0, 1, K.GS_LA_TS] = -20000.0  # not measured for more than the retry period
+    assert route(0, 1.0, 0.0, 0.0, *args) == (0, 1)
+    gs[0, 2, K.GS_LA_NB] = 10.0  # too few measurements: never penalised
+    assert route(0, 1.0, 0.0, 0.999, *args) == (0, 2)
+
+
+def test_latency_aware_replica_shuffle_is_a_permutation():
+    from geoslo.sim import _kernels as K
+
+    for u in np.linspace(0.0, 0.9999, 97):
+        assert sorted(K._la_replica(r, u, 3) for r in range(3)) == [0, 1, 2]
+    firsts = [K._la_replica(0, u, 3) for u in np.linspace(0.0, 0.9999, 300)]
+    assert np.bincount(firsts).min() >= 90
+
+
+def test_latency_aware_min_skips_stale_hosts_and_keeps_the_last_value():
+    from geoslo.sim import _kernels as K
+
+    gs, cs, pp, *_ = _la_state()
+    gs[0, :, K.GS_LA_AVG] = np.arange(1.0, 11.0)
+    gs[0, 0, K.GS_LA_TS] = -20000.0  # stale: its low average does not set the min
+    K._la_update_min(gs, cs, 0.0, pp)
+    assert cs[0, K.CS_LA_MIN] == 2.0
+    gs[0, :, K.GS_LA_NB] = 10.0  # nobody qualifies: keep the previous min
+    K._la_update_min(gs, cs, 0.0, pp)
+    assert cs[0, K.CS_LA_MIN] == 2.0
+
+
+def test_latency_aware_ignores_the_first_measurements():
+    from geoslo.sim import _kernels as K
+
+    gs, _, pp, *_ = _la_state()
+    gs[:] = 0.0
+    for n in range(1, 16):
+        K._la_feedback(gs, 0, 0, float(n), 100.0 + n, pp)
+    # 30% of min_measure (15) are ignored; the 15th starts the average
+    assert gs[0, 0, K.GS_LA_NB] == 15 and gs[0, 0, K.GS_LA_AVG] == 115.0
+    K._la_feedback(gs, 0, 0, 115.0, 15.0, pp)  # 100 ms later: weight ln(2) on the old one
+    assert gs[0, 0, K.GS_LA_AVG] == pytest.approx((1 - np.log(2)) * 15.0 + np.log(2) * 115.0)
+
+
+def test_dynamic_snitch_does_not_prefer_unmeasured_remote_sites():
+    """Only the local site is scored (its own reads); unscored sites do not enter the
+    badness test, so reads stay local even under heavy load (Kurma section 7.1.1)."""
+    st = build_sim("dynamic_snitch", rate_rps=40000.0, seed=2).run(1.0)
+    assert np.array_equal(np.diag(st.requests), st.arrivals)
+
+
+def test_dynamic_snitch_moves_reads_when_a_scored_site_is_better():
+    from geoslo.sim import _kernels as K
+
+    ss = np.zeros((2, 2, K.NSS))
+    pp = np.zeros(K.NPP)
+    pp[K.PP_DS_BADNESS] = 0.1
+    order = np.array([[0, 1], [1, 0]], dtype=np.int64)
+    allowed = np.ones((2, 2), dtype=np.bool_)
+    ss[0, 0] = (1.0, 10, 1.0)  # local scored, remote unscored
+    assert K._route_dynamic_snitch(0, ss, pp, allowed, order) == 0
+    ss[0, 1] = (1.05, 10, 1.0)  # remote scored, local within the badness threshold
+    ss[0, 0, K.SS_SCORE] = 1.1
+    assert K._route_dynamic_snitch(0, ss, pp, allowed, order) == 0
+    ss[0, 0, K.SS_SCORE] = 1.2  # local worse than 1.1 x the best: sort by score
+    assert K._route_dynamic_snitch(0, ss, pp, allowed, order) == 1

@@ -168,7 +168,7 @@ def build_slo_surface(
     For base delay ``b`` > 0 the remote response is service + residual + b, so the violation
     fraction is ``P(service + residual > slo_ms - b)``: one convolution per profiled point,
     then one tail lookup per base delay. Base 0 means local requests (no WAN at all).
-    Curves are made non-decreasing in load (running maximum over the profiled points).
+    Curves are made non-decreasing in load by an isotonic (least-squares) fit.
     """
     bases = np.asarray(base_rtt_ms, dtype=float)
     if np.any(bases < 0) or np.any(np.diff(bases) <= 0):
@@ -181,6 +181,23 @@ def build_slo_surface(
             remote = service if residual_rtt is None else service + residual_rtt
             violation[:, w, k] = remote.tail_probability(thresholds)
             violation[bases == 0, w, k] = service.tail_probability(slo_ms)
-    # More load never means fewer violations; the running maximum removes profiling noise.
-    violation = np.maximum.accumulate(violation, axis=2)
+    # More load never means fewer violations: an isotonic fit removes profiling noise
+    # without the upward bias a running maximum would add.
+    violation = np.apply_along_axis(isotonic_increasing, 2, violation)
     return SloSurface(bases, profile.write_fractions, profile.load_rps, violation)
+
+
+def isotonic_increasing(values: np.ndarray) -> np.ndarray:
+    """The non-decreasing sequence closest to ``values`` in least squares (pool adjacent violators)."""
+    means: list[float] = []
+    sizes: list[int] = []
+    for value in np.asarray(values, dtype=float):
+        means.append(float(value))
+        sizes.append(1)
+        while len(means) > 1 and means[-2] > means[-1]:
+            size = sizes[-2] + sizes[-1]
+            means[-2] = (means[-2] * sizes[-2] + means[-1] * sizes[-1]) / size
+            sizes[-2] = size
+            means.pop()
+            sizes.pop()
+    return np.repeat(means, sizes)

@@ -35,6 +35,9 @@ DEFAULT_POLICY_PARAMS: dict[str, float] = {
     "la_retry_period_ms": 10000.0,
     "la_min_measure": 50,
     "la_update_rate_ms": 100.0,
+    # token-aware child policy: the key's replicas in the local DC come first
+    # (Kurma section 7: replication factor 3 in each datacenter)
+    "la_replicas_per_site": 3,
     # Cassandra DynamicEndpointSnitch defaults (3.x, cassandra.yaml)
     "ds_alpha_per_s": 0.75,
     "ds_reservoir_size": 100,
@@ -224,6 +227,7 @@ class RequestLevelSim:
         self._pp[K.PP_LA_RETRY_MS] = p["la_retry_period_ms"]
         self._pp[K.PP_LA_MIN_MEASURE] = p["la_min_measure"]
         self._pp[K.PP_LA_UPDATE_MS] = p["la_update_rate_ms"]
+        self._pp[K.PP_LA_RF] = p["la_replicas_per_site"]
         self._pp[K.PP_DS_ALPHA_PER_S] = p["ds_alpha_per_s"]
         self._pp[K.PP_DS_UPDATE_MS] = p["ds_update_interval_ms"]
         self._pp[K.PP_DS_RESET_MS] = p["ds_reset_interval_ms"]

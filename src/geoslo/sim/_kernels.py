@@ -30,8 +30,11 @@ else:
     from numba import njit
 
     _jit = njit(cache=True)
-    # small helpers of the per-request path: inlined, so no call boundary (and no
-    # reference counting of a dozen array arguments) per request
+    # small helpers: inlined into the caller's IR. Inlining does not remove numba's
+    # atomic reference counting of array arguments (perf: NRT_incref/decref took
+    # about half of the kernel's time), so the two hottest per-request paths (the
+    # read dispatch in run_chunk and the recording in _process_servers) are written
+    # out instead of calling helpers that take many arrays.
     _inline = njit(cache=True, inline="always")
 
 # Policy codes.
@@ -121,7 +124,8 @@ NGL = 5
 # Per (source, site) dynamic snitch state `ss`.
 SS_SCORE = 0
 SS_COUNT = 1
-NSS = 2
+SS_SCORED = 2  # 1 if the site had samples at the last score update
+NSS = 3
 # Reservoir entries `res` (S, S, size, 3).
 RS_VAL = 0
 RS_W = 1
@@ -146,7 +150,8 @@ PP_C3_HYST_MS = 14
 PP_C3_RF = 15
 PP_C3_NCLIENTS = 16
 PP_C3_MIN_RATE = 17
-NPP = 18
+PP_LA_RF = 18
+NPP = 19
 
 # Backlog (C3 backpressure queue) float columns, followed by 3 per site.
 BK_ISSUE = 0
@@ -247,10 +252,13 @@ def _route_global_rr(i, cs, allowed, site_off, n_servers):
     return i, 0
 
 
-@_jit
-def _la_ok(gs, cs, i, g, t, pp):
-    """DataStax LatencyAwarePolicy: is host g acceptable for source i at time t?"""
-    mn = cs[i, CS_LA_MIN]
+@_inline
+def _la_acceptable(gs, i, g, t, mn, pp):
+    """DataStax LatencyAwarePolicy.newQueryPlan: is host g not penalised for source i?
+
+    A host is penalised only if it has >= min_measure measurements, was measured
+    within the retry period, and its average exceeds exclusion_threshold x min.
+    """
     if mn < 0 or gs[i, g, GS_LA_NB] < pp[PP_LA_MIN_MEASURE]:
         return True
     if t - gs[i, g, GS_LA_TS] > pp[PP_LA_RETRY_MS]:
@@ -258,45 +266,98 @@ def _la_ok(gs, cs, i, g, t, pp):
     return gs[i, g, GS_LA_AVG] <= pp[PP_LA_THRESHOLD] * mn
 
 
+@_inline
+def _la_replica(rank, u_shuffle, rf):
+    """Offset (0..rf-1) of the rank-th local replica in a shuffled replica list.
+
+    TokenAwarePolicy shuffles the key's replicas (driver 3.x default); one uniform
+    encodes the permutation (its mixed-radix digits pick among the remaining ones).
+    """
+    u = u_shuffle
+    used = 0
+    pick = 0
+    for step in range(rank + 1):
+        left = rf - step
+        r = int(u * left)
+        if r >= left:
+            r = left - 1
+        u = u * left - r
+        pick = 0
+        while True:
+            if (used >> pick) & 1 == 0:
+                if r == 0:
+                    break
+                r -= 1
+            pick += 1
+        used |= 1 << pick
+    return pick
+
+
 @_jit
-def _route_latency_aware(i, t, u_server, gs, cs, pp, allowed, site_off, n_servers, order):
-    """Query plan: local servers from a random start, then remote sites by proximity;
-    the first host not excluded wins, else the first skipped one."""
+def _route_latency_aware(
+    i, t, u_server, u_shuffle, gs, cs, pp, allowed, site_off, n_servers, order
+):
+    """First host of the query plan that is not penalised, else the first penalised one.
+
+    Child plan (token-aware over DC-aware round robin, Kurma section 7: RF 3 per
+    DC): the key's local replicas (shuffled), the other local hosts in ring order,
+    then the hosts of the allowed remote sites by proximity (ring order from a
+    rotating start). LatencyAwarePolicy moves penalised hosts to the end.
+    """
+    mn = cs[i, CS_LA_MIN]
     first_j = -1
     first_s = 0
-    n_sites = n_servers.size
-    for r in range(n_sites):
+    n = n_servers[i]
+    rf = int(pp[PP_LA_RF])
+    if rf > n:
+        rf = n
+    if rf < 1:
+        rf = 1
+    start = int(u_server * n)
+    if start >= n:
+        start = n - 1
+    # the key's local replicas, shuffled
+    for rank in range(rf):
+        s = (start + _la_replica(rank, u_shuffle, rf)) % n
+        g = site_off[i] + s
+        if _la_acceptable(gs, i, g, t, mn, pp):
+            return i, s
+        if first_j < 0:
+            first_j = i
+            first_s = s
+    # the other local hosts, then remote sites by proximity
+    for r in range(n_servers.size):
         j = order[i, r]
         if not allowed[i, j]:
             continue
-        n = n_servers[j]
-        start = int(u_server * n)
-        if start >= n:
-            start = n - 1
-        for k in range(n):
-            s = (start + k) % n
+        nj = n_servers[j]
+        sj = int(u_server * nj)
+        if sj >= nj:
+            sj = nj - 1
+        k0 = rf if j == i else 0
+        for k in range(k0, nj):
+            s = (sj + k) % nj
             g = site_off[j] + s
-            if _la_ok(gs, cs, i, g, t, pp):
+            if _la_acceptable(gs, i, g, t, mn, pp):
                 return j, s
             if first_j < 0:
                 first_j = j
                 first_s = s
-    if first_j < 0:
-        return i, 0
     return first_j, first_s
 
 
-@_jit
+@_inline
 def _la_feedback(gs, i, g, t, x, pp):
-    """TimestampedAverage update of the DataStax driver (scale-weighted EWMA)."""
-    nb = gs[i, g, GS_LA_NB]
-    if nb + 1 < pp[PP_LA_MIN_MEASURE]:
-        gs[i, g, GS_LA_NB] = nb + 1
+    """HostLatencyTracker.add of the DataStax driver: the first 30% of min_measure
+    measurements are ignored, then a time-weighted average (scale pp[PP_LA_SCALE_MS])."""
+    nb = gs[i, g, GS_LA_NB] + 1.0
+    if nb < math.floor(0.3 * pp[PP_LA_MIN_MEASURE]):
+        gs[i, g, GS_LA_NB] = nb
         gs[i, g, GS_LA_TS] = t
         gs[i, g, GS_LA_AVG] = -1.0
         return
     if gs[i, g, GS_LA_AVG] < 0:
-        gs[i, g, GS_LA_NB] = nb + 1
+        gs[i, g, GS_LA_NB] = nb
         gs[i, g, GS_LA_TS] = t
         gs[i, g, GS_LA_AVG] = x
         return
@@ -307,30 +368,45 @@ def _la_feedback(gs, i, g, t, x, pp):
     w = math.log(scaled + 1.0) / scaled
     gs[i, g, GS_LA_AVG] = (1.0 - w) * x + w * gs[i, g, GS_LA_AVG]
     gs[i, g, GS_LA_TS] = t
-    gs[i, g, GS_LA_NB] = nb + 1
+    gs[i, g, GS_LA_NB] = nb
 
 
 @_jit
-def _la_update_min(gs, cs, pp):
+def _la_update_min(gs, cs, t, pp):
+    """Tracker.updateMin: min average over hosts with enough measurements that were
+    measured within the retry period; the previous min is kept if there is none."""
     for i in range(gs.shape[0]):
         mn = -1.0
         for g in range(gs.shape[1]):
-            if gs[i, g, GS_LA_NB] >= pp[PP_LA_MIN_MEASURE] and gs[i, g, GS_LA_AVG] >= 0:
-                if mn < 0 or gs[i, g, GS_LA_AVG] < mn:
-                    mn = gs[i, g, GS_LA_AVG]
-        cs[i, CS_LA_MIN] = mn
+            avg = gs[i, g, GS_LA_AVG]
+            if gs[i, g, GS_LA_NB] < pp[PP_LA_MIN_MEASURE] or avg < 0:
+                continue
+            if t - gs[i, g, GS_LA_TS] > pp[PP_LA_RETRY_MS]:
+                continue
+            if mn < 0 or avg < mn:
+                mn = avg
+        if mn >= 0:
+            cs[i, CS_LA_MIN] = mn
 
 
 @_jit
 def _route_dynamic_snitch(i, ss, pp, allowed, order):
-    """Cassandra's sortByProximityWithBadness: proximity order unless a positional
-    score exceeds the sorted score by the badness threshold, then the best score."""
+    """Cassandra's sortByProximityWithBadness, per site: keep the proximity order
+    (local first) unless, among the *scored* sites in that order, one exceeds the
+    positionally sorted score by more than the badness threshold; then sort by
+    score, unscored sites counting as 0.0 (DynamicEndpointSnitch.compareEndpoints).
+
+    Only scored sites enter the badness test (Cassandra skips hosts without a
+    score), so a site that has never been measured does not by itself pull reads
+    away from a measured local site: at start-up only the local site (measured by
+    its own reads) has a score and reads stay local (Kurma section 7.1.1).
+    """
     n_sites = order.shape[1]
     prox = np.empty(n_sites)
     m = 0
     for r in range(n_sites):
         j = order[i, r]
-        if allowed[i, j]:
+        if allowed[i, j] and ss[i, j, SS_SCORED] > 0:
             prox[m] = ss[i, j, SS_SCORE]
             m += 1
     srt = np.sort(prox[:m])
@@ -340,14 +416,17 @@ def _route_dynamic_snitch(i, ss, pp, allowed, order):
             bad = True
             break
     best_j = -1
+    best = 0.0
     for r in range(n_sites):
         j = order[i, r]
         if not allowed[i, j]:
             continue
         if not bad:
             return j
-        if best_j < 0 or ss[i, j, SS_SCORE] < ss[i, best_j, SS_SCORE]:
+        score = ss[i, j, SS_SCORE] if ss[i, j, SS_SCORED] > 0 else 0.0
+        if best_j < 0 or score < best:
             best_j = j
+            best = score
     if best_j < 0:
         return i
     return best_j
@@ -378,7 +457,8 @@ def _ds_feedback(ss, res, i, j, t_ms, x, u, landmark_ms, pp):
 
 @_jit
 def _ds_update_scores(ss, res):
-    """Score = weighted median / largest median of this source (0 when unsampled)."""
+    """Score = weighted median / largest median of this source; sites without samples
+    are unscored (SS_SCORED = 0), as hosts absent from Cassandra's score map."""
     n_src = ss.shape[0]
     n_sites = ss.shape[1]
     med = np.zeros(n_sites)
@@ -406,6 +486,7 @@ def _ds_update_scores(ss, res):
                 mx = m
         for j in range(n_sites):
             ss[i, j, SS_SCORE] = med[j] / mx if mx > 0 else 0.0
+            ss[i, j, SS_SCORED] = 1.0 if ss[i, j, SS_COUNT] > 0 else 0.0
 
 
 @_jit
@@ -590,6 +671,8 @@ def _process_servers(
     for k in range(m):
         keys[k] = pf[sel[k], PF_ARR]
     order = np.argsort(keys, kind="mergesort")
+    n_sec = st_min.shape[2]
+    n_cap = samples.shape[0]
     for r in range(m):
         k = sel[order[r]]
         site = pi[k, PI_SITE]
@@ -610,27 +693,30 @@ def _process_servers(
         rtt = pf[k, PF_RTT]
         resid = pf[k, PF_RESID]
         if pi[k, PI_REPORTED] == 0:
-            _record(
-                src,
-                site,
-                pf[k, PF_ISSUE],
-                pf[k, PF_SEND],
-                arr,
-                finish,
-                rtt,
-                resid,
-                pf[k, PF_KEEP],
-                overhead_ms[site],
-                slo_ms,
-                first_sec,
-                keep_prob,
-                st_viol,
-                st_done,
-                st_sum,
-                st_min,
-                samples,
-                nsamp,
-            )
+            # _record written out: see the read path of run_chunk
+            svc_part = (finish - arr) + overhead_ms[site]
+            wan = rtt + resid
+            issue = pf[k, PF_ISSUE]
+            resp = svc_part + wan + (pf[k, PF_SEND] - issue)
+            if resp > slo_ms:
+                st_viol[src, site] += 1
+            st_done[src, site] += 1
+            st_sum[src, site] += resp
+            sec = int(math.floor(issue / 1000.0)) - first_sec
+            if sec < 0:
+                sec = 0
+            if sec >= n_sec:
+                sec = n_sec - 1
+            if resp < st_min[src, site, sec]:
+                st_min[src, site, sec] = resp
+            if pf[k, PF_KEEP] < keep_prob and nsamp[0] < n_cap:
+                q = nsamp[0]
+                samples[q, 0] = src
+                samples[q, 1] = site
+                samples[q, 2] = resp
+                samples[q, 3] = wan
+                samples[q, 4] = svc_part
+                nsamp[0] = q + 1
         if adaptive:
             f = st[ST_NFB]
             fb[f, FB_T] = finish + overhead_ms[site] + rtt / 2.0 + resid
@@ -704,7 +790,7 @@ def _apply_feedback(t_end, policy, fb, fbi, st, gs, ss, res, glob, site_off, pp)
 def _policy_clocks(t_end, policy, gs, cs, ss, res, glob, pp):
     if policy == LATENCY_AWARE:
         while glob[GL_LA_NEXT_MIN] <= t_end:
-            _la_update_min(gs, cs, pp)
+            _la_update_min(gs, cs, glob[GL_LA_NEXT_MIN], pp)
             glob[GL_LA_NEXT_MIN] += pp[PP_LA_UPDATE_MS]
     elif policy == DYNAMIC_SNITCH:
         if glob[GL_DS_NEXT_RESET] <= t_end:
@@ -915,7 +1001,17 @@ def run_chunk(
                     j, srv = _route_global_rr(i, cs, allowed, site_off, n_servers)
                 elif policy == LATENCY_AWARE:
                     j, srv = _route_latency_aware(
-                        i, t_k, req[RQ_SERVER, k], gs, cs, pp, allowed, site_off, n_servers, order
+                        i,
+                        t_k,
+                        req[RQ_SERVER, k],
+                        req[RQ_AUX, k],
+                        gs,
+                        cs,
+                        pp,
+                        allowed,
+                        site_off,
+                        n_servers,
+                        order,
                     )
                 elif policy == DYNAMIC_SNITCH:
                     j = _route_dynamic_snitch(i, ss, pp, allowed, order)
@@ -948,9 +1044,47 @@ def run_chunk(
                     srv = int(req[RQ_SERVER, k] * n)
                     if srv >= n:
                         srv = n - 1
-                wk = req_w[k]
-                if wk < 0:
-                    wk = 0
+                if not is_write:
+                    # the read path written out (no helper call): passing a dozen
+                    # arrays to an inlined helper costs atomic reference counting
+                    # per request in numba, about half of the kernel's time
+                    rtt = 0.0
+                    resid = 0.0
+                    if j != i:
+                        rtt = base_rtt[i, j]
+                        ln = resid_len[i, j]
+                        if ln > 0:
+                            idx = int(req[RQ_RESID, k] * ln)
+                            if idx >= ln:
+                                idx = ln - 1
+                            resid = resid_pool[resid_off[i, j] + idx]
+                    svc = service_ms(
+                        req[RQ_EBASE, k],
+                        req[RQ_USTALL, k],
+                        sp[j, 0, 0],
+                        sp[j, 0, 1],
+                        sp[j, 0, 2],
+                        slowdown[j, srv],
+                    )
+                    n_p = st[ST_NPEND]
+                    pf[n_p, PF_ARR] = t_k + rtt / 2.0
+                    pf[n_p, PF_SVC] = svc
+                    pf[n_p, PF_ISSUE] = t_k
+                    pf[n_p, PF_SEND] = t_k
+                    pf[n_p, PF_RTT] = rtt
+                    pf[n_p, PF_RESID] = resid
+                    pf[n_p, PF_AUX] = req[RQ_AUX, k]
+                    pf[n_p, PF_KEEP] = req[RQ_KEEP, k]
+                    pi[n_p, PI_SITE] = j
+                    pi[n_p, PI_SRV] = srv
+                    pi[n_p, PI_SRC] = i
+                    pi[n_p, PI_REPORTED] = 0
+                    pi[n_p, PI_SEQ] = st[ST_SEQ]
+                    st[ST_SEQ] += 1
+                    st[ST_NPEND] = n_p + 1
+                    st_req[i, j] += 1
+                    st_served[j] += 1
+                    continue
                 _dispatch(
                     i,
                     j,
@@ -964,7 +1098,7 @@ def run_chunk(
                     req[RQ_AUX, k],
                     req[RQ_KEEP, k],
                     rep,
-                    wk,
+                    req_w[k],
                     base_rtt,
                     sp,
                     slowdown,

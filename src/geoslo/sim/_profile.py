@@ -47,10 +47,12 @@ def profile_site(
     write_fraction: float,
     duration_s: float,
     seed: int,
+    slowdown: np.ndarray | None = None,
 ) -> np.ndarray:
     """Response times (ms, in arrival order) of one site under a constant Poisson load.
 
     Open-loop profiling of a cold cluster (Kurma section 4.1): the queues start empty.
+    ``slowdown`` multiplies each server's service times (interference, section 7.1.4).
     """
     if not (np.isfinite(load_rps) and load_rps > 0):
         raise InputError("load_rps", f"must be > 0, got {load_rps}")
@@ -67,6 +69,11 @@ def profile_site(
     svc = _services(backend.read, e_base, u_stall)
     if is_write.any():
         svc[is_write] = _services(backend.write, e_base[is_write], u_stall[is_write])
+    if slowdown is not None:
+        factors = np.asarray(slowdown, dtype=float)
+        if factors.shape != (backend.servers,) or np.any(~(factors > 0)):
+            raise InputError("slowdown", f"needs {backend.servers} factors > 0")
+        svc = svc * factors[server]
     return K.profile_kernel(arrival_ms, server, svc, backend.servers, backend.overhead_ms)
 
 

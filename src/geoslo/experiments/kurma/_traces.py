@@ -26,6 +26,8 @@ TRACE_DAY = 5
 SHIFTS_S = (0, 3600, 14400)  # Table 2: +0, +1, +4 hours
 SMOOTH_S = 10
 STEP_S = 300
+TRACE1_BUSIEST_OF_5PCT = 1.0  # the busiest site's mean load over the window, vs its 5% point
+TRACE2_MEAN_OF_5PCT = 0.9  # every site's mean load, vs its 5% point
 
 
 @dataclass(frozen=True)
@@ -59,21 +61,21 @@ def trace_pair(local_5pct_rps: float, minutes: float) -> tuple[SiteTraces, SiteT
     start1 = max(ratio, key=ratio.get)
     start2 = min(ratio, key=ratio.get)
     busiest = max(float(s.mean()) for s in _slices(day, start1, window_s))
-    scale1 = 1.15 * local_5pct_rps / busiest
+    scale1 = TRACE1_BUSIEST_OF_5PCT * local_5pct_rps / busiest
     mean2 = np.mean([float(s.mean()) for s in _slices(day, start2, window_s)])
-    scale2 = 0.97 * local_5pct_rps / mean2
+    scale2 = TRACE2_MEAN_OF_5PCT * local_5pct_rps / mean2
     t1 = SiteTraces(
         "Trace-1",
         [s[:duration] * scale1 for s in _slices(day, start1, window_s)],
         f"Twitter day {TRACE_DAY} from {start1 // 3600:02d}:{start1 % 3600 // 60:02d} "
-        f"(+0/+1/+4 h per site), 10 s smoothing, x{scale1:.0f}: busiest site at 1.15x its 5% load "
+        f"(+0/+1/+4 h per site), 10 s smoothing, x{scale1:.0f}: busiest site at {TRACE1_BUSIEST_OF_5PCT}x its 5% load "
         f"(imbalance {ratio[start1]:.2f})",
     )
     t2 = SiteTraces(
         "Trace-2",
         [s[:duration] * scale2 for s in _slices(day, start2, window_s)],
         f"Twitter day {TRACE_DAY} from {start2 // 3600:02d}:{start2 % 3600 // 60:02d} "
-        f"(+0/+1/+4 h per site), 10 s smoothing, x{scale2:.0f}: mean at 0.97x the 5% load "
+        f"(+0/+1/+4 h per site), 10 s smoothing, x{scale2:.0f}: mean at {TRACE2_MEAN_OF_5PCT}x the 5% load "
         f"(imbalance {ratio[start2]:.2f})",
     )
     return t1, t2
