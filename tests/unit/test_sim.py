@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
 
@@ -360,3 +362,115 @@ def test_dynamic_snitch_moves_reads_when_a_scored_site_is_better():
     assert K._route_dynamic_snitch(0, ss, pp, allowed, order) == 0
     ss[0, 0, K.SS_SCORE] = 1.2  # local worse than 1.1 x the best: sort by score
     assert K._route_dynamic_snitch(0, ss, pp, allowed, order) == 1
+
+
+def _feedback_heap(events):
+    """fb/fbi holding `events` (time, seq, src, host) as the kernel's feedback heap."""
+    import heapq
+
+    from geoslo.sim import _kernels as K
+
+    heap: list = []
+    for e in events:
+        heapq.heappush(heap, e)  # same sift-up as the kernel's push, key (time, seq)
+    fb = np.zeros((len(events), K.NFB))
+    fbi = np.zeros((len(events), K.NFBI), dtype=np.int64)
+    for slot, (t, seq, src, host) in enumerate(heap):
+        fb[slot, K.FB_T] = t
+        fbi[slot, K.FBI_SEQ] = seq
+        fbi[slot, K.FBI_SLOT] = slot
+        fb[slot, K.FB_RESP] = 10.0 + 7.0 * seq  # order-sensitive averages
+        fbi[slot, K.FBI_SRC] = src
+        fbi[slot, K.FBI_SRV] = host
+    st = np.zeros(K.NST, dtype=np.int64)
+    st[K.ST_NFB] = st[K.ST_FBSLOTS] = st[K.ST_FBSEQ] = len(events)
+    return fb, fbi, st
+
+
+def _is_heap(fb, fbi, n):
+    from geoslo.sim import _kernels as K
+
+    key = [(fb[h, K.FB_T], fbi[h, K.FBI_SEQ]) for h in range(n)]
+    return all(key[(h - 1) // 2] < key[h] for h in range(1, n))
+
+
+@pytest.mark.parametrize("kern", ["compiled", "reference"])
+def test_feedback_heap_applies_due_events_in_time_then_sequence_order(kern):
+    from geoslo.sim import _kernels as K
+
+    kern = K if kern == "compiled" else reference_kernels()
+    rng = np.random.default_rng(3)
+    times = rng.integers(0, 40, 300).astype(float)  # many equal times
+    events = [(t, seq, int(rng.integers(2)), int(rng.integers(10))) for seq, t in enumerate(times)]
+    fb, fbi, st = _feedback_heap(events)
+    gs, _, pp, *_ = _la_state(min_measure=5.0)
+    gs[:] = 0.0
+    expected = gs.copy()
+    site_off = np.array([0, 5, 10], dtype=np.int64)
+    ss, res = np.zeros((2, 2, K.NSS)), np.zeros((2, 2, 4, K.NRS))
+    args = (K.LATENCY_AWARE, fb, fbi, st, gs, ss, res, np.zeros(K.NGL), site_off, pp)
+    applied_before = -np.inf
+    for t_end in (20.0, 20.0, 1e9):  # the second call finds nothing due
+        kern._apply_feedback(t_end, *args)
+        for t, seq, src, host in sorted(events):
+            if applied_before <= t < t_end:
+                K._la_feedback(expected, src, host, t, 10.0 + 7.0 * seq, pp)
+        applied_before = t_end
+        n = st[K.ST_NFB]
+        assert n == sum(t >= t_end for t in times)
+        assert _is_heap(fb, fbi, n)
+        assert np.array_equal(gs, expected)
+    assert st[K.ST_FBNFREE] == len(events)
+    assert sorted(fbi[: len(events), K.FBI_FREE]) == list(range(len(events)))
+
+
+def test_feedback_heap_stays_valid_under_overload():
+    """Many responses in flight: the heap invariant holds and payload rows are not lost."""
+    from geoslo.sim import _kernels as K
+
+    s = build_sim("latency_aware", rate_rps=40000.0, seed=4)
+    s.run(1.0)
+    n = int(s._st[K.ST_NFB])
+    assert n > 1000 and _is_heap(s._fb, s._fbi, n)
+    used = set(s._fbi[:n, K.FBI_SLOT].tolist())
+    free = set(s._fbi[: s._st[K.ST_FBNFREE], K.FBI_FREE].tolist())
+    assert len(used) == n and not used & free
+    assert used | free == set(range(int(s._st[K.ST_FBSLOTS])))
+
+
+def _ds_insert_by_scan(res, count, t_ms, x, u, alpha_per_s):
+    """Codahale's ExponentiallyDecayingReservoir insert, by a scan for the lowest priority."""
+    w = math.exp(alpha_per_s * (t_ms - 0.0) / 1000.0)
+    prio = w / (1.0 - u)
+    if count < res.shape[0]:
+        res[count] = (x, w, prio)
+        return count + 1
+    kmin = int(np.argmin(res[:, 2]))  # the first of equal priorities
+    if prio > res[kmin, 2]:
+        res[kmin] = (x, w, prio)
+    return count
+
+
+@pytest.mark.parametrize("kern", ["compiled", "reference"])
+def test_dynamic_snitch_reservoir_heap_equals_a_scan(kern):
+    from geoslo.sim import _kernels as K
+
+    kern = K if kern == "compiled" else reference_kernels()
+    size = 16
+    ss = np.zeros((1, 1, K.NSS))
+    res = np.zeros((1, 1, size, K.NRS))
+    pp = np.zeros(K.NPP)
+    pp[K.PP_DS_ALPHA_PER_S] = 0.75
+    ref = np.zeros((size, 3))
+    count = 0
+    rng = np.random.default_rng(5)
+    for k in range(2000):
+        if k == 1000:  # reset, as every ds_reset_interval_ms
+            ss[0, 0, K.SS_COUNT] = 0.0
+            count = 0
+        t_ms = float(k // 50)  # equal weights within a block
+        u = float(rng.integers(4)) / 4.0  # equal priorities are common
+        kern._ds_feedback(ss, res, 0, 0, t_ms, float(k), u, 0.0, pp)
+        count = _ds_insert_by_scan(ref, count, t_ms, float(k), u, 0.75)
+        assert ss[0, 0, K.SS_COUNT] == count
+        assert np.array_equal(res[0, 0, :count, :3], ref[:count])

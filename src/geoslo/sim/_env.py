@@ -211,7 +211,7 @@ class RequestLevelSim:
         self._cs[:, K.CS_LA_MIN] = -1.0
         self._cs[:, K.CS_RR] = self._site_off[:n] % max(g, 1)  # sources start apart
         self._ss = np.zeros((n, n, K.NSS))
-        self._res = np.zeros((n, n, int(p["ds_reservoir_size"]), 3))
+        self._res = np.zeros((n, n, int(p["ds_reservoir_size"]), K.NRS))
         self._glob = np.zeros(K.NGL)
         self._glob[K.GL_LA_NEXT_MIN] = p["la_update_rate_ms"]
         self._glob[K.GL_DS_NEXT_SCORE] = p["ds_update_interval_ms"]

@@ -10,7 +10,9 @@ server; at the slice end the pending requests that reached their server before
 the slice end are sorted by (server arrival, sequence number) and run through
 the FCFS (Lindley) recursion of their server. Feedback to adaptive policies
 (the response observed at the source) is applied at the first slice end after
-it reaches the source.
+it reaches the source, in (feedback time, sequence number) order; responses in
+flight wait in a binary min-heap on that key, so a slice costs O(log n) per
+feedback applied, not a scan of everything in flight.
 """
 
 from __future__ import annotations
@@ -79,19 +81,27 @@ ST_NPEND = 0
 ST_SEQ = 1
 ST_NFB = 2
 ST_NBACK = 3
-NST = 4
+ST_FBSEQ = 4  # feedback events pushed so far (tie-break of equal feedback times)
+ST_FBSLOTS = 5  # feedback payload slots ever used
+ST_FBNFREE = 6  # free payload slots (on the stack fbi[:, FBI_FREE])
+NST = 7
 
-# Feedback events `fb` (float) and `fbi` (int).
-FB_T = 0
-FB_RESP = 1
+# Feedback events `fb` (float) and `fbi` (int). Heap columns: rows 0..st[ST_NFB]-1
+# are a binary min-heap of (fb[., FB_T], fbi[., FBI_SEQ]) pointing to the event's
+# payload row fbi[., FBI_SLOT] (the heap moves 3 numbers per level, not the event).
+FB_T = 0  # heap
+FB_RESP = 1  # payload
 FB_QLEN = 2
 FB_SVC = 3
 FB_AUX = 4
 NFB = 5
-FBI_SRC = 0
-FBI_SITE = 1
-FBI_SRV = 2
-NFBI = 3
+FBI_SEQ = 0  # heap
+FBI_SLOT = 1  # heap
+FBI_SRC = 2  # payload
+FBI_SITE = 3
+FBI_SRV = 4
+FBI_FREE = 5  # stack of free payload rows
+NFBI = 6
 
 # Per (source, global server) policy state `gs`.
 GS_LA_AVG = 0
@@ -126,10 +136,14 @@ SS_SCORE = 0
 SS_COUNT = 1
 SS_SCORED = 2  # 1 if the site had samples at the last score update
 NSS = 3
-# Reservoir entries `res` (S, S, size, 3).
+# Reservoir entries `res` (S, S, size, NRS). Column RS_HEAP of entries 0..count-1
+# holds the slots in a binary min-heap on (priority, slot), so replacing the lowest
+# priority costs O(log size) instead of a scan.
 RS_VAL = 0
 RS_W = 1
 RS_PRIO = 2
+RS_HEAP = 3
+NRS = 4
 
 # Policy parameters `pp`.
 PP_LA_SCALE_MS = 0
@@ -432,9 +446,15 @@ def _route_dynamic_snitch(i, ss, pp, allowed, order):
     return best_j
 
 
-@_jit
+@_inline
 def _ds_feedback(ss, res, i, j, t_ms, x, u, landmark_ms, pp):
-    """Exponentially decaying reservoir (forward decay, Codahale metrics) insert."""
+    """Exponentially decaying reservoir (forward decay, Codahale metrics) insert.
+
+    A full reservoir replaces its lowest-priority entry (the first slot among equal
+    priorities) if the new priority is higher. Slots keep their place (the score
+    update reads them in slot order); a heap of slots keyed by (priority, slot)
+    finds the lowest one.
+    """
     size = res.shape[2]
     w = math.exp(pp[PP_DS_ALPHA_PER_S] * (t_ms - landmark_ms) / 1000.0)
     prio = w / (1.0 - u)
@@ -443,16 +463,46 @@ def _ds_feedback(ss, res, i, j, t_ms, x, u, landmark_ms, pp):
         res[i, j, c, RS_VAL] = x
         res[i, j, c, RS_W] = w
         res[i, j, c, RS_PRIO] = prio
+        # sift slot c up from heap position c
+        h = c
+        while h > 0:
+            up = (h - 1) >> 1
+            q = int(res[i, j, up, RS_HEAP])
+            pq = res[i, j, q, RS_PRIO]
+            if pq <= prio:
+                break  # on equal priorities the parent's slot is lower than c
+            res[i, j, h, RS_HEAP] = q
+            h = up
+        res[i, j, h, RS_HEAP] = c
         ss[i, j, SS_COUNT] = c + 1
         return
-    kmin = 0
-    for k in range(1, size):
-        if res[i, j, k, RS_PRIO] < res[i, j, kmin, RS_PRIO]:
-            kmin = k
-    if prio > res[i, j, kmin, RS_PRIO]:
-        res[i, j, kmin, RS_VAL] = x
-        res[i, j, kmin, RS_W] = w
-        res[i, j, kmin, RS_PRIO] = prio
+    kmin = int(res[i, j, 0, RS_HEAP])
+    if not prio > res[i, j, kmin, RS_PRIO]:
+        return
+    res[i, j, kmin, RS_VAL] = x
+    res[i, j, kmin, RS_W] = w
+    res[i, j, kmin, RS_PRIO] = prio
+    # sift slot kmin down from the root
+    h = 0
+    while True:
+        a = 2 * h + 1
+        if a >= size:
+            break
+        qa = int(res[i, j, a, RS_HEAP])
+        pa = res[i, j, qa, RS_PRIO]
+        b = a + 1
+        if b < size:
+            qb = int(res[i, j, b, RS_HEAP])
+            pb = res[i, j, qb, RS_PRIO]
+            if pb < pa or (pb == pa and qb < qa):
+                a = b
+                qa = qb
+                pa = pb
+        if prio < pa or (prio == pa and kmin < qa):
+            break
+        res[i, j, h, RS_HEAP] = qa
+        h = a
+    res[i, j, h, RS_HEAP] = kmin
 
 
 @_jit
@@ -718,17 +768,39 @@ def _process_servers(
                 samples[q, 4] = svc_part
                 nsamp[0] = q + 1
         if adaptive:
-            f = st[ST_NFB]
-            fb[f, FB_T] = finish + overhead_ms[site] + rtt / 2.0 + resid
+            # store the event in a free payload row and push it on the feedback
+            # heap (sift up, written out: hot path)
+            nfree = st[ST_FBNFREE]
+            if nfree > 0:
+                slot = fbi[nfree - 1, FBI_FREE]
+                st[ST_FBNFREE] = nfree - 1
+            else:
+                slot = st[ST_FBSLOTS]
+                st[ST_FBSLOTS] = slot + 1
             # response seen by the client library, from send to receipt
-            fb[f, FB_RESP] = (finish - arr) + overhead_ms[site] + rtt + resid
-            fb[f, FB_QLEN] = qlen
-            fb[f, FB_SVC] = pf[k, PF_SVC]
-            fb[f, FB_AUX] = pf[k, PF_AUX]
-            fbi[f, FBI_SRC] = src
-            fbi[f, FBI_SITE] = site
-            fbi[f, FBI_SRV] = srv
-            st[ST_NFB] = f + 1
+            fb[slot, FB_RESP] = (finish - arr) + overhead_ms[site] + rtt + resid
+            fb[slot, FB_QLEN] = qlen
+            fb[slot, FB_SVC] = pf[k, PF_SVC]
+            fb[slot, FB_AUX] = pf[k, PF_AUX]
+            fbi[slot, FBI_SRC] = src
+            fbi[slot, FBI_SITE] = site
+            fbi[slot, FBI_SRV] = srv
+            t_fb = finish + overhead_ms[site] + rtt / 2.0 + resid
+            seq = st[ST_FBSEQ]
+            st[ST_FBSEQ] = seq + 1
+            h = st[ST_NFB]
+            st[ST_NFB] = h + 1
+            while h > 0:
+                up = (h - 1) >> 1
+                if fb[up, FB_T] <= t_fb:
+                    break  # on equal times the parent's seq is the smaller one
+                fb[h, FB_T] = fb[up, FB_T]
+                fbi[h, FBI_SEQ] = fbi[up, FBI_SEQ]
+                fbi[h, FBI_SLOT] = fbi[up, FBI_SLOT]
+                h = up
+            fb[h, FB_T] = t_fb
+            fbi[h, FBI_SEQ] = seq
+            fbi[h, FBI_SLOT] = slot
     # compact: keep the unserved ones in sequence order
     w = 0
     for k in range(n):
@@ -742,48 +814,56 @@ def _process_servers(
 
 @_jit
 def _apply_feedback(t_end, policy, fb, fbi, st, gs, ss, res, glob, site_off, pp):
+    """Apply, in (feedback time, sequence) order, the feedback that reached its source
+    before t_end: pop the feedback heap while its root is due."""
     n = st[ST_NFB]
-    sel = np.empty(n, np.int64)
-    m = 0
-    for k in range(n):
-        if fb[k, FB_T] < t_end:
-            sel[m] = k
-            m += 1
-    if m > 0:
-        sel = sel[:m]
-        keys = np.empty(m)
-        for k in range(m):
-            keys[k] = fb[sel[k], FB_T]
-        order = np.argsort(keys, kind="mergesort")
-        for r in range(m):
-            k = sel[order[r]]
-            i = fbi[k, FBI_SRC]
-            j = fbi[k, FBI_SITE]
-            g = site_off[j] + fbi[k, FBI_SRV]
-            if policy == LATENCY_AWARE:
-                _la_feedback(gs, i, g, fb[k, FB_T], fb[k, FB_RESP], pp)
-            elif policy == DYNAMIC_SNITCH:
-                _ds_feedback(
-                    ss,
-                    res,
-                    i,
-                    j,
-                    fb[k, FB_T],
-                    fb[k, FB_RESP],
-                    fb[k, FB_AUX],
-                    glob[GL_DS_LANDMARK],
-                    pp,
-                )
-            elif policy == C3:
-                _c3_feedback(gs, i, g, fb[k, FB_RESP], fb[k, FB_QLEN], fb[k, FB_SVC], pp)
-        w = 0
-        for k in range(n):
-            if fb[k, FB_T] >= t_end:
-                if w != k:
-                    fb[w, :] = fb[k, :]
-                    fbi[w, :] = fbi[k, :]
-                w += 1
-        st[ST_NFB] = w
+    nfree = st[ST_FBNFREE]
+    while n > 0 and fb[0, FB_T] < t_end:
+        t_k = fb[0, FB_T]
+        slot = fbi[0, FBI_SLOT]
+        fbi[nfree, FBI_FREE] = slot
+        nfree += 1
+        # pop: sift the last entry down from the root (written out: hot path)
+        n -= 1
+        if n > 0:
+            lt = fb[n, FB_T]
+            lseq = fbi[n, FBI_SEQ]
+            h = 0
+            while True:
+                a = 2 * h + 1
+                if a >= n:
+                    break
+                at = fb[a, FB_T]
+                aseq = fbi[a, FBI_SEQ]
+                b = a + 1
+                if b < n:
+                    bt = fb[b, FB_T]
+                    if bt < at or (bt == at and fbi[b, FBI_SEQ] < aseq):
+                        a = b
+                        at = bt
+                        aseq = fbi[b, FBI_SEQ]
+                if lt < at or (lt == at and lseq < aseq):
+                    break
+                fb[h, FB_T] = at
+                fbi[h, FBI_SEQ] = aseq
+                fbi[h, FBI_SLOT] = fbi[a, FBI_SLOT]
+                h = a
+            fb[h, FB_T] = lt
+            fbi[h, FBI_SEQ] = lseq
+            fbi[h, FBI_SLOT] = fbi[n, FBI_SLOT]
+        i = fbi[slot, FBI_SRC]
+        j = fbi[slot, FBI_SITE]
+        if policy == LATENCY_AWARE:
+            _la_feedback(gs, i, site_off[j] + fbi[slot, FBI_SRV], t_k, fb[slot, FB_RESP], pp)
+        elif policy == DYNAMIC_SNITCH:
+            _ds_feedback(
+                ss, res, i, j, t_k, fb[slot, FB_RESP], fb[slot, FB_AUX], glob[GL_DS_LANDMARK], pp
+            )
+        elif policy == C3:
+            g = site_off[j] + fbi[slot, FBI_SRV]
+            _c3_feedback(gs, i, g, fb[slot, FB_RESP], fb[slot, FB_QLEN], fb[slot, FB_SVC], pp)
+    st[ST_NFB] = n
+    st[ST_FBNFREE] = nfree
 
 
 @_jit
