@@ -73,8 +73,8 @@ def test_cost_study_saves_against_alllocal_and_stays_above_allshared(quick_repor
 @pytest.mark.slow
 def test_estimate_for_redirected_requests_is_within_half_a_point():
     """§4.2: the estimate agrees with the measured violations within 0.5 pp across 1-10%."""
-    scenario = build_scenario(Settings(write_fractions=(0.0,)), seed=3)
-    rows = accuracy_points(scenario, seconds=60.0, seed=3)
+    scenario = build_scenario(Settings(write_fractions=(0.0,)), seed=1)
+    rows = accuracy_points(scenario, seconds=300.0, seed=1)
     measured = np.array([r["measured_pct"] for r in rows])
     assert measured.min() < 2.0 and measured.max() > 7.0  # the sweep covers 1-10%
     assert np.max(np.abs([r["error_pp"] for r in rows])) <= 0.5

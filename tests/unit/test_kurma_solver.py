@@ -100,6 +100,27 @@ def test_matches_brute_force_with_four_sites(objective: str) -> None:
         assert value == pytest.approx(best, abs=1e-6), seed
 
 
+@pytest.mark.parametrize("objective", ["perf", "cost"])
+def test_matches_brute_force_with_equal_quanta(objective: str) -> None:
+    """Equal capacities (equal quanta) take the one-receiver intake enumeration."""
+    for seed in range(2000, 2060):
+        problem = random_problem(seed)
+        problem = KurmaProblem(
+            sites=problem.sites, demand_rps=problem.demand_rps * 100 / problem.capacity_rps,
+            capacity_rps=np.full(3, 100.0), load_grid_rps=problem.load_grid_rps,
+            violation=problem.violation, slo_violation_target=problem.slo_violation_target,
+            quantum_fraction=max(problem.quantum_fraction, 0.2), available=problem.available,
+            max_redirect_fraction=problem.max_redirect_fraction,
+        )  # fmt: skip
+        plan = solve(problem, objective)
+        _, (best, best_rps) = brute_force(problem, objective)
+        value, redirected = plan_score(problem, units_of(problem, plan.rates_rps), objective)
+        assert plan.optimal, seed
+        assert value == pytest.approx(best, abs=1e-6), seed
+        if abs(value - best) < 1e-9:
+            assert redirected == pytest.approx(best_rps, abs=1e-6), seed
+
+
 def test_perf_moves_load_off_an_overloaded_site() -> None:
     problem = knee_problem([1000.0, 300.0, 300.0])
     plan = solve(problem, "perf")

@@ -52,7 +52,7 @@ def test_profile_loads_are_denser_near_saturation():
     loads = profile_loads(1000.0, n_points=10)
     gaps = np.diff(loads)
     assert loads[0] == pytest.approx(50.0)
-    assert loads[-1] == pytest.approx(980.0)
+    assert loads[-1] == pytest.approx(950.0)
     assert np.all(gaps[1:] < gaps[:-1])
 
 
@@ -150,3 +150,11 @@ def test_best_fitting_curve_finds_the_curve_that_generated_the_points():
     index, errors = best_fitting_curve(family, loads, family[2](loads) + 0.001)
     assert index == 2
     assert errors.shape == (4,)
+
+
+def test_profile_distribution_between_points_has_the_interpolated_tail():
+    profile = exponential_profile([10.0, 20.0], lambda x, w: x / 2)
+    between = profile.distribution_at(12.5)
+    low, high = (profile.distributions[0][k].tail_probability(8.0) for k in (0, 1))
+    assert between.tail_probability(8.0) == pytest.approx(0.75 * low + 0.25 * high)
+    assert profile.distribution_at(99.0).mean_ms() == pytest.approx(10.0, abs=0.05)

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from geoslo.dist import LatencyDistribution
+from geoslo.dist import LatencyDistribution, mixture
 from geoslo.errors import InputError
 
 __all__ = [
@@ -74,6 +74,16 @@ class ServiceProfile:
     distributions: tuple[tuple[LatencyDistribution, ...], ...]  # [write fraction][load]
     min_service_ms: float  # the smallest response seen while profiling (base-RTT estimation, §6)
 
+    def distribution_at(self, load_rps: float, write_fraction: float = 0.0) -> LatencyDistribution:
+        """The response-time distribution at any load and mix: a mixture of the neighbouring
+        profiled points weighted like bilinear interpolation (its tail is the interpolated tail)."""
+        weights: dict[tuple[int, int], float] = {}
+        for w, w_weight in _neighbours(self.write_fractions, write_fraction):
+            for k, k_weight in _neighbours(self.load_rps, load_rps):
+                weights[(w, k)] = weights.get((w, k), 0.0) + w_weight * k_weight
+        parts = [(self.distributions[w][k], p) for (w, k), p in weights.items() if p > 0]
+        return mixture([d for d, _ in parts], [p for _, p in parts])
+
     def scaled(self, capacity_factor: float) -> ServiceProfile:
         """The profile of a site ``capacity_factor`` times as large (near-linear scaling, §4.1)."""
         return ServiceProfile(
@@ -84,9 +94,20 @@ class ServiceProfile:
         )
 
 
+def _neighbours(grid: np.ndarray, x: float) -> list[tuple[int, float]]:
+    """The two grid points around ``x`` (clamped to the ends) with linear weights."""
+    if len(grid) == 1 or x <= grid[0]:
+        return [(0, 1.0)]
+    if x >= grid[-1]:
+        return [(len(grid) - 1, 1.0)]
+    hi = int(np.searchsorted(grid, x))
+    t = (x - grid[hi - 1]) / (grid[hi] - grid[hi - 1])
+    return [(hi - 1, 1.0 - t), (hi, t)]
+
+
 def profile_loads(
-    saturation_rps: float, n_points: int = 24, lowest_fraction: float = 0.05,
-    highest_fraction: float = 0.98,
+    saturation_rps: float, n_points: int = 32, lowest_fraction: float = 0.05,
+    highest_fraction: float = 0.95,
 ) -> np.ndarray:
     """Loads to profile: exponentially spaced, denser near saturation (§4.1).
 

@@ -597,3 +597,105 @@ def dual_ascent(mu0, own, upper, in_start, in_units, in_cost, target, iterations
         for s in range(n_s):
             mu[s] += step * grad[s]
     return best_mu, best
+
+
+@njit(cache=True)
+def _receiver_terms(grid, vio, demand, q, rho, mode, j, senders, caps, own, rdem, a, h):
+    """Receiver j's term at intake ``a`` quanta and each sender's term h[s, x] (x to j).
+
+    With one receiver every sender's total is what it sends to j, so once j's load
+    D_j + a q is fixed each sender's whole contribution depends on its own x alone.
+    """
+    load = demand[j] + a * q
+    w = omega(grid, vio, j, j, load)
+    if mode == PERF:
+        c = demand[j] * w
+    else:
+        c = demand[j] * (w - rho) if w > rho else 0.0
+    least = 0.0
+    for s in range(senders.shape[0]):
+        rate = q * omega(grid, vio, senders[s], j, load)
+        best = np.inf
+        for x in range(caps[s] + 1):
+            v = own[s, x] + (x * rate if x > 0 else 0.0)
+            if mode == COST:
+                v = v - rdem[s] if v > rdem[s] else 0.0
+            h[s, x] = v
+            if v < best:
+                best = v
+        least += best
+    return c, least
+
+
+@njit(cache=True)
+def single_receiver(grid, vio, demand, q, rho, mode, j, senders, caps, own, rdem, base,
+                    inc, inc_rps, tol, tol_rps):  # fmt: skip
+    """Exact optimum of a partition with one receiver j and equal quanta ``q`` (§5).
+
+    For each total intake a of j (its load, hence every curve value, is then fixed) a
+    knapsack DP over senders splits a among them; a is enumerated in increasing order so
+    ties go to fewer redirected quanta. Intakes whose separable bound (receiver term plus
+    each sender's least term) cannot beat the incumbent (objective, then redirected) are
+    skipped. Returns (best a or -1, value, redirected, x[s]).
+    """
+    n_s = senders.shape[0]
+    total = 0
+    width = 1
+    for s in range(n_s):
+        total += caps[s]
+        width = max(width, caps[s] + 1)
+    h = np.empty((n_s, width))
+    f = np.empty(total + 1)
+    g = np.empty(total + 1)
+    best_a = -1
+    best_v = inc
+    best_r = inc_rps
+    for a in range(total + 1):
+        c, least = _receiver_terms(grid, vio, demand, q, rho, mode, j, senders, caps, own,
+                                   rdem, a, h)  # fmt: skip
+        lb = base + c + least
+        r = a * q
+        if lb > best_v + tol or (lb >= best_v - tol and r >= best_r - tol_rps):
+            continue
+        f[:] = np.inf
+        f[0] = 0.0
+        reach = 0
+        for s in range(n_s):
+            new_reach = min(reach + caps[s], a)
+            g[: new_reach + 1] = np.inf
+            for b in range(reach + 1):
+                if f[b] == np.inf:
+                    continue
+                for x in range(min(caps[s], a - b) + 1):
+                    v = f[b] + h[s, x]
+                    if v < g[b + x]:
+                        g[b + x] = v
+            reach = new_reach
+            f[: reach + 1] = g[: reach + 1]
+        if reach < a or f[a] == np.inf:
+            continue
+        value = base + c + f[a]
+        if _better(value, r, best_v, best_r, tol, tol_rps):
+            best_a, best_v, best_r = a, value, r
+    x_out = np.zeros(n_s, dtype=np.int64)
+    if best_a < 0:
+        return best_a, best_v, best_r, x_out
+    a = best_a
+    _receiver_terms(grid, vio, demand, q, rho, mode, j, senders, caps, own, rdem, a, h)
+    table = np.full((n_s + 1, a + 1), np.inf)
+    choice = np.zeros((n_s + 1, a + 1), dtype=np.int64)
+    table[0, 0] = 0.0
+    for s in range(n_s):
+        for b in range(a + 1):
+            if table[s, b] == np.inf:
+                continue
+            for x in range(min(caps[s], a - b) + 1):
+                v = table[s, b] + h[s, x]
+                if v < table[s + 1, b + x]:
+                    table[s + 1, b + x] = v
+                    choice[s + 1, b + x] = x
+    b = a
+    for s in range(n_s - 1, -1, -1):
+        x_out[s] = choice[s + 1, b]
+        b -= x_out[s]
+    return best_a, best_v, best_r, x_out

@@ -282,6 +282,10 @@ class _Search:
         root = self._root_bounds(senders, upper, tables)
         if root is None:
             return
+        q_s = prep.q[senders]
+        if len(receivers) == 1 and np.all(q_s == q_s[0]):
+            self._single(senders, receivers[0], upper, own)
+            return
         n_states = int(np.prod(upper + 1))
         if n_states > MAX_STATES or time.perf_counter() > self.deadline:
             self.unfinished.append(root)
@@ -312,6 +316,21 @@ class _Search:
                 prep.demand.size, senders, receivers, best, parent, intake, in_start, in_units
             )
             self.value, self.rps = value, rps
+
+    def _single(self, senders, j, upper, own) -> None:
+        """One receiver, equal quanta: enumerate its intake, knapsack over senders."""
+        prep = self.prep
+        caps = np.minimum(prep.capu[senders, j], upper).astype(np.int64)
+        best, value, rps, x = kern.single_receiver(
+            prep.grid, prep.vio, prep.demand, float(prep.q[senders[0]]), prep.rho, prep.mode,
+            j, np.asarray(senders, dtype=np.int64), caps, np.ascontiguousarray(own),
+            prep.rho * prep.demand[senders], self.base, self.value, self.rps, prep.tol,
+            prep.tol_rps,
+        )  # fmt: skip
+        if best >= 0:
+            units = np.zeros_like(self.units)
+            units[senders, j] = x
+            self.units, self.value, self.rps = units, value, rps
 
     def _price(self, senders, receivers, upper, intakes, tables):
         """Lagrangian prices for a perf partition: a tight bound, then fixing by reduced cost.

@@ -6,7 +6,7 @@ from __future__ import annotations
 import matplotlib.pyplot as plt
 import numpy as np
 
-from geoslo.dist import LatencyDistribution
+from geoslo.dist import LatencyDistribution, mixture
 from geoslo.experiments.kurma._scenario import RHO, SLO_MS, Scenario
 from geoslo.report import Report, paper_row, progress
 from geoslo.sim import RequestLevelSim
@@ -14,6 +14,8 @@ from geoslo.sim import RequestLevelSim
 IRELAND, FRANKFURT = 1, 2
 FIG4_RTT_MS = 22.0  # Ireland-Frankfurt at the time of the paper's Fig. 4 measurement, §4
 REDIRECTED_RPS = 4000.0  # what Ireland sends to Frankfurt while we measure
+REPEATS = 3  # independent runs per load point (stalls make single runs noisy)
+WARMUP_S = 5  # queues start empty; measure after they fill
 
 
 def _static_rtt(ireland_frankfurt_ms: float) -> np.ndarray:
@@ -29,7 +31,8 @@ def measure_redirected(scenario: Scenario, frankfurt_load_rps: float, seconds: f
     requests, Kurma's estimate for them at that load and the measured base RTT).
     """
     local = frankfurt_load_rps - REDIRECTED_RPS
-    traces = [np.zeros(int(seconds)), np.full(int(seconds), REDIRECTED_RPS), np.full(int(seconds), local)]
+    length = int(np.ceil(seconds)) + WARMUP_S + 1
+    traces = [np.zeros(length), np.full(length, REDIRECTED_RPS), np.full(length, local)]
     fractions = np.eye(3)
     fractions[IRELAND] = [0.0, 0.0, 1.0]
     sim = RequestLevelSim(
@@ -41,8 +44,8 @@ def measure_redirected(scenario: Scenario, frankfurt_load_rps: float, seconds: f
         slo_ms=SLO_MS,
         seed=seed,
     )
-    sim.run(min(5.0, seconds / 4), fractions)  # warm the queues up
-    stats = sim.run(seconds - min(5.0, seconds / 4), fractions)
+    sim.run(WARMUP_S, fractions)
+    stats = sim.run(seconds, fractions)
     served = float(stats.served_rps[FRANKFURT])
     measured = float(stats.violations[IRELAND, FRANKFURT] / max(stats.requests[IRELAND, FRANKFURT], 1))
     finite = stats.min_response_ms[IRELAND, FRANKFURT]
@@ -58,7 +61,9 @@ def accuracy_points(scenario: Scenario, seconds: float, seed: int) -> list[dict]
     loads = [curve.load_at(t) for t in targets]
     rows = []
     for k, load in enumerate(progress(loads, label="Redirected-request accuracy")):
-        served, measured, estimated, base = measure_redirected(scenario, load, seconds, seed + k)
+        runs = [measure_redirected(scenario, load, seconds, seed + 10 * k + r) for r in range(REPEATS)]
+        served, measured, estimated = (float(np.mean(column)) for column in list(zip(*runs, strict=True))[:3])
+        base = runs[-1][3]
         rows.append(
             {
                 "frankfurt_load_rps": served,
@@ -75,8 +80,10 @@ def fig5_distributions(scenario: Scenario, seconds: float, seed: int):
     """Remote response times Frankfurt -> Ireland under routing changes (22-27 ms), Fig. 5.
 
     Measured: the simulator's responses. Kurma's estimate: profiled service time at the
-    served load + residual WAN latency, shifted by the last measured base RTT. The naive
-    estimate joins the service time with the raw WAN latency samples (base not separated).
+    served load + residual WAN latency, shifted in each 2.5 s interval by the base RTT last
+    measured before it (what Kurma's curve selection uses, §6). The naive
+    estimate joins the service time with the raw WAN RTTs of a 5-minute probe window (base
+    not separated, so that window's routing changes blur it), as in §4.2.
     """
     load = 0.7 * scenario.saturation_rps
     duration = int(max(seconds, 30))
@@ -93,24 +100,32 @@ def fig5_distributions(scenario: Scenario, seconds: float, seed: int):
         slo_ms=SLO_MS,
         seed=seed,
     )
-    samples, wan, service = [], [], []
+    samples, bases = [], []
     last_base = FIG4_RTT_MS
     for _ in range(int(duration // 2.5)):
         stats = sim.run(2.5, fractions)
         pick = (stats.sample_src == FRANKFURT) & (stats.sample_dst == IRELAND)
         samples.append(stats.sample_response_ms[pick])
-        wan.append(stats.sample_wan_ms[pick])
-        service.append(stats.sample_service_ms[pick])
+        bases.append(last_base)  # the curve Kurma used during this interval
         mins = stats.min_response_ms[FRANKFURT, IRELAND]
         if np.isfinite(mins).any():
             last_base = round(float(mins[np.isfinite(mins)][-1]) - scenario.profile.min_service_ms)
     measured = np.concatenate(samples)
-    served = float(load)
-    k = int(np.argmin(np.abs(scenario.profile.load_rps - served)))
-    profiled = scenario.profile.distributions[0][k]
-    kurma = profiled + scenario.residual_estimate + float(last_base)
-    naive = profiled + LatencyDistribution.from_samples(np.concatenate(wan), step_ms=0.1)
+    service = scenario.profile.distribution_at(float(load))
+    remote = service + scenario.residual_estimate
+    weights = np.array([len(x) for x in samples], dtype=float)
+    kurma = mixture([remote + float(b) for b in bases], weights / weights.sum())
+    naive = service + _raw_probe_rtt(scenario, seed)
     return measured, kurma, naive, last_base
+
+
+def _raw_probe_rtt(scenario: Scenario, seed: int) -> LatencyDistribution:
+    """Frankfurt-Ireland probe RTTs over a 5-minute window (§6), base not removed."""
+    rng = np.random.default_rng(seed)
+    history = scenario.topology(600.0, routing_changes=True).link("Ireland", "Frankfurt").base_rtt
+    times = np.repeat(np.arange(300.0, 600.0, 0.2), 3)  # 3 probes every 200 ms, §6
+    rtt = history.at(times) + rng.choice(scenario.residual_pool_ms, size=times.size)
+    return LatencyDistribution.from_samples(rtt, step_ms=0.1)
 
 
 def _ks(samples: np.ndarray, dist: LatencyDistribution) -> float:
@@ -150,20 +165,23 @@ def section(report: Report, scenario: Scenario, paper: dict, seed: int) -> dict:
 
     measured, kurma, naive, base = fig5_distributions(scenario, settings.accuracy_seconds, seed + 100)
     ks_rows = [
-        {"estimate": "Kurma (base + residual separated)", "ks_distance": _ks(measured, kurma),
-         "p95_ms": kurma.quantile_ms(0.95), "p99_ms": kurma.quantile_ms(0.99)},
-        {"estimate": "raw WAN samples (not separated)", "ks_distance": _ks(measured, naive),
-         "p95_ms": naive.quantile_ms(0.95), "p99_ms": naive.quantile_ms(0.99)},
-        {"estimate": "measured", "ks_distance": 0.0, "p95_ms": float(np.quantile(measured, 0.95)),
+        {"estimate": "measured", "over_slo_pct": 100 * float(np.mean(measured > SLO_MS)),
+         "ks_distance": 0.0, "p95_ms": float(np.quantile(measured, 0.95)),
          "p99_ms": float(np.quantile(measured, 0.99))},
     ]
+    for name, dist in (("Kurma (base and residual separated)", kurma), ("raw WAN RTTs (not separated)", naive)):
+        ks_rows.append({"estimate": name, "over_slo_pct": 100 * float(dist.tail_probability(SLO_MS)),
+                        "ks_distance": _ks(measured, dist), "p95_ms": float(dist.quantile_ms(0.95)),
+                        "p99_ms": float(dist.quantile_ms(0.99))})
     report.section("Fig. 5: remote response-time estimate (§4.2)")
     report.text(
         "Frankfurt -> Ireland while the base RTT changes within 22-27 ms. The paper shows the "
         "estimate well aligned with the measured distribution and the non-separated one off "
         f"substantially (no numbers given). Last measured base RTT: {base} ms."
     )
-    report.table("fig5_estimates", ks_rows, caption="KS distance to the measured distribution.")
+    report.table("fig5_estimates", ks_rows, caption="Share over the 30 ms SLO and KS distance to the measured "
+                 "distribution. Base RTTs are not whole ms in the simulator; Kurma rounds them (§6), so "
+                 "a narrow distribution can be off by up to 0.5 ms.")
     report.figure("fig5_cdf", _plot_fig5(measured, kurma, naive), "CDF of remote response time.")
     return {"accuracy": rows, "max_error_pp": float(np.max(np.abs(errors))), "fig5": ks_rows}
 

@@ -10,10 +10,10 @@ __all__ = ["Settings"]
 @dataclass(frozen=True)
 class Settings:
     trace_minutes: float = 30.0  # Trace-1 and Trace-2 are 30-minute intervals, §7
-    profile_seconds: float = 40.0  # per profiled point (long enough for rare stalls to average out)
-    profile_points: int = 24
+    profile_seconds: float = 300.0  # per profiled point (long enough for rare stalls to average out)
+    profile_points: int = 32
     write_fractions: tuple[float, ...] = (0.0, 0.1, 0.2)  # 4% writes per site gives 8-16%, §7.1.2
-    accuracy_seconds: float = 60.0  # per load point of the estimate-vs-measured check
+    accuracy_seconds: float = 300.0  # per load point of the estimate-vs-measured check
     interference_minutes: float = 6.0  # Fig. 11
     cost_days: int = 30  # Fig. 12 averages 30 days
     scaling_sites: tuple[int, ...] = (3, 4, 5, 6, 8, 10)
@@ -25,9 +25,9 @@ class Settings:
     def quick(cls) -> Settings:
         return cls(
             trace_minutes=3.0,
-            profile_seconds=6.0,
+            profile_seconds=30.0,
             profile_points=16,
-            accuracy_seconds=15.0,
+            accuracy_seconds=30.0,
             interference_minutes=6.0,
             cost_days=2,
             scaling_sites=(3, 5, 8),
