@@ -54,6 +54,7 @@ DEFAULT_POLICY_PARAMS: dict[str, float] = {
     "c3_replicas_per_site": 3,
     "c3_initial_rate": 1000.0,
     "c3_min_rate": 1.0,
+    "c3_clients": 0.0,  # 0 = every server of every site coordinates (Cassandra)
 }
 
 
@@ -239,7 +240,10 @@ class RequestLevelSim:
         self._pp[K.PP_C3_SMAX] = p["c3_smax"]
         self._pp[K.PP_C3_HYST_MS] = p["c3_hysteresis_ms"]
         self._pp[K.PP_C3_RF] = p["c3_replicas_per_site"]
-        self._pp[K.PP_C3_NCLIENTS] = n
+        # n in C3's q_hat = 1 + os * n + q is the number of clients that share the servers;
+        # in Cassandra every node coordinates reads, so by default all servers of all sites.
+        clients = p.get("c3_clients") or float(sum(self._n_servers))
+        self._pp[K.PP_C3_NCLIENTS] = clients
         self._pp[K.PP_C3_MIN_RATE] = p["c3_min_rate"]
         if not p["slice_ms"] > 0:
             raise InputError("policy_params.slice_ms", "must be > 0")
