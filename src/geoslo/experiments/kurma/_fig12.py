@@ -7,7 +7,8 @@ import numpy as np
 
 from geoslo.experiments.kurma._cost import daily_cost_usd, simulate_elastic
 from geoslo.experiments.kurma._scenario import Scenario
-from geoslo.report import Report, paper_row, progress
+from geoslo.experiments.kurma._parallel import run_jobs
+from geoslo.report import Report, paper_row
 from geoslo.topology import Prices
 from geoslo.workload import load_trace_minutes
 
@@ -29,17 +30,9 @@ def section(report: Report, scenario: Scenario, days: int, paper: dict) -> dict:
     demand, source = month_demand(scenario, days)
     per_vm = scenario.per_vm_curves(static=True)
     prices = Prices()
-    results = {}
-    for strategy in STRATEGIES:
-        with progress(total=demand.shape[0], label=f"Fig. 12 {strategy}") as bar:
-            results[strategy] = simulate_elastic(
-                strategy,
-                demand,
-                per_vm,
-                scenario.sites,
-                scenario.per_vm_capacity_rps,
-                on_minute=lambda done, total: bar.update(),
-            )
+    jobs = [(s, demand, per_vm, scenario.sites, scenario.per_vm_capacity_rps) for s in STRATEGIES]
+    runs = run_jobs(simulate_elastic, jobs, scenario.settings.workers, f"Fig. 12, {days} days x 4 strategies")
+    results = dict(zip(STRATEGIES, runs, strict=True))
     rows, costs = [], {}
     for billing in (1, 60):
         base = daily_cost_usd(results["AllLocal"], billing, prices)["total_usd"]

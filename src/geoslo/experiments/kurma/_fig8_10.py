@@ -3,43 +3,20 @@
 
 from __future__ import annotations
 
-from concurrent.futures import ProcessPoolExecutor
-
 import matplotlib.pyplot as plt
 import numpy as np
 
+from geoslo.experiments.kurma._parallel import run_jobs
 from geoslo.experiments.kurma._runs import PolicyRun, run_policy
 from geoslo.experiments.kurma._scenario import RHO, Scenario
 from geoslo.experiments.kurma._traces import SiteTraces
-from geoslo.report import Report, paper_row, progress
+from geoslo.report import Report, paper_row
 from geoslo.topology import Prices
 
 FIG8_POLICIES = ("AllLocal", "GlobalRR", "LatencyAware", "DynamicSnitch", "C3", "Mmc", "KurmaPerf", "KurmaCost")
 FIG9_POLICIES = ("AllLocal", "GlobalRR", "DNS", "EWMA", "KurmaPerf")
 FIG9_WRITE_FRACTION = 0.04  # §7.1.2
 LONDON = 0
-
-
-def _job(args) -> PolicyRun:
-    scenario, policy, rates, write_fraction, seed = args
-    return run_policy(scenario, policy, rates, write_fraction, seed)
-
-
-def run_all(scenario: Scenario, jobs: list[tuple], label: str) -> list[PolicyRun]:
-    """Run independent simulations on ``settings.workers`` processes, showing progress."""
-    results = [None] * len(jobs)
-    with progress(total=len(jobs), label=label) as bar:
-        if scenario.settings.workers <= 1:
-            for k, job in enumerate(jobs):
-                results[k] = _job(job)
-                bar.update()
-        else:
-            with ProcessPoolExecutor(scenario.settings.workers) as pool:
-                futures = [pool.submit(_job, job) for job in jobs]
-                for k, future in enumerate(futures):
-                    results[k] = future.result()
-                    bar.update()
-    return results
 
 
 def wan_gb(run: PolicyRun, prices: Prices = Prices()) -> float:
@@ -91,7 +68,7 @@ def section(report: Report, scenario: Scenario, trace1: SiteTraces, trace2: Site
             paper: dict, seed: int) -> dict:
     jobs = [(scenario, p, t.rates_rps, 0.0, seed) for t in (trace1, trace2) for p in FIG8_POLICIES]
     jobs += [(scenario, p, trace2.rates_rps, FIG9_WRITE_FRACTION, seed) for p in FIG9_POLICIES]
-    runs = run_all(scenario, jobs, "Fig. 8-10 policies")
+    runs = run_jobs(run_policy, jobs, scenario.settings.workers, "Fig. 8-10 policies")
     n8 = len(FIG8_POLICIES)
     fig8a, fig8b, fig9 = runs[:n8], runs[n8 : 2 * n8], runs[2 * n8 :]
     rows_a = _rename(policy_rows(fig8a), scenario.sites)
