@@ -31,7 +31,16 @@ def rows_by_policy(rows):
 def test_report_has_every_figure_and_the_paper_column(quick_report):
     out, index, _ = quick_report
     text = index.read_text()
-    for heading in ("Fig. 4", "Fig. 5", "Fig. 8", "Fig. 9", "Fig. 10", "Fig. 11", "Fig. 12", "Solver scaling"):
+    for heading in (
+        "Fig. 4",
+        "Fig. 5",
+        "Fig. 8",
+        "Fig. 9",
+        "Fig. 10",
+        "Fig. 11",
+        "Fig. 12",
+        "Solver scaling",
+    ):
         assert heading in text
     assert "paper" in text
     assert (out / "index.html").exists()
@@ -65,7 +74,9 @@ def test_kurmacost_redirects_less_than_kurmaperf(quick_report):
 def test_cost_study_saves_against_alllocal_and_stays_above_allshared(quick_report):
     rows = quick_report[2]["fig12"]["rows"]
     for billing in (1, 60):
-        savings = {r["strategy"]: r["savings_vs_alllocal_pct"] for r in rows if r["billing_min"] == billing}
+        savings = {
+            r["strategy"]: r["savings_vs_alllocal_pct"] for r in rows if r["billing_min"] == billing
+        }
         assert savings["KurmaCost"] > 0
         assert savings["AllShared"] >= savings["KurmaCost"] - 1.0
 

@@ -12,7 +12,11 @@ EXAMPLE = Path(__file__).parents[2] / "examples" / "kurma-problem.json"
 
 def geoslo(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, "-m", "geoslo", *args], input=stdin, capture_output=True, text=True, timeout=300
+        [sys.executable, "-m", "geoslo", *args],
+        input=stdin,
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
 
 
@@ -27,7 +31,9 @@ def test_kurma_solve_writes_an_optimal_plan(tmp_path):
 
 
 def test_kurma_solve_cost_objective_reads_stdin():
-    result = geoslo("kurma", "solve", "--input", "-", "--objective", "cost", stdin=EXAMPLE.read_text())
+    result = geoslo(
+        "kurma", "solve", "--input", "-", "--objective", "cost", stdin=EXAMPLE.read_text()
+    )
     assert result.returncode == 0, result.stderr
     plan = json.loads(result.stdout)
     assert plan["objective"] == "cost"

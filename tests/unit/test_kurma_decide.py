@@ -32,7 +32,9 @@ def knee_surface(shift_per_ms=10.0, mixes=(0.0,)):
 
 def two_site_model():
     surface = knee_surface()
-    return KurmaModel(("a", "b"), np.array([1000.0, 1000.0]), (surface, surface), min_service_ms=1.0)
+    return KurmaModel(
+        ("a", "b"), np.array([1000.0, 1000.0]), (surface, surface), min_service_ms=1.0
+    )
 
 
 def observation(demand, rtt_ms=10.0, write_fraction=(0.0, 0.0)):

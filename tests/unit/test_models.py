@@ -88,7 +88,9 @@ def test_remote_curve_adds_residual_and_shifts_by_the_base_delay():
 
 
 def test_surface_selects_the_nearest_whole_ms_and_interpolates_the_write_mix():
-    profile = exponential_profile([10.0, 20.0], lambda x, w: 2.0 + 20 * w, write_fractions=(0.0, 0.2))
+    profile = exponential_profile(
+        [10.0, 20.0], lambda x, w: 2.0 + 20 * w, write_fractions=(0.0, 0.2)
+    )
     surface = build_slo_surface(profile, 30.0, base_rtt_ms=range(0, 30))
     low, high = surface.curve(0, 0.0)(10.0), surface.curve(0, 0.2)(10.0)
     assert surface.curve(0, 0.1)(10.0) == pytest.approx((low + high) / 2)
@@ -109,7 +111,9 @@ def test_surface_curves_never_decrease_with_load():
     assert np.all(np.diff(surface.curve(0).violation_fraction) >= 0)
 
 
-@pytest.mark.parametrize(("servers", "erlangs", "expected"), [(1, 0.5, 0.5), (2, 1.0, 1 / 3), (3, 3.0, 1.0)])
+@pytest.mark.parametrize(
+    ("servers", "erlangs", "expected"), [(1, 0.5, 0.5), (2, 1.0, 1 / 3), (3, 3.0, 1.0)]
+)
 def test_erlang_c_matches_closed_forms(servers, erlangs, expected):
     assert erlang_c(servers, erlangs) == pytest.approx(expected)
 
@@ -138,7 +142,9 @@ def test_mmc_sojourn_tail_agrees_with_a_simulated_queue():
 
 
 def test_mmc_surface_is_one_beyond_saturation_and_worse_when_remote():
-    surface = mmc_violation_surface(10, 100.0, np.array([500.0, 990.0, 1000.0]), 30.0, np.array([0, 20]))
+    surface = mmc_violation_surface(
+        10, 100.0, np.array([500.0, 990.0, 1000.0]), 30.0, np.array([0, 20])
+    )
     assert surface[:, 2] == pytest.approx([1.0, 1.0])
     assert np.all(surface[1] >= surface[0])
 

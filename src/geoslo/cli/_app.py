@@ -19,16 +19,21 @@ app = typer.Typer(
     no_args_is_help=True,
     help="Hold a latency SLO on geo-distributed storage at the lowest cost.",
 )
-kurma_app = typer.Typer(no_args_is_help=True, help="Kurma: SLO-aware geo-distributed load balancing.")
+kurma_app = typer.Typer(
+    no_args_is_help=True, help="Kurma: SLO-aware geo-distributed load balancing."
+)
 reproduce_app = typer.Typer(no_args_is_help=True, help="Reproduce a paper's headline results.")
 app.add_typer(kurma_app, name="kurma")
 app.add_typer(reproduce_app, name="reproduce")
 
 _state = {"debug": False}
 
-InputOption = Annotated[Path, typer.Option("--input", "-i", help="Problem file (JSON); - for stdin.")]
+InputOption = Annotated[
+    Path, typer.Option("--input", "-i", help="Problem file (JSON); - for stdin.")
+]
 OutputOption = Annotated[
-    Path | None, typer.Option("--output", "-o", help="Where to write the JSON answer (stdout if absent).")
+    Path | None,
+    typer.Option("--output", "-o", help="Where to write the JSON answer (stdout if absent)."),
 ]
 
 
@@ -88,9 +93,13 @@ def write_json(data: dict, output: Path | None) -> None:
 @user_errors
 def kurma_solve(
     input: InputOption,
-    objective: Annotated[str, typer.Option(help="perf (KurmaPerf, eq. 1) or cost (KurmaCost, eq. 2).")] = "perf",
+    objective: Annotated[
+        str, typer.Option(help="perf (KurmaPerf, eq. 1) or cost (KurmaCost, eq. 2).")
+    ] = "perf",
     output: OutputOption = None,
-    time_limit_s: Annotated[float, typer.Option(help="Stop and report the gap after this long.")] = 10.0,
+    time_limit_s: Annotated[
+        float, typer.Option(help="Stop and report the gap after this long.")
+    ] = 10.0,
 ) -> None:
     """Solve Kurma's redirect-rate problem (schema: docs/kurma.md)."""
     from geoslo.control.kurma import parse_problem, solve
@@ -104,7 +113,9 @@ def kurma_solve(
 @reproduce_app.command("kurma")
 @user_errors
 def reproduce_kurma(
-    quick: Annotated[bool, typer.Option(help="A short form of every experiment (minutes, for CI).")] = False,
+    quick: Annotated[
+        bool, typer.Option(help="A short form of every experiment (minutes, for CI).")
+    ] = False,
     output: Annotated[Path, typer.Option(help="Report folder.")] = Path("reports/kurma"),
     seed: Annotated[int, typer.Option(help="Seed of every random draw.")] = 1,
 ) -> None:

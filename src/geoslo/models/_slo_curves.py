@@ -53,7 +53,7 @@ class SloCurve:
         return np.interp(load_rps, self.load_rps, self.violation_fraction, right=1.0)
 
     def load_at(self, violation_fraction: float) -> float:
-        """Smallest load at which the curve reaches ``violation_fraction`` (linear inside a step)."""
+        """Smallest load at which the curve reaches ``violation_fraction`` (linear in a step)."""
         above = np.nonzero(self.violation_fraction >= violation_fraction)[0]
         if above.size == 0:
             return float(self.load_rps[-1])
@@ -106,7 +106,9 @@ def _neighbours(grid: np.ndarray, x: float) -> list[tuple[int, float]]:
 
 
 def profile_loads(
-    saturation_rps: float, n_points: int = 32, lowest_fraction: float = 0.05,
+    saturation_rps: float,
+    n_points: int = 32,
+    lowest_fraction: float = 0.05,
     highest_fraction: float = 0.95,
 ) -> np.ndarray:
     """Loads to profile: exponentially spaced, denser near saturation (§4.1).
@@ -209,7 +211,7 @@ def build_slo_surface(
 
 
 def isotonic_increasing(values: np.ndarray) -> np.ndarray:
-    """The non-decreasing sequence closest to ``values`` in least squares (pool adjacent violators)."""
+    """The non-decreasing sequence closest to ``values`` in least squares (PAVA)."""
     means: list[float] = []
     sizes: list[int] = []
     for value in np.asarray(values, dtype=float):

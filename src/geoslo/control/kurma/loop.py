@@ -38,7 +38,7 @@ def plan_fractions(plan: KurmaPlan, demand_rps: np.ndarray) -> np.ndarray:
 
 
 def limit_change(previous: np.ndarray, target: np.ndarray, max_step: float) -> np.ndarray:
-    """Move each row's redirected fractions toward ``target`` by at most ``max_step`` (DNS, §7.1.2)."""
+    """Move redirected fractions toward ``target`` by at most ``max_step`` (DNS, §7.1.2)."""
     moved = previous + np.clip(target - previous, -max_step, max_step)
     np.fill_diagonal(moved, 0.0)
     moved = np.clip(moved, 0.0, 1.0)
@@ -80,7 +80,9 @@ class KurmaController:
 
     # --- measuring ---------------------------------------------------------------------------
     def _observe(self, m: IntervalMeasurements) -> KurmaObservation:
-        self._window.append((m.duration_s, np.asarray(m.arrivals, float), np.asarray(m.writes, float)))
+        self._window.append(
+            (m.duration_s, np.asarray(m.arrivals, float), np.asarray(m.writes, float))
+        )
         while sum(d for d, _, _ in self._window) - self._window[0][0] >= self.config.rate_window_s:
             self._window.popleft()
         span_s = sum(d for d, _, _ in self._window)
@@ -110,7 +112,9 @@ class KurmaController:
             local = float(m.requests[j][j])
             if local > 0:
                 fraction = float(m.violations[j][j]) / local
-                points.append(_Point(float(served_rps[j]), fraction, float(observation.write_fraction[j])))
+                points.append(
+                    _Point(float(served_rps[j]), fraction, float(observation.write_fraction[j]))
+                )
             while len(points) > keep:
                 points.popleft()
 

@@ -34,9 +34,14 @@ def reproduce(out_dir: str | Path, quick: bool = False, seed: int = 1) -> Path:
     """Run every Kurma experiment and write the report; returns the path of index.md."""
     settings = Settings.quick() if quick else Settings()
     paper = load_paper_values(PAPER_VALUES)
-    report = Report("Kurma: fast and accurate geo-distributed load balancing" + (" (quick)" if quick else ""), INTRO)
+    report = Report(
+        "Kurma: fast and accurate geo-distributed load balancing" + (" (quick)" if quick else ""),
+        INTRO,
+    )
     started = time.monotonic()
-    with progress(total=len(settings.write_fractions) * settings.profile_points, label="Profiling") as bar:
+    with progress(
+        total=len(settings.write_fractions) * settings.profile_points, label="Profiling"
+    ) as bar:
         scenario = build_scenario(settings, seed, on_point=lambda done, total: bar.update())
     results = {"settings": settings.__dict__, "saturation_rps": scenario.saturation_rps}
     results["fig4_5"] = _fig4_5.section(report, scenario, paper, seed)

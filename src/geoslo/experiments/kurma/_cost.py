@@ -1,9 +1,9 @@
 """Fig. 12: what Kurma saves over a month with a threshold elastic controller per site (§7.2).
 
 Every minute each site's elastic controller adds a VM when its violations would exceed the
-5% target and removes one (at most one a minute) when the target holds without it. Kurma runs first and
-shares load, so VMs are added only when redistribution cannot keep the target. Capacity grows
-linearly with the number of VMs (§4.1). Cost = VM hours (minimum billing period 1 or 60
+5% target and removes one (at most one a minute) when the target holds without it. Kurma
+runs first and shares load, so VMs are added only when redistribution cannot keep the
+target. Capacity grows linearly with the number of VMs (§4.1). Cost = VM hours (minimum billing period 1 or 60
 minutes) + WAN bytes of redirected requests.
 """
 
@@ -84,7 +84,10 @@ def simulate_elastic(
         return ElasticResult(strategy, vms, np.zeros(minutes), 0)
     objective = {"KurmaPerf": "perf", "KurmaCost": "cost"}[strategy]
     grid = curves[0][0].load_rps
-    table = [[np.interp(grid, c.load_rps, c.violation_fraction, right=1.0) for c in row] for row in curves]
+    table = [
+        [np.interp(grid, c.load_rps, c.violation_fraction, right=1.0) for c in row]
+        for row in curves
+    ]
     per_vm_local = np.array([c.load_at(rho) for c in local])
     current = np.clip(np.ceil(demand_rps[0] / per_vm_local), 1, max_vms).astype(int)
     vms = np.zeros((minutes, n), int)
@@ -137,4 +140,8 @@ def daily_cost_usd(result: ElasticResult, billing_minutes: int, prices: Prices) 
     vm_usd = billed_vm_hours(result.vms, billing_minutes) * prices.vm_usd_per_hour
     wan_gb = float(result.redirected_rps.sum() * 60.0 * prices.bytes_per_request / 1e9)
     wan_usd = wan_gb * prices.wan_usd_per_gb
-    return {"vm_usd": vm_usd / days, "wan_usd": wan_usd / days, "total_usd": (vm_usd + wan_usd) / days}
+    return {
+        "vm_usd": vm_usd / days,
+        "wan_usd": wan_usd / days,
+        "total_usd": (vm_usd + wan_usd) / days,
+    }

@@ -6,8 +6,8 @@ import matplotlib.pyplot as plt
 import numpy as np
 
 from geoslo.experiments.kurma._cost import daily_cost_usd, simulate_elastic
-from geoslo.experiments.kurma._scenario import Scenario
 from geoslo.experiments.kurma._parallel import run_jobs
+from geoslo.experiments.kurma._scenario import Scenario
 from geoslo.report import Report, paper_row
 from geoslo.topology import Prices
 from geoslo.workload import load_trace_minutes
@@ -22,7 +22,10 @@ def month_demand(scenario: Scenario, days: int) -> tuple[np.ndarray, str]:
     demand = np.stack([np.roll(minutes, s) for s in SHIFT_MINUTES], axis=1)
     per_vm_rps = scenario.local_5pct_rps / scenario.backend_servers
     demand = demand * (5 * per_vm_rps / demand.max())
-    source = f"NASA Kennedy HTTP per-minute means, days 1-{days}, shifted +0/+1/+4 h, peak scaled to 5 VMs"
+    source = (
+        f"NASA Kennedy HTTP per-minute means, days 1-{days}, shifted +0/+1/+4 h, "
+        "peak scaled to 5 VMs"
+    )
     return demand, source
 
 
@@ -31,7 +34,9 @@ def section(report: Report, scenario: Scenario, days: int, paper: dict) -> dict:
     per_vm = scenario.per_vm_curves(static=True)
     prices = Prices()
     jobs = [(s, demand, per_vm, scenario.sites, scenario.per_vm_capacity_rps) for s in STRATEGIES]
-    runs = run_jobs(simulate_elastic, jobs, scenario.settings.workers, f"Fig. 12, {days} days x 4 strategies")
+    runs = run_jobs(
+        simulate_elastic, jobs, scenario.settings.workers, f"Fig. 12, {days} days x 4 strategies"
+    )
     results = dict(zip(STRATEGIES, runs, strict=True))
     rows, costs = [], {}
     for billing in (1, 60):
@@ -60,21 +65,39 @@ def section(report: Report, scenario: Scenario, days: int, paper: dict) -> dict:
     report.figure("fig12_costs", _plot(rows), "Cost per day by strategy, 1- and 60-minute billing.")
 
     def savings(billing, strategy):
-        return next(r["savings_vs_alllocal_pct"] for r in rows if r["billing_min"] == billing and r["strategy"] == strategy)
+        return next(
+            r["savings_vs_alllocal_pct"]
+            for r in rows
+            if r["billing_min"] == billing and r["strategy"] == strategy
+        )
 
     report.comparison(
         "fig12_vs_paper",
         [
-            paper_row(paper, "fig12_kurmacost_gap_to_allshared_1min_pct",
-                      savings(1, "AllShared") - savings(1, "KurmaCost"),
-                      "KurmaCost's savings short of AllShared's, 1-min billing (pp)"),
-            paper_row(paper, "fig12_kurmaperf_savings_60min_pct", savings(60, "KurmaPerf"),
-                      "KurmaPerf savings vs AllLocal, 60-min billing"),
-            paper_row(paper, "fig12_kurmacost_savings_60min_pct", savings(60, "KurmaCost"),
-                      "KurmaCost savings vs AllLocal, 60-min billing"),
-            paper_row(paper, "fig12_kurmacost_gap_to_allshared_60min_pct",
-                      savings(60, "AllShared") - savings(60, "KurmaCost"),
-                      "KurmaCost's savings short of AllShared's, 60-min billing (pp)"),
+            paper_row(
+                paper,
+                "fig12_kurmacost_gap_to_allshared_1min_pct",
+                savings(1, "AllShared") - savings(1, "KurmaCost"),
+                "KurmaCost's savings short of AllShared's, 1-min billing (pp)",
+            ),
+            paper_row(
+                paper,
+                "fig12_kurmaperf_savings_60min_pct",
+                savings(60, "KurmaPerf"),
+                "KurmaPerf savings vs AllLocal, 60-min billing",
+            ),
+            paper_row(
+                paper,
+                "fig12_kurmacost_savings_60min_pct",
+                savings(60, "KurmaCost"),
+                "KurmaCost savings vs AllLocal, 60-min billing",
+            ),
+            paper_row(
+                paper,
+                "fig12_kurmacost_gap_to_allshared_60min_pct",
+                savings(60, "AllShared") - savings(60, "KurmaCost"),
+                "KurmaCost's savings short of AllShared's, 60-min billing (pp)",
+            ),
         ],
     )
     report.data("fig12_vms", {k: v.vms.sum(axis=1) for k, v in results.items()})

@@ -47,7 +47,9 @@ def measure_redirected(scenario: Scenario, frankfurt_load_rps: float, seconds: f
     sim.run(WARMUP_S, fractions)
     stats = sim.run(seconds, fractions)
     served = float(stats.served_rps[FRANKFURT])
-    measured = float(stats.violations[IRELAND, FRANKFURT] / max(stats.requests[IRELAND, FRANKFURT], 1))
+    measured = float(
+        stats.violations[IRELAND, FRANKFURT] / max(stats.requests[IRELAND, FRANKFURT], 1)
+    )
     finite = stats.min_response_ms[IRELAND, FRANKFURT]
     base_ms = round(float(finite[np.isfinite(finite)].min()) - scenario.profile.min_service_ms)
     estimated = float(scenario.surface.curve(base_ms)(served))
@@ -61,8 +63,12 @@ def accuracy_points(scenario: Scenario, seconds: float, seed: int) -> list[dict]
     loads = [curve.load_at(t) for t in targets]
     rows = []
     for k, load in enumerate(progress(loads, label="Redirected-request accuracy")):
-        runs = [measure_redirected(scenario, load, seconds, seed + 10 * k + r) for r in range(REPEATS)]
-        served, measured, estimated = (float(np.mean(column)) for column in list(zip(*runs, strict=True))[:3])
+        runs = [
+            measure_redirected(scenario, load, seconds, seed + 10 * k + r) for r in range(REPEATS)
+        ]
+        served, measured, estimated = (
+            float(np.mean(column)) for column in list(zip(*runs, strict=True))[:3]
+        )
         base = runs[-1][3]
         rows.append(
             {
@@ -143,45 +149,74 @@ def section(report: Report, scenario: Scenario, paper: dict, seed: int) -> dict:
     report.text(
         f"One site of the simulated backend ({scenario.backend.servers} FCFS servers, calibrated "
         "ground truth), profiled open-loop at exponentially spaced loads denser near saturation; "
-        f"the remote curve adds the residual WAN latency measured by probes and a {FIG4_RTT_MS:.0f} ms "
-        "base RTT. Points: violations of requests actually redirected from 22 ms away in the simulator."
+        "the remote curve adds the residual WAN latency measured by probes and a "
+        f"{FIG4_RTT_MS:.0f} ms "
+        "base RTT. Points: violations of requests actually redirected from 22 ms away "
+        "in the simulator."
     )
     report.comparison(
         "fig4_vs_paper",
         [
-            paper_row(paper, "fig4_saturation_rps", scenario.saturation_rps, "saturation (median past the SLO)"),
+            paper_row(
+                paper,
+                "fig4_saturation_rps",
+                scenario.saturation_rps,
+                "saturation (median past the SLO)",
+            ),
             paper_row(paper, "fig4_local_5pct_rps", local_5, "load at 5% violations, local"),
             paper_row(paper, "fig4_remote_5pct_rps", remote_5, "load at 5% violations, 22 ms away"),
         ],
     )
-    report.figure("fig4_curves", _plot_fig4(scenario, rows), "Violations vs load at the destination.")
+    report.figure(
+        "fig4_curves", _plot_fig4(scenario, rows), "Violations vs load at the destination."
+    )
     errors = np.array([r["error_pp"] for r in rows])
     report.section("Accuracy of the estimate for redirected requests (§4.2)")
     report.text(
-        f"Largest |estimated - measured| over 1-10% violations: **{np.max(np.abs(errors)):.2f} pp** "
+        "Largest |estimated - measured| over 1-10% violations: "
+        f"**{np.max(np.abs(errors)):.2f} pp** "
         "(target: within 0.5 pp)."
     )
     report.table("accuracy_redirected", rows, caption="Ireland -> Frankfurt, 22 ms base RTT.")
 
-    measured, kurma, naive, base = fig5_distributions(scenario, settings.accuracy_seconds, seed + 100)
+    measured, kurma, naive, base = fig5_distributions(
+        scenario, settings.accuracy_seconds, seed + 100
+    )
     ks_rows = [
-        {"estimate": "measured", "over_slo_pct": 100 * float(np.mean(measured > SLO_MS)),
-         "ks_distance": 0.0, "p95_ms": float(np.quantile(measured, 0.95)),
-         "p99_ms": float(np.quantile(measured, 0.99))},
+        {
+            "estimate": "measured",
+            "over_slo_pct": 100 * float(np.mean(measured > SLO_MS)),
+            "ks_distance": 0.0,
+            "p95_ms": float(np.quantile(measured, 0.95)),
+            "p99_ms": float(np.quantile(measured, 0.99)),
+        },
     ]
-    for name, dist in (("Kurma (base and residual separated)", kurma), ("raw WAN RTTs (not separated)", naive)):
-        ks_rows.append({"estimate": name, "over_slo_pct": 100 * float(dist.tail_probability(SLO_MS)),
-                        "ks_distance": _ks(measured, dist), "p95_ms": float(dist.quantile_ms(0.95)),
-                        "p99_ms": float(dist.quantile_ms(0.99))})
+    for name, dist in (
+        ("Kurma (base and residual separated)", kurma),
+        ("raw WAN RTTs (not separated)", naive),
+    ):
+        ks_rows.append(
+            {
+                "estimate": name,
+                "over_slo_pct": 100 * float(dist.tail_probability(SLO_MS)),
+                "ks_distance": _ks(measured, dist),
+                "p95_ms": float(dist.quantile_ms(0.95)),
+                "p99_ms": float(dist.quantile_ms(0.99)),
+            }
+        )
     report.section("Fig. 5: remote response-time estimate (§4.2)")
     report.text(
         "Frankfurt -> Ireland while the base RTT changes within 22-27 ms. The paper shows the "
         "estimate well aligned with the measured distribution and the non-separated one off "
         f"substantially (no numbers given). Last measured base RTT: {base} ms."
     )
-    report.table("fig5_estimates", ks_rows, caption="Share over the 30 ms SLO and KS distance to the measured "
-                 "distribution. Base RTTs are not whole ms in the simulator; Kurma rounds them (§6), so "
-                 "a narrow distribution can be off by up to 0.5 ms.")
+    report.table(
+        "fig5_estimates",
+        ks_rows,
+        caption="Share over the 30 ms SLO and KS distance to the measured "
+        "distribution. Base RTTs are not whole ms in the simulator; Kurma rounds them (§6), so "
+        "a narrow distribution can be off by up to 0.5 ms.",
+    )
     report.figure("fig5_cdf", _plot_fig5(measured, kurma, naive), "CDF of remote response time.")
     return {"accuracy": rows, "max_error_pp": float(np.max(np.abs(errors))), "fig5": ks_rows}
 
@@ -190,9 +225,15 @@ def _plot_fig4(scenario: Scenario, rows):
     fig, ax = plt.subplots(figsize=(6, 3.6))
     grid = np.linspace(0, scenario.saturation_rps, 300)
     ax.plot(grid, 100 * scenario.surface.curve(0)(grid), label="local (profiled)")
-    ax.plot(grid, 100 * scenario.surface.curve(FIG4_RTT_MS)(grid), label="remote, 22 ms (estimated)")
-    ax.plot([r["frankfurt_load_rps"] for r in rows], [r["measured_pct"] for r in rows], "k.",
-            label="remote, 22 ms (measured)")
+    ax.plot(
+        grid, 100 * scenario.surface.curve(FIG4_RTT_MS)(grid), label="remote, 22 ms (estimated)"
+    )
+    ax.plot(
+        [r["frankfurt_load_rps"] for r in rows],
+        [r["measured_pct"] for r in rows],
+        "k.",
+        label="remote, 22 ms (measured)",
+    )
     ax.axhline(100 * RHO, color="grey", lw=0.8, ls="--")
     ax.set_xlabel("load at the destination (req/s)")
     ax.set_ylabel("SLO violations (%)")

@@ -13,13 +13,23 @@ from geoslo.experiments.kurma._traces import SiteTraces
 from geoslo.report import Report, paper_row
 from geoslo.topology import Prices
 
-FIG8_POLICIES = ("AllLocal", "GlobalRR", "LatencyAware", "DynamicSnitch", "C3", "Mmc", "KurmaPerf", "KurmaCost")
+FIG8_POLICIES = (
+    "AllLocal",
+    "GlobalRR",
+    "LatencyAware",
+    "DynamicSnitch",
+    "C3",
+    "Mmc",
+    "KurmaPerf",
+    "KurmaCost",
+)
 FIG9_POLICIES = ("AllLocal", "GlobalRR", "DNS", "EWMA", "KurmaPerf")
 FIG9_WRITE_FRACTION = 0.04  # §7.1.2
 LONDON = 0
 
 
-def wan_gb(run: PolicyRun, prices: Prices = Prices()) -> float:
+def wan_gb(run: PolicyRun, prices: Prices | None = None) -> float:
+    prices = prices or Prices()
     return run.redirected_requests() * prices.bytes_per_request / 1e9
 
 
@@ -48,8 +58,13 @@ def _plot_bars(panels: dict[str, list[dict]]):
         values = [r["normalised_to_kurmaperf"] for r in rows]
         bars = ax.bar(names, values)
         for bar, row in zip(bars, rows, strict=True):
-            ax.annotate(f"{row['wan_gb']:.1f}", (bar.get_x() + bar.get_width() / 2, bar.get_height()),
-                        ha="center", va="bottom", fontsize=7)
+            ax.annotate(
+                f"{row['wan_gb']:.1f}",
+                (bar.get_x() + bar.get_width() / 2, bar.get_height()),
+                ha="center",
+                va="bottom",
+                fontsize=7,
+            )
         ax.set_title(title)
         ax.set_ylabel("violations / KurmaPerf's")
         ax.tick_params(axis="x", rotation=35, labelsize=8)
@@ -64,8 +79,14 @@ def _rename(rows, sites):
     return rows
 
 
-def section(report: Report, scenario: Scenario, trace1: SiteTraces, trace2: SiteTraces,
-            paper: dict, seed: int) -> dict:
+def section(
+    report: Report,
+    scenario: Scenario,
+    trace1: SiteTraces,
+    trace2: SiteTraces,
+    paper: dict,
+    seed: int,
+) -> dict:
     jobs = [(scenario, p, t.rates_rps, 0.0, seed) for t in (trace1, trace2) for p in FIG8_POLICIES]
     jobs += [(scenario, p, trace2.rates_rps, FIG9_WRITE_FRACTION, seed) for p in FIG9_POLICIES]
     runs = run_jobs(run_policy, jobs, scenario.settings.workers, "Fig. 8-10 policies")
@@ -79,52 +100,107 @@ def section(report: Report, scenario: Scenario, trace1: SiteTraces, trace2: Site
         return next(r for r in rows if r["policy"] == policy)
 
     report.section("Fig. 8: violations and WAN traffic per policy, reads only (§7.1.1)")
-    report.text(f"**{trace1.name}**: {trace1.description}.\n\n**{trace2.name}**: {trace2.description}.")
-    report.table("fig8a_trace1", rows_a, caption=f"{trace1.name}: global and per-site violations, WAN GB.")
+    report.text(
+        f"**{trace1.name}**: {trace1.description}.\n\n**{trace2.name}**: {trace2.description}."
+    )
+    report.table(
+        "fig8a_trace1", rows_a, caption=f"{trace1.name}: global and per-site violations, WAN GB."
+    )
     report.table("fig8b_trace2", rows_b, caption=f"{trace2.name}.")
-    report.figure("fig8_policies", _plot_bars({trace1.name: rows_a, trace2.name: rows_b}),
-                  "Global violations normalised to KurmaPerf; numbers above bars: WAN GB.")
+    report.figure(
+        "fig8_policies",
+        _plot_bars({trace1.name: rows_a, trace2.name: rows_b}),
+        "Global violations normalised to KurmaPerf; numbers above bars: WAN GB.",
+    )
     local_like = ("AllLocal", "LatencyAware", "DynamicSnitch", "C3")
     report.comparison(
         "fig8_vs_paper",
         [
-            paper_row(paper, "fig8_trace1_kurma_violation_pct", row(rows_a, "KurmaPerf")["global_violations_pct"],
-                      "KurmaPerf violations, Trace-1 (%)"),
-            paper_row(paper, "fig8_trace2_kurma_violation_pct", row(rows_b, "KurmaPerf")["global_violations_pct"],
-                      "KurmaPerf violations, Trace-2 (%)"),
-            paper_row(paper, "fig8_reduction_vs_local",
-                      min(row(rows_a, p)["normalised_to_kurmaperf"] for p in local_like),
-                      "Trace-1: best non-spraying policy / KurmaPerf"),
-            paper_row(paper, "fig8_trace1_globalrr_wan_ratio",
-                      row(rows_a, "GlobalRR")["wan_gb"] / max(row(rows_a, "KurmaPerf")["wan_gb"], 1e-9),
-                      "Trace-1: GlobalRR WAN / KurmaPerf WAN"),
-            paper_row(paper, "fig8_trace2_globalrr_wan_ratio",
-                      row(rows_b, "GlobalRR")["wan_gb"] / max(row(rows_b, "KurmaPerf")["wan_gb"], 1e-9),
-                      "Trace-2: GlobalRR WAN / KurmaPerf WAN"),
-            paper_row(paper, "fig8_mmc_vs_alllocal",
-                      row(rows_a, "Mmc")["global_violations_pct"] / max(row(rows_a, "AllLocal")["global_violations_pct"], 1e-9),
-                      "Trace-1: Mmc violations / AllLocal's"),
+            paper_row(
+                paper,
+                "fig8_trace1_kurma_violation_pct",
+                row(rows_a, "KurmaPerf")["global_violations_pct"],
+                "KurmaPerf violations, Trace-1 (%)",
+            ),
+            paper_row(
+                paper,
+                "fig8_trace2_kurma_violation_pct",
+                row(rows_b, "KurmaPerf")["global_violations_pct"],
+                "KurmaPerf violations, Trace-2 (%)",
+            ),
+            paper_row(
+                paper,
+                "fig8_reduction_vs_local",
+                min(row(rows_a, p)["normalised_to_kurmaperf"] for p in local_like),
+                "Trace-1: best non-spraying policy / KurmaPerf",
+            ),
+            paper_row(
+                paper,
+                "fig8_trace1_globalrr_wan_ratio",
+                row(rows_a, "GlobalRR")["wan_gb"] / max(row(rows_a, "KurmaPerf")["wan_gb"], 1e-9),
+                "Trace-1: GlobalRR WAN / KurmaPerf WAN",
+            ),
+            paper_row(
+                paper,
+                "fig8_trace2_globalrr_wan_ratio",
+                row(rows_b, "GlobalRR")["wan_gb"] / max(row(rows_b, "KurmaPerf")["wan_gb"], 1e-9),
+                "Trace-2: GlobalRR WAN / KurmaPerf WAN",
+            ),
+            paper_row(
+                paper,
+                "fig8_mmc_vs_alllocal",
+                row(rows_a, "Mmc")["global_violations_pct"]
+                / max(row(rows_a, "AllLocal")["global_violations_pct"], 1e-9),
+                "Trace-1: Mmc violations / AllLocal's",
+            ),
         ],
     )
     report.section("Fig. 9: reads and 4% writes on Trace-2 (§7.1.2)")
     report.text("Every write is propagated to the other two sites, so each site sees 8-16% writes.")
     report.table("fig9_writes", rows_9, caption="Trace-2 with 4% writes per site.")
-    report.figure("fig9_policies", _plot_bars({"Trace-2, 4% writes": rows_9}), "Normalised violations; WAN GB above bars.")
+    report.figure(
+        "fig9_policies",
+        _plot_bars({"Trace-2, 4% writes": rows_9}),
+        "Normalised violations; WAN GB above bars.",
+    )
     report.comparison(
         "fig9_vs_paper",
-        [paper_row(paper, "fig9_kurma_violation_pct", row(rows_9, "KurmaPerf")["global_violations_pct"],
-                   "KurmaPerf violations (%)")],
+        [
+            paper_row(
+                paper,
+                "fig9_kurma_violation_pct",
+                row(rows_9, "KurmaPerf")["global_violations_pct"],
+                "KurmaPerf violations (%)",
+            )
+        ],
     )
-    london = {r.policy: r.per_minute_site_fraction(LONDON) for r in fig8a if r.policy in ("AllLocal", "KurmaPerf", "KurmaCost")}
+    london = {
+        r.policy: r.per_minute_site_fraction(LONDON)
+        for r in fig8a
+        if r.policy in ("AllLocal", "KurmaPerf", "KurmaCost")
+    }
     report.section("Fig. 10: London's violations per minute, Trace-1 (§7.1.3)")
     cost_mean = float(fig8a[FIG8_POLICIES.index("KurmaCost")].site_violation_fraction()[LONDON])
     report.comparison(
         "fig10_vs_paper",
-        [paper_row(paper, "fig10_kurmacost_london_pct", 100 * cost_mean, "KurmaCost, London, whole run (%)")],
+        [
+            paper_row(
+                paper,
+                "fig10_kurmacost_london_pct",
+                100 * cost_mean,
+                "KurmaCost, London, whole run (%)",
+            )
+        ],
     )
-    report.figure("fig10_london", _plot_fig10(london), "London: violations of its requests per minute.")
-    return {"fig8a": rows_a, "fig8b": rows_b, "fig9": rows_9,
-            "fig10": {k: v.tolist() for k, v in london.items()}}
+    report.figure(
+        "fig10_london", _plot_fig10(london), "London: violations of its requests per minute."
+    )
+    return {
+        "fig8a": rows_a,
+        "fig8b": rows_b,
+        "fig9": rows_9,
+        "fig10": {k: v.tolist() for k, v in london.items()},
+    }
 
 
 def _plot_fig10(series: dict[str, np.ndarray]):

@@ -81,7 +81,9 @@ def make_controller(scenario: Scenario, policy: str, curve_families=None) -> Kur
     return KurmaController(kurma_model(scenario, mmc=policy == "Mmc"), config, curve_families)
 
 
-def to_measurements(stats, base_rtt_ms: np.ndarray, pool_ms: np.ndarray, rng) -> IntervalMeasurements:
+def to_measurements(
+    stats, base_rtt_ms: np.ndarray, pool_ms: np.ndarray, rng
+) -> IntervalMeasurements:
     """What Kurma's instances measure and exchange after an interval (§6)."""
     probes = rng.choice(pool_ms, size=base_rtt_ms.shape + (PROBES_PER_SECOND,)).min(axis=-1)
     return IntervalMeasurements(
@@ -123,7 +125,9 @@ def run_policy(
         seed=seed,
         policy=KERNEL_POLICIES.get(policy, "rates"),
     )
-    controller = make_controller(scenario, policy, curve_families) if policy in MODEL_POLICIES else None
+    controller = (
+        make_controller(scenario, policy, curve_families) if policy in MODEL_POLICIES else None
+    )
     rng = np.random.default_rng(seed + 1)
     n = len(scenario.sites)
     fractions = np.eye(n)
@@ -133,13 +137,17 @@ def run_policy(
     for k in range(intervals):
         while pending and pending[0][0] <= sim.now_s:
             pending.pop(0)[1](sim, controller)
-        stats = sim.run(INTERVAL_S, fractions if policy in MODEL_POLICIES or policy == "AllLocal" else None)
+        stats = sim.run(
+            INTERVAL_S, fractions if policy in MODEL_POLICIES or policy == "AllLocal" else None
+        )
         requests.append(stats.requests)
         violations.append(stats.violations)
         served.append(stats.requests.sum(axis=0) / INTERVAL_S)
         if controller is not None:
             base = topology.base_rtt_matrix_ms(sim.now_s)
-            fractions = controller.step(to_measurements(stats, base, scenario.residual_pool_ms, rng))
+            fractions = controller.step(
+                to_measurements(stats, base, scenario.residual_pool_ms, rng)
+            )
         if on_interval is not None:
             on_interval(k + 1, intervals)
     return PolicyRun(
@@ -149,4 +157,3 @@ def run_policy(
         np.array(served),
         dict(controller.chosen_curve) if controller is not None else {},
     )
-

@@ -93,7 +93,10 @@ def section(report, scenario, paper: dict) -> dict:
         )
 
     def cell(n, q):
-        return next((r["median_ms"] for r in rows if r["sites"] == n and r["quantum_pct"] == q), float("nan"))
+        return next(
+            (r["median_ms"] for r in rows if r["sites"] == n and r["quantum_pct"] == q),
+            float("nan"),
+        )
 
     report.section("Solver scaling (§7.1.5)")
     report.text(
@@ -106,7 +109,9 @@ def section(report, scenario, paper: dict) -> dict:
     report.comparison(
         "solver_vs_paper",
         [
-            paper_row(paper, "solver_5sites_1pct_median_ms", cell(5, 1.0), "5 sites, 1% quantum, median"),
+            paper_row(
+                paper, "solver_5sites_1pct_median_ms", cell(5, 1.0), "5 sites, 1% quantum, median"
+            ),
             paper_row(paper, "solver_8sites_8pct_ms", cell(8, 8.0), "8 sites, 8% quantum, median"),
         ],
     )

@@ -137,11 +137,16 @@ def build_scenario(settings: Settings, seed: int, on_point=None) -> Scenario:
         return profile_site(backend, load, write_fraction, settings.profile_seconds, seed)
 
     profile = profile_backend(measure, loads, settings.write_fractions, on_point=on_point)
-    residual = estimate_residual(kurma_topology(saturation, routing_mean_interval_s=60.0,
-                                                duration_s=600.0, seed=seed), pool, seed)
+    residual = estimate_residual(
+        kurma_topology(saturation, routing_mean_interval_s=60.0, duration_s=600.0, seed=seed),
+        pool,
+        seed,
+    )
     surface = build_slo_surface(profile, SLO_MS, residual, BASE_RTT_RANGE_MS)
     mmc = mmc_violation_surface(
         MMC_SERVERS, saturation / MMC_SERVERS, loads, SLO_MS, BASE_RTT_RANGE_MS, residual
     )
     mmc_surface = SloSurface(BASE_RTT_RANGE_MS, np.array([0.0]), loads, mmc[:, None, :])
-    return Scenario(settings, seed, backend, pool, residual, saturation, profile, surface, mmc_surface)
+    return Scenario(
+        settings, seed, backend, pool, residual, saturation, profile, surface, mmc_surface
+    )

@@ -10,7 +10,9 @@ __all__ = ["Settings"]
 @dataclass(frozen=True)
 class Settings:
     trace_minutes: float = 30.0  # Trace-1 and Trace-2 are 30-minute intervals, §7
-    profile_seconds: float = 300.0  # per profiled point (long enough for rare stalls to average out)
+    profile_seconds: float = (
+        300.0  # per profiled point (long enough for rare stalls to average out)
+    )
     profile_points: int = 32
     write_fractions: tuple[float, ...] = (0.0, 0.1, 0.2)  # 4% writes per site gives 8-16%, §7.1.2
     accuracy_seconds: float = 300.0  # per load point of the estimate-vs-measured check

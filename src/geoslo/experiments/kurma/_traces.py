@@ -82,14 +82,16 @@ def trace_pair(local_5pct_rps: float, minutes: float) -> tuple[SiteTraces, SiteT
         "Trace-1",
         [s[:duration] * scale1 for s in _slices(day, start1, window_s)],
         f"Twitter day {TRACE_DAY} from {start1 // 3600:02d}:{start1 % 3600 // 60:02d} "
-        f"(+0/+1/+4 h per site), 10 s smoothing, x{scale1:.0f}: busiest site at {TRACE1_BUSIEST_OF_5PCT}x its 5% load "
+        f"(+0/+1/+4 h per site), 10 s smoothing, x{scale1:.0f}: "
+        f"busiest site at {TRACE1_BUSIEST_OF_5PCT}x its 5% load "
         f"(imbalance {ratio[start1]:.2f})",
     )
     t2 = SiteTraces(
         "Trace-2",
         [s[:duration] * scale2 for s in _slices(day, start2, window_s)],
         f"Twitter day {TRACE_DAY} from {start2 // 3600:02d}:{start2 % 3600 // 60:02d} "
-        f"(+0/+1/+4 h per site), 10 s smoothing, x{scale2:.0f}: mean at {TRACE2_MEAN_OF_5PCT}x the 5% load "
+        f"(+0/+1/+4 h per site), 10 s smoothing, x{scale2:.0f}: "
+        f"mean at {TRACE2_MEAN_OF_5PCT}x the 5% load "
         f"(imbalance {ratio[start2]:.2f}; the busiest site changes {changes} times in 30 min)",
     )
     return t1, t2

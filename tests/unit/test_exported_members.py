@@ -1,0 +1,26 @@
+"""Each subpackage exports exactly the public names it means to, and they all exist."""
+
+import importlib
+
+import pytest
+
+PACKAGES = {
+    "geoslo.dist": {"LatencyDistribution", "mixture", "minimum"},
+    "geoslo.models": {"SloCurve", "SloSurface", "ServiceProfile", "build_slo_surface", "profile_backend"},
+    "geoslo.control.kurma": {"solve", "parse_problem", "decide", "KurmaController", "KurmaConfig"},
+    "geoslo.workload": {"RateTrace", "load_trace", "poisson_arrivals", "ZipfKeys"},
+    "geoslo.topology": {"Topology", "Site", "Prices", "kurma_topology"},
+    "geoslo.sim": {"RequestLevelSim", "BackendParams", "profile_site"},
+    "geoslo.report": {"Report", "load_paper_values", "progress"},
+    "geoslo.experiments.kurma": {"reproduce", "Settings", "build_scenario"},
+}
+
+
+@pytest.mark.parametrize("name", sorted(PACKAGES))
+def test_all_lists_existing_public_names_including_the_essentials(name):
+    module = importlib.import_module(name)
+    exported = set(module.__all__)
+    assert PACKAGES[name] <= exported
+    for member in exported:
+        assert not member.startswith("_"), member
+        assert hasattr(module, member), member
