@@ -232,3 +232,20 @@ def test_five_sites_one_percent_is_solved_optimally(objective: str) -> None:
     elapsed_ms = (time.perf_counter() - start) * 1e3
     print(f"5 sites, 1% quantum, {objective}: {elapsed_ms:.1f} ms, {plan.status}")
     assert plan.optimal
+
+
+def test_time_limit_is_kept_on_a_large_problem() -> None:
+    """10 sites at 1%: the search stops near its limit with a valid (finite) gap."""
+    problem = knee_problem([1100.0, 1080.0, 1050.0, 1020.0, 990.0, 800.0, 700.0, 760.0, 820.0,
+                            780.0], quantum_fraction=0.01, shift_fraction=0.1)  # fmt: skip
+    solve(problem, "perf", time_limit_s=1e-3)  # compiled kernels loaded
+    start = time.perf_counter()
+    plan = solve(problem, "perf", time_limit_s=0.5)
+    elapsed_s = time.perf_counter() - start
+    print(f"10 sites, 1% quantum, limit 0.5 s: {elapsed_s:.2f} s, {plan.status}, gap {plan.gap}")
+    assert elapsed_s < 1.5
+    assert np.isfinite(plan.gap) and plan.gap >= 0
+    assert plan.optimal == (plan.status == "optimal")
+    if not plan.optimal:
+        assert plan.status == "limit" and plan.gap > 0
+    assert np.allclose(plan.rates_rps.sum(axis=1), problem.demand_rps)

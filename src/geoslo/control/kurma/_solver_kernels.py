@@ -236,6 +236,16 @@ def build_intakes(grid, vio, demand, q, rho, j, senders, caps):
 
 
 @njit(cache=True)
+def offsets(units, strides):
+    """State offset of each intake row: units[m] . strides (integer, no BLAS)."""
+    out = np.zeros(units.shape[0], dtype=np.int64)
+    for m in range(units.shape[0]):
+        for s in range(units.shape[1]):
+            out[m] += units[m, s] * strides[s]
+    return out
+
+
+@njit(cache=True)
 def _lower_bound(mode, t, value, vvec, stage, bound_b, bound_own, lb_a, lb_b, rdem):
     """(bound, separable bound) on the final objective of a label.
 
@@ -629,14 +639,15 @@ def _receiver_terms(grid, vio, demand, q, rho, mode, j, senders, caps, own, rdem
 
 @njit(cache=True)
 def single_receiver(grid, vio, demand, q, rho, mode, j, senders, caps, own, rdem, base,
-                    inc, inc_rps, tol, tol_rps):  # fmt: skip
+                    inc, inc_rps, tol, tol_rps, work_limit):  # fmt: skip
     """Exact optimum of a partition with one receiver j and equal quanta ``q`` (§5).
 
     For each total intake a of j (its load, hence every curve value, is then fixed) a
     knapsack DP over senders splits a among them; a is enumerated in increasing order so
     ties go to fewer redirected quanta. Intakes whose separable bound (receiver term plus
     each sender's least term) cannot beat the incumbent (objective, then redirected) are
-    skipped. Returns (best a or -1, value, redirected, x[s]).
+    skipped. Stops once ``work_limit`` knapsack steps are spent. Returns (finished, best a
+    or -1, value, redirected, x[s]).
     """
     n_s = senders.shape[0]
     total = 0
@@ -650,7 +661,12 @@ def single_receiver(grid, vio, demand, q, rho, mode, j, senders, caps, own, rdem
     best_a = -1
     best_v = inc
     best_r = inc_rps
+    work = 0
+    done = True
     for a in range(total + 1):
+        if work > work_limit:
+            done = False
+            break
         c, least = _receiver_terms(grid, vio, demand, q, rho, mode, j, senders, caps, own,
                                    rdem, a, h)  # fmt: skip
         lb = base + c + least
@@ -666,6 +682,7 @@ def single_receiver(grid, vio, demand, q, rho, mode, j, senders, caps, own, rdem
             for b in range(reach + 1):
                 if f[b] == np.inf:
                     continue
+                work += min(caps[s], a - b) + 1
                 for x in range(min(caps[s], a - b) + 1):
                     v = f[b] + h[s, x]
                     if v < g[b + x]:
@@ -679,7 +696,7 @@ def single_receiver(grid, vio, demand, q, rho, mode, j, senders, caps, own, rdem
             best_a, best_v, best_r = a, value, r
     x_out = np.zeros(n_s, dtype=np.int64)
     if best_a < 0:
-        return best_a, best_v, best_r, x_out
+        return done, best_a, best_v, best_r, x_out
     a = best_a
     _receiver_terms(grid, vio, demand, q, rho, mode, j, senders, caps, own, rdem, a, h)
     table = np.full((n_s + 1, a + 1), np.inf)
@@ -698,4 +715,4 @@ def single_receiver(grid, vio, demand, q, rho, mode, j, senders, caps, own, rdem
     for s in range(n_s - 1, -1, -1):
         x_out[s] = choice[s + 1, b]
         b -= x_out[s]
-    return best_a, best_v, best_r, x_out
+    return done, best_a, best_v, best_r, x_out

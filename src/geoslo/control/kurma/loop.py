@@ -76,7 +76,9 @@ class KurmaController:
         self._points: list[deque[_Point]] = [deque() for _ in range(n)]
         self._pending_signals: set[int] = set()
         self._demand_ewma: np.ndarray | None = None
-        self._slow_sum: list = [0.0, np.zeros(n), np.zeros(n)]
+        self._slow_span_s = 0.0  # the slow variant's accumulation since its last solve
+        self._slow_arrivals = np.zeros(n)
+        self._slow_writes = np.zeros(n)
 
     # --- measuring ---------------------------------------------------------------------------
     def _observe(self, m: IntervalMeasurements) -> KurmaObservation:
@@ -164,18 +166,20 @@ class KurmaController:
         every = self.config.recompute_every_s
         if every is None:
             return observation
-        self._slow_sum[0] += m.duration_s
-        self._slow_sum[1] = self._slow_sum[1] + np.asarray(m.arrivals, float)
-        self._slow_sum[2] = self._slow_sum[2] + np.asarray(m.writes, float)
-        if self.plan is not None and self._slow_sum[0] < every:
+        self._slow_span_s += m.duration_s
+        self._slow_arrivals = self._slow_arrivals + np.asarray(m.arrivals, float)
+        self._slow_writes = self._slow_writes + np.asarray(m.writes, float)
+        if self.plan is not None and self._slow_span_s < every:
             return None
-        span_s, arrivals, writes = self._slow_sum
-        mean = arrivals / span_s
+        arrivals, writes = self._slow_arrivals, self._slow_writes
+        mean = arrivals / self._slow_span_s
         alpha = self.config.demand_ewma_alpha
         if self._demand_ewma is None or alpha is None:
             self._demand_ewma = mean
         else:
             self._demand_ewma = alpha * mean + (1 - alpha) * self._demand_ewma
         write_fraction = np.divide(writes, arrivals, out=np.zeros_like(writes), where=arrivals > 0)
-        self._slow_sum = [0.0, np.zeros_like(arrivals), np.zeros_like(writes)]
+        self._slow_span_s = 0.0
+        self._slow_arrivals = np.zeros_like(arrivals)
+        self._slow_writes = np.zeros_like(writes)
         return replace(observation, demand_rps=self._demand_ewma, write_fraction=write_fraction)

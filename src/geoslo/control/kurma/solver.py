@@ -249,14 +249,23 @@ class _Search:
             for i in np.flatnonzero(~prep.avail):
                 d = prep.demand[i]
                 self.base += d * kern.omega(prep.grid, prep.vio, i, i, d) if d > 0 else 0.0
+        self.floor = _floor(prep, self.base)
 
     def run(self) -> None:
         prep = self.prep
         available = [int(i) for i in np.flatnonzero(prep.avail)]
         for size in range(1, len(self.candidates) + 1):
             for senders in itertools.combinations(self.candidates, size):
+                if self._out_of_time():
+                    # Every partition not yet solved (this one and the rest) is covered by
+                    # the problem-wide bound: record it once and stop.
+                    self.unfinished.append((self.floor, 0.0))
+                    return
                 receivers = [j for j in available if j not in senders]
                 self._partition(list(senders), receivers)
+
+    def _out_of_time(self) -> bool:
+        return time.perf_counter() > self.deadline
 
     def _partition(self, senders: list[int], receivers: list[int]) -> None:
         prep = self.prep
@@ -285,13 +294,17 @@ class _Search:
             return
         q_s = prep.q[senders]
         if len(receivers) == 1 and np.all(q_s == q_s[0]):
-            self._single(senders, receivers[0], upper, own)
+            if not self._single(senders, receivers[0], upper, own):
+                self.unfinished.append(root)
             return
         n_states = int(np.prod(upper + 1))
-        if n_states > MAX_STATES or time.perf_counter() > self.deadline:
+        if n_states > MAX_STATES or self._out_of_time():
             self.unfinished.append(root)
             return
         intakes = self._intakes(senders, receivers, upper)
+        if intakes is None or self._out_of_time():
+            self.unfinished.append(root)
+            return
         if prep.mode == kern.PERF:
             priced = self._price(senders, receivers, upper, intakes, tables)
             if priced is None:
@@ -300,13 +313,12 @@ class _Search:
             m_rate, bound_b, own, bound_own, lb_a = tables
         in_start, in_units, in_off, in_cost, in_vec, least_intake = intakes
         lb_b = np.append(np.cumsum(least_intake[::-1])[::-1], 0.0)
-        left_s = max(self.deadline - time.perf_counter(), 0.0)
         rdem = prep.rho * prep.demand[senders]
         rate = WORK_PER_S if prep.mode == kern.PERF else WORK_PER_S_COST
         status, best, value, rps, parent, intake = kern.label_dp(
             prep.mode, upper, _strides(upper), prep.q[senders].copy(), own, rdem, in_start,
             in_units, in_off, in_cost, in_vec, bound_b, bound_own, lb_a, lb_b, m_rate,
-            self.base, self.value, self.rps, prep.tol, prep.tol_rps, int(left_s * rate),
+            self.base, self.value, self.rps, prep.tol, prep.tol_rps, self._work_left(rate),
             MAX_LABELS,
         )  # fmt: skip
         if status != 0:
@@ -318,20 +330,27 @@ class _Search:
             )
             self.value, self.rps = value, rps
 
-    def _single(self, senders, j, upper, own) -> None:
-        """One receiver, equal quanta: enumerate its intake, knapsack over senders."""
+    def _single(self, senders, j, upper, own) -> bool:
+        """One receiver, equal quanta: enumerate its intake, knapsack over senders.
+
+        False when the time limit stopped it (its incumbent, if improved, is kept).
+        """
         prep = self.prep
         caps = np.minimum(prep.capu[senders, j], upper).astype(np.int64)
-        best, value, rps, x = kern.single_receiver(
+        done, best, value, rps, x = kern.single_receiver(
             prep.grid, prep.vio, prep.demand, float(prep.q[senders[0]]), prep.rho, prep.mode,
             j, np.asarray(senders, dtype=np.int64), caps, np.ascontiguousarray(own),
             prep.rho * prep.demand[senders], self.base, self.value, self.rps, prep.tol,
-            prep.tol_rps,
+            prep.tol_rps, self._work_left(WORK_PER_S),
         )  # fmt: skip
         if best >= 0:
             units = np.zeros_like(self.units)
             units[senders, j] = x
             self.units, self.value, self.rps = units, value, rps
+        return done
+
+    def _work_left(self, rate: float) -> int:
+        return int(max(self.deadline - time.perf_counter(), 0.0) * rate)
 
     def _price(self, senders, receivers, upper, intakes, tables):
         """Lagrangian prices for a perf partition: a tight bound, then fixing by reduced cost.
@@ -374,7 +393,7 @@ class _Search:
         intakes = (
             np.asarray(starts, dtype=np.int64),
             units,
-            (units @ _strides(new_upper)).astype(np.int64),
+            kern.offsets(units, _strides(new_upper)),
             in_cost[keep],
             np.ascontiguousarray(in_vec[keep]),
             np.asarray(least),
@@ -437,11 +456,13 @@ class _Search:
         return lb, t_lb
 
     def _intakes(self, senders, receivers, upper):
-        """Concatenated intake tables of the receivers, with state offsets."""
+        """Concatenated intake tables of the receivers, with state offsets (None: out of time)."""
         prep = self.prep
         strides = _strides(upper)
         starts, units, offs, costs, vecs, least = [0], [], [], [], [], []
         for j in receivers:
+            if self._out_of_time():
+                return None
             caps = np.minimum(prep.capu[senders, j], upper).astype(np.int64)
             u, perf_cost, excess, per_sender = kern.build_intakes(
                 prep.grid, prep.vio, prep.demand, prep.q, prep.rho, j,
@@ -449,7 +470,7 @@ class _Search:
             )  # fmt: skip
             cost = perf_cost if prep.mode == kern.PERF else excess
             units.append(u)
-            offs.append(u @ strides)
+            offs.append(kern.offsets(u, strides))
             costs.append(cost)
             vecs.append(per_sender)
             least.append(cost.min())
@@ -470,6 +491,32 @@ class _Search:
         if self.prep.mode == kern.PERF or lowest < self.value - self.prep.tol:
             return max(self.value - lowest, 0.0)
         return max(self.rps - min(r for _, r in self.unfinished), 0.0)
+
+
+def _floor(prep: _Prepared, base: float) -> float:
+    """A lower bound on every plan's objective, for partitions a time limit leaves unsolved.
+
+    Requests from an available site i are either all kept at a load >= D_i (i does not
+    send: at least D_i min Omega_ii over [D_i, inf)), or i sends u >= 1 quanta: it keeps
+    own_i(u) exactly (a sender receives nothing) and each sent quantum meets at least the
+    least remote rate (a receiver's load is >= D_j + q_i). Perf adds these per origin;
+    cost adds each origin's excess over rho D_i, which only grows with its violations.
+    """
+    n = prep.demand.size
+    total = base
+    for i in np.flatnonzero(prep.avail):
+        d = prep.demand[i]
+        term = d * kern.curve_min_from(prep.grid, prep.vio, i, i, d) if d > 0 else 0.0
+        rate = _min_remote_rate(prep, i, range(n))
+        own = prep.own[i]
+        if own.size > 1 and rate < _HUGE_RATE:
+            u = np.arange(1, own.size)
+            term = min(term, float(np.min(own[u] + u * prep.q[i] * rate)))
+        if prep.mode == kern.PERF:
+            total += term
+        else:
+            total += max(term - prep.rho * d, 0.0)
+    return total
 
 
 def _coarse_plan(problem, mode, prep, time_limit_s):

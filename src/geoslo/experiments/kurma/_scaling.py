@@ -88,6 +88,7 @@ def section(report, scenario, paper: dict) -> dict:
             settings.scaling_sites,
             settings.scaling_quanta,
             settings.scaling_problems,
+            time_limit_s=settings.scaling_time_limit_s,
             seed=scenario.seed,
             on_cell=lambda done, total: bar.update(),
         )

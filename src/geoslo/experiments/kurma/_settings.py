@@ -10,17 +10,17 @@ __all__ = ["Settings"]
 @dataclass(frozen=True)
 class Settings:
     trace_minutes: float = 30.0  # Trace-1 and Trace-2 are 30-minute intervals, §7
-    profile_seconds: float = (
-        300.0  # per profiled point (long enough for rare stalls to average out)
-    )
+    # per profiled point: long enough for the backend's rare stalls to average out
+    profile_seconds: float = 300.0
     profile_points: int = 32
     write_fractions: tuple[float, ...] = (0.0, 0.1, 0.2)  # 4% writes per site gives 8-16%, §7.1.2
     accuracy_seconds: float = 300.0  # per load point of the estimate-vs-measured check
     interference_minutes: float = 6.0  # Fig. 11
     cost_days: int = 30  # Fig. 12 averages 30 days
-    scaling_sites: tuple[int, ...] = (3, 4, 5, 6, 8, 10)
+    scaling_sites: tuple[int, ...] = (3, 5, 8, 10)  # "several to ten datacenters", §7.1.5
     scaling_quanta: tuple[float, ...] = (0.01, 0.02, 0.04, 0.08)
-    scaling_problems: int = 5
+    scaling_problems: int = 3
+    scaling_time_limit_s: float = 5.0
     workers: int = 2  # processes for independent simulation runs
 
     @classmethod
@@ -31,8 +31,8 @@ class Settings:
             profile_points=16,
             accuracy_seconds=30.0,
             interference_minutes=6.0,
-            cost_days=2,
-            scaling_sites=(3, 5, 8),
-            scaling_quanta=(0.01, 0.08),
-            scaling_problems=3,
+            cost_days=1,
+            scaling_sites=(3, 5),
+            scaling_quanta=(0.02, 0.08),
+            scaling_problems=2,
         )

@@ -52,11 +52,11 @@ def _imbalance(day: np.ndarray, start_s: int, duration_s: int) -> float:
     return means[-1] / np.mean(means[:-1])
 
 
-def _busiest_changes(day: np.ndarray, start_s: int, duration_s: int) -> tuple[int, float]:
-    """How often the per-minute busiest site changes, and its mean lead over the average."""
-    minutes = np.array([s.reshape(-1, 60).mean(axis=1) for s in _slices(day, start_s, duration_s)])
-    changes = int(np.sum(np.diff(minutes.argmax(axis=0)) != 0))
-    return changes, float(np.mean(minutes.max(axis=0) / minutes.mean(axis=0)))
+def _busiest_changes(day: np.ndarray, start_s: int, duration_s: int) -> int:
+    """How often the per-minute busiest site changes within the window."""
+    slices = _slices(day, start_s, duration_s)
+    minutes = np.array([s.reshape(-1, 60).mean(axis=1) for s in slices])
+    return int(np.sum(np.diff(minutes.argmax(axis=0)) != 0))
 
 
 def _peak_to_mean(day: np.ndarray, start_s: int, duration_s: int) -> float:
@@ -73,7 +73,7 @@ def trace_pair(local_5pct_rps: float, minutes: float) -> tuple[SiteTraces, SiteT
     start1 = max(ratio, key=ratio.get)
     calm = [s for s in starts if _peak_to_mean(day, s, window_s) <= MAX_PEAK_TO_MEAN]
     start2 = min(calm, key=ratio.get)
-    changes = _busiest_changes(day, start2, window_s)[0]
+    changes = _busiest_changes(day, start2, window_s)
     busiest = max(float(s.mean()) for s in _slices(day, start1, window_s))
     scale1 = TRACE1_BUSIEST_OF_5PCT * local_5pct_rps / busiest
     mean2 = np.mean([float(s.mean()) for s in _slices(day, start2, window_s)])
