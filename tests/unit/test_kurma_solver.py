@@ -121,6 +121,30 @@ def test_matches_brute_force_with_equal_quanta(objective: str) -> None:
             assert redirected == pytest.approx(best_rps, abs=1e-6), seed
 
 
+@pytest.mark.parametrize("objective", ["perf", "cost"])
+def test_matches_brute_force_with_two_receivers_and_equal_quanta(objective: str) -> None:
+    """4 sites, equal quanta: 2 senders / 2 receivers take the intake-pair screening."""
+    checked = 0
+    for seed in range(3000, 3040):
+        problem = random_problem(seed, n_sites=4)
+        problem = KurmaProblem(
+            sites=problem.sites, demand_rps=problem.demand_rps * 100 / problem.capacity_rps,
+            capacity_rps=np.full(4, 100.0), load_grid_rps=problem.load_grid_rps,
+            violation=problem.violation, slo_violation_target=problem.slo_violation_target,
+            quantum_fraction=max(problem.quantum_fraction, 0.25), available=problem.available,
+            max_redirect_fraction=problem.max_redirect_fraction,
+        )  # fmt: skip
+        plan = solve(problem, objective)
+        _, (best, best_rps) = brute_force(problem, objective)
+        value, redirected = plan_score(problem, units_of(problem, plan.rates_rps), objective)
+        assert plan.optimal, seed
+        assert value == pytest.approx(best, abs=1e-6), seed
+        if abs(value - best) < 1e-9:
+            assert redirected == pytest.approx(best_rps, abs=1e-6), seed
+        checked += 1
+    assert checked == 40
+
+
 def test_perf_moves_load_off_an_overloaded_site() -> None:
     problem = knee_problem([1000.0, 300.0, 300.0])
     plan = solve(problem, "perf")

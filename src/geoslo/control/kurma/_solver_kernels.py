@@ -716,3 +716,195 @@ def single_receiver(grid, vio, demand, q, rho, mode, j, senders, caps, own, rdem
         x_out[s] = choice[s + 1, b]
         b -= x_out[s]
     return done, best_a, best_v, best_r, x_out
+
+
+@njit(cache=True)
+def _pair_terms(grid, vio, demand, q, rho, mode, j1, j2, senders, caps1, caps2, own, rdem,
+                upper, a1, a2, rates):  # fmt: skip
+    """Receivers' terms at intakes (a1, a2) quanta; rates[s, k] per quantum of s at k."""
+    load1 = demand[j1] + a1 * q
+    load2 = demand[j2] + a2 * q
+    w1 = omega(grid, vio, j1, j1, load1)
+    w2 = omega(grid, vio, j2, j2, load2)
+    if mode == PERF:
+        c = demand[j1] * w1 + demand[j2] * w2
+    else:
+        c = (demand[j1] * (w1 - rho) if w1 > rho else 0.0) + (
+            demand[j2] * (w2 - rho) if w2 > rho else 0.0
+        )
+    for s in range(senders.shape[0]):
+        rates[s, 0] = q * omega(grid, vio, senders[s], j1, load1) if caps1[s] > 0 else np.inf
+        rates[s, 1] = q * omega(grid, vio, senders[s], j2, load2) if caps2[s] > 0 else np.inf
+    return c
+
+
+@njit(cache=True)
+def _sender_term(mode, own_u, rdem_s, cost):
+    v = own_u + cost
+    if mode == COST:
+        return v - rdem_s if v > rdem_s else 0.0
+    return v
+
+
+@njit(cache=True)
+def _pair_dp(mode, own, rdem, upper, caps1, caps2, rates, a1, a2, f, g, choice, keep):
+    """Exact 2-D knapsack: least sum of sender terms taking a1 quanta to j1 and a2 to j2.
+
+    f[b1, b2] after each sender; ``keep`` stores each sender's (x1, x2) for the plan.
+    Returns (value, work).
+    """
+    n_s = upper.shape[0]
+    f[: a1 + 1, : a2 + 1] = np.inf
+    f[0, 0] = 0.0
+    r1 = 0
+    r2 = 0
+    work = 0
+    for s in range(n_s):
+        n1 = min(r1 + caps1[s], a1)
+        n2 = min(r2 + caps2[s], a2)
+        g[: n1 + 1, : n2 + 1] = np.inf
+        for b1 in range(r1 + 1):
+            for b2 in range(r2 + 1):
+                base = f[b1, b2]
+                if base == np.inf:
+                    continue
+                for x1 in range(min(caps1[s], a1 - b1) + 1):
+                    c1 = x1 * rates[s, 0] if x1 > 0 else 0.0
+                    top = min(caps2[s], a2 - b2, upper[s] - x1)
+                    work += top + 1
+                    for x2 in range(top + 1):
+                        cost = c1 + (x2 * rates[s, 1] if x2 > 0 else 0.0)
+                        v = base + _sender_term(mode, own[s, x1 + x2], rdem[s], cost)
+                        if v < g[b1 + x1, b2 + x2]:
+                            g[b1 + x1, b2 + x2] = v
+                            if keep:
+                                choice[s, b1 + x1, b2 + x2, 0] = x1
+                                choice[s, b1 + x1, b2 + x2, 1] = x2
+        r1, r2 = n1, n2
+        f[: r1 + 1, : r2 + 1] = g[: r1 + 1, : r2 + 1]
+    if r1 < a1 or r2 < a2:
+        return np.inf, work
+    return f[a1, a2], work
+
+
+@njit(cache=True)
+def two_receivers(grid, vio, demand, q, rho, mode, j1, j2, senders, caps1, caps2, upper, own,
+                  rdem, base, inc, inc_rps, tol, tol_rps, work_limit):  # fmt: skip
+    """Exact optimum of a partition with two receivers and equal quanta ``q`` (§5).
+
+    For each pair of total intakes (a1, a2) the receivers' loads, so every curve value, are
+    fixed. Pairs are screened by two relaxations that drop how each sender splits its
+    total: (i) each sender's least term alone; (ii) a 1-D knapsack over senders giving
+    a1 + a2 quanta in all, each quantum at its sender's cheaper receiver rate (a sender's
+    term only grows with its remote violations, so this is below the exact value). Pairs
+    that survive against the incumbent (objective, then redirected) get the exact 2-D DP
+    over senders, in increasing (bound, a1 + a2, a1) order. Stops after ``work_limit``
+    steps. Returns (finished, a1 or -1, a2, value, redirected, x[s, 2]).
+    """
+    n_s = senders.shape[0]
+    tot1 = 0
+    tot2 = 0
+    width = 1
+    for s in range(n_s):
+        tot1 += caps1[s]
+        tot2 += caps2[s]
+        width = max(width, upper[s] + 1)
+    rates = np.empty((n_s, 2))
+    n_pairs = (tot1 + 1) * (tot2 + 1)
+    lb = np.empty(n_pairs)
+    recv = np.empty(n_pairs)
+    h = np.empty(width)
+    work = 0
+    x_out = np.zeros((n_s, 2), dtype=np.int64)
+    for a1 in range(tot1 + 1):  # (i): separable bound of every pair
+        if work > work_limit:
+            return False, -1, -1, inc, inc_rps, x_out
+        for a2 in range(tot2 + 1):
+            work += width * n_s
+            c = _pair_terms(grid, vio, demand, q, rho, mode, j1, j2, senders, caps1, caps2,
+                            own, rdem, upper, a1, a2, rates)  # fmt: skip
+            total = base + c
+            for s in range(n_s):
+                m = min(rates[s, 0], rates[s, 1])
+                top = min(upper[s], caps1[s] + caps2[s])
+                best = np.inf
+                for u in range(top + 1):
+                    v = _sender_term(mode, own[s, u], rdem[s], u * m if u > 0 else 0.0)
+                    if v < best:
+                        best = v
+                total += best
+            lb[a1 * (tot2 + 1) + a2] = total
+            recv[a1 * (tot2 + 1) + a2] = c
+    order = np.argsort(lb, kind="mergesort")  # by bound, ties by (a1, a2)
+    f = np.empty((tot1 + 1, tot2 + 1))
+    g = np.empty((tot1 + 1, tot2 + 1))
+    k1 = np.empty(tot1 + tot2 + 1)
+    k2 = np.empty(tot1 + tot2 + 1)
+    dummy = np.zeros((1, 1, 1, 2), dtype=np.int64)
+    best_a1 = -1
+    best_a2 = -1
+    best_v = inc
+    best_r = inc_rps
+    done = True
+    for idx in range(n_pairs):
+        p = order[idx]
+        a1 = p // (tot2 + 1)
+        a2 = p - a1 * (tot2 + 1)
+        r = (a1 + a2) * q
+        if lb[p] > best_v + tol:
+            break  # sorted: every later pair is bounded out too
+        if lb[p] >= best_v - tol and r >= best_r - tol_rps:
+            continue
+        if work > work_limit:
+            done = False
+            break
+        c = _pair_terms(grid, vio, demand, q, rho, mode, j1, j2, senders, caps1, caps2, own,
+                        rdem, upper, a1, a2, rates)  # fmt: skip
+        total_a = a1 + a2
+        k1[: total_a + 1] = np.inf  # (ii): 1-D knapsack at the cheaper rate
+        k1[0] = 0.0
+        reach = 0
+        for s in range(n_s):
+            m = min(rates[s, 0], rates[s, 1])
+            top = min(upper[s], caps1[s] + caps2[s])
+            for u in range(top + 1):
+                h[u] = _sender_term(mode, own[s, u], rdem[s], u * m if u > 0 else 0.0)
+            new_reach = min(reach + top, total_a)
+            k2[: new_reach + 1] = np.inf
+            for b in range(reach + 1):
+                if k1[b] == np.inf:
+                    continue
+                hi = min(top, total_a - b)
+                work += hi + 1
+                for u in range(hi + 1):
+                    v = k1[b] + h[u]
+                    if v < k2[b + u]:
+                        k2[b + u] = v
+            reach = new_reach
+            k1[: reach + 1] = k2[: reach + 1]
+        if reach < total_a or k1[total_a] == np.inf:
+            continue
+        bound = base + c + k1[total_a]
+        if bound > best_v + tol or (bound >= best_v - tol and r >= best_r - tol_rps):
+            continue
+        v, w = _pair_dp(mode, own, rdem, upper, caps1, caps2, rates, a1, a2, f, g, dummy, False)
+        work += w
+        if v == np.inf:
+            continue
+        value = base + c + v
+        if _better(value, r, best_v, best_r, tol, tol_rps):
+            best_a1, best_a2, best_v, best_r = a1, a2, value, r
+    if best_a1 < 0:
+        return done, best_a1, best_a2, best_v, best_r, x_out
+    a1, a2 = best_a1, best_a2
+    _pair_terms(grid, vio, demand, q, rho, mode, j1, j2, senders, caps1, caps2, own, rdem,
+                upper, a1, a2, rates)  # fmt: skip
+    choice = np.zeros((n_s, a1 + 1, a2 + 1, 2), dtype=np.int64)
+    _pair_dp(mode, own, rdem, upper, caps1, caps2, rates, a1, a2, f, g, choice, True)
+    b1, b2 = a1, a2
+    for s in range(n_s - 1, -1, -1):
+        x_out[s, 0] = choice[s, b1, b2, 0]
+        x_out[s, 1] = choice[s, b1, b2, 1]
+        b1 -= x_out[s, 0]
+        b2 -= x_out[s, 1]
+    return done, best_a1, best_a2, best_v, best_r, x_out

@@ -297,6 +297,10 @@ class _Search:
             if not self._single(senders, receivers[0], upper, own):
                 self.unfinished.append(root)
             return
+        if len(receivers) == 2 and np.all(q_s == q_s[0]):
+            if not self._double(senders, receivers, upper, own):
+                self.unfinished.append(root)
+            return
         n_states = int(np.prod(upper + 1))
         if n_states > MAX_STATES or self._out_of_time():
             self.unfinished.append(root)
@@ -346,6 +350,29 @@ class _Search:
         if best >= 0:
             units = np.zeros_like(self.units)
             units[senders, j] = x
+            self.units, self.value, self.rps = units, value, rps
+        return done
+
+    def _double(self, senders, receivers, upper, own) -> bool:
+        """Two receivers, equal quanta: screen intake pairs, exact 2-D DP for survivors.
+
+        False when the time limit stopped it (its incumbent, if improved, is kept).
+        """
+        prep = self.prep
+        j1, j2 = receivers
+        caps1 = np.minimum(prep.capu[senders, j1], upper).astype(np.int64)
+        caps2 = np.minimum(prep.capu[senders, j2], upper).astype(np.int64)
+        done, a1, _, value, rps, x = kern.two_receivers(
+            prep.grid, prep.vio, prep.demand, float(prep.q[senders[0]]), prep.rho, prep.mode,
+            j1, j2, np.asarray(senders, dtype=np.int64), caps1, caps2,
+            np.asarray(upper, dtype=np.int64), np.ascontiguousarray(own),
+            prep.rho * prep.demand[senders], self.base, self.value, self.rps, prep.tol,
+            prep.tol_rps, self._work_left(WORK_PER_S),
+        )  # fmt: skip
+        if a1 >= 0:
+            units = np.zeros_like(self.units)
+            units[senders, j1] = x[:, 0]
+            units[senders, j2] = x[:, 1]
             self.units, self.value, self.rps = units, value, rps
         return done
 
