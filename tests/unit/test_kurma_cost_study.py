@@ -22,7 +22,7 @@ def test_hourly_billing_pays_the_hour_peak_for_the_whole_hour():
 def per_vm_curves(n_sites, knee_rps=800.0, full_rps=1000.0):
     grid = np.array([0.0, knee_rps, full_rps])
     local = SloCurve(grid, np.array([0.0, 0.05, 1.0]))
-    remote = SloCurve(grid, np.array([0.0, 0.2, 1.0]))
+    remote = SloCurve(grid, np.array([0.0, 0.08, 1.0]))
     return [[local if i == j else remote for j in range(n_sites)] for i in range(n_sites)]
 
 
@@ -33,7 +33,7 @@ def test_alllocal_buys_each_site_enough_vms_for_its_own_demand():
 
 
 def test_kurmacost_never_pays_more_vms_than_alllocal_and_holds_the_target():
-    demand = np.array([[1700.0, 300.0]] * 5)
+    demand = np.array([[1650.0, 300.0]] * 5)
     curves, sites = per_vm_curves(2), ("a", "b")
     local = simulate_elastic("AllLocal", demand, curves, sites, 1000.0)
     kurma = simulate_elastic("KurmaCost", demand, curves, sites, 1000.0)
