@@ -130,11 +130,14 @@ def profile_backend(
     write_fractions: Sequence[float] = (0.0,),
     step_ms: float = 0.1,
     on_point: Callable[[int, int], None] | None = None,
+    max_response_ms: float = 5000.0,
 ) -> ServiceProfile:
     """Drive a backend at each (write fraction, load) and keep the whole distribution (§4.1).
 
     ``measure_ms(load_rps, write_fraction)`` runs the backend open-loop at that load and
-    returns the response times in ms; it can be a simulation or a real testbed.
+    returns the response times in ms; it can be a simulation or a real testbed. Responses
+    beyond ``max_response_ms`` (a saturated backend's queue grows without bound) are kept
+    at that value: tails below it, where every SLO lies, stay exact.
     """
     loads = np.asarray(load_rps, dtype=float)
     mixes = np.asarray(write_fractions, dtype=float)
@@ -143,6 +146,7 @@ def profile_backend(
         row = []
         for k, load in enumerate(loads):
             samples = np.asarray(measure_ms(float(load), float(write_fraction)), dtype=float)
+            samples = np.minimum(samples, max_response_ms)
             min_ms = min(min_ms, float(samples.min()))
             row.append(LatencyDistribution.from_samples(samples, step_ms=step_ms).trimmed())
             if on_point is not None:

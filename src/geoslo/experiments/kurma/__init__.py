@@ -10,6 +10,7 @@ import json
 import time
 from pathlib import Path
 
+from geoslo.errors import GeosloError
 from geoslo.experiments.kurma import _fig4_5, _fig8_10, _fig11, _fig12, _scaling
 from geoslo.experiments.kurma._scenario import Scenario, build_scenario
 from geoslo.experiments.kurma._settings import Settings
@@ -44,12 +45,25 @@ def reproduce(out_dir: str | Path, quick: bool = False, seed: int = 1) -> Path:
     ) as bar:
         scenario = build_scenario(settings, seed, on_point=lambda done, total: bar.update())
     results = {"settings": settings.__dict__, "saturation_rps": scenario.saturation_rps}
-    results["fig4_5"] = _fig4_5.section(report, scenario, paper, seed)
     trace1, trace2 = trace_pair(scenario.local_5pct_rps, settings.trace_minutes)
-    results["fig8_10"] = _fig8_10.section(report, scenario, trace1, trace2, paper, seed)
-    results["fig11"] = _fig11.section(report, scenario, paper, seed)
-    results["fig12"] = _fig12.section(report, scenario, settings.cost_days, paper)
-    results["scaling"] = _scaling.section(report, scenario, paper)
+    sections = {
+        "fig4_5": lambda: _fig4_5.section(report, scenario, paper, seed),
+        "fig8_10": lambda: _fig8_10.section(report, scenario, trace1, trace2, paper, seed),
+        "fig11": lambda: _fig11.section(report, scenario, paper, seed),
+        "fig12": lambda: _fig12.section(report, scenario, settings.cost_days, paper),
+        "scaling": lambda: _scaling.section(report, scenario, paper),
+    }
+    failed = []
+    for name, run in sections.items():
+        try:
+            results[name] = run()
+        except Exception as error:  # keep what the other sections measured
+            failed.append(name)
+            report.section(f"{name}: failed")
+            report.text(f"This section stopped with `{error!r}`; the others are unaffected.")
     results["elapsed_s"] = time.monotonic() - started
     report.data("results", json.loads(json.dumps(results, default=float)))
-    return report.write(out_dir)
+    index = report.write(out_dir)
+    if failed:
+        raise GeosloError(f"section(s) {', '.join(failed)} failed; the rest is in {index}")
+    return index

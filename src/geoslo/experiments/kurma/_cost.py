@@ -3,8 +3,8 @@
 Every minute each site's elastic controller adds a VM when its violations would exceed the
 5% target and removes one (at most one a minute) when the target holds without it. Kurma
 runs first and shares load, so VMs are added only when redistribution cannot keep the
-target. Capacity grows linearly with the number of VMs (§4.1). Cost = VM hours (minimum billing period 1 or 60
-minutes) + WAN bytes of redirected requests.
+target. Capacity grows linearly with the number of VMs (§4.1). Cost = VM hours (minimum
+billing period 1 or 60 minutes) + WAN bytes of redirected requests.
 """
 
 from __future__ import annotations
