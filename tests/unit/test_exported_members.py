@@ -6,7 +6,7 @@ import pytest
 
 PACKAGES = {
     "geoslo.dist": {"LatencyDistribution", "mixture", "minimum"},
-    "geoslo.models": {"SloCurve", "SloSurface", "ServiceProfile", "build_slo_surface", "profile_backend"},
+    "geoslo.models": {"SloCurve", "SloSurface", "ServiceProfile", "build_slo_surface"},
     "geoslo.control.kurma": {"solve", "parse_problem", "decide", "KurmaController", "KurmaConfig"},
     "geoslo.workload": {"RateTrace", "load_trace", "poisson_arrivals", "ZipfKeys"},
     "geoslo.topology": {"Topology", "Site", "Prices", "kurma_topology"},
