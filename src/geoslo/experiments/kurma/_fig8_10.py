@@ -66,7 +66,9 @@ def _plot_bars(panels: dict[str, list[dict]]):
                 fontsize=7,
             )
         ax.set_title(title)
-        ax.set_ylabel("violations / KurmaPerf's")
+        ax.set_yscale("log")
+        ax.axhline(1.0, color="grey", lw=0.8, ls="--")
+        ax.set_ylabel("violations / KurmaPerf's (log)")
         ax.tick_params(axis="x", rotation=35, labelsize=8)
     fig.tight_layout()
     return fig
