@@ -12,8 +12,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from geoslo._checks import non_negative
 from geoslo.errors import InputError
-from geoslo.topology._sites import _check_name, _check_nonneg
+from geoslo.topology._sites import _check_name
 
 __all__ = ["BaseRttSchedule", "routing_changes", "WanLink"]
 
@@ -65,7 +66,7 @@ class BaseRttSchedule:
     @classmethod
     def constant(cls, rtt_ms: float) -> BaseRttSchedule:
         """A base RTT that never changes (Kurma §7.2: static WAN latencies)."""
-        return cls(np.array([0.0]), np.array([_check_nonneg(rtt_ms, "rtt_ms")]))
+        return cls(np.array([0.0]), np.array([non_negative(rtt_ms, "rtt_ms")]))
 
     def at(self, t_s: float | np.ndarray) -> float | np.ndarray:
         """Base RTT in ms at time(s) ``t_s``; a float for a scalar, an array otherwise."""
@@ -89,14 +90,14 @@ def routing_changes(
     """Route changes as step changes of the base RTT: change times form a Poisson
     process with mean gap ``mean_interval_s`` over ``[0, duration_s)``, and each new
     base RTT is uniform in ``[low_ms, high_ms]`` (the observed range, Kurma Table 2)."""
-    low = _check_nonneg(low_ms, "low_ms")
-    high = _check_nonneg(high_ms, "high_ms")
+    low = non_negative(low_ms, "low_ms")
+    high = non_negative(high_ms, "high_ms")
     if high < low:
         raise InputError("high_ms", f"must be >= low_ms ({low:g}), got {high:g}")
-    interval = _check_nonneg(mean_interval_s, "mean_interval_s")
+    interval = non_negative(mean_interval_s, "mean_interval_s")
     if interval == 0:
         raise InputError("mean_interval_s", "must be > 0")
-    duration = _check_nonneg(duration_s, "duration_s")
+    duration = non_negative(duration_s, "duration_s")
     if duration == 0:
         raise InputError("duration_s", "must be > 0")
     rng = np.random.default_rng(seed)

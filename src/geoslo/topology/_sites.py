@@ -3,27 +3,15 @@ them (Kurma §7, §7.2)."""
 
 from __future__ import annotations
 
-import math
 import numbers
 from dataclasses import dataclass
 
+from geoslo._checks import non_negative
 from geoslo.errors import InputError
 
 __all__ = ["Site", "Prices"]
 
 _BYTES_PER_GB = 1e9
-
-
-def _check_nonneg(value: object, field: str) -> float:
-    if isinstance(value, bool):
-        raise InputError(field, f"must be a number, got {value!r}")
-    try:
-        number = float(value)  # type: ignore[arg-type]
-    except (TypeError, ValueError):
-        raise InputError(field, f"must be a number, got {value!r}") from None
-    if not math.isfinite(number) or number < 0:
-        raise InputError(field, f"must be finite and >= 0, got {value!r}")
-    return number
 
 
 def _check_name(value: object, field: str) -> str:
@@ -46,12 +34,12 @@ class Site:
 
     def __post_init__(self) -> None:
         _check_name(self.name, "name")
-        object.__setattr__(self, "capacity_rps", _check_nonneg(self.capacity_rps, "capacity_rps"))
+        object.__setattr__(self, "capacity_rps", non_negative(self.capacity_rps, "capacity_rps"))
         servers = self.servers
         if isinstance(servers, bool) or not isinstance(servers, numbers.Integral) or servers < 0:
             raise InputError("servers", f"must be an integer >= 0, got {servers!r}")
         object.__setattr__(self, "servers", int(servers))
-        price = _check_nonneg(self.vm_price_usd_per_hour, "vm_price_usd_per_hour")
+        price = non_negative(self.vm_price_usd_per_hour, "vm_price_usd_per_hour")
         object.__setattr__(self, "vm_price_usd_per_hour", price)
 
     @property
@@ -71,7 +59,7 @@ class Prices:
 
     def __post_init__(self) -> None:
         for field in ("vm_usd_per_hour", "wan_usd_per_gb", "bytes_per_request"):
-            object.__setattr__(self, field, _check_nonneg(getattr(self, field), field))
+            object.__setattr__(self, field, non_negative(getattr(self, field), field))
 
     @property
     def wan_usd_per_request(self) -> float:
@@ -80,8 +68,8 @@ class Prices:
 
     def wan_usd(self, redirected_requests: float) -> float:
         """WAN cost of ``redirected_requests`` redirected requests (§7.2)."""
-        return _check_nonneg(redirected_requests, "redirected_requests") * self.wan_usd_per_request
+        return non_negative(redirected_requests, "redirected_requests") * self.wan_usd_per_request
 
     def vm_usd(self, vm_hours: float) -> float:
         """Cost of ``vm_hours`` VM-hours."""
-        return _check_nonneg(vm_hours, "vm_hours") * self.vm_usd_per_hour
+        return non_negative(vm_hours, "vm_hours") * self.vm_usd_per_hour

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from geoslo._checks import non_negative
 from geoslo.errors import InputError
 
 __all__ = ["RateTrace", "diurnal", "flash_spike", "multi_site"]
@@ -51,16 +52,6 @@ def _as_int(value: object, field: str, minimum: int | None = None) -> int:
     result = int(as_float)
     if minimum is not None and result < minimum:
         raise InputError(field, f"must be >= {minimum}, got {result}")
-    return result
-
-
-def _as_nonneg(value: object, field: str) -> float:
-    try:
-        result = float(value)  # type: ignore[arg-type]
-    except (TypeError, ValueError):
-        raise InputError(field, f"must be a number, got {value!r}") from None
-    if not np.isfinite(result) or result < 0:
-        raise InputError(field, f"must be finite and >= 0, got {value!r}")
     return result
 
 
@@ -121,7 +112,7 @@ class RateTrace:
 
     def scaled(self, factor: float) -> RateTrace:
         """Every rate multiplied by ``factor`` (Kurma §7 scales its slices by 450)."""
-        scale = _as_nonneg(factor, "factor")
+        scale = non_negative(factor, "factor")
         return RateTrace(self.rate_rps * scale, f"{self.name}*{scale:g}")
 
     def time_shifted(self, shift_s: int) -> RateTrace:
@@ -162,14 +153,14 @@ def diurnal(
     clipped at zero. The peak falls at ``phase_s`` (and every period after it).
     """
     length = _as_int(duration_s, "duration_s", minimum=1)
-    mean = _as_nonneg(mean_rps, "mean_rps")
-    amplitude = _as_nonneg(amplitude_fraction, "amplitude_fraction")
+    mean = non_negative(mean_rps, "mean_rps")
+    amplitude = non_negative(amplitude_fraction, "amplitude_fraction")
     if amplitude > 1:
         raise InputError("amplitude_fraction", f"must be in [0, 1], got {amplitude_fraction!r}")
-    period = _as_nonneg(period_s, "period_s")
+    period = non_negative(period_s, "period_s")
     if period == 0:
         raise InputError("period_s", "must be > 0")
-    noise = _as_nonneg(noise_fraction, "noise_fraction")
+    noise = non_negative(noise_fraction, "noise_fraction")
     try:
         phase = float(phase_s)
     except (TypeError, ValueError):
@@ -192,7 +183,7 @@ def flash_spike(
     start = _as_int(start_s, "start_s", minimum=0)
     ramp = _as_int(ramp_s, "ramp_s", minimum=0)
     hold = _as_int(hold_s, "hold_s", minimum=0)
-    peak = _as_nonneg(peak_factor, "peak_factor")
+    peak = non_negative(peak_factor, "peak_factor")
     if start >= trace.duration_s:
         raise InputError("start_s", f"must be < trace duration {trace.duration_s} s")
     # Multiplier at second midpoints: up-ramp, hold, down-ramp.

@@ -92,20 +92,26 @@ def trace_pair(local_5pct_rps: float, minutes: float) -> tuple[SiteTraces, SiteT
     scale1 = TRACE1_BUSIEST_OF_5PCT * local_5pct_rps / busiest
     mean2 = np.mean([float(s.mean()) for s in _slices(day, start2, window_s)])
     scale2 = TRACE2_MEAN_OF_5PCT * local_5pct_rps / mean2
-    t1 = SiteTraces(
+
+    def site_traces(name: str, start: int, scale: float, what: str) -> SiteTraces:
+        cut = _representative_cut(_slices(day, start, window_s), duration)
+        description = (
+            f"Twitter day {TRACE_DAY} from {start // 3600:02d}:{start % 3600 // 60:02d} "
+            f"(+0/+1/+4 h per site), 10 s smoothing, x{scale:.0f}: {what}"
+        )
+        return SiteTraces(name, [s * scale for s in cut], description)
+
+    t1 = site_traces(
         "Trace-1",
-        [s * scale1 for s in _representative_cut(_slices(day, start1, window_s), duration)],
-        f"Twitter day {TRACE_DAY} from {start1 // 3600:02d}:{start1 % 3600 // 60:02d} "
-        f"(+0/+1/+4 h per site), 10 s smoothing, x{scale1:.0f}: "
-        f"busiest site at {TRACE1_BUSIEST_OF_5PCT}x its 5% load "
-        f"(imbalance {ratio[start1]:.2f})",
+        start1,
+        scale1,
+        f"busiest site at {TRACE1_BUSIEST_OF_5PCT}x its 5% load (imbalance {ratio[start1]:.2f})",
     )
-    t2 = SiteTraces(
+    t2 = site_traces(
         "Trace-2",
-        [s * scale2 for s in _representative_cut(_slices(day, start2, window_s), duration)],
-        f"Twitter day {TRACE_DAY} from {start2 // 3600:02d}:{start2 % 3600 // 60:02d} "
-        f"(+0/+1/+4 h per site), 10 s smoothing, x{scale2:.0f}: "
-        f"mean at {TRACE2_MEAN_OF_5PCT}x the 5% load "
-        f"(imbalance {ratio[start2]:.2f}; the busiest site changes {changes} times in 30 min)",
+        start2,
+        scale2,
+        f"mean at {TRACE2_MEAN_OF_5PCT}x the 5% load (imbalance {ratio[start2]:.2f}; "
+        f"the busiest site changes {changes} times in 30 min)",
     )
     return t1, t2
