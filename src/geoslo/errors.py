@@ -6,7 +6,7 @@ turns an :class:`InputError` into one line on stderr and exit status 2.
 
 from __future__ import annotations
 
-__all__ = ["GeosloError", "InputError", "ConfigError", "DataError"]
+__all__ = ["GeosloError", "InputError", "ConfigError", "DataError", "TestbedError", "DependencyError"]
 
 
 class GeosloError(Exception):
@@ -31,3 +31,15 @@ class ConfigError(InputError):
 
 class DataError(GeosloError, OSError):
     """A data file (trace, latency matrix) is missing or malformed."""
+
+
+class TestbedError(GeosloError, RuntimeError):
+    """A live component (a Redis server, the WAN emulator, an instance) failed to start or
+    answer; the message names the component and where its log is."""
+
+    __test__ = False  # not a pytest test class, despite the name
+
+
+class DependencyError(TestbedError):
+    """A program the live testbed needs is missing and could not be installed; the message
+    says which Debian package provides it."""

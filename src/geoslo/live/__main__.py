@@ -1,0 +1,36 @@
+"""Entry point of the testbed's own processes: ``python -m geoslo.live <role> <config>``."""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+from pathlib import Path
+
+from geoslo.errors import InputError
+
+
+def main(argv: list[str]) -> None:
+    if len(argv) != 2:
+        raise SystemExit("usage: python -m geoslo.live {wan,kurma-instance,loadgen} CONFIG")
+    role, config = argv[0], Path(argv[1])
+    if role == "wan":
+        from geoslo.live._wan import WanConfig, serve_wan
+
+        asyncio.run(serve_wan(WanConfig.read(config)))
+    elif role == "kurma-instance":
+        from geoslo.live.kurma import run_instance
+
+        run_instance(config)
+    elif role == "loadgen":
+        from geoslo.live._loadgen import run_loadgen_process
+
+        run_loadgen_process(config)
+    else:
+        raise InputError("role", f"unknown role {role!r}; use wan, kurma-instance or loadgen")
+
+
+if __name__ == "__main__":
+    try:
+        main(sys.argv[1:])
+    except KeyboardInterrupt:
+        pass
