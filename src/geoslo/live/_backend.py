@@ -49,9 +49,10 @@ def get_payload(key: bytes, work_s: float) -> bytes:
     return encode_command(b"DEBUG", b"SLEEP", b"%.6f" % work_s) + encode_command(b"GET", key)
 
 
-def put_payload(key: bytes, value: bytes, work_s: float) -> bytes:
-    """``DEBUG SLEEP`` then ``SET`` (work 0: a plain SET, for replicas that only store)."""
+def put_payload(key: bytes, value: bytes, work_s: float | None) -> bytes:
+    """``DEBUG SLEEP`` then ``SET``: two replies; with ``work_s`` None a plain SET (one reply),
+    for replicas that only store the write."""
     store = encode_command(b"SET", key, value)
-    if work_s <= 0:
+    if work_s is None:
         return store
     return encode_command(b"DEBUG", b"SLEEP", b"%.6f" % work_s) + store

@@ -100,6 +100,10 @@ class RedisConnection:
     async def close(self) -> None:
         self.closed = True
         self._reading.cancel()
+        try:
+            await self._reading
+        except asyncio.CancelledError:
+            pass
         self._writer.close()
         try:
             await self._writer.wait_closed()

@@ -70,6 +70,7 @@ class KurmaController:
         n = len(model.sites)
         self.fractions = np.eye(n)
         self.plan: KurmaPlan | None = None
+        self.observation: KurmaObservation | None = None  # what the last plan was solved for
         self.base_rtt_ms = np.zeros((n, n))
         self.chosen_curve = {site: 0 for site in self.curve_families}
         self._window: deque[tuple[float, np.ndarray, np.ndarray]] = deque()
@@ -93,7 +94,7 @@ class KurmaController:
         demand = arrivals / span_s
         write_fraction = np.divide(writes, arrivals, out=np.zeros_like(writes), where=arrivals > 0)
         self._update_base_rtt(m)
-        return KurmaObservation(demand, write_fraction, self.base_rtt_ms.copy())
+        return KurmaObservation(demand, write_fraction, self.base_rtt_ms.copy(), m.available)
 
     def _update_base_rtt(self, m: IntervalMeasurements) -> None:
         """Min response over the window minus the min profiled service time, to the ms (§6)."""
@@ -150,6 +151,7 @@ class KurmaController:
         if observation is None:
             return self.fractions
         self._substitute_curves()
+        self.observation = observation
         self.plan = decide(observation, self.model, self.config)
         target = plan_fractions(self.plan, observation.demand_rps)
         if self.config.max_fraction_change_per_s is None:

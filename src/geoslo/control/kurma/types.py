@@ -73,3 +73,4 @@ class IntervalMeasurements:
     violations: np.ndarray  # [i, j] of which missed the SLO (seen at i)
     min_response_ms: np.ndarray  # [i, j] min response in the last base-RTT window (inf: none)
     probe_rtt_ms: np.ndarray | None = None  # [i, j] min WAN probe RTT in that window (§6 probes)
+    available: np.ndarray | None = None  # [i] sites heard from in the last exchange (§9)

@@ -1,0 +1,273 @@
+"""The client library application code uses for GET and PUT at one site (asyncio).
+
+Each request is routed by the site's policy to a local server or, through the WAN
+emulator, to a server of another site; its response time is measured from the moment
+it is sent, compared with the SLO, and counted per destination. A site *agent* (the
+Kurma instance) collects those counts at every dissemination point and sends back the
+row of the plan; without an agent, a plan-following policy stays all-local.
+Writes reach every site (eventual consistency): after a PUT is acknowledged, the client
+propagates it to one server of every other site, with the same backend work, and stores
+it on the remaining replicas. Failed or timed-out requests count as SLO violations.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from geoslo.errors import TestbedError
+from geoslo.live._backend import get_payload, put_payload
+from geoslo.live._policies import RoutingPolicy, make_policy
+from geoslo.live._resp import RedisConnection
+from geoslo.live._testbed import Testbed
+
+__all__ = ["SiteClient", "RequestLog", "IntervalCounters"]
+
+DOWN_BACKOFF_MS = 500.0  # a host that refused a connection is skipped this long
+REPLY_OVERHEAD_BYTES = 16  # RESP framing of a reply, for the WAN byte count
+
+
+@dataclass
+class IntervalCounters:
+    """What the client counted since the agent last collected (Kurma §6 measurements)."""
+
+    n_sites: int
+    arrivals: int = 0
+    writes: int = 0
+    requests: np.ndarray = field(default=None)  # type: ignore[assignment]
+    violations: np.ndarray = field(default=None)  # type: ignore[assignment]
+    errors: np.ndarray = field(default=None)  # type: ignore[assignment]
+    wan_bytes: np.ndarray = field(default=None)  # type: ignore[assignment]
+    min_by_second: dict[int, np.ndarray] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        n = self.n_sites
+        self.requests, self.violations = np.zeros(n, int), np.zeros(n, int)
+        self.errors, self.wan_bytes = np.zeros(n, int), np.zeros(n, int)
+
+    def min_response_ms(self, now_s: float, window_s: float) -> np.ndarray:
+        """Min response per destination over the last ``window_s`` (base RTT, §6)."""
+        mins = np.full(self.n_sites, np.inf)
+        for second, values in self.min_by_second.items():
+            if second >= now_s - window_s - 1:
+                mins = np.minimum(mins, values)
+        return mins
+
+    def to_report(self, now_s: float, window_s: float) -> dict:
+        mins = self.min_response_ms(now_s, window_s)
+        return {
+            "arrivals": self.arrivals,
+            "writes": self.writes,
+            "requests": self.requests.tolist(),
+            "violations": self.violations.tolist(),
+            "errors": self.errors.tolist(),
+            "wan_bytes": self.wan_bytes.tolist(),
+            "min_response_ms": [None if not np.isfinite(m) else float(m) for m in mins],
+        }
+
+
+@dataclass
+class RequestLog:
+    """Every request's issue time (Unix s), destination site, response (ms), outcome."""
+
+    issued_unix_s: list[float] = field(default_factory=list)
+    site: list[int] = field(default_factory=list)
+    response_ms: list[float] = field(default_factory=list)
+    ok: list[bool] = field(default_factory=list)
+    write: list[bool] = field(default_factory=list)
+
+    def arrays(self) -> dict[str, np.ndarray]:
+        return {
+            "issued_unix_s": np.array(self.issued_unix_s),
+            "site": np.array(self.site, dtype=np.int16),
+            "response_ms": np.array(self.response_ms),
+            "ok": np.array(self.ok, dtype=bool),
+            "write": np.array(self.write, dtype=bool),
+        }
+
+
+class SiteClient:
+    """GET and PUT from one site, routed by ``policy`` (a name or a RoutingPolicy)."""
+
+    def __init__(
+        self,
+        testbed: Testbed,
+        site: str,
+        policy: str | RoutingPolicy = "AllLocal",
+        slo_ms: float = 30.0,
+        seed: int = 0,
+        request_timeout_s: float = 2.0,
+        base_rtt_window_s: float = 1.0,
+        use_agent: bool = True,
+    ) -> None:
+        self.testbed = testbed
+        self.sites = testbed.spec.sites
+        self.site = self.sites.index(site)
+        servers = [len(testbed.sites[s].servers) for s in self.sites]
+        if isinstance(policy, str):
+            rtt = testbed.base_rtt_ms(time.time())[self.site]
+            policy = make_policy(policy, self.site, servers, list(np.argsort(rtt, kind="stable")))
+        self.policy = policy
+        self.slo_ms = slo_ms
+        self.timeout_s = request_timeout_s
+        self.base_rtt_window_s = base_rtt_window_s
+        self.use_agent = use_agent
+        self.work = testbed.spec.work
+        self.rng = np.random.default_rng(seed)
+        self.counters = IntervalCounters(len(self.sites))
+        self.log = RequestLog()
+        self.plans_received = 0
+        self._connections: dict[tuple[int, int], RedisConnection] = {}
+        self._background: set[asyncio.Future] = set()
+        self._agent_task: asyncio.Task | None = None
+
+    # --- lifecycle ---------------------------------------------------------------------------
+    async def start(self) -> SiteClient:
+        if self.use_agent:
+            self._agent_task = asyncio.get_running_loop().create_task(self._agent_loop())
+        return self
+
+    async def close(self) -> None:
+        if self._agent_task is not None:
+            self._agent_task.cancel()
+        for connection in self._connections.values():
+            await connection.close()
+        self._connections.clear()
+
+    async def drain(self, timeout_s: float = 5.0) -> None:
+        """Wait for propagated writes still in flight."""
+        if self._background:
+            await asyncio.wait(list(self._background), timeout=timeout_s)
+
+    # --- requests ----------------------------------------------------------------------------
+    async def get(self, key: bytes) -> bytes | None:
+        """Read ``key`` from the site the policy picks; None if it failed (counted)."""
+        self.counters.arrivals += 1
+        site, server = self.policy.choose(self.rng, _now_ms())
+        payload = get_payload(key, self.work.draw_s(self.rng))
+        reply = await self._request(site, server, payload, write=False)
+        return reply[1] if reply is not None else None
+
+    async def put(self, key: bytes, value: bytes) -> bool:
+        """Write ``key`` at the site the policy picks, then propagate it everywhere."""
+        self.counters.arrivals += 1
+        self.counters.writes += 1
+        site, server = self.policy.choose(self.rng, _now_ms())
+        payload = put_payload(key, value, self.work.draw_s(self.rng))
+        ok = await self._request(site, server, payload, write=True) is not None
+        if ok:
+            self._propagate(site, server, key, value)
+        return ok
+
+    async def _request(self, site: int, server: int, payload: bytes, write: bool):
+        issued = time.time()
+        start = time.perf_counter()
+        reply = None
+        try:
+            connection = await self._connection(site, server)
+            reply = await asyncio.wait_for(connection.send(payload, 2), self.timeout_s)
+        except (TestbedError, asyncio.TimeoutError):
+            self.policy.mark_down(site, server, _now_ms() + DOWN_BACKOFF_MS)
+        response_ms = (time.perf_counter() - start) * 1e3
+        self._count(site, server, payload, reply, response_ms, issued)
+        self.log.issued_unix_s.append(issued)
+        self.log.site.append(site)
+        self.log.response_ms.append(response_ms)
+        self.log.ok.append(reply is not None)
+        self.log.write.append(write)
+        return reply
+
+    def _count(self, site, server, payload, reply, response_ms: float, issued: float) -> None:
+        c = self.counters
+        c.requests[site] += 1
+        if reply is None:
+            c.errors[site] += 1
+            c.violations[site] += 1
+            return
+        if response_ms > self.slo_ms:
+            c.violations[site] += 1
+        if site != self.site:
+            value = reply[1] if isinstance(reply, list) else b""
+            c.wan_bytes[site] += len(payload) + len(value or b"") + REPLY_OVERHEAD_BYTES
+        second = int(issued)
+        mins = c.min_by_second.setdefault(second, np.full(len(self.sites), np.inf))
+        mins[site] = min(mins[site], response_ms)
+        self.policy.observe(site, server, response_ms, _now_ms())
+
+    def _propagate(self, site: int, server: int, key: bytes, value: bytes) -> None:
+        """Eventual consistency: every other replica gets the write; one server per other
+        site does the backend's work for it (it loads that site as a propagated write)."""
+        for j, name in enumerate(self.sites):
+            n = len(self.testbed.sites[name].servers)
+            worker = -1 if j == site else int(self.rng.integers(n))
+            for s in range(n):
+                if (j, s) == (site, server):
+                    continue
+                work = self.work.draw_s(self.rng) if s == worker else None
+                payload = put_payload(key, value, work)
+                if j != self.site:
+                    self.counters.wan_bytes[j] += len(payload) + REPLY_OVERHEAD_BYTES
+                task = asyncio.ensure_future(self._fire(j, s, payload, 1 if work is None else 2))
+                self._background.add(task)
+                task.add_done_callback(self._background.discard)
+
+    async def _fire(self, site: int, server: int, payload: bytes, replies: int) -> None:
+        try:
+            connection = await self._connection(site, server)
+            await asyncio.wait_for(connection.send(payload, replies), self.timeout_s)
+        except (TestbedError, asyncio.TimeoutError):
+            pass  # a replica that is down catches up when it is restarted (Testbed)
+
+    async def _connection(self, site: int, server: int) -> RedisConnection:
+        connection = self._connections.get((site, server))
+        if connection is None or connection.closed:
+            if not self.policy.is_up(site, server, _now_ms()):
+                raise TestbedError(f"{self.sites[site]} server {server} is marked down")
+            port = self.testbed.server_port(self.sites[self.site], self.sites[site], server)
+            connection = await RedisConnection.open(port, timeout_s=self.timeout_s)
+            self._connections[(site, server)] = connection
+        return connection
+
+    # --- the site agent ----------------------------------------------------------------------
+    async def _agent_loop(self) -> None:
+        """Stay connected to the local agent: answer its collections, apply its plans."""
+        port = self.testbed.sites[self.sites[self.site]].agent_local_port
+        while True:
+            try:
+                reader, writer = await asyncio.open_connection("127.0.0.1", port)
+            except OSError:
+                self._lost_agent()
+                await asyncio.sleep(0.5)
+                continue
+            try:
+                while line := await reader.readline():
+                    self._on_agent_message(json.loads(line), writer)
+            except (OSError, ValueError):
+                pass
+            finally:
+                writer.close()
+            self._lost_agent()
+            await asyncio.sleep(0.5)
+
+    def _on_agent_message(self, message: dict, writer: asyncio.StreamWriter) -> None:
+        if message["type"] == "collect":
+            report = self.counters.to_report(time.time(), self.base_rtt_window_s)
+            report.update(type="report", round=message["round"])
+            writer.write(json.dumps(report).encode() + b"\n")
+            self.counters = IntervalCounters(len(self.sites))
+        elif message["type"] == "plan" and self.policy.follows_plan:
+            self.policy.set_fractions(np.asarray(message["fractions"], dtype=float))
+            self.plans_received += 1
+
+    def _lost_agent(self) -> None:
+        """Without its instance a plan-following client keeps its requests local."""
+        if self.policy.follows_plan:
+            self.policy.set_fractions(np.eye(len(self.sites))[self.site])
+
+
+def _now_ms() -> float:
+    return time.monotonic() * 1e3

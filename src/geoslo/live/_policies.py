@@ -1,0 +1,180 @@
+"""How a site's client picks the server of each request: the policies of Kurma §7.1.
+
+Pure decisions over a host list ``(site, server)``; the client library owns the clock
+and the sockets. The same policies run in the simulator's kernel (``geoslo.sim``):
+
+* ``RatesPolicy``: the split of a row of rates (AllLocal is the identity row; KurmaPerf
+  and KurmaCost update the row from their instance's plan every interval); the server
+  within a site is uniform at random, as the simulator's backend does.
+* ``GlobalRoundRobin``: every server of every site in turn.
+* ``LatencyAware``: DataStax's LatencyAwarePolicy over a DC-aware child plan (the
+  simulator's ``latency_aware``): local hosts first, then remote sites by proximity,
+  with hosts whose time-weighted average latency exceeds twice the best one moved last.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from geoslo.errors import InputError
+
+__all__ = [
+    "RoutingPolicy",
+    "RatesPolicy",
+    "GlobalRoundRobin",
+    "LatencyAware",
+    "make_policy",
+    "POLICY_NAMES",
+]
+
+POLICY_NAMES = ("AllLocal", "GlobalRR", "LatencyAware", "KurmaPerf", "KurmaCost")
+
+
+class RoutingPolicy:
+    """Chooses ``(site, server)`` for each request; hosts marked down are skipped."""
+
+    follows_plan = False  # True: the site's instance sets the split every interval
+
+    def __init__(self, site: int, servers_per_site: list[int]) -> None:
+        self.site = site
+        self.servers = list(servers_per_site)
+        self.down_until_ms = {(j, s): -math.inf for j, n in enumerate(self.servers) for s in range(n)}
+
+    def mark_down(self, site: int, server: int, until_ms: float) -> None:
+        self.down_until_ms[(site, server)] = until_ms
+
+    def is_up(self, site: int, server: int, now_ms: float) -> bool:
+        return self.down_until_ms[(site, server)] <= now_ms
+
+    def choose(self, rng: np.random.Generator, now_ms: float) -> tuple[int, int]:
+        raise NotImplementedError
+
+    def observe(self, site: int, server: int, response_ms: float, now_ms: float) -> None:
+        """Feedback of one response (adaptive policies use it)."""
+
+    def set_fractions(self, row: np.ndarray) -> None:
+        """A new row of the plan (only policies that follow a plan use it)."""
+
+
+class RatesPolicy(RoutingPolicy):
+    """Send a fraction ``row[j]`` of requests to site ``j`` (Kurma §6, enforcement)."""
+
+    def __init__(self, site: int, servers_per_site: list[int], follows_plan: bool) -> None:
+        super().__init__(site, servers_per_site)
+        self.follows_plan = follows_plan
+        self.row = np.zeros(len(self.servers))
+        self.row[site] = 1.0
+
+    def set_fractions(self, row: np.ndarray) -> None:
+        row = np.clip(np.asarray(row, dtype=float), 0.0, None)
+        self.row = row / row.sum() if row.sum() > 0 else np.eye(len(self.servers))[self.site]
+
+    def choose(self, rng: np.random.Generator, now_ms: float) -> tuple[int, int]:
+        weights = self.row.copy()
+        for j, n in enumerate(self.servers):
+            if j != self.site and not any(self.is_up(j, s, now_ms) for s in range(n)):
+                weights[j] = 0.0  # a remote site we cannot reach: keep its share local
+        weights[self.site] += 1.0 - weights.sum()
+        site = int(rng.choice(len(weights), p=weights / weights.sum()))
+        up = [s for s in range(self.servers[site]) if self.is_up(site, s, now_ms)]
+        return site, int(rng.choice(up)) if up else int(rng.integers(self.servers[site]))
+
+
+class GlobalRoundRobin(RoutingPolicy):
+    """Every server of every site in turn (the GlobalRR baseline, §7.1)."""
+
+    def __init__(self, site: int, servers_per_site: list[int]) -> None:
+        super().__init__(site, servers_per_site)
+        self.hosts = [(j, s) for j, n in enumerate(self.servers) for s in range(n)]
+        self.next = 0
+
+    def choose(self, rng: np.random.Generator, now_ms: float) -> tuple[int, int]:
+        for _ in range(len(self.hosts)):
+            host = self.hosts[self.next % len(self.hosts)]
+            self.next += 1
+            if self.is_up(*host, now_ms):
+                return host
+        return self.site, 0
+
+
+class LatencyAware(RoutingPolicy):
+    """DataStax LatencyAwarePolicy (driver 3.x defaults), per host, as in the simulator."""
+
+    scale_ms = 100.0
+    exclusion_threshold = 2.0
+    retry_period_ms = 10_000.0
+    min_measure = 50
+
+    def __init__(self, site: int, servers_per_site: list[int], proximity: list[int]) -> None:
+        super().__init__(site, servers_per_site)
+        self.proximity = [j for j in proximity if j != site]  # remote sites, nearest first
+        self.count: dict[tuple[int, int], int] = {}
+        self.average_ms: dict[tuple[int, int], float] = {}
+        self.stamp_ms: dict[tuple[int, int], float] = {}
+
+    def _plan(self, rng: np.random.Generator) -> list[tuple[int, int]]:
+        local = [(self.site, s) for s in rng.permutation(self.servers[self.site])]
+        remote = []
+        for j in self.proximity:
+            start = int(rng.integers(self.servers[j]))
+            remote += [(j, (start + k) % self.servers[j]) for k in range(self.servers[j])]
+        return local + remote
+
+    def _acceptable(self, host, best_ms: float | None, now_ms: float) -> bool:
+        if best_ms is None or self.count.get(host, 0) < self.min_measure:
+            return True
+        if now_ms - self.stamp_ms[host] > self.retry_period_ms:
+            return True
+        return self.average_ms[host] <= self.exclusion_threshold * best_ms
+
+    def _best_ms(self, now_ms: float) -> float | None:
+        fresh = [
+            avg
+            for host, avg in self.average_ms.items()
+            if self.count[host] >= self.min_measure
+            and avg >= 0
+            and now_ms - self.stamp_ms[host] <= self.retry_period_ms
+        ]
+        return min(fresh) if fresh else None
+
+    def choose(self, rng: np.random.Generator, now_ms: float) -> tuple[int, int]:
+        best = self._best_ms(now_ms)
+        plan = [h for h in self._plan(rng) if self.is_up(*h, now_ms)] or [(self.site, 0)]
+        for host in plan:
+            if self._acceptable(host, best, now_ms):
+                return host
+        return plan[0]
+
+    def observe(self, site: int, server: int, response_ms: float, now_ms: float) -> None:
+        """HostLatencyTracker.add: skip the first 30% of min_measure, then a time-weighted
+        average whose weight of the past decays as log(1 + d/scale) / (d/scale)."""
+        host = (site, server)
+        count = self.count.get(host, 0) + 1
+        self.count[host] = count
+        previous = self.average_ms.get(host, -1.0)
+        if count < math.floor(0.3 * self.min_measure) or previous < 0:
+            self.average_ms[host] = -1.0 if count < math.floor(0.3 * self.min_measure) else response_ms
+            self.stamp_ms[host] = now_ms
+            return
+        delay = now_ms - self.stamp_ms[host]
+        if delay <= 0:
+            return
+        scaled = delay / self.scale_ms
+        weight = math.log(scaled + 1.0) / scaled
+        self.average_ms[host] = (1.0 - weight) * response_ms + weight * previous
+        self.stamp_ms[host] = now_ms
+
+
+def make_policy(name: str, site: int, servers_per_site: list[int], proximity: list[int]):
+    """A policy by its name in the paper (one of ``POLICY_NAMES``)."""
+    if name == "AllLocal":
+        return RatesPolicy(site, servers_per_site, follows_plan=False)
+    if name in ("KurmaPerf", "KurmaCost"):
+        return RatesPolicy(site, servers_per_site, follows_plan=True)
+    if name == "GlobalRR":
+        return GlobalRoundRobin(site, servers_per_site)
+    if name == "LatencyAware":
+        return LatencyAware(site, servers_per_site, proximity)
+    raise InputError("policy", f"unknown policy {name!r}; use one of {', '.join(POLICY_NAMES)}")

@@ -1,0 +1,5 @@
+"""Kurma on the live testbed: one instance process per site (Kurma §6)."""
+
+from geoslo.live.kurma._instance import InstanceConfig, run_instance, start_instance
+
+__all__ = ["InstanceConfig", "run_instance", "start_instance"]
