@@ -1,6 +1,7 @@
 """Models fitted from observations or profiling: SLO curves, queueing formulas, curve fits."""
 
 from geoslo.models._interference import best_fitting_curve
+from geoslo.models._residual import residual_from_probes
 from geoslo.models._queueing import erlang_c, mmc_sojourn_tail, mmc_violation_surface
 from geoslo.models._slo_curves import (
     ServiceProfile,
@@ -12,6 +13,7 @@ from geoslo.models._slo_curves import (
 )
 
 __all__ = [
+    "residual_from_probes",
     "ServiceProfile",
     "SloCurve",
     "SloSurface",

@@ -23,6 +23,7 @@ from geoslo.models import (
     mmc_violation_surface,
     profile_backend,
     profile_loads,
+    residual_from_probes,
 )
 from geoslo.sim import BackendParams, profile_site, residual_wan_samples_ms
 from geoslo.topology import Topology, kurma_topology
@@ -97,7 +98,8 @@ def _median_passes_slo(backend, load_rps, seconds, seed) -> bool:
 
 def measure_saturation(backend: BackendParams, seed: int, seconds: float = 5.0) -> float:
     """Raise the load until queues grow without bound (median response past the SLO), §4."""
-    low, high = 1000.0, 2000.0
+    start = min(1000.0, backend.read_capacity_rps / 4)
+    low, high = start, 2 * start
     while not _median_passes_slo(backend, high, seconds, seed):
         low, high = high, high * 2
     for _ in range(10):
@@ -118,17 +120,15 @@ def estimate_residual(topology: Topology, pool_ms: np.ndarray, seed: int) -> Lat
     rng = np.random.default_rng(seed)
     per_block = int(10 / PROBE_INTERVAL_S) * PROBES_PER_SITE
     times = np.repeat(np.arange(0, PROBE_MINUTES * 60, PROBE_INTERVAL_S), PROBES_PER_SITE)
-    residuals = []
-    for link in topology.links:
-        rtt = link.base_rtt.at(times) + rng.choice(pool_ms, size=times.size)
-        blocks = rtt[: rtt.size // per_block * per_block].reshape(-1, per_block)
-        residuals.append((blocks - blocks.min(axis=1, keepdims=True)).ravel())
-    return LatencyDistribution.from_samples(np.concatenate(residuals), step_ms=0.1)
+    rtts = [link.base_rtt.at(times) + rng.choice(pool_ms, size=times.size) for link in topology.links]
+    return residual_from_probes(rtts, per_block)
 
 
-def build_scenario(settings: Settings, seed: int, on_point=None) -> Scenario:
-    """Calibrated backend, measured saturation, profile and curve families."""
-    backend = BackendParams()
+def build_scenario(
+    settings: Settings, seed: int, on_point=None, backend: BackendParams | None = None
+) -> Scenario:
+    """Calibrated backend (or ``backend``), measured saturation, profile and curve families."""
+    backend = backend or BackendParams()
     pool = residual_wan_samples_ms(200_000, seed)
     saturation = measure_saturation(backend, seed)
     loads = profile_loads(saturation, settings.profile_points)
