@@ -118,13 +118,6 @@ def test_servers_within_a_site_are_uniform():
     np.testing.assert_allclose(shares, 0.25, atol=0.015)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=ValueError,
-    reason="source bug: _policies.py:79 RatesPolicy.choose adds 1.0 - weights.sum() to the local "
-    "weight; with a zero local share and a normalised row summing to 1 + 2**-52 the local weight "
-    "becomes -2.2e-16 and numpy's Generator.choice raises 'Probabilities are not non-negative'",
-)
 def test_a_row_without_local_share_never_makes_choose_fail():
     policy = rates(row=[0.0, 0.03, 0.29])  # normalised: [0, 0.09375..01, 0.90625..01]
     hosts = draw_hosts(policy, 200)
@@ -260,14 +253,6 @@ def test_latency_aware_ignores_an_observation_without_elapsed_time():
     assert policy.stamp_ms[host] == last_ms
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason="source bug: _policies.py:154-155 LatencyAware.observe stores count + 1 before the "
-    "`delay <= 0` early return (line 162), so an observation with no elapsed time counts toward "
-    "min_measure; the simulator's _la_feedback (sim/_kernels.py) and DataStax's "
-    "HostLatencyTracker do not count it",
-)
 def test_latency_aware_observation_without_elapsed_time_is_not_counted():
     policy = latency_aware()
     host = (0, 0)

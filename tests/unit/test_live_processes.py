@@ -23,9 +23,6 @@ from geoslo.live._processes import (
     wait_for_port,
 )
 
-# ManagedProcess.start drops its Popen while the child runs (see the xfail test below); the
-# ResourceWarning that CPython then emits would otherwise fail these tests (filterwarnings=error)
-drops_popen = pytest.mark.filterwarnings("ignore:subprocess .* is still running:ResourceWarning")
 
 
 def python_command(code: str) -> list[str]:
@@ -38,7 +35,9 @@ def managed(tmp_path):
     started: list[ManagedProcess] = []
 
     def build(code: str, port: int | None = None, name: str = "child") -> ManagedProcess:
-        process = ManagedProcess(name, python_command(code), tmp_path / "logs" / f"{name}.log", port)
+        process = ManagedProcess(
+            name, python_command(code), tmp_path / "logs" / f"{name}.log", port
+        )
         started.append(process)
         return process
 
@@ -70,7 +69,6 @@ def test_process_alive_is_false_for_an_exited_child_not_yet_waited_for():
     child.wait(timeout=5)  # already reaped by process_alive; keeps Popen from warning
 
 
-@drops_popen
 def test_managed_process_without_port_starts_and_stops(managed):
     process = managed("import time; time.sleep(30)")
     assert process.alive is False
@@ -84,7 +82,6 @@ def test_managed_process_without_port_starts_and_stops(managed):
     assert process.log_path.is_file()
 
 
-@drops_popen
 def test_managed_process_that_listens_is_ready_when_start_returns(managed):
     (port,) = free_ports(1)
     code = (
@@ -100,7 +97,6 @@ def test_managed_process_that_listens_is_ready_when_start_returns(managed):
     assert not process.alive
 
 
-@drops_popen
 def test_managed_process_that_exits_before_listening_raises_naming_its_log(managed):
     (port,) = free_ports(1)
     process = managed("print('boom: cannot start'); raise SystemExit(3)", port=port, name="bad")
@@ -116,7 +112,6 @@ def test_managed_process_that_exits_before_listening_raises_naming_its_log(manag
     assert "boom: cannot start" in process.log_path.read_text()
 
 
-@drops_popen
 def test_managed_process_that_never_listens_times_out_and_is_stopped(managed):
     (port,) = free_ports(1)
     process = managed("import time; time.sleep(30)", port=port)
@@ -162,14 +157,6 @@ def test_python_module_command_uses_this_interpreter():
     ]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason="source bug: _processes.py:152-160 ManagedProcess.start keeps only the PID and drops "
-    "the subprocess.Popen of a running child; CPython's Popen.__del__ then warns "
-    "'subprocess N is still running' (ResourceWarning), which the project's "
-    "filterwarnings=error turns into a test failure",
-)
 def test_starting_a_managed_process_emits_no_resource_warning(managed):
     process = managed("import time; time.sleep(30)")
     with warnings.catch_warnings(record=True) as caught:

@@ -75,9 +75,11 @@ class RatesPolicy(RoutingPolicy):
         weights = self.row.copy()
         for j, n in enumerate(self.servers):
             if j != self.site and not any(self.is_up(j, s, now_ms) for s in range(n)):
-                weights[j] = 0.0  # a remote site we cannot reach: keep its share local
-        weights[self.site] += 1.0 - weights.sum()
-        site = int(rng.choice(len(weights), p=weights / weights.sum()))
+                weights[self.site] += weights[j]  # a remote site we cannot reach: keep it local
+                weights[j] = 0.0
+        cumulative = np.cumsum(weights)
+        site = int(np.searchsorted(cumulative, rng.random() * cumulative[-1], side="right"))
+        site = min(site, len(weights) - 1)
         up = [s for s in range(self.servers[site]) if self.is_up(site, s, now_ms)]
         return site, int(rng.choice(up)) if up else int(rng.integers(self.servers[site]))
 
@@ -152,15 +154,16 @@ class LatencyAware(RoutingPolicy):
         average whose weight of the past decays as log(1 + d/scale) / (d/scale)."""
         host = (site, server)
         count = self.count.get(host, 0) + 1
-        self.count[host] = count
         previous = self.average_ms.get(host, -1.0)
         if count < math.floor(0.3 * self.min_measure) or previous < 0:
+            self.count[host] = count
             self.average_ms[host] = -1.0 if count < math.floor(0.3 * self.min_measure) else response_ms
             self.stamp_ms[host] = now_ms
             return
         delay = now_ms - self.stamp_ms[host]
         if delay <= 0:
-            return
+            return  # as the driver's tracker: a measurement with no elapsed time is dropped
+        self.count[host] = count
         scaled = delay / self.scale_ms
         weight = math.log(scaled + 1.0) / scaled
         self.average_ms[host] = (1.0 - weight) * response_ms + weight * previous

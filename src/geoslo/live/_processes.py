@@ -19,6 +19,9 @@ from pathlib import Path
 
 from geoslo.errors import DependencyError, TestbedError
 
+# Every child geoslo started, kept so that it is reaped (and never warned about) on exit.
+_CHILDREN: dict[int, subprocess.Popen] = {}
+
 __all__ = [
     "ManagedProcess",
     "find_program",
@@ -95,6 +98,12 @@ def wait_for_port(port: int, timeout_s: float = 10.0, pid: int | None = None) ->
 
 def process_alive(pid: int) -> bool:
     """Whether ``pid`` runs (a zombie child counts as gone)."""
+    child = _CHILDREN.get(pid)
+    if child is not None:
+        if child.poll() is None:
+            return True
+        _CHILDREN.pop(pid, None)
+        return False
     try:
         waited, _ = os.waitpid(pid, os.WNOHANG)
         if waited == pid:
@@ -158,6 +167,7 @@ class ManagedProcess:
                 start_new_session=detached,
             )
         self.pid = process.pid
+        _CHILDREN[process.pid] = process
         if self.port is not None:
             try:
                 wait_for_port(self.port, wait_timeout_s, pid=self.pid)

@@ -83,7 +83,7 @@ class RedisConnection:
                     else:
                         future.set_result(values[0] if count == 1 else values)
                 values = []
-        except (OSError, asyncio.IncompleteReadError, TestbedError, IndexError) as failure:
+        except (OSError, asyncio.IncompleteReadError, TestbedError, IndexError, ValueError) as failure:
             if isinstance(failure, TestbedError):
                 error = failure
         finally:

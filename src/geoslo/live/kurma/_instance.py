@@ -282,6 +282,7 @@ class _Instance:
             "writes": report["writes"],
             "requests": report["requests"].tolist(),
             "violations": report["violations"].tolist(),
+            "wan_bytes": report["wan_bytes"].tolist(),
             "min_response_ms": [m if np.isfinite(m) else None for m in report["min_response_ms"]],
             "probe_rtt_ms": self._probe_min_ms(),
         }
@@ -333,7 +334,9 @@ class _Instance:
             "round": k,
             "t_unix_s": time.time(),
             "available": m.available.tolist(),
-            "report": {key: own[key] for key in ("arrivals", "writes", "requests", "violations")},
+            "report": {
+                key: own[key] for key in ("arrivals", "writes", "requests", "violations", "wan_bytes")
+            },
             "expected_redirect_violations": self.last_expected,
         }
         for j, site in enumerate(self.sites):

@@ -1,0 +1,264 @@
+"""Kurma on the live testbed: profile the real backend, build the curves, replay Trace-1.
+
+The sequence is the paper's (§4, §6, §7) on real processes:
+
+1. the testbed (Redis servers per site, the WAN emulator) starts in the run folder;
+2. the profiler drives every site open-loop at increasing loads at once (the machine is
+   shared, so each site is profiled under the load the others put on it), while the
+   instances, measuring only, probe the WAN 3 times per site every 200 ms;
+3. the response-time distributions and the residual WAN latency from the probes (base
+   removed) become each site's curve family, pickled for the instances;
+4. each policy replays the same Trace-1-like imbalance, scaled to the profiled 5% point,
+   through one load generator per site; Kurma's instances exchange state through the WAN.
+"""
+
+from __future__ import annotations
+
+import json
+import pickle
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from geoslo.control.kurma import KurmaModel
+from geoslo.errors import TestbedError
+from geoslo.live import Testbed, TestbedSpec
+from geoslo.live._loadgen import LoadgenConfig, read_loadgen_result, start_loadgen
+from geoslo.live._processes import stop_pid
+from geoslo.live.kurma import InstanceConfig, start_instance
+from geoslo.models import (
+    ServiceProfile,
+    SloSurface,
+    build_slo_surface,
+    profile_backend,
+    profile_loads,
+    residual_from_probes,
+)
+from geoslo.experiments.kurma._scenario import BASE_RTT_RANGE_MS, RHO, SLO_MS
+
+__all__ = ["LiveSettings", "LiveModel", "LiveRun", "profile_testbed", "run_policy_live", "testbed_for_run"]
+
+OBJECTIVES = {"AllLocal": None, "GlobalRR": None, "LatencyAware": None}
+OBJECTIVES.update(KurmaPerf="perf", KurmaCost="cost")
+PROBE_BLOCK_S = 10.0  # base RTT = min over 10 s of probes, as in the simulation
+
+
+@dataclass(frozen=True)
+class LiveSettings:
+    trace_minutes: float = 4.0
+    profile_points: int = 14
+    profile_seconds: float = 6.0  # per load point, every site at once
+    profile_gap_s: float = 1.5  # idle between points: the queues drain
+    write_fraction: float = 0.02  # writes reach every site (eventual consistency)
+    warmup_s: float = 2.0  # between starting the processes and the first request
+    policies: tuple[str, ...] = ("AllLocal", "GlobalRR", "KurmaPerf", "KurmaCost")
+
+    @classmethod
+    def quick(cls) -> LiveSettings:
+        return cls(trace_minutes=1.25, profile_points=10, profile_seconds=4.0)
+
+
+@dataclass(frozen=True)
+class LiveModel:
+    """What profiling the testbed produced."""
+
+    profile: ServiceProfile
+    residual_samples_ms: np.ndarray
+    surface: SloSurface
+    saturation_rps: float
+    model_path: Path
+
+    @property
+    def local_5pct_rps(self) -> float:
+        return self.surface.curve(0).load_at(RHO)
+
+
+@dataclass(frozen=True)
+class LiveRun:
+    """One policy's replay: every request of every site, and the instances' round logs."""
+
+    policy: str
+    requests: list[dict[str, np.ndarray]]  # per source site, the generator's arrays
+    rounds: list[list[dict]]  # per site, its instance's round records
+    max_late_ms: float
+
+    def violated(self, i: int) -> np.ndarray:
+        r = self.requests[i]
+        return ~r["ok"] | (r["response_ms"] > SLO_MS)
+
+    def site_violation_fraction(self) -> np.ndarray:
+        return np.array([self.violated(i).mean() for i in range(len(self.requests))])
+
+    def global_violation_fraction(self) -> float:
+        total = sum(len(r["ok"]) for r in self.requests)
+        return float(sum(self.violated(i).sum() for i in range(len(self.requests))) / total)
+
+    def redirected(self) -> int:
+        return int(sum((r["site"] != i).sum() for i, r in enumerate(self.requests)))
+
+    def total(self) -> int:
+        return int(sum(len(r["ok"]) for r in self.requests))
+
+    def wan_bytes(self) -> float:
+        return float(sum(sum(rec["report"]["wan_bytes"]) for log in self.rounds for rec in log))
+
+    def redirect_estimate(self) -> tuple[float, float, int]:
+        """(Kurma's expected violation fraction of redirected requests, measured, count)."""
+        expected = measured = count = 0.0
+        for i, log in enumerate(self.rounds):
+            for rec in log:
+                remote = np.arange(len(rec["report"]["requests"])) != i
+                count += np.asarray(rec["report"]["requests"])[remote].sum()
+                measured += np.asarray(rec["report"]["violations"])[remote].sum()
+                expected += rec["expected_redirect_violations"]
+        return expected / max(count, 1), measured / max(count, 1), int(count)
+
+
+def _stepped_trace(loads: np.ndarray, settings: LiveSettings) -> list[float]:
+    rates: list[float] = []
+    for load in loads:
+        rates += [float(load)] * int(settings.profile_seconds)
+        rates += [0.0] * int(np.ceil(settings.profile_gap_s))
+    return rates
+
+
+def _start_at(testbed: Testbed, warmup_s: float) -> float:
+    return float(np.ceil(time.time() + warmup_s))
+
+
+def _replay(
+    testbed: Testbed, run_dir: Path, policy: str, traces: list[list[float]], seed: int,
+    write_fraction: float, warmup_s: float, model_path: Path | None,
+) -> LiveRun:  # fmt: skip
+    """Instances up, one generator per site, wait for the end, instances down."""
+    run_dir.mkdir(parents=True, exist_ok=True)
+    objective = OBJECTIVES[policy]
+    instances = [
+        start_instance(
+            InstanceConfig(
+                str(testbed.state_dir), site, str(run_dir), objective,
+                str(model_path) if objective else None, SLO_MS,
+            )
+        )
+        for site in testbed.spec.sites
+    ]  # fmt: skip
+    try:
+        start = _start_at(testbed, warmup_s)
+        generators = [
+            start_loadgen(
+                LoadgenConfig(
+                    str(testbed.state_dir), site, policy, tuple(trace), start,
+                    str(run_dir / f"requests-{site.lower()}.npz"), write_fraction, SLO_MS,
+                    seed + 17 * k,
+                ),
+                run_dir,
+            )
+            for k, (site, trace) in enumerate(zip(testbed.spec.sites, traces, strict=True))
+        ]  # fmt: skip
+        deadline = start + max(len(t) for t in traces) + 60
+        for generator in generators:
+            while generator.alive and time.time() < deadline:
+                time.sleep(0.2)
+            if generator.alive:
+                generator.stop()
+                raise TestbedError(f"{generator.name} did not finish; see {generator.log_path}")
+        time.sleep(3.0)  # an interval and more: the instances log the last one
+    finally:
+        for instance in instances:
+            instance.stop()
+    results = [
+        read_loadgen_result(run_dir / f"requests-{site.lower()}.npz") for site in testbed.spec.sites
+    ]
+    rounds = [_read_rounds(run_dir / f"kurma-{site.lower()}-rounds.jsonl") for site in testbed.spec.sites]
+    return LiveRun(
+        policy,
+        [arrays for arrays, _ in results],
+        rounds,
+        max(summary["max_late_ms"] for _, summary in results),
+    )
+
+
+def _read_rounds(path: Path) -> list[dict]:
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def _read_probes(run_dir: Path, testbed: Testbed) -> list[np.ndarray]:
+    """Probe RTTs per directed link, in time order."""
+    links = []
+    for site in testbed.spec.sites:
+        path = run_dir / f"kurma-{site.lower()}-probes.csv"
+        rows = [line.split(",") for line in path.read_text().splitlines()] if path.exists() else []
+        for dst in testbed.spec.sites:
+            rtts = [float(r[2]) for r in rows if r[1] == dst]
+            if rtts:
+                links.append(np.array(rtts))
+    return links
+
+
+def profile_testbed(
+    testbed: Testbed, run_dir: Path, settings: LiveSettings, seed: int, progress=print
+) -> LiveModel:
+    """Profile every site at once, open-loop, at loads up to the backend's capacity (§4.1)."""
+    spec = testbed.spec
+    nominal_rps = spec.servers_per_site * spec.work.capacity_per_server_rps
+    loads = profile_loads(nominal_rps, settings.profile_points, highest_fraction=0.97)
+    trace = _stepped_trace(loads, settings)
+    progress(f"profiling {len(loads)} loads up to {loads[-1]:.0f} req/s, {len(trace)} s")
+    run = _replay(
+        testbed, run_dir / "profile", "AllLocal", [trace] * len(spec.sites), seed, 0.0,
+        settings.warmup_s, None,
+    )  # fmt: skip
+    start = min(float(r["issued_unix_s"].min()) for r in run.requests)
+    start = float(np.floor(start))
+    period = int(settings.profile_seconds) + int(np.ceil(settings.profile_gap_s))
+    issued = np.concatenate([r["issued_unix_s"] for r in run.requests])
+    response = np.concatenate([r["response_ms"] for r in run.requests])
+    response = np.where(np.concatenate([r["ok"] for r in run.requests]), response, np.inf)
+
+    def measure(load_rps: float, write_fraction: float) -> np.ndarray:
+        k = int(np.argmin(np.abs(loads - load_rps)))
+        t0 = start + k * period
+        chosen = (issued >= t0) & (issued < t0 + settings.profile_seconds)
+        if not chosen.any():
+            raise TestbedError(f"no response measured at {load_rps:.0f} req/s")
+        return response[chosen]
+
+    profile = profile_backend(measure, loads)
+    medians = [float(np.median(measure(load, 0.0))) for load in loads]
+    past = [load for load, median in zip(loads, medians, strict=True) if median > SLO_MS]
+    saturation = float(past[0]) if past else float(loads[-1])
+    probes = _read_probes(run_dir / "profile", testbed)
+    per_block = max(2, int(PROBE_BLOCK_S / 0.2) * 3)
+    residual = residual_from_probes(probes, per_block)
+    surface = build_slo_surface(profile, SLO_MS, residual, BASE_RTT_RANGE_MS)
+    n = len(spec.sites)
+    model = KurmaModel(spec.sites, np.full(n, saturation), (surface,) * n, profile.min_service_ms)
+    model_path = run_dir / "model.pkl"
+    model_path.write_bytes(pickle.dumps(model))
+    samples = np.concatenate([p - p.min() for p in probes])
+    return LiveModel(profile, samples, surface, saturation, model_path)
+
+
+def run_policy_live(
+    testbed: Testbed, run_dir: Path, policy: str, traces: list[np.ndarray],
+    settings: LiveSettings, model: LiveModel, seed: int,
+) -> LiveRun:  # fmt: skip
+    """Replay ``traces`` (one per site, per second) under ``policy``."""
+    return _replay(
+        testbed, run_dir / policy, policy, [list(map(float, t)) for t in traces], seed,
+        settings.write_fraction, settings.warmup_s, model.model_path,
+    )  # fmt: skip
+
+
+def testbed_for_run(run_dir: Path, seed: int, progress=print) -> Testbed:
+    """A fresh testbed of the default calibration, in the run folder (stopped by the caller)."""
+    state_dir = run_dir / "testbed"
+    existing = Testbed.load(state_dir)
+    if existing is not None:
+        for p in existing.processes:
+            stop_pid(p["pid"])
+    return Testbed.up(TestbedSpec(seed=seed), state_dir, progress)
