@@ -25,6 +25,14 @@ kurma_app = typer.Typer(
 reproduce_app = typer.Typer(no_args_is_help=True, help="Reproduce a paper's headline results.")
 app.add_typer(kurma_app, name="kurma")
 app.add_typer(reproduce_app, name="reproduce")
+testbed_app = typer.Typer(
+    no_args_is_help=True, help="The live testbed: Redis servers per site and the WAN emulator."
+)
+app.add_typer(testbed_app, name="testbed")
+StateDirOption = Annotated[
+    Path | None,
+    typer.Option("--state-dir", help="Where testbed.json and the logs live (default: a temp dir)."),
+]
 
 _state = {"debug": False}
 
@@ -116,14 +124,89 @@ def reproduce_kurma(
     quick: Annotated[
         bool, typer.Option(help="A short form of every experiment (minutes, for CI).")
     ] = False,
-    output: Annotated[Path, typer.Option(help="Report folder.")] = Path("reports/kurma"),
+    live: Annotated[
+        bool, typer.Option(help="Trace-1 on the live testbed (real Redis, WAN emulator).")
+    ] = False,
+    output: Annotated[
+        Path | None, typer.Option(help="Report folder [reports/kurma or reports/kurma-live].")
+    ] = None,
     seed: Annotated[int, typer.Option(help="Seed of every random draw.")] = 1,
 ) -> None:
-    """Kurma's figures 4, 5, 8-12 and the solver's scaling, paper beside ours."""
-    from geoslo.experiments.kurma import reproduce
+    """Kurma's figures 4, 5, 8-12 and the solver's scaling, paper beside ours; with --live,
+    Trace-1 on real processes beside the simulation (docs/live.md)."""
+    if live:
+        from geoslo.experiments.kurma import reproduce_live
 
-    index = reproduce(output, quick=quick, seed=seed)
+        index = reproduce_live(output or Path("reports/kurma-live"), quick=quick, seed=seed)
+    else:
+        from geoslo.experiments.kurma import reproduce
+
+        index = reproduce(output or Path("reports/kurma"), quick=quick, seed=seed)
     typer.echo(f"report: {index}")
+
+
+@testbed_app.command("up")
+@user_errors
+def testbed_up(
+    sites: Annotated[
+        str, typer.Option(help="Comma-separated sites.")
+    ] = "london,ireland,frankfurt",
+    servers_per_site: Annotated[int, typer.Option(help="Redis servers per site.")] = 2,
+    service_mean_ms: Annotated[
+        float, typer.Option(help="Mean backend work per request (ms).")
+    ] = 2.0,
+    seed: Annotated[int, typer.Option(help="Seed of the WAN's routing changes.")] = 0,
+    state_dir: StateDirOption = None,
+) -> None:
+    """Start Redis servers per site and the WAN emulator on loopback."""
+    from geoslo.live import Testbed, TestbedSpec
+
+    spec = TestbedSpec(
+        sites=tuple(sites.split(",")),
+        servers_per_site=servers_per_site,
+        service_mean_ms=service_mean_ms,
+        seed=seed,
+    )
+    testbed = Testbed.up(spec, state_dir, progress=lambda line: typer.echo(line, err=True))
+    _print_status(testbed)
+
+
+@testbed_app.command("status")
+@user_errors
+def testbed_status(state_dir: StateDirOption = None) -> None:
+    """Each recorded process: alive or not, and the sites' ports."""
+    from geoslo.live import Testbed
+
+    testbed = Testbed.load(state_dir)
+    if testbed is None:
+        typer.echo("no testbed recorded (start one with `geoslo testbed up`)")
+        raise typer.Exit(1)
+    _print_status(testbed)
+    processes = testbed.status()
+    if not processes or not all(p["alive"] for p in processes):
+        typer.echo("the testbed is not (fully) running", err=True)
+        raise typer.Exit(1)
+
+
+@testbed_app.command("down")
+@user_errors
+def testbed_down(state_dir: StateDirOption = None) -> None:
+    """Stop every process the testbed started (by PID)."""
+    from geoslo.live import Testbed
+
+    testbed = Testbed.load(state_dir)
+    stopped = 0 if testbed is None else testbed.down()
+    typer.echo(f"stopped {stopped} process(es)")
+
+
+def _print_status(testbed) -> None:
+    typer.echo(f"testbed in {testbed.state_dir} (epoch {testbed.epoch_unix_s:.0f})")
+    for p in testbed.status():
+        state = "up" if p["alive"] else "DOWN"
+        typer.echo(f"  {p['name']:<20} pid {p['pid']:<8} port {p['port']:<6} {state}")
+    for site, ends in testbed.sites.items():
+        ports = ",".join(map(str, ends.servers))
+        typer.echo(f"  {site}: redis {ports}; metrics {ends.metrics_port}")
 
 
 def main() -> None:

@@ -116,6 +116,8 @@ class SiteEndpoints:
 class Testbed:
     """A running (or recorded) testbed: its spec, endpoints and processes."""
 
+    __test__ = False  # not a pytest test class, despite the name
+
     spec: TestbedSpec
     state_dir: Path
     epoch_unix_s: float

@@ -77,8 +77,11 @@ def _representative_cut(slices: list[np.ndarray], duration_s: int) -> list[np.nd
     return [s[best : best + duration_s] for s in slices]
 
 
-def trace_pair(local_5pct_rps: float, minutes: float) -> tuple[SiteTraces, SiteTraces]:
-    """(Trace-1-like, Trace-2-like), each ``minutes`` long, scaled to the profiled backend."""
+def trace_pair(
+    local_5pct_rps: float, minutes: float, busiest_of_5pct: float = TRACE1_BUSIEST_OF_5PCT
+) -> tuple[SiteTraces, SiteTraces]:
+    """(Trace-1-like, Trace-2-like), each ``minutes`` long, scaled to the profiled backend;
+    Trace-1's busiest site averages ``busiest_of_5pct`` times its 5% load."""
     day = _day()
     window_s = 1800  # windows are chosen on 30 minutes, as in the paper, then cut to `minutes`
     duration = int(minutes * 60)
@@ -89,7 +92,7 @@ def trace_pair(local_5pct_rps: float, minutes: float) -> tuple[SiteTraces, SiteT
     start2 = min(calm, key=ratio.get)
     changes = _busiest_changes(day, start2, window_s)
     busiest = max(float(s.mean()) for s in _slices(day, start1, window_s))
-    scale1 = TRACE1_BUSIEST_OF_5PCT * local_5pct_rps / busiest
+    scale1 = busiest_of_5pct * local_5pct_rps / busiest
     mean2 = np.mean([float(s.mean()) for s in _slices(day, start2, window_s)])
     scale2 = TRACE2_MEAN_OF_5PCT * local_5pct_rps / mean2
 
@@ -105,7 +108,7 @@ def trace_pair(local_5pct_rps: float, minutes: float) -> tuple[SiteTraces, SiteT
         "Trace-1",
         start1,
         scale1,
-        f"busiest site at {TRACE1_BUSIEST_OF_5PCT}x its 5% load (imbalance {ratio[start1]:.2f})",
+        f"busiest site at {busiest_of_5pct}x its 5% load (imbalance {ratio[start1]:.2f})",
     )
     t2 = site_traces(
         "Trace-2",
