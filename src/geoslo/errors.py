@@ -6,7 +6,14 @@ turns an :class:`InputError` into one line on stderr and exit status 2.
 
 from __future__ import annotations
 
-__all__ = ["GeosloError", "InputError", "ConfigError", "DataError", "TestbedError", "DependencyError"]
+__all__ = [
+    "GeosloError",
+    "InputError",
+    "ConfigError",
+    "DataError",
+    "TestbedError",
+    "DependencyError",
+]
 
 
 class GeosloError(Exception):

@@ -25,7 +25,9 @@ from geoslo.models import SloSurface, mmc_violation_surface
 
 pytestmark = [
     pytest.mark.integration,
-    pytest.mark.skipif(shutil.which("redis-server") is None, reason="redis-server is not installed"),
+    pytest.mark.skipif(
+        shutil.which("redis-server") is None, reason="redis-server is not installed"
+    ),
 ]
 
 SITES = ("London", "Ireland", "Frankfurt")
@@ -119,7 +121,10 @@ def test_a_failed_site_is_excluded_within_two_intervals_and_readmitted(testbed, 
     for site in ("London", "Ireland"):
         log = rounds(run_dir, site)
         requests, _ = read_loadgen_result(run_dir / f"requests-{site.lower()}.npz")
-        for failure, recovery in (("redis_killed", "redis_back"), ("instance_killed", "instance_back")):
+        for failure, recovery in (
+            ("redis_killed", "redis_back"),
+            ("instance_killed", "instance_back"),
+        ):
             excluded = first_round_after(log, events[failure], available=False)
             assert excluded is not None, f"{site} never excluded Frankfurt after {failure}"
             assert excluded["t_unix_s"] - events[failure] <= 2 * INTERVAL_S + 0.5

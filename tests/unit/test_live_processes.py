@@ -24,7 +24,6 @@ from geoslo.live._processes import (
 )
 
 
-
 def python_command(code: str) -> list[str]:
     return [sys.executable, "-c", code]
 

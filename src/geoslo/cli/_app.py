@@ -148,9 +148,7 @@ def reproduce_kurma(
 @testbed_app.command("up")
 @user_errors
 def testbed_up(
-    sites: Annotated[
-        str, typer.Option(help="Comma-separated sites.")
-    ] = "london,ireland,frankfurt",
+    sites: Annotated[str, typer.Option(help="Comma-separated sites.")] = "london,ireland,frankfurt",
     servers_per_site: Annotated[int, typer.Option(help="Redis servers per site.")] = 2,
     service_mean_ms: Annotated[
         float, typer.Option(help="Mean backend work per request (ms).")

@@ -170,7 +170,7 @@ class SiteClient:
         try:
             connection = await self._connection(site, server)
             reply = await asyncio.wait_for(connection.send(payload, 2), self.timeout_s)
-        except (TestbedError, asyncio.TimeoutError):
+        except (TimeoutError, TestbedError):
             self.policy.mark_down(site, server, _now_ms() + DOWN_BACKOFF_MS)
         response_ms = (time.perf_counter() - start) * 1e3
         self._count(site, server, payload, reply, response_ms, issued)
@@ -219,7 +219,7 @@ class SiteClient:
         try:
             connection = await self._connection(site, server)
             await asyncio.wait_for(connection.send(payload, replies), self.timeout_s)
-        except (TestbedError, asyncio.TimeoutError):
+        except (TimeoutError, TestbedError):
             pass  # a replica that is down catches up when it is restarted (Testbed)
 
     async def _connection(self, site: int, server: int) -> RedisConnection:

@@ -40,7 +40,9 @@ class RoutingPolicy:
     def __init__(self, site: int, servers_per_site: list[int]) -> None:
         self.site = site
         self.servers = list(servers_per_site)
-        self.down_until_ms = {(j, s): -math.inf for j, n in enumerate(self.servers) for s in range(n)}
+        self.down_until_ms = {
+            (j, s): -math.inf for j, n in enumerate(self.servers) for s in range(n)
+        }
 
     def mark_down(self, site: int, server: int, until_ms: float) -> None:
         self.down_until_ms[(site, server)] = until_ms
@@ -157,7 +159,9 @@ class LatencyAware(RoutingPolicy):
         previous = self.average_ms.get(host, -1.0)
         if count < math.floor(0.3 * self.min_measure) or previous < 0:
             self.count[host] = count
-            self.average_ms[host] = -1.0 if count < math.floor(0.3 * self.min_measure) else response_ms
+            self.average_ms[host] = (
+                -1.0 if count < math.floor(0.3 * self.min_measure) else response_ms
+            )
             self.stamp_ms[host] = now_ms
             return
         delay = now_ms - self.stamp_ms[host]

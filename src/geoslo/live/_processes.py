@@ -42,7 +42,10 @@ def find_program(name: str, debian_package: str, install: bool = True) -> str:
     if can_install:
         print(f"geoslo: installing Debian package {debian_package} for {name}", file=sys.stderr)
         env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
-        for args in (["apt-get", "update", "-qq"], ["apt-get", "install", "-y", "-qq", debian_package]):
+        for args in (
+            ["apt-get", "update", "-qq"],
+            ["apt-get", "install", "-y", "-qq", debian_package],
+        ):
             subprocess.run(args, env=env, capture_output=True, check=False)
         path = shutil.which(name) or _sbin(name)
         if path:

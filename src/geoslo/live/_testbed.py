@@ -180,7 +180,9 @@ class Testbed:
         remote_paths = n * (n - 1) * (per + 1)
         ports = iter(free_ports(n * (per + 3) + remote_paths))
         sites = {
-            s: SiteEndpoints([next(ports) for _ in range(per)], next(ports), next(ports), next(ports))
+            s: SiteEndpoints(
+                [next(ports) for _ in range(per)], next(ports), next(ports), next(ports)
+            )
             for s in spec.sites
         }
         paths = {}
@@ -212,7 +214,9 @@ class Testbed:
             pair, kind = key.split("/")
             src, dst = pair.split(">")
             target = (
-                self.sites[dst].agent_port if kind == "agent" else self.sites[dst].servers[int(kind)]
+                self.sites[dst].agent_port
+                if kind == "agent"
+                else self.sites[dst].servers[int(kind)]
             )
             delay_paths.append(
                 DelayPath(

@@ -1,8 +1,8 @@
 """Models fitted from observations or profiling: SLO curves, queueing formulas, curve fits."""
 
 from geoslo.models._interference import best_fitting_curve
-from geoslo.models._residual import residual_from_probes
 from geoslo.models._queueing import erlang_c, mmc_sojourn_tail, mmc_violation_surface
+from geoslo.models._residual import residual_from_probes
 from geoslo.models._slo_curves import (
     ServiceProfile,
     SloCurve,

@@ -24,6 +24,7 @@ import numpy as np
 
 from geoslo.control.kurma import KurmaModel
 from geoslo.errors import TestbedError
+from geoslo.experiments.kurma._scenario import BASE_RTT_RANGE_MS, RHO, SLO_MS
 from geoslo.live import Testbed, TestbedSpec
 from geoslo.live._loadgen import LoadgenConfig, read_loadgen_result, start_loadgen
 from geoslo.live._processes import stop_pid
@@ -36,9 +37,15 @@ from geoslo.models import (
     profile_loads,
     residual_from_probes,
 )
-from geoslo.experiments.kurma._scenario import BASE_RTT_RANGE_MS, RHO, SLO_MS
 
-__all__ = ["LiveSettings", "LiveModel", "LiveRun", "profile_testbed", "run_policy_live", "testbed_for_run"]
+__all__ = [
+    "LiveSettings",
+    "LiveModel",
+    "LiveRun",
+    "profile_testbed",
+    "run_policy_live",
+    "testbed_for_run",
+]
 
 OBJECTIVES = {"AllLocal": None, "GlobalRR": None, "LatencyAware": None}
 OBJECTIVES.update(KurmaPerf="perf", KurmaCost="cost")
@@ -172,7 +179,9 @@ def _replay(
     results = [
         read_loadgen_result(run_dir / f"requests-{site.lower()}.npz") for site in testbed.spec.sites
     ]
-    rounds = [_read_rounds(run_dir / f"kurma-{site.lower()}-rounds.jsonl") for site in testbed.spec.sites]
+    rounds = [
+        _read_rounds(run_dir / f"kurma-{site.lower()}-rounds.jsonl") for site in testbed.spec.sites
+    ]
     return LiveRun(
         policy,
         [arrays for arrays, _ in results],

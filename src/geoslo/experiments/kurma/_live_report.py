@@ -195,22 +195,38 @@ def _write(out, live, live_runs, sim_runs, trace1, settings, spec, quick) -> Pat
             {"quantity": "servers per site", "value": spec.servers_per_site},
             {"quantity": "service time per request, mean (ms)", "value": spec.service_mean_ms},
             {"quantity": "saturation, measured (req/s)", "value": live.saturation_rps},
-            {"quantity": "5% of local requests over 30 ms at (req/s)", "value": live.local_5pct_rps},
-            {"quantity": "... of requests from 10 ms away (req/s)", "value": curve.curve(10).load_at(RHO)},
+            {
+                "quantity": "5% of local requests over 30 ms at (req/s)",
+                "value": live.local_5pct_rps,
+            },
+            {
+                "quantity": "... of requests from 10 ms away (req/s)",
+                "value": curve.curve(10).load_at(RHO),
+            },
             {"quantity": "min response while profiling (ms)", "value": live.profile.min_service_ms},
-            {"quantity": "residual WAN RTT from probes, mean (ms)", "value": float(np.mean(live.residual_samples_ms))},
-            {"quantity": "residual WAN RTT from probes, p95 (ms)", "value": float(np.percentile(live.residual_samples_ms, 95))},
+            {
+                "quantity": "residual WAN RTT from probes, mean (ms)",
+                "value": float(np.mean(live.residual_samples_ms)),
+            },
+            {
+                "quantity": "residual WAN RTT from probes, p95 (ms)",
+                "value": float(np.percentile(live.residual_samples_ms, 95)),
+            },
         ],  # fmt: skip
         formats={"value": ".4g"},
     )
     report.section("Trace-1 on the testbed", trace1.description)
     rows = _rows(live_runs, sim_runs, sites)
-    report.table("trace1_live", rows, formats={k: ".2f" for k in rows[0] if k.endswith(("%", "MB"))})
+    report.table(
+        "trace1_live", rows, formats={k: ".2f" for k in rows[0] if k.endswith(("%", "MB"))}
+    )
     report.figure("trace1_live", _plot(rows, live_runs, sites), "Global violations; redirect share")
     report.section("Kurma's estimate for redirected requests, measured live")
     estimate = _estimate_rows(live_runs)
     if estimate:
-        report.table("estimate_live", estimate, formats={k: ".2f" for k in estimate[0] if k != "policy"})
+        report.table(
+            "estimate_live", estimate, formats={k: ".2f" for k in estimate[0] if k != "policy"}
+        )
     late = max(run.max_late_ms for run in live_runs.values())
     report.text(f"The generators' largest lateness against their schedule was {late:.1f} ms.")
     report.section("Differences from the paper, and why")

@@ -120,7 +120,9 @@ def estimate_residual(topology: Topology, pool_ms: np.ndarray, seed: int) -> Lat
     rng = np.random.default_rng(seed)
     per_block = int(10 / PROBE_INTERVAL_S) * PROBES_PER_SITE
     times = np.repeat(np.arange(0, PROBE_MINUTES * 60, PROBE_INTERVAL_S), PROBES_PER_SITE)
-    rtts = [link.base_rtt.at(times) + rng.choice(pool_ms, size=times.size) for link in topology.links]
+    rtts = [
+        link.base_rtt.at(times) + rng.choice(pool_ms, size=times.size) for link in topology.links
+    ]
     return residual_from_probes(rtts, per_block)
 
 

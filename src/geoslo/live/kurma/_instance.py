@@ -252,7 +252,7 @@ class _Instance:
                 _, writer = await asyncio.wait_for(
                     asyncio.open_connection("127.0.0.1", port), HEALTH_TIMEOUT_S
                 )
-            except (OSError, asyncio.TimeoutError):
+            except (TimeoutError, OSError):
                 continue
             writer.close()
             return True
@@ -334,7 +334,8 @@ class _Instance:
             "t_unix_s": time.time(),
             "available": m.available.tolist(),
             "report": {
-                key: own[key] for key in ("arrivals", "writes", "requests", "violations", "wan_bytes")
+                key: own[key]
+                for key in ("arrivals", "writes", "requests", "violations", "wan_bytes")
             },
             "expected_redirect_violations": self.last_expected,
         }
@@ -364,7 +365,9 @@ class _Instance:
         self.metrics.set("plan_optimal", float(plan.optimal))
         for j, site in enumerate(self.sites):
             self.metrics.set("redirect_fraction", float(row[j]), dst=site)
-            self.metrics.set("base_rtt_ms", float(self.controller.base_rtt_ms[self.me, j]), dst=site)
+            self.metrics.set(
+                "base_rtt_ms", float(self.controller.base_rtt_ms[self.me, j]), dst=site
+            )
             self.metrics.set(
                 "expected_violation_fraction", float(plan.site_violation_fraction[j]), site=site
             )
