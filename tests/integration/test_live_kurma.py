@@ -10,6 +10,7 @@ import json
 import pickle
 import shutil
 import time
+import urllib.request
 from pathlib import Path
 
 import numpy as np
@@ -45,6 +46,19 @@ def mm1_model(capacity_rps: float, path: Path) -> Path:
     model = KurmaModel(SITES, np.full(3, capacity_rps), (surface,) * 3, 0.2)
     path.write_bytes(pickle.dumps(model))
     return path
+
+
+def scrape(port: int) -> dict[tuple[str, tuple], float]:
+    """The instance's Prometheus exposition, parsed by the reference parser."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as response:
+        text = response.read().decode()
+    return {
+        (sample.name, tuple(sorted(sample.labels.items()))): sample.value
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+    }
 
 
 def rounds(run_dir: Path, site: str) -> list[dict]:
@@ -112,6 +126,7 @@ def test_a_failed_site_is_excluded_within_two_intervals_and_readmitted(testbed, 
                 time.sleep(0.2)
             assert not generator.alive, f"{generator.name} hangs; see {generator.log_path}"
         time.sleep(INTERVAL_S)
+        metrics = scrape(testbed.sites["London"].metrics_port)
     finally:
         for instance in instances.values():
             instance.stop()
@@ -139,6 +154,11 @@ def test_a_failed_site_is_excluded_within_two_intervals_and_readmitted(testbed, 
         # London is overloaded: Kurma redirected some of its load to Frankfurt at some point
         if site == "London":
             assert np.any(requests["site"] == 2)
+            served = np.bincount(requests["site"], minlength=3)
+            for j, dst in enumerate(SITES):
+                assert metrics[("geoslo_kurma_requests_total", (("dst", dst),))] == served[j]
+            assert metrics[("geoslo_kurma_site_available", (("site", "Frankfurt"),))] == 1.0
+            assert metrics[("geoslo_kurma_solve_seconds_count", ())] > 10
 
 
 @pytest.mark.slow

@@ -13,6 +13,7 @@ it on the remaining replicas. Failed or timed-out requests count as SLO violatio
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import time
 from dataclasses import dataclass, field
@@ -124,6 +125,7 @@ class SiteClient:
         self._connections: dict[tuple[int, int], RedisConnection] = {}
         self._background: set[asyncio.Future] = set()
         self._agent_task: asyncio.Task | None = None
+        self._agent_writer: asyncio.StreamWriter | None = None
 
     # --- lifecycle ---------------------------------------------------------------------------
     async def start(self) -> SiteClient:
@@ -132,6 +134,14 @@ class SiteClient:
         return self
 
     async def close(self) -> None:
+        """Report what the agent has not collected yet, then close every connection."""
+        if self._agent_writer is not None and not self._agent_writer.is_closing():
+            report = self.counters.to_report(time.time(), self.base_rtt_window_s)
+            report.update(type="report", round=None)
+            self._agent_writer.write(json.dumps(report).encode() + b"\n")
+            with contextlib.suppress(OSError, asyncio.TimeoutError):
+                await asyncio.wait_for(self._agent_writer.drain(), 1.0)
+            self.counters = IntervalCounters(len(self.sites))
         if self._agent_task is not None:
             self._agent_task.cancel()
         for connection in self._connections.values():
@@ -243,12 +253,14 @@ class SiteClient:
                 self._lost_agent()
                 await asyncio.sleep(0.5)
                 continue
+            self._agent_writer = writer
             try:
                 while line := await reader.readline():
                     self._on_agent_message(json.loads(line), writer)
             except (OSError, ValueError):
                 pass
             finally:
+                self._agent_writer = None
                 writer.close()
             self._lost_agent()
             await asyncio.sleep(0.5)

@@ -83,6 +83,7 @@ class TestbedSpec:
             raise ConfigError("servers_per_site", "must be an integer from 1 to 8")
         if not self.keys >= 1 or not self.value_bytes >= 1:
             raise ConfigError("keys", "keys and value_bytes must be >= 1")
+        ServiceWork(self.service_mean_ms)  # raises ConfigError for a bad mean
 
     @property
     def work(self) -> ServiceWork:

@@ -24,6 +24,7 @@ import numpy as np
 
 from geoslo.control.kurma import KurmaModel
 from geoslo.errors import TestbedError
+from geoslo.experiments.kurma._runs import INTERVAL_S
 from geoslo.experiments.kurma._scenario import BASE_RTT_RANGE_MS, RHO, SLO_MS
 from geoslo.live import Testbed, TestbedSpec
 from geoslo.live._loadgen import LoadgenConfig, read_loadgen_result, start_loadgen
@@ -51,6 +52,7 @@ OBJECTIVES = {"AllLocal": None, "GlobalRR": None, "LatencyAware": None}
 OBJECTIVES.update(KurmaPerf="perf", KurmaCost="cost")
 PROBE_BLOCK_S = 5.0  # base RTT = min over blocks of 5 s of probes (75 per link)
 RESIDUAL_MAX_LOAD_FRACTION = 0.6  # of the nominal capacity (see profile_testbed)
+RAMP_S = 10  # before a replay, load ramps up to the trace's first second (not measured)
 
 
 @dataclass(frozen=True)
@@ -91,6 +93,17 @@ class LiveRun:
     requests: list[dict[str, np.ndarray]]  # per source site, the generator's arrays
     rounds: list[list[dict]]  # per site, its instance's round records
     max_late_ms: float
+    start_unix_s: float  # when the generators started
+
+    def since(self, t_unix_s: float) -> LiveRun:
+        """Only requests issued from ``t_unix_s`` on, and the rounds measuring after it."""
+        requests = [
+            {key: values[r["issued_unix_s"] >= t_unix_s] for key, values in r.items()}
+            for r in self.requests
+        ]
+        first_round_s = t_unix_s + INTERVAL_S
+        rounds = [[rec for rec in log if rec["t_unix_s"] >= first_round_s] for log in self.rounds]
+        return LiveRun(self.policy, requests, rounds, self.max_late_ms, t_unix_s)
 
     def violated(self, i: int) -> np.ndarray:
         r = self.requests[i]
@@ -132,7 +145,7 @@ def _stepped_trace(loads: np.ndarray, settings: LiveSettings) -> list[float]:
     return rates
 
 
-def _start_at(testbed: Testbed, warmup_s: float) -> float:
+def _start_at(warmup_s: float) -> float:
     return float(np.ceil(time.time() + warmup_s))
 
 
@@ -153,7 +166,7 @@ def _replay(
         for site in testbed.spec.sites
     ]  # fmt: skip
     try:
-        start = _start_at(testbed, warmup_s)
+        start = _start_at(warmup_s)
         generators = [
             start_loadgen(
                 LoadgenConfig(
@@ -187,6 +200,7 @@ def _replay(
         [arrays for arrays, _ in results],
         rounds,
         max(summary["max_late_ms"] for _, summary in results),
+        start,
     )
 
 
@@ -256,15 +270,23 @@ def profile_testbed(
     return LiveModel(profile, samples, surface, saturation, model_path)
 
 
+def with_ramp(trace: np.ndarray) -> list[float]:
+    """The trace after a linear ramp from 0 to its first second over RAMP_S seconds, so
+    that every policy starts warm (Kurma has measured the demand) when the trace begins."""
+    ramp = np.linspace(0.0, float(trace[0]), RAMP_S, endpoint=False)
+    return [float(x) for x in np.concatenate([ramp, trace])]
+
+
 def run_policy_live(
     testbed: Testbed, run_dir: Path, policy: str, traces: list[np.ndarray],
     settings: LiveSettings, model: LiveModel, seed: int,
 ) -> LiveRun:  # fmt: skip
-    """Replay ``traces`` (one per site, per second) under ``policy``."""
-    return _replay(
-        testbed, run_dir / policy, policy, [list(map(float, t)) for t in traces], seed,
+    """Replay ``traces`` (one per site, per second) under ``policy``, after the ramp."""
+    run = _replay(
+        testbed, run_dir / policy, policy, [with_ramp(t) for t in traces], seed,
         settings.write_fraction, settings.warmup_s, model.model_path,
     )  # fmt: skip
+    return run.since(run.start_unix_s + RAMP_S)
 
 
 def testbed_for_run(run_dir: Path, seed: int, progress=print) -> Testbed:

@@ -16,12 +16,15 @@ from pathlib import Path
 import numpy as np
 
 from geoslo.experiments.kurma._live import (
+    INTERVAL_S,
+    RAMP_S,
     LiveModel,
     LiveRun,
     LiveSettings,
     profile_testbed,
     run_policy_live,
     testbed_for_run,
+    with_ramp,
 )
 from geoslo.experiments.kurma._runs import PolicyRun, run_policy
 from geoslo.experiments.kurma._scenario import RHO, build_scenario
@@ -74,10 +77,15 @@ def _simulate(live: LiveModel, spec, traces, settings: LiveSettings, seed: int, 
     scenario = build_scenario(
         sim_settings, seed, backend=_sim_backend(live, spec.servers_per_site, spec.service_mean_ms)
     )
-    return {
-        policy: run_policy(scenario, policy, traces, settings.write_fraction, seed)
-        for policy in settings.policies
-    }
+    ramped = [np.array(with_ramp(t)) for t in traces]
+    skip = int(RAMP_S // INTERVAL_S)  # the intervals of the ramp are not measured, as live
+    runs = {}
+    for policy in settings.policies:
+        run = run_policy(scenario, policy, ramped, settings.write_fraction, seed)
+        runs[policy] = PolicyRun(
+            policy, run.requests[skip:], run.violations[skip:], run.served_rps[skip:], {}
+        )
+    return runs
 
 
 def _rows(live_runs: dict[str, LiveRun], sim_runs: dict[str, PolicyRun], sites) -> list[dict]:

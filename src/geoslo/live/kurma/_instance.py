@@ -43,7 +43,7 @@ from geoslo.live._metrics import MetricsRegistry, serve_metrics
 from geoslo.live._processes import ManagedProcess, python_module_command
 from geoslo.live._testbed import Testbed
 
-__all__ = ["InstanceConfig", "run_instance", "start_instance"]
+__all__ = ["InstanceConfig", "measurements_from_states", "run_instance", "start_instance"]
 
 PROBES_PER_SITE = 3  # §6
 PROBE_PERIOD_S = 0.2  # §6
@@ -97,6 +97,7 @@ class _Instance:
         self.offset_s = dissemination_offset_s(np.array([testbed.max_one_way_ms()]))
         self.controller = self._controller()
         self.clients: dict[asyncio.StreamWriter, asyncio.Queue] = {}
+        self.leftover_reports: list[dict] = []
         self.peers: dict[int, asyncio.StreamWriter] = {}
         self.states: dict[int, dict] = {}  # site -> its latest state message
         self.probe_sent: dict[tuple[int, int], float] = {}
@@ -217,6 +218,8 @@ class _Instance:
             while line := await reader.readline():
                 await replies.put(json.loads(line))
         self.clients.pop(writer, None)
+        while not replies.empty():  # a closing client's last report: counted next round
+            self.leftover_reports.append(replies.get_nowait())
         writer.close()
 
     async def _collect(self, k: int) -> dict:
@@ -233,15 +236,16 @@ class _Instance:
         message = json.dumps({"type": "collect", "round": k}).encode() + b"\n"
         for writer in list(self.clients):
             writer.write(message)
+        reports, self.leftover_reports = self.leftover_reports, []
         for replies in list(self.clients.values()):
-            with contextlib.suppress(asyncio.TimeoutError):
-                report = await asyncio.wait_for(replies.get(), COLLECT_TIMEOUT_S)
-                for key in ("arrivals", "writes"):
-                    total[key] += report[key]
-                for key in ("requests", "violations", "errors", "wan_bytes"):
-                    total[key] = total[key] + np.asarray(report[key], float)
-                mins = np.array([np.inf if m is None else m for m in report["min_response_ms"]])
-                total["min_response_ms"] = np.minimum(total["min_response_ms"], mins)
+            reports += await _reports_until(replies, k, COLLECT_TIMEOUT_S)
+        for report in reports:
+            for key in ("arrivals", "writes"):
+                total[key] += report[key]
+            for key in ("requests", "violations", "errors", "wan_bytes"):
+                total[key] = total[key] + np.asarray(report[key], float)
+            mins = np.array([np.inf if m is None else m for m in report["min_response_ms"]])
+            total["min_response_ms"] = np.minimum(total["min_response_ms"], mins)
         return total
 
     async def _backend_up(self) -> bool:
@@ -308,27 +312,8 @@ class _Instance:
         self.last_report = report
         self.last_expected = expected
 
-    def _measurements(self, k: int) -> IntervalMeasurements:
-        n, interval = self.n, self.config.interval_s
-        arrivals, writes = np.zeros(n), np.zeros(n)
-        requests, violations = np.zeros((n, n)), np.zeros((n, n))
-        min_response, probes = np.full((n, n), np.inf), np.full((n, n), np.inf)
-        available = np.zeros(n, dtype=bool)
-        for i in range(n):
-            state = self.states.get(i)
-            if state is None or state["round"] < k - STALE_ROUNDS or not state["backend_up"]:
-                continue
-            available[i] = True
-            arrivals[i], writes[i] = state["arrivals"], state["writes"]
-            requests[i], violations[i] = state["requests"], state["violations"]
-            min_response[i] = [np.inf if m is None else m for m in state["min_response_ms"]]
-            probes[i] = [np.inf if m is None else m for m in state["probe_rtt_ms"]]
-        return IntervalMeasurements(
-            interval, arrivals, writes, requests, violations, min_response, probes, available
-        )
-
     def _decide(self, k: int, own: dict) -> None:
-        m = self._measurements(k)
+        m = measurements_from_states(self.states, k, self.n, self.config.interval_s)
         record = {
             "round": k,
             "t_unix_s": time.time(),
@@ -387,6 +372,32 @@ class _Instance:
     last_expected: float = 0.0
 
 
+def measurements_from_states(
+    states: dict[int, dict], k: int, n: int, interval_s: float
+) -> IntervalMeasurements:
+    """The global measurements of round ``k`` from the latest state of each site (§6, §9).
+
+    A site is available when its latest state is from round ``k`` or ``k - STALE_ROUNDS``
+    and its backend is up; an unavailable site contributes nothing and is excluded.
+    """
+    arrivals, writes = np.zeros(n), np.zeros(n)
+    requests, violations = np.zeros((n, n)), np.zeros((n, n))
+    min_response, probes = np.full((n, n), np.inf), np.full((n, n), np.inf)
+    available = np.zeros(n, dtype=bool)
+    for i in range(n):
+        state = states.get(i)
+        if state is None or state["round"] < k - STALE_ROUNDS or not state["backend_up"]:
+            continue
+        available[i] = True
+        arrivals[i], writes[i] = state["arrivals"], state["writes"]
+        requests[i], violations[i] = state["requests"], state["violations"]
+        min_response[i] = [np.inf if m is None else m for m in state["min_response_ms"]]
+        probes[i] = [np.inf if m is None else m for m in state["probe_rtt_ms"]]
+    return IntervalMeasurements(
+        interval_s, arrivals, writes, requests, violations, min_response, probes, available
+    )
+
+
 def _declare_metrics() -> MetricsRegistry:
     r = MetricsRegistry("geoslo_kurma_")
     r.gauge("round", "Index of the last synchronised round")
@@ -408,6 +419,21 @@ def _declare_metrics() -> MetricsRegistry:
     r.counter("redirected_expected_violations", "Kurma's estimate of that number")
     r.counter("states_received", "State messages received from each site", ("site",))
     return r
+
+
+async def _reports_until(replies: asyncio.Queue, k: int, timeout_s: float) -> list[dict]:
+    """Every report a client has sent, up to its answer to round ``k`` (or the timeout);
+    a client that closes sends a last report unasked, which is counted with the next round."""
+    reports: list[dict] = []
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            report = await asyncio.wait_for(replies.get(), max(0.0, deadline - time.monotonic()))
+        except TimeoutError:
+            return reports
+        reports.append(report)
+        if report.get("round") == k:
+            return reports
 
 
 async def _sleep_until(t_unix_s: float) -> None:

@@ -1,0 +1,58 @@
+"""Which sites take part in a round, from the states the instance holds (Kurma §6, §9)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from geoslo.live.kurma._instance import measurements_from_states
+
+N = 3
+
+
+def state(site: int, round_k: int, backend_up: bool = True, arrivals: int = 100) -> dict:
+    return {
+        "site": site,
+        "round": round_k,
+        "backend_up": backend_up,
+        "arrivals": arrivals,
+        "writes": arrivals // 10,
+        "requests": [arrivals if j == site else 5 for j in range(N)],
+        "violations": [1, 0, 0],
+        "min_response_ms": [0.3 if j == site else None for j in range(N)],
+        "probe_rtt_ms": [None if j == site else 12.5 for j in range(N)],
+    }
+
+
+@pytest.mark.parametrize(
+    "states, expected",
+    [
+        ({0: state(0, 10), 1: state(1, 10), 2: state(2, 10)}, [True, True, True]),
+        ({0: state(0, 10), 1: state(1, 9), 2: state(2, 10)}, [True, True, True]),  # late by one
+        ({0: state(0, 10), 1: state(1, 8), 2: state(2, 10)}, [True, False, True]),  # silent
+        ({0: state(0, 10), 2: state(2, 10)}, [True, False, True]),  # never heard
+        ({0: state(0, 10), 1: state(1, 10), 2: state(2, 10, False)}, [True, True, False]),
+        ({0: state(0, 10, False)}, [False, False, False]),
+    ],
+)
+def test_availability(states, expected):
+    m = measurements_from_states(states, 10, N, 2.5)
+    assert m.available.tolist() == expected
+
+
+def test_an_excluded_site_contributes_nothing_and_others_fill_their_rows():
+    m = measurements_from_states({0: state(0, 10, arrivals=200), 1: state(1, 7)}, 10, N, 2.5)
+    assert m.duration_s == 2.5
+    assert m.arrivals.tolist() == [200, 0, 0] and m.writes.tolist() == [20, 0, 0]
+    assert m.requests[0].tolist() == [200, 5, 5] and not m.requests[1:].any()
+    assert m.violations[0].tolist() == [1, 0, 0]
+    assert m.min_response_ms[0, 0] == 0.3 and np.isinf(m.min_response_ms[0, 1:]).all()
+    assert np.isinf(m.probe_rtt_ms[0, 0]) and (m.probe_rtt_ms[0, 1:] == 12.5).all()
+    assert np.isinf(m.min_response_ms[1:]).all()
+
+
+def test_a_site_that_comes_back_is_readmitted():
+    states = {0: state(0, 12), 1: state(1, 9)}
+    assert not measurements_from_states(states, 12, N, 2.5).available[1]
+    states[1] = state(1, 12)
+    assert measurements_from_states(states, 12, N, 2.5).available[1]
