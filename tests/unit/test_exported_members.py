@@ -12,7 +12,9 @@ PACKAGES = {
     "geoslo.topology": {"Topology", "Site", "Prices", "kurma_topology"},
     "geoslo.sim": {"RequestLevelSim", "BackendParams", "profile_site"},
     "geoslo.report": {"Report", "load_paper_values", "progress"},
-    "geoslo.experiments.kurma": {"reproduce", "Settings", "build_scenario"},
+    "geoslo.experiments.kurma": {"reproduce", "reproduce_live", "Settings", "build_scenario"},
+    "geoslo.live": {"Testbed", "TestbedSpec", "SiteClient", "replay", "MetricsRegistry"},
+    "geoslo.live.kurma": {"InstanceConfig", "start_instance", "measurements_from_states"},
 }
 
 
