@@ -26,9 +26,14 @@ from geoslo.control.kurma import KurmaModel
 from geoslo.errors import TestbedError
 from geoslo.experiments.kurma._runs import INTERVAL_S
 from geoslo.experiments.kurma._scenario import BASE_RTT_RANGE_MS, RHO, SLO_MS
-from geoslo.live import Testbed, TestbedSpec
-from geoslo.live._loadgen import LoadgenConfig, read_loadgen_result, start_loadgen
-from geoslo.live._processes import stop_pid
+from geoslo.live import (
+    LoadgenConfig,
+    Testbed,
+    TestbedSpec,
+    read_loadgen_result,
+    start_loadgen,
+    stop_pid,
+)
 from geoslo.live.kurma import InstanceConfig, start_instance
 from geoslo.models import (
     ServiceProfile,
@@ -38,6 +43,7 @@ from geoslo.models import (
     profile_loads,
     residual_from_probes,
 )
+from geoslo.report import progress as progress_bar
 
 __all__ = [
     "LiveSettings",
@@ -151,7 +157,7 @@ def _start_at(warmup_s: float) -> float:
 
 def _replay(
     testbed: Testbed, run_dir: Path, policy: str, traces: list[list[float]], seed: int,
-    write_fraction: float, warmup_s: float, model_path: Path | None,
+    write_fraction: float, warmup_s: float, model_path: Path | None, label: str | None = None,
 ) -> LiveRun:  # fmt: skip
     """Instances up, one generator per site, wait for the end, instances down."""
     run_dir.mkdir(parents=True, exist_ok=True)
@@ -178,10 +184,8 @@ def _replay(
             )
             for k, (site, trace) in enumerate(zip(testbed.spec.sites, traces, strict=True))
         ]  # fmt: skip
-        deadline = start + max(len(t) for t in traces) + 60
+        _wait(generators, start, max(len(t) for t in traces), label)
         for generator in generators:
-            while generator.alive and time.time() < deadline:
-                time.sleep(0.2)
             if generator.alive:
                 generator.stop()
                 raise TestbedError(f"{generator.name} did not finish; see {generator.log_path}")
@@ -202,6 +206,18 @@ def _replay(
         max(summary["max_late_ms"] for _, summary in results),
         start,
     )
+
+
+def _wait(generators, start_unix_s: float, duration_s: int, label: str | None) -> None:
+    """Until every generator ends (or a minute past the trace), a progress bar in seconds."""
+    deadline = start_unix_s + duration_s + 60
+    bar = progress_bar(total=duration_s, label=label) if label else None
+    while any(g.alive for g in generators) and time.time() < deadline:
+        time.sleep(0.2)
+        if bar is not None:
+            bar.update(min(duration_s, int(time.time() - start_unix_s)) - bar.done)
+    if bar is not None:
+        bar.close()
 
 
 def _read_rounds(path: Path) -> list[dict]:
@@ -234,7 +250,7 @@ def profile_testbed(
     progress(f"profiling {len(loads)} loads up to {loads[-1]:.0f} req/s, {len(trace)} s")
     run = _replay(
         testbed, run_dir / "profile", "AllLocal", [trace] * len(spec.sites), seed, 0.0,
-        settings.warmup_s, None,
+        settings.warmup_s, None, "Profiling (live)",
     )  # fmt: skip
     start = min(float(r["issued_unix_s"].min()) for r in run.requests)
     start = float(np.floor(start))
@@ -284,7 +300,7 @@ def run_policy_live(
     """Replay ``traces`` (one per site, per second) under ``policy``, after the ramp."""
     run = _replay(
         testbed, run_dir / policy, policy, [with_ramp(t) for t in traces], seed,
-        settings.write_fraction, settings.warmup_s, model.model_path,
+        settings.write_fraction, settings.warmup_s, model.model_path, f"Live {policy}",
     )  # fmt: skip
     return run.since(run.start_unix_s + RAMP_S)
 
