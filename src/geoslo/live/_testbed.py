@@ -200,13 +200,16 @@ class Testbed:
         for site, ends in self.sites.items():
             for k, port in enumerate(ends.servers):
                 name = f"redis-{site.lower()}-{k}"
-                command = [
-                    redis, "--port", str(port), "--bind", "127.0.0.1", "--save", "",
-                    "--appendonly", "no", "--enable-debug-command", "local",
-                    "--dir", str(self.state_dir), "--dbfilename", f"{name}.rdb",
-                ]  # fmt: skip
-                self._launch(name, command, port)
+                self._launch(name, self._redis_command(redis, name, port), port)
         progress(f"testbed: {sum(len(e.servers) for e in self.sites.values())} Redis servers up")
+
+    def _redis_command(self, redis: str, name: str, port: int) -> list[str]:
+        """A Redis server on loopback, no persistence, DEBUG SLEEP allowed (the backend's work)."""
+        return [
+            redis, "--port", str(port), "--bind", "127.0.0.1", "--save", "",
+            "--appendonly", "no", "--enable-debug-command", "local",
+            "--dir", str(self.state_dir), "--dbfilename", f"{name}.rdb",
+        ]  # fmt: skip
 
     def _start_wan(self, progress) -> None:
         schedules = self.spec.base_rtt_schedules()
@@ -236,17 +239,10 @@ class Testbed:
         self.processes.append({"name": name, "pid": process.pid, "port": port})
         self.save()
 
-    async def _fill(self, progress, batch: int = 500) -> None:
-        value = b"v" * self.spec.value_bytes
+    async def _fill(self, progress) -> None:
         for ends in self.sites.values():
             for port in ends.servers:
-                connection = await RedisConnection.open(port)
-                for start in range(0, self.spec.keys, batch):
-                    args: list = [b"MSET"]
-                    for k in range(start, min(start + batch, self.spec.keys)):
-                        args += [key_name(k), value]
-                    await connection.send(encode_command(*args))
-                await connection.close()
+                await self._fill_one(port)
         progress(f"testbed: {self.spec.keys} keys of {self.spec.value_bytes} B on every server")
 
     def running(self) -> bool:
@@ -273,11 +269,8 @@ class Testbed:
         if process_alive(record["pid"]):
             raise TestbedError(f"{name} still runs (pid {record['pid']})")
         if name.startswith("redis-"):
-            command = [
-                find_program("redis-server", "redis-server"), "--port", str(record["port"]),
-                "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
-                "--enable-debug-command", "local", "--dir", str(self.state_dir),
-            ]  # fmt: skip
+            redis = find_program("redis-server", "redis-server")
+            command = self._redis_command(redis, name, record["port"])
         else:
             command = python_module_command("geoslo.live", "wan", str(self.state_dir / "wan.json"))
         process = ManagedProcess(name, command, self.state_dir / f"{name}.log", record["port"])
@@ -286,14 +279,16 @@ class Testbed:
         if name.startswith("redis-"):
             asyncio.run(self._fill_one(record["port"]))
 
-    async def _fill_one(self, port: int) -> None:
-        """A restarted server catches up with the data set (a full resync)."""
+    async def _fill_one(self, port: int, batch: int = 500) -> None:
+        """Write the whole data set to one server (at ``up``, and after a restart: a full
+        resync), in pipelined MSETs of ``batch`` keys."""
         connection = await RedisConnection.open(port)
         value = b"v" * self.spec.value_bytes
-        args: list = [b"MSET"]
-        for k in range(self.spec.keys):
-            args += [key_name(k), value]
-        await connection.send(encode_command(*args))
+        for start in range(0, self.spec.keys, batch):
+            args: list = [b"MSET"]
+            for k in range(start, min(start + batch, self.spec.keys)):
+                args += [key_name(k), value]
+            await connection.send(encode_command(*args))
         await connection.close()
 
     # --- the state file ----------------------------------------------------------------------

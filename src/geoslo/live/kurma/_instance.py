@@ -103,6 +103,7 @@ class _Instance:
         self.probe_sent: dict[tuple[int, int], float] = {}
         self.probe_rtts: list[tuple[float, int, float]] = []  # (unix s, site, rtt ms)
         self.estimate_row = np.zeros(self.n)  # Omega_ij at the planned loads, own row
+        self.last_expected = 0.0  # Kurma's expected violations of the last interval's redirects
         run_dir = Path(config.run_dir)
         stem = f"kurma-{config.site.lower()}"
         self.round_log = open(run_dir / f"{stem}-rounds.jsonl", "a")  # noqa: SIM115
@@ -309,7 +310,6 @@ class _Instance:
         self.metrics.inc("redirected_violations", float(violations.sum()))
         expected = float((requests * self.estimate_row[remote]).sum())
         self.metrics.inc("redirected_expected_violations", expected)
-        self.last_report = report
         self.last_expected = expected
 
     def _decide(self, k: int, own: dict) -> None:
@@ -367,9 +367,6 @@ class _Instance:
             "estimate_row": self.estimate_row.tolist(),
             "base_rtt_ms": self.controller.base_rtt_ms[self.me].tolist(),
         }
-
-    last_report: dict | None = None
-    last_expected: float = 0.0
 
 
 def measurements_from_states(
