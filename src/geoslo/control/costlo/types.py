@@ -1,0 +1,310 @@
+"""CosTLO's configuration space, workload, prices, SLOs and answer (NSDI 2015, §5.2).
+
+A configuration says how end-hosts in one IP prefix issue GETs and how the VM library
+issues their PUTs: one three-tuple per data centre for GETs (the serving one and the
+closest other one), one two-tuple for PUTs, and a timeout and probability each for GETs
+and PUTs that gate the redundant requests (§5.2, "Representation of configurations").
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field, replace
+
+from geoslo.errors import ConfigError
+
+__all__ = [
+    "GetTuple",
+    "PutTuple",
+    "Configuration",
+    "PrefixWorkload",
+    "RegionPrices",
+    "CostBreakdown",
+    "Slo",
+    "SearchLimits",
+    "Selection",
+    "Estimate",
+    "APPLICATIONS",
+]
+
+
+def _int_at_least(value: object, lowest: int, name: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < lowest:
+        raise ConfigError(name, f"must be an integer >= {lowest}, got {value!r}")
+    return value
+
+
+def _fraction(value: float, name: str) -> float:
+    if not (isinstance(value, int | float) and 0.0 <= value <= 1.0):
+        raise ConfigError(name, f"must be a fraction in [0, 1], got {value!r}")
+    return float(value)
+
+
+def _non_negative(value: float, name: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ConfigError(name, f"must be a number, got {value!r}")
+    if not (math.isfinite(value) and value >= 0):
+        raise ConfigError(name, f"must be finite and >= 0, got {value!r}")
+    return float(value)
+
+
+@dataclass(frozen=True, order=True)
+class GetTuple:
+    """(copies, requests per copy, relay VM) for one data centre (§5.2, Fig. 9b).
+
+    ``copies = 0`` leaves the data centre out. With ``relay_vm`` the client sends one
+    request to a VM in that data centre, which issues all of the tuple's requests to the
+    local storage service, so only one copy of the object leaves the data centre.
+    """
+
+    copies: int = 1
+    requests_per_copy: int = 1
+    relay_vm: bool = False
+
+    def __post_init__(self) -> None:
+        _int_at_least(self.copies, 0, "copies")
+        _int_at_least(self.requests_per_copy, 1, "requests_per_copy")
+        if not isinstance(self.relay_vm, bool):
+            raise ConfigError("relay_vm", f"must be true or false, got {self.relay_vm!r}")
+
+    @property
+    def requests(self) -> int:
+        """Storage requests the tuple issues when its data centre is used."""
+        return self.copies * self.requests_per_copy
+
+    @property
+    def unused(self) -> bool:
+        return self.copies == 0
+
+
+@dataclass(frozen=True, order=True)
+class PutTuple:
+    """(copies written synchronously, requests per copy) in the serving data centre (§5.2).
+
+    PUTs are never relayed; the VM library issues them to the local storage service.
+    """
+
+    copies: int = 1
+    requests_per_copy: int = 1
+
+    def __post_init__(self) -> None:
+        _int_at_least(self.copies, 1, "copies")
+        _int_at_least(self.requests_per_copy, 1, "requests_per_copy")
+
+    @property
+    def requests(self) -> int:
+        return self.copies * self.requests_per_copy
+
+
+@dataclass(frozen=True, order=True)
+class Configuration:
+    """[(serving GET tuple), (second GET tuple), (PUT tuple), timeouts, probabilities].
+
+    One request is issued first; if no response arrives within the timeout, the redundant
+    set is issued with the given probability (§5.2). The baseline (no CosTLO) is the
+    default: one GET to the serving data centre, one PUT.
+    """
+
+    serving: GetTuple = GetTuple()
+    second: GetTuple = GetTuple(copies=0)
+    put: PutTuple = PutTuple()
+    get_timeout_ms: float = 0.0
+    get_probability: float = 1.0
+    put_timeout_ms: float = 0.0
+    put_probability: float = 1.0
+
+    def __post_init__(self) -> None:
+        if self.serving.copies < 1:
+            raise ConfigError("serving.copies", "the serving data centre holds at least 1 copy")
+        for name in ("get_timeout_ms", "put_timeout_ms"):
+            _non_negative(getattr(self, name), name)
+        for name in ("get_probability", "put_probability"):
+            _fraction(getattr(self, name), name)
+
+    @property
+    def get_requests(self) -> int:
+        """Storage requests of one GET operation when the redundant set is issued."""
+        return self.serving.requests + self.second.requests
+
+    @property
+    def get_redundant(self) -> bool:
+        return self.get_requests > 1
+
+    @property
+    def put_redundant(self) -> bool:
+        return self.put.requests > 1
+
+    @property
+    def serving_copies(self) -> int:
+        """Copies stored in the serving data centre (the GET and PUT tuples share them)."""
+        return max(self.serving.copies, self.put.copies)
+
+    def canonical(self) -> Configuration:
+        """The same behaviour with timeout/probability zeroed where nothing is redundant."""
+        out = self
+        if not self.get_redundant:
+            out = replace(out, get_timeout_ms=0.0, get_probability=1.0)
+        if not self.put_redundant:
+            out = replace(out, put_timeout_ms=0.0, put_probability=1.0)
+        return out
+
+
+@dataclass(frozen=True)
+class PrefixWorkload:
+    """What one prefix's clients do in an epoch (a week, §5.1), per month for costs."""
+
+    gets_per_month: float
+    puts_per_month: float = 0.0
+    object_bytes: float = 1024.0  # §2: 1 KB objects in the measurements
+    stored_gb: float = 0.0  # data this prefix reads; copies multiply it
+    peak_get_rps: float = 0.0  # provisions relay VMs (§5.2: relay rates)
+    peak_put_rps: float = 0.0
+
+    def __post_init__(self) -> None:
+        for name in (
+            "gets_per_month",
+            "puts_per_month",
+            "object_bytes",
+            "stored_gb",
+            "peak_get_rps",
+            "peak_put_rps",
+        ):
+            _non_negative(getattr(self, name), name)
+
+
+@dataclass(frozen=True)
+class RegionPrices:
+    """Unit prices of one storage region (§5.2: storage, requests, VMs, bandwidth)."""
+
+    storage_usd_per_gb_month: float
+    get_usd_per_10k: float
+    put_usd_per_1k: float
+    vm_usd_per_hour: float
+    egress_usd_per_gb: float
+
+    def __post_init__(self) -> None:
+        for name in self.__dataclass_fields__:
+            _non_negative(getattr(self, name), name)
+
+    @property
+    def usd_per_get(self) -> float:
+        return self.get_usd_per_10k / 10_000
+
+    @property
+    def usd_per_put(self) -> float:
+        return self.put_usd_per_1k / 1_000
+
+
+@dataclass(frozen=True)
+class CostBreakdown:
+    """Cost per month, split the way Fig. 16 splits it."""
+
+    storage_usd: float = 0.0
+    requests_usd: float = 0.0
+    vms_usd: float = 0.0
+    bandwidth_usd: float = 0.0
+
+    @property
+    def total_usd(self) -> float:
+        return self.storage_usd + self.requests_usd + self.vms_usd + self.bandwidth_usd
+
+    def as_dict(self) -> dict[str, float]:
+        return {
+            "storage": self.storage_usd,
+            "requests": self.requests_usd,
+            "vms": self.vms_usd,
+            "bandwidth": self.bandwidth_usd,
+            "total": self.total_usd,
+        }
+
+
+APPLICATIONS = ("operation", "page", "social")
+
+
+@dataclass(frozen=True)
+class Slo:
+    """Bound on (p-th percentile - baseline median), separately for GETs and PUTs (§3).
+
+    ``None`` leaves that operation as it is. ``application`` widens the GET SLO to a user
+    request (§6.1): ``"page"`` waits for ``page_objects`` GETs in parallel, ``"social"``
+    for one GET by every follower (``followers``, spread over the follower prefixes).
+    """
+
+    get_ms: float | None = 50.0
+    put_ms: float | None = None
+    percentile: float = 99.0  # §3: 99th percentile
+    application: str = "operation"
+    page_objects: int = 50  # §2: webpages of 50 objects
+    followers: int = 200  # §2: 200 followers per user [1]
+
+    def __post_init__(self) -> None:
+        for name in ("get_ms", "put_ms"):
+            if getattr(self, name) is not None:
+                _non_negative(getattr(self, name), name)
+        if not 50.0 <= self.percentile < 100.0:
+            raise ConfigError("percentile", f"must be in [50, 100), got {self.percentile!r}")
+        if self.application not in APPLICATIONS:
+            raise ConfigError("application", f"must be one of {', '.join(APPLICATIONS)}")
+        _int_at_least(self.page_objects, 1, "page_objects")
+        _int_at_least(self.followers, 1, "followers")
+
+
+@dataclass(frozen=True)
+class SearchLimits:
+    """Bounds of ConfSelector's configuration space and of its search."""
+
+    max_copies: int = 3
+    max_requests_per_copy: int = 4
+    # Timeouts are the baseline first-request latency at these percentiles (and 0):
+    # the timeout then picks the share of operations that get redundancy (our choice).
+    timeout_percentiles: tuple[float, ...] = (50, 60, 70, 80, 90, 95, 97, 98, 99, 99.5)
+    probabilities: tuple[float, ...] = (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0)
+    max_evaluations: int = 20_000
+    allow_relay: bool = True
+    allow_copies: bool = True  # more than one copy in a data centre
+    allow_second_region: bool = True
+    allow_timeout: bool = True  # timeout and probability (Fig. 17b turns them off)
+
+    def __post_init__(self) -> None:
+        _int_at_least(self.max_copies, 1, "max_copies")
+        _int_at_least(self.max_requests_per_copy, 1, "max_requests_per_copy")
+        _int_at_least(self.max_evaluations, 1, "max_evaluations")
+        if not self.probabilities or any(not 0 < p <= 1 for p in self.probabilities):
+            raise ConfigError("probabilities", "must be fractions in (0, 1]")
+        if any(not 0 <= q < 100 for q in self.timeout_percentiles):
+            raise ConfigError("timeout_percentiles", "must be percentiles in [0, 100)")
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """Estimated latency quantiles of one operation (ms)."""
+
+    p50_ms: float
+    tail_ms: float  # at the SLO's percentile
+    baseline_p50_ms: float
+
+    @property
+    def inflation_ms(self) -> float:
+        """Tail minus baseline median: what the SLO bounds (§3)."""
+        return self.tail_ms - self.baseline_p50_ms
+
+
+@dataclass(frozen=True)
+class Selection:
+    """ConfSelector's answer for one prefix."""
+
+    configuration: Configuration
+    met: bool  # False: the search stopped without meeting the SLO; best found returned
+    get: Estimate | None
+    put: Estimate | None
+    cost: CostBreakdown
+    baseline_cost: CostBreakdown
+    evaluated: int
+    serving_region: str = ""
+    second_region: str = ""
+    notes: tuple[str, ...] = field(default=())
+
+    @property
+    def cost_increase_fraction(self) -> float:
+        base = self.baseline_cost.total_usd
+        return self.cost.total_usd / base - 1.0 if base > 0 else 0.0
