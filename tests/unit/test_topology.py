@@ -69,6 +69,13 @@ def test_exported_names():
         "kurma_topology",
         "load_ibm_latency",
         "routing_changes",
+        "CloudRegion",
+        "ClientPrefix",
+        "StoragePrices",
+        "cloud_regions",
+        "client_prefixes",
+        "great_circle_km",
+        "propagation_rtt_ms",
     }
     assert all(hasattr(topo, name) for name in topo.__all__)
 

@@ -3,6 +3,14 @@
 from geoslo.models._interference import best_fitting_curve
 from geoslo.models._queueing import erlang_c, mmc_sojourn_tail, mmc_violation_surface
 from geoslo.models._residual import residual_from_probes
+from geoslo.models._storage_service import (
+    PairSamples,
+    StorageMeasurements,
+    StorageServiceModel,
+    concurrent_monte_carlo,
+    infer_storage_model,
+    ks_distance,
+)
 from geoslo.models._slo_curves import (
     ServiceProfile,
     SloCurve,
@@ -13,6 +21,12 @@ from geoslo.models._slo_curves import (
 )
 
 __all__ = [
+    "PairSamples",
+    "StorageMeasurements",
+    "StorageServiceModel",
+    "concurrent_monte_carlo",
+    "infer_storage_model",
+    "ks_distance",
     "residual_from_probes",
     "ServiceProfile",
     "SloCurve",
