@@ -3,14 +3,6 @@
 from geoslo.models._interference import best_fitting_curve
 from geoslo.models._queueing import erlang_c, mmc_sojourn_tail, mmc_violation_surface
 from geoslo.models._residual import residual_from_probes
-from geoslo.models._storage_service import (
-    PairSamples,
-    StorageMeasurements,
-    StorageServiceModel,
-    concurrent_monte_carlo,
-    infer_storage_model,
-    ks_distance,
-)
 from geoslo.models._slo_curves import (
     ServiceProfile,
     SloCurve,
@@ -18,6 +10,14 @@ from geoslo.models._slo_curves import (
     build_slo_surface,
     profile_backend,
     profile_loads,
+)
+from geoslo.models._storage_service import (
+    PairSamples,
+    StorageMeasurements,
+    StorageServiceModel,
+    concurrent_monte_carlo,
+    infer_storage_model,
+    ks_distance,
 )
 
 __all__ = [

@@ -257,9 +257,11 @@ class SearchLimits:
     max_requests_per_copy: int = 4
     # Timeouts are the baseline first-request latency at these percentiles (and 0):
     # the timeout then picks the share of operations that get redundancy (our choice).
+    # For each timeout the search takes the smallest probability that meets the SLO
+    # (the tail is linear in the probability, so this is solved, not stepped).
     timeout_percentiles: tuple[float, ...] = (50, 60, 70, 80, 90, 95, 97, 98, 99, 99.5)
-    probabilities: tuple[float, ...] = (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0)
-    max_evaluations: int = 20_000
+    probability_step: float = 0.1  # §5.2's example uses 70%: probabilities in 10% steps
+    max_evaluations: int = 5_000
     allow_relay: bool = True
     allow_copies: bool = True  # more than one copy in a data centre
     allow_second_region: bool = True
@@ -269,8 +271,8 @@ class SearchLimits:
         _int_at_least(self.max_copies, 1, "max_copies")
         _int_at_least(self.max_requests_per_copy, 1, "max_requests_per_copy")
         _int_at_least(self.max_evaluations, 1, "max_evaluations")
-        if not self.probabilities or any(not 0 < p <= 1 for p in self.probabilities):
-            raise ConfigError("probabilities", "must be fractions in (0, 1]")
+        if not (isinstance(self.probability_step, int | float) and 0 < self.probability_step <= 1):
+            raise ConfigError("probability_step", "must be in (0, 1]")
         if any(not 0 <= q < 100 for q in self.timeout_percentiles):
             raise ConfigError("timeout_percentiles", "must be percentiles in [0, 100)")
 

@@ -1,0 +1,225 @@
+"""Client-perceived latency of any configuration, estimated in the four steps of §5.3.
+
+1. VM-to-service latency of a tuple's concurrent requests (the inferred storage model);
+2. plus the Internet latency measured from that region to the prefix (one draw per
+   tuple: a tuple's requests travel the same path);
+3. the minimum over the regions used, independent draws (paths to different providers'
+   regions spike independently, §4.1);
+4. the timeout and probability: the redundant set starts at the timeout, and only with
+   the probability, for operations whose first request has not answered (§5.2).
+
+A relayed tuple costs one Internet traversal and fans out inside the region; the relay's
+own overhead is not measured by the agents and so not modelled (§4.2: "some overhead").
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+
+import numpy as np
+
+from geoslo.control.costlo.types import Configuration, GetTuple, PutTuple
+from geoslo.dist import LatencyDistribution, minimum, mixture
+from geoslo.models import StorageServiceModel
+
+__all__ = ["RegionView", "GetEstimator", "PutEstimator", "with_timeout", "max_of"]
+
+
+@dataclass(frozen=True, eq=False)
+class RegionView:
+    """One region as seen from one prefix: its storage model, the measured RTTs to the
+    prefix (as a distribution), its prices and the rate one relay VM sustains."""
+
+    name: str
+    storage: StorageServiceModel
+    ping: LatencyDistribution
+    prices: object  # RegionPrices
+    relay_rps: float
+
+
+def with_timeout(
+    first: LatencyDistribution,
+    redundant: LatencyDistribution,
+    timeout_ms: float,
+    probability: float,
+) -> LatencyDistribution:
+    """Step 4: latency when the redundant set starts at ``timeout_ms`` with
+    ``probability`` if the first request has not answered:
+    ``P(T > x) = P(T1 > x) (1 - p F_R(x - timeout))`` for x > timeout."""
+    step = first.step_ms
+    start = min(first.offset_ms, redundant.offset_ms + timeout_ms)
+    end = first.offset_ms + step * (first.pmf.size - 1)
+    grid = start + step * np.arange(int(round((end - start) / step)) + 1)
+    tail = np.asarray(first.tail_probability(grid), dtype=float)
+    after = grid > timeout_ms
+    redundant_cdf = 1.0 - np.asarray(redundant.tail_probability(grid - timeout_ms), dtype=float)
+    tail = np.where(after, tail * (1.0 - probability * redundant_cdf), tail)
+    pmf = np.clip(np.concatenate(([1.0], tail[:-1])) - tail, 0.0, None)
+    return LatencyDistribution.from_pmf(float(grid[0]), step, pmf).trimmed()
+
+
+def max_of(dist: LatencyDistribution, k: int) -> LatencyDistribution:
+    """The slowest of k independent draws (a page of k objects, §6.1)."""
+    cdf = np.cumsum(dist.pmf) ** k
+    pmf = np.diff(np.concatenate(([0.0], cdf)))
+    return LatencyDistribution.from_pmf(dist.offset_ms, dist.step_ms, np.clip(pmf, 0.0, None))
+
+
+@dataclass(eq=False)
+class GetEstimator:
+    """GET latency of configurations for one prefix, with the regions' parts cached."""
+
+    serving: RegionView
+    second: RegionView | None = None
+    _parts: dict = field(default_factory=dict, repr=False)
+    _dists: dict = field(default_factory=dict, repr=False)
+
+    @property
+    def first(self) -> LatencyDistribution:
+        """One request to the serving region: the baseline (no CosTLO)."""
+        return self._part(self.serving, GetTuple(1, 1), skip_first=False)
+
+    def _part(self, region: RegionView, tuple_: GetTuple, skip_first: bool) -> LatencyDistribution:
+        """Steps 1-2 for one region's tuple issued together."""
+        key = (region.name, tuple_, skip_first)
+        if key not in self._parts:
+            counts = [tuple_.requests_per_copy] * tuple_.copies
+            if skip_first and not tuple_.relay_vm:
+                counts[0] -= 1
+            vm_side = region.storage.concurrent_counts("get", tuple(counts))
+            self._parts[key] = (region.ping + vm_side).trimmed()
+        return self._parts[key]
+
+    def redundant_fraction(self, configuration: Configuration) -> float:
+        """Share of operations that issue the redundant set (drives its cost)."""
+        c = configuration
+        if not c.get_redundant:
+            return 0.0
+        if c.get_timeout_ms == 0.0:
+            return c.get_probability
+        return c.get_probability * float(self.first.tail_probability(c.get_timeout_ms))
+
+    def distribution(self, configuration: Configuration) -> LatencyDistribution:
+        """Steps 1-4 for the GET side of ``configuration``."""
+        c = configuration
+        key = (c.serving, c.second, c.get_timeout_ms, c.get_probability)
+        if key not in self._dists:
+            self._dists[key] = self._distribution(c)
+        return self._dists[key]
+
+    def _groups(self, c: Configuration) -> tuple[LatencyDistribution, list[LatencyDistribution]]:
+        """(what answers with the first request, the later redundant parts): with a zero
+        timeout the serving tuple's direct requests go out with the first, as one draw."""
+        with_first, parts = self.first, []
+        if c.serving.relay_vm or c.serving.requests > 1:
+            if c.get_timeout_ms == 0.0 and not c.serving.relay_vm:
+                with_first = self._part(self.serving, c.serving, skip_first=False)
+            else:
+                parts.append(self._part(self.serving, c.serving, skip_first=True))
+        if self.second is not None and not c.second.unused:
+            parts.append(self._part(self.second, c.second, skip_first=False))
+        return with_first, parts
+
+    def _distribution(self, c: Configuration) -> LatencyDistribution:
+        if not c.get_redundant:
+            return self.first
+        with_first, parts = self._groups(c)
+        if c.get_timeout_ms == 0.0:
+            return _mix(self.first, minimum([with_first, *parts]).trimmed(), c.get_probability)
+        redundant = parts[0] if len(parts) == 1 else minimum(parts).trimmed()
+        return with_timeout(self.first, redundant, c.get_timeout_ms, c.get_probability)
+
+    def always_tail(self, c: Configuration, timeout_ms: float, x_ms: float) -> float:
+        """P(latency > x_ms) when the redundant set of ``c``'s tuples is always issued
+        at ``timeout_ms`` (probability 1): a point of step 4 without building the
+        distribution."""
+        timed = replace(c, get_timeout_ms=timeout_ms)
+        with_first, parts = self._groups(timed)
+        tail = float(with_first.tail_probability(x_ms))
+        if timeout_ms == 0.0:
+            for part in parts:
+                tail *= float(part.tail_probability(x_ms))
+        elif x_ms > timeout_ms:
+            for part in parts:
+                tail *= float(part.tail_probability(x_ms - timeout_ms))
+        return tail
+
+
+@dataclass(eq=False)
+class PutEstimator:
+    """PUT latency for one prefix: upload to an application VM in the serving region,
+    then the VM library's PUT tuple against the local storage service (§5.1, §5.4)."""
+
+    serving: RegionView
+    _dists: dict = field(default_factory=dict, repr=False)
+
+    @property
+    def first(self) -> LatencyDistribution:
+        return self._tuple(PutTuple(1, 1), skip_first=False)
+
+    def _tuple(self, tuple_: PutTuple, skip_first: bool) -> LatencyDistribution:
+        key = (tuple_, skip_first)
+        if key not in self._dists:
+            vm_side = self.serving.storage.concurrent_counts("put", _put_counts(tuple_, skip_first))
+            self._dists[key] = (self.serving.ping + vm_side).trimmed()
+        return self._dists[key]
+
+    def always_tail(self, put: PutTuple, timeout_ms: float, x_ms: float) -> float:
+        """P(latency > x_ms) when the redundant PUTs are always issued at ``timeout_ms``:
+        the upload's RTT convolved with the VM side, at one point."""
+        if timeout_ms == 0.0:
+            return float(self._tuple(put, skip_first=False).tail_probability(x_ms))
+        if self.serving.storage.put_serialised:
+            return float(self.first.tail_probability(x_ms))
+        storage = self.serving.storage
+        vm_first = storage.concurrent_counts("put", (1,))
+        vm_rest = storage.concurrent_counts("put", _put_counts(put, skip_first=True))
+        z = x_ms - self.serving.ping.support_ms
+        tail_vm = np.asarray(vm_first.tail_probability(z), dtype=float)
+        later = z > timeout_ms
+        tail_vm[later] *= np.asarray(vm_rest.tail_probability(z[later] - timeout_ms), dtype=float)
+        return float(np.dot(self.serving.ping.pmf, tail_vm))
+
+    def redundant_fraction(self, configuration: Configuration) -> float:
+        c = configuration
+        if not c.put_redundant:
+            return 0.0
+        if c.put_timeout_ms == 0.0:
+            return c.put_probability
+        return c.put_probability * float(self.first.tail_probability(c.put_timeout_ms))
+
+    def distribution(self, configuration: Configuration) -> LatencyDistribution:
+        c = configuration
+        key = (c.put, c.put_timeout_ms, c.put_probability)
+        if key not in self._dists:
+            self._dists[key] = self._distribution(c)
+        return self._dists[key]
+
+    def _distribution(self, c: Configuration) -> LatencyDistribution:
+        if not c.put_redundant:
+            return self.first
+        if c.put_timeout_ms == 0.0:
+            return _mix(self.first, self._tuple(c.put, skip_first=False), c.put_probability)
+        # The redundant PUTs travel the same upload as the first: only the VM side repeats.
+        # A serialising service queues them behind the first: they cannot answer sooner.
+        if self.serving.storage.put_serialised:
+            return self.first
+        vm_first = self.serving.storage.concurrent_counts("put", (1,))
+        vm_rest = self.serving.storage.concurrent_counts("put", _put_counts(c.put, skip_first=True))
+        vm_side = with_timeout(vm_first, vm_rest, c.put_timeout_ms, c.put_probability)
+        return (self.serving.ping + vm_side).trimmed()
+
+
+def _put_counts(put: PutTuple, skip_first: bool) -> tuple[int, ...]:
+    counts = [put.requests_per_copy] * put.copies
+    if skip_first:
+        counts[0] -= 1
+    return tuple(counts)
+
+
+def _mix(
+    plain: LatencyDistribution, redundant: LatencyDistribution, probability: float
+) -> LatencyDistribution:
+    if probability >= 1.0:
+        return redundant
+    return mixture([plain, redundant], [1.0 - probability, probability]).trimmed()

@@ -1,0 +1,357 @@
+"""ConfSelector: best-first search through configurations in increasing cost (§5.2).
+
+The search starts at the baseline (one request, no copies) and keeps a pool of
+candidates; each step takes the cheapest, returns it if its estimated latency meets the
+SLO, and otherwise adds its neighbours, the configurations that differ from it in
+exactly one parameter (one step along one dimension). Latency estimates are cached per
+GET and per PUT part, so neighbours mostly cost a table lookup.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+from dataclasses import dataclass, field, replace
+
+import numpy as np
+
+from geoslo.control.costlo.cost import CostModel
+from geoslo.control.costlo.estimate import GetEstimator, PutEstimator, max_of
+from geoslo.control.costlo.types import (
+    Configuration,
+    CostBreakdown,
+    Estimate,
+    GetTuple,
+    PutTuple,
+    SearchLimits,
+    Selection,
+    Slo,
+)
+from geoslo.dist import LatencyDistribution
+
+__all__ = ["Reader", "PrefixContext", "select_configuration"]
+
+
+@dataclass(eq=False)
+class Reader:
+    """Clients whose GETs count toward the SLO: the prefix itself, or (social network,
+    §6.1) one group of ``count`` followers in a prefix, with their own regions and costs."""
+
+    get: GetEstimator
+    cost: CostModel
+    count: int = 1
+
+
+@dataclass(eq=False)
+class PrefixContext:
+    """Everything ConfSelector needs for one prefix."""
+
+    readers: list[Reader]
+    put: PutEstimator
+    slo: Slo
+    limits: SearchLimits = field(default_factory=SearchLimits)
+
+    def get_distribution(self, c: Configuration) -> LatencyDistribution:
+        """The user-perceived GET latency the SLO bounds (§3, §6.1)."""
+        if self.slo.application == "page":
+            return max_of(self.readers[0].get.distribution(c), self.slo.page_objects)
+        if self.slo.application == "social":
+            return _slowest([(r.get.distribution(c), r.count) for r in self.readers])
+        return self.readers[0].get.distribution(c)
+
+    def cost(self, c: Configuration) -> CostBreakdown:
+        put_fraction = self.put.redundant_fraction(c)
+        total = CostBreakdown()
+        for r in self.readers:
+            part = r.cost.monthly(c, r.get.redundant_fraction(c), put_fraction)
+            total = _add(total, part)
+        return total
+
+
+def _slowest(groups: list[tuple[LatencyDistribution, int]]) -> LatencyDistribution:
+    """Slowest of independent draws, ``count`` from each distribution."""
+    step = groups[0][0].step_ms
+    start = min(d.offset_ms for d, _ in groups)
+    end = max(d.offset_ms + step * (d.pmf.size - 1) for d, _ in groups)
+    grid = start + step * np.arange(int(round((end - start) / step)) + 1)
+    cdf = np.ones(grid.size)
+    for dist, count in groups:
+        cdf *= np.asarray(dist.cdf(grid), dtype=float) ** count
+    pmf = np.clip(np.diff(np.concatenate(([0.0], cdf))), 0.0, None)
+    return LatencyDistribution.from_pmf(float(grid[0]), step, pmf)
+
+
+def _add(a: CostBreakdown, b: CostBreakdown) -> CostBreakdown:
+    return CostBreakdown(
+        a.storage_usd + b.storage_usd,
+        a.requests_usd + b.requests_usd,
+        a.vms_usd + b.vms_usd,
+        a.bandwidth_usd + b.bandwidth_usd,
+    )
+
+
+# --------------------------------------------------------------------- the space
+
+_TUPLE_DIMS = (
+    "serving_copies",
+    "serving_rpc",
+    "serving_relay",
+    "second_copies",
+    "second_rpc",
+    "second_relay",
+    "put_copies",
+    "put_rpc",
+)
+
+
+@dataclass(frozen=True)
+class _Space:
+    """The tuple dimensions of the configuration space, each an ordered list of values.
+    Timeout and probability are chosen per state by :class:`_Redundancy`."""
+
+    values: tuple[tuple, ...]
+
+    @classmethod
+    def build(cls, context: PrefixContext) -> _Space:
+        lim, slo = context.limits, context.slo
+        copies = tuple(range(1, lim.max_copies + 1)) if lim.allow_copies else (1,)
+        rpc = tuple(range(1, lim.max_requests_per_copy + 1))
+        relay = (False, True) if lim.allow_relay else (False,)
+        has_second = lim.allow_second_region and context.readers[0].get.second is not None
+        second = (0, *copies) if has_second else (0,)
+        put_on = slo.put_ms is not None
+        put_copies = copies if put_on else (1,)
+        put_rpc = rpc if put_on else (1,)
+        return cls((copies, rpc, relay, second, rpc, relay, put_copies, put_rpc))
+
+    def start(self) -> tuple[int, ...]:
+        return tuple(0 for _ in self.values)
+
+    def canonical(self, state: tuple[int, ...]) -> tuple[int, ...]:
+        """A second region without copies has no other parameters."""
+        if self.values[3][state[3]] == 0:
+            return state[:4] + (0, 0) + state[6:]
+        return state
+
+    def neighbours(self, state: tuple[int, ...]):
+        """States that differ in one parameter by one step (§5.2)."""
+        for d, values in enumerate(self.values):
+            for delta in (-1, 1):
+                i = state[d] + delta
+                if 0 <= i < len(values):
+                    yield self.canonical(state[:d] + (i,) + state[d + 1 :])
+
+    def configuration(self, state) -> Configuration:
+        v = [values[i] for values, i in zip(self.values, state, strict=True)]
+        return Configuration(
+            serving=GetTuple(v[0], v[1], v[2]),
+            second=GetTuple(v[3], v[4], v[5]),
+            put=PutTuple(v[6], v[7]),
+        )
+
+
+def _timeouts(first: LatencyDistribution, limits: SearchLimits) -> tuple[float, ...]:
+    """0 and the baseline first request's latency at the limits' percentiles, whole ms."""
+    if not limits.allow_timeout:
+        return (0.0,)
+    values = {0.0}
+    for q in limits.timeout_percentiles:
+        values.add(float(np.ceil(first.quantile_ms(q / 100.0))))
+    return tuple(sorted(values))
+
+
+# ------------------------------------------------------ timeout and probability
+
+
+class _Redundancy:
+    """For a set of tuples, the cheapest (timeout, probability) that meets the SLO.
+
+    At a fixed timeout the tail at the SLO's threshold is linear in the probability p
+    (the redundant set is issued or not): ``tail(p) = a + p (b - a)`` with ``a`` the
+    baseline tail and ``b`` the tail when always issued. So the smallest p is solved,
+    not searched, and the cost, linear in the share of operations that issue the set,
+    picks the timeout (§5.2's timeout and probability, exactly)."""
+
+    def __init__(self, context: PrefixContext) -> None:
+        self.context = context
+        slo = context.slo
+        self.tail_target = 1.0 - slo.percentile / 100.0
+        self.get_on = slo.get_ms is not None
+        self.put_on = slo.put_ms is not None
+        baseline = Configuration()
+        self.get_threshold_ms = (
+            float(context.get_distribution(baseline).quantile_ms(0.5)) + slo.get_ms
+            if self.get_on
+            else 0.0
+        )
+        self.put_threshold_ms = (
+            float(context.put.first.quantile_ms(0.5)) + slo.put_ms if self.put_on else 0.0
+        )
+        self.get_timeouts = _timeouts(context.readers[0].get.first, context.limits)
+        self.put_timeouts = _timeouts(context.put.first, context.limits)
+        self.fixed_probability = not context.limits.allow_timeout
+
+    def solve(self, c: Configuration) -> tuple[Configuration, bool]:
+        """``c`` with its timeouts and probabilities set; False if no choice meets the SLO."""
+        get_ok, put_ok = True, True
+        if self.get_on and c.get_redundant:
+            c, get_ok = self._solve_get(c)
+        elif self.get_on:
+            get_ok = self._get_tail(c, 0.0, 0.0) <= self.tail_target
+        if self.put_on and c.put_redundant:
+            c, put_ok = self._solve_put(c)
+        elif self.put_on:
+            put_ok = self._put_tail(c.put, 0.0)[0] <= self.tail_target
+        return c, get_ok and put_ok
+
+    # GET ---------------------------------------------------------------------
+
+    def _solve_get(self, c: Configuration) -> tuple[Configuration, bool]:
+        best = None
+        for timeout_ms in self.get_timeouts:
+            p = self._smallest_probability(lambda p, t=timeout_ms: self._get_tail(c, t, p))
+            if p is None:
+                continue
+            trial = replace(c, get_timeout_ms=timeout_ms, get_probability=p)
+            cost = self.context.cost(trial).total_usd
+            if best is None or cost < best[0]:
+                best = (cost, trial)
+        if best is None:
+            return replace(c, get_timeout_ms=0.0, get_probability=1.0), False
+        return best[1], True
+
+    def _get_tail(self, c: Configuration, timeout_ms: float, p: float) -> float:
+        """The user-level tail beyond the threshold at probability p."""
+        x = self.get_threshold_ms
+        tails = []
+        for reader in self.context.readers:
+            a = float(reader.get.first.tail_probability(x))
+            b = reader.get.always_tail(c, timeout_ms, x) if p > 0 else a
+            tails.append((a + p * (b - a), reader.count))
+        app = self.context.slo.application
+        if app == "page":
+            return 1.0 - (1.0 - tails[0][0]) ** self.context.slo.page_objects
+        if app == "social":
+            return 1.0 - float(np.prod([(1.0 - t) ** n for t, n in tails]))
+        return tails[0][0]
+
+    # PUT ---------------------------------------------------------------------
+
+    def _solve_put(self, c: Configuration) -> tuple[Configuration, bool]:
+        best = None
+        for timeout_ms in self.put_timeouts:
+            a, b = self._put_tail(c.put, timeout_ms)
+            p = self._smallest_probability(lambda p, a=a, b=b: a + p * (b - a))
+            if p is None:
+                continue
+            trial = replace(c, put_timeout_ms=timeout_ms, put_probability=p)
+            cost = self.context.cost(trial).total_usd
+            if best is None or cost < best[0]:
+                best = (cost, trial)
+        if best is None:
+            return replace(c, put_timeout_ms=0.0, put_probability=1.0), False
+        return best[1], True
+
+    def _put_tail(self, put: PutTuple, timeout_ms: float) -> tuple[float, float]:
+        """(baseline tail, tail when always issued) at the PUT threshold."""
+        estimator = self.context.put
+        a = float(estimator.first.tail_probability(self.put_threshold_ms))
+        if put.requests == 1:
+            return a, a
+        return a, estimator.always_tail(put, timeout_ms, self.put_threshold_ms)
+
+    def shortfall(self, c: Configuration) -> float:
+        """How far ``c`` (at its timeouts and probabilities) misses the tail target:
+        what ranks configurations when none meets the SLO."""
+        worst = 0.0
+        if self.get_on:
+            worst = max(worst, self._get_tail(c, c.get_timeout_ms, c.get_probability))
+        if self.put_on:
+            a, b = self._put_tail(c.put, c.put_timeout_ms)
+            worst = max(worst, a + c.put_probability * (b - a))
+        return worst - self.tail_target
+
+    # -------------------------------------------------------------------------
+
+    def _smallest_probability(self, tail_at) -> float | None:
+        """Smallest p in (0, 1] with tail_at(p) <= target (tail is linear in p)."""
+        target = self.tail_target
+        always = tail_at(1.0)
+        if always > target:
+            return None
+        if self.fixed_probability:
+            return 1.0
+        never = tail_at(0.0)
+        if never <= target:
+            return 0.0
+        p = (never - target) / (never - always)
+        grain = self.context.limits.probability_step
+        return float(min(1.0, np.ceil(p / grain - 1e-9) * grain))  # rounded up: some slack
+
+
+# -------------------------------------------------------------------- the search
+
+
+def select_configuration(context: PrefixContext) -> Selection:
+    """Best-first search in increasing cost until the SLO is met (§5.2)."""
+    space = _Space.build(context)
+    redundancy = _Redundancy(context)
+    pool: list = []
+    tie = itertools.count()
+    seen: set = set()
+
+    def push(state):
+        if state in seen:
+            return
+        seen.add(state)
+        config, meets = redundancy.solve(space.configuration(state))
+        heapq.heappush(pool, (context.cost(config).total_usd, next(tie), state, config, meets))
+
+    push(space.start())
+    chosen, met, missed = None, False, []
+    while pool and len(seen) < context.limits.max_evaluations:
+        _, _, state, config, meets = heapq.heappop(pool)
+        if meets:
+            chosen, met = config, True
+            break
+        missed.append(config)
+        for neighbour in space.neighbours(state):
+            push(neighbour)
+    if chosen is None:
+        chosen = min(missed, key=redundancy.shortfall)
+    get_estimate, put_estimate, _ = _judge(context, chosen)
+    return Selection(
+        configuration=chosen,
+        met=met,
+        get=get_estimate,
+        put=put_estimate,
+        cost=context.cost(chosen),
+        baseline_cost=context.cost(Configuration()),
+        evaluated=len(seen),
+        serving_region=context.readers[0].get.serving.name,
+        second_region=context.readers[0].get.second.name if context.readers[0].get.second else "",
+    )
+
+
+def _judge(context: PrefixContext, config: Configuration) -> tuple[Estimate, Estimate, float]:
+    """Estimates of both operations and by how much the worse one exceeds its SLO."""
+    q = context.slo.percentile / 100.0
+    baseline = Configuration()
+    get_dist = context.get_distribution(config)
+    put_dist = context.put.distribution(config)
+    get_estimate = Estimate(
+        float(get_dist.quantile_ms(0.5)),
+        float(get_dist.quantile_ms(q)),
+        float(context.get_distribution(baseline).quantile_ms(0.5)),
+    )
+    put_estimate = Estimate(
+        float(put_dist.quantile_ms(0.5)),
+        float(put_dist.quantile_ms(q)),
+        float(context.put.first.quantile_ms(0.5)),
+    )
+    excess = -np.inf
+    if context.slo.get_ms is not None:
+        excess = max(excess, get_estimate.inflation_ms - context.slo.get_ms)
+    if context.slo.put_ms is not None:
+        excess = max(excess, put_estimate.inflation_ms - context.slo.put_ms)
+    return get_estimate, put_estimate, float(excess if np.isfinite(excess) else 0.0)
