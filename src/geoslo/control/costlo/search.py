@@ -286,7 +286,9 @@ class _Redundancy:
             return 0.0
         p = (never - target) / (never - always)
         grain = self.context.limits.probability_step
-        return float(min(1.0, np.ceil(p / grain - 1e-9) * grain))  # rounded up: some slack
+        return float(
+            min(1.0, round(np.ceil(p / grain - 1e-9) * grain, 9))
+        )  # rounded up: some slack
 
 
 # -------------------------------------------------------------------- the search

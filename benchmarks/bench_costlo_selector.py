@@ -1,0 +1,91 @@
+"""Benchmark of CosTLO's ConfSelector per prefix (a script, not a test).
+
+    python benchmarks/bench_costlo_selector.py [--prefixes 40] [--slos 30,50,70]
+
+On the simulated clouds (agents' 10K samples, storage models inferred once per region),
+times for every prefix and SLO:
+
+* ``ConfSelector``: the best-first search (``select_configuration``), cold (a fresh
+  estimator per prefix, so the per-prefix Internet convolutions are included);
+* ``exhaustive``: the baseline measured in the same run, every tuple state of the same
+  space solved and the cheapest kept.
+
+Prints per-prefix mean and p95 for both, their ratio, how often best-first found the
+exhaustive optimum's cost (within 0.1%), and the issue's target (under 50 ms per prefix).
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import time
+
+import numpy as np
+
+from geoslo.control.costlo import SearchLimits, Slo
+from geoslo.control.costlo.decide import prefix_context
+from geoslo.control.costlo.search import _Redundancy, _Space, select_configuration
+from geoslo.experiments.costlo._study import Settings, build_study
+
+TARGET_MS = 50.0
+
+
+def _context(study, prefix, slo):
+    serving, second = study.regions(prefix)
+    study.views.clear()  # cold: the prefix's pings become distributions again
+    return prefix_context(
+        study.workloads[prefix],
+        study.view(prefix, serving),
+        study.view(prefix, second),
+        slo,
+        SearchLimits(),
+    )
+
+
+def _exhaustive(context) -> float:
+    space = _Space.build(context)
+    redundancy = _Redundancy(context)
+    best = np.inf
+    for state in itertools.product(*(range(len(v)) for v in space.values)):
+        config, meets = redundancy.solve(space.configuration(space.canonical(state)))
+        if meets:
+            best = min(best, context.cost(config).total_usd)
+    return best
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--prefixes", type=int, default=40)
+    parser.add_argument("--slos", default="30,50,70")
+    args = parser.parse_args()
+    study = build_study(Settings(prefixes=args.prefixes))
+    for j in range(len(study.world.regions)):
+        study.model(j)  # storage models once per region, as ConfSelector would share them
+    slos = [float(s) for s in args.slos.split(",")]
+    search_ms, exhaustive_ms, same = [], [], 0
+    for slo_ms, prefix in itertools.product(slos, study.prefixes):
+        slo = Slo(get_ms=slo_ms)
+        started = time.perf_counter()
+        selection = select_configuration(_context(study, prefix, slo))
+        search_ms.append(1e3 * (time.perf_counter() - started))
+        started = time.perf_counter()
+        optimum = _exhaustive(_context(study, prefix, slo))
+        exhaustive_ms.append(1e3 * (time.perf_counter() - started))
+        same += bool(selection.met and abs(selection.cost.total_usd - optimum) <= 1e-3 * optimum)
+    search, exhaustive = np.array(search_ms), np.array(exhaustive_ms)
+    n = len(search)
+    print(f"ConfSelector over {n} (prefix, SLO) pairs, SLOs {args.slos} ms")
+    print(
+        f"  best-first : mean {search.mean():7.1f} ms  p95 {np.percentile(search, 95):7.1f} ms per prefix"
+    )
+    print(
+        f"  exhaustive : mean {exhaustive.mean():7.1f} ms  p95 {np.percentile(exhaustive, 95):7.1f} ms per prefix"
+    )
+    print(f"  ratio exhaustive / best-first (mean): {exhaustive.mean() / search.mean():.1f}x")
+    print(f"  best-first found the exhaustive optimum's cost: {same}/{n}")
+    verdict = "meets" if search.mean() < TARGET_MS else "MISSES"
+    print(f"  target under {TARGET_MS:.0f} ms per prefix: {verdict}")
+
+
+if __name__ == "__main__":
+    main()
