@@ -75,12 +75,9 @@ def main() -> None:
     search, exhaustive = np.array(search_ms), np.array(exhaustive_ms)
     n = len(search)
     print(f"ConfSelector over {n} (prefix, SLO) pairs, SLOs {args.slos} ms")
-    print(
-        f"  best-first : mean {search.mean():7.1f} ms  p95 {np.percentile(search, 95):7.1f} ms per prefix"
-    )
-    print(
-        f"  exhaustive : mean {exhaustive.mean():7.1f} ms  p95 {np.percentile(exhaustive, 95):7.1f} ms per prefix"
-    )
+    for name, times in (("best-first", search), ("exhaustive", exhaustive)):
+        mean, p95 = times.mean(), np.percentile(times, 95)
+        print(f"  {name:<11}: mean {mean:7.1f} ms  p95 {p95:7.1f} ms per prefix")
     print(f"  ratio exhaustive / best-first (mean): {exhaustive.mean() / search.mean():.1f}x")
     print(f"  best-first found the exhaustive optimum's cost: {same}/{n}")
     verdict = "meets" if search.mean() < TARGET_MS else "MISSES"

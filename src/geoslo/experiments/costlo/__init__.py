@@ -70,9 +70,8 @@ def reproduce(out_dir: str | Path, quick: bool = False, seed: int = 1) -> Path:
     report.section("Acceptance checks", "The issue's checks on this run's numbers.")
     report.table("checks", [{"check": k, "passed": v} for k, v in checks.items()])
     report.section("Still differs from the paper, and why", DIFFERENCES)
-    report.text(
-        f"Run time: {time.perf_counter() - started:.0f} s; seed {seed}; {len(study.world.prefixes)} prefixes."
-    )
+    elapsed_s = time.perf_counter() - started
+    report.text(f"Run time: {elapsed_s:.0f} s; seed {seed}; {len(study.world.prefixes)} prefixes.")
     report.data("results", results)
     index = report.write(out_dir)
     (Path(out_dir) / "checks.json").write_text(json.dumps(checks, indent=2) + "\n")

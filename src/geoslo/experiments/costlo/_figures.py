@@ -45,7 +45,7 @@ def fig1_13(study: Study, report: Report, paper: dict) -> dict:
         total=len(settings.slos_ms) * len(study.prefixes), label="Fig. 13: select and measure"
     ) as bar:
         for slo_ms in settings.slos_ms:
-            measured, times = [], []
+            measured = []
             for i in study.prefixes:
                 selection = study.select(i, Slo(get_ms=slo_ms))
                 latencies = study.measure(
@@ -121,9 +121,10 @@ def headline(study: Study, report: Report, paper: dict) -> dict:
     c = selection.configuration
     report.section(
         "Headline: halving the median client's latency variance",
-        f"The prefix with the median baseline inflation is {study.world.prefixes[median_prefix].name} "
-        f"({baseline[median_prefix]:.1f} ms). With the SLO at half of it ({target_ms:.1f} ms), ConfSelector "
-        f"chose serving {_tuple(c.serving)}, second {_tuple(c.second)} ({selection.second_region}), timeout "
+        f"The prefix with the median baseline inflation is "
+        f"{study.world.prefixes[median_prefix].name} ({baseline[median_prefix]:.1f} ms). With the "
+        f"SLO at half of it ({target_ms:.1f} ms), ConfSelector chose serving {_tuple(c.serving)}, "
+        f"second {_tuple(c.second)} ({selection.second_region}), timeout "
         f"{c.get_timeout_ms:.0f} ms, probability {c.get_probability:.0%}.",
     )
     report.comparison(
@@ -206,9 +207,10 @@ def fig14(study: Study, report: Report, paper: dict) -> dict:
         )
     report.section(
         "Fig. 14: application-level SLOs",
-        "A page load waits for 50 GETs in parallel; a social-network update waits until each of "
-        "200 followers (in prefixes served by the same region, §2) has fetched it. The SLO bounds "
-        "the user-level p99 minus the baseline median; the configuration is common to the followers.",
+        "A page load waits for 50 GETs in parallel; a social-network update waits until each "
+        "of 200 followers (in prefixes served by the same region, §2) has fetched it. The SLO "
+        "bounds the user-level p99 minus the baseline median; the configuration is common to "
+        "the followers.",
     )
     report.table("fig14", rows)
     return {"rows": rows}
@@ -454,9 +456,10 @@ def fig17(study: Study, report: Report, paper: dict, slo_ms: float = 30.0) -> di
         )
     report.section(
         "Fig. 17: the value of combining the dimensions, and of timeout and probability",
-        f"(a) SLO {slo_ms:.0f} ms: share of prefixes where each strategy's search meets the SLO (by "
-        "its estimate), and its cost over CosTLO's where both meet it. (b) Cost overhead with and "
-        "without the timeout and probability parameters (redundant requests always sent at once).",
+        f"(a) SLO {slo_ms:.0f} ms: share of prefixes where each strategy's search meets the "
+        "SLO (by its estimate), and its cost over CosTLO's where both meet it. (b) Cost "
+        "overhead with and without the timeout and probability parameters (redundant requests "
+        "always sent at once).",
     )
     report.table("fig17a", rows_a)
     report.table("fig17b", rows_b)
