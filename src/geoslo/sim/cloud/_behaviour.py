@@ -82,7 +82,7 @@ class InternetPath:
     base_rtt_ms: float
     jitter_mean_ms: float
     spike: SpikyLatency  # body unused; spikes only
-    shared_spike_fraction: float = 0.7
+    shared_spike_fraction: float = 0.9
     mbps: float = 20.0  # transfer rate of a larger object (§7)
 
     def sample(

@@ -97,11 +97,11 @@ def _client_path(
 ) -> InternetPath:
     km = great_circle_km(prefix.latitude, prefix.longitude, region.latitude, region.longitude)
     base_ms = float(propagation_rtt_ms(km, rng.uniform(1.4, 2.4))) + 2.0 * prefix.access_ms
-    spike_probability = rng.uniform(0.003, 0.010) * rng.uniform(0.7, 1.3)
+    spike_probability = rng.uniform(0.008, 0.02) * rng.uniform(0.7, 1.3)
     return InternetPath(
         base_rtt_ms=base_ms,
         jitter_mean_ms=0.5 + 0.03 * base_ms,
-        spike=SpikyLatency(0.0, 0.0, spike_probability, 50.0 + 0.5 * base_ms),
+        spike=SpikyLatency(0.0, 0.0, spike_probability, 40.0 + 0.3 * base_ms, 0.6),
         mbps=float(rng.uniform(10, 50)),
     )
 
