@@ -6,7 +6,14 @@ import pytest
 
 PACKAGES = {
     "geoslo.dist": {"LatencyDistribution", "mixture", "minimum"},
-    "geoslo.models": {"SloCurve", "SloSurface", "ServiceProfile", "build_slo_surface"},
+    "geoslo.models": {
+        "SloCurve",
+        "SloSurface",
+        "ServiceProfile",
+        "build_slo_surface",
+        "StorageServiceModel",
+        "infer_storage_model",
+    },
     "geoslo.control.kurma": {"solve", "parse_problem", "decide", "KurmaController", "KurmaConfig"},
     "geoslo.workload": {"RateTrace", "load_trace", "poisson_arrivals", "ZipfKeys"},
     "geoslo.topology": {"Topology", "Site", "Prices", "kurma_topology"},
@@ -15,6 +22,9 @@ PACKAGES = {
     "geoslo.experiments.kurma": {"reproduce", "reproduce_live", "Settings", "build_scenario"},
     "geoslo.live": {"Testbed", "TestbedSpec", "SiteClient", "replay", "MetricsRegistry"},
     "geoslo.live.kurma": {"InstanceConfig", "start_instance", "measurements_from_states"},
+    "geoslo.control.costlo": {"Configuration", "decide", "parse_problem", "selection_to_dict"},
+    "geoslo.sim.cloud": {"build_world", "get_operations", "measure_storage", "ping_ms"},
+    "geoslo.experiments.costlo": {"reproduce", "check_done", "select_many", "example_dict"},
 }
 
 

@@ -22,8 +22,12 @@ app = typer.Typer(
 kurma_app = typer.Typer(
     no_args_is_help=True, help="Kurma: SLO-aware geo-distributed load balancing."
 )
+costlo_app = typer.Typer(
+    no_args_is_help=True, help="CosTLO: cost-effective redundant requests for a tail-latency SLO."
+)
 reproduce_app = typer.Typer(no_args_is_help=True, help="Reproduce a paper's headline results.")
 app.add_typer(kurma_app, name="kurma")
+app.add_typer(costlo_app, name="costlo")
 app.add_typer(reproduce_app, name="reproduce")
 testbed_app = typer.Typer(
     no_args_is_help=True, help="The live testbed: Redis servers per site and the WAN emulator."
@@ -118,6 +122,66 @@ def kurma_solve(
     write_json(solve(problem, objective, time_limit_s=time_limit_s).to_dict(), output)
 
 
+@costlo_app.command("select")
+@user_errors
+def costlo_select(
+    input: InputOption,
+    output: OutputOption = None,
+    ray: Annotated[
+        str | None,
+        typer.Option(
+            help="Run the prefixes of {\"problems\": [...]} on Ray: 'local' starts a local "
+            "instance, anything else is a cluster address."
+        ),
+    ] = None,
+) -> None:
+    """Select each prefix's cheapest configuration that meets the SLO (CosTLO §5.2; schema:
+    docs/costlo.md). The input is one problem, or {"problems": [...]} for many prefixes."""
+    from geoslo.control.costlo import parse_problem, selection_to_dict
+    from geoslo.experiments.costlo import select_many
+    from geoslo.report import progress
+
+    data = read_json(input)
+    many = set(data) == {"problems"}
+    items = data["problems"] if many else [data]
+    if many and (not isinstance(items, list) or not items):
+        raise InputError("problems", "must be a non-empty list of problem objects")
+    problems = []
+    for k, item in enumerate(items):
+        try:
+            problems.append(parse_problem(item))
+        except InputError as error:
+            if not many:
+                raise
+            raise InputError(f"problems[{k}].{error.field}", error.problem) from None
+    if many:
+        with progress(total=len(problems), label="costlo select") as bar:
+            selections = select_many(problems, ray, on_done=lambda _: bar.update())
+    else:
+        selections = select_many(problems, ray)
+    answers = [
+        selection_to_dict(s, percentile=p.slo.percentile, prefix=item.get("prefix"))
+        for s, p, item in zip(selections, problems, items, strict=True)
+    ]
+    write_json({"selections": answers} if many else answers[0], output)
+
+
+@costlo_app.command("example")
+@user_errors
+def costlo_example(
+    output: OutputOption = None,
+    seed: Annotated[int, typer.Option(help="Seed of the simulated world.")] = 0,
+    prefix: Annotated[int, typer.Option(help="Index of the client prefix (0-119).")] = 0,
+    samples: Annotated[
+        int, typer.Option(help="Concurrent pairs of each kind and pings per region.")
+    ] = 10_000,
+) -> None:
+    """Write a problem.json for `geoslo costlo select` from the simulated clouds."""
+    from geoslo.experiments.costlo import example_dict
+
+    write_json(example_dict(seed, prefix, samples), output)
+
+
 @reproduce_app.command("kurma")
 @user_errors
 def reproduce_kurma(
@@ -142,6 +206,22 @@ def reproduce_kurma(
         from geoslo.experiments.kurma import reproduce
 
         index = reproduce(output or Path("reports/kurma"), quick=quick, seed=seed)
+    typer.echo(f"report: {index}")
+
+
+@reproduce_app.command("costlo")
+@user_errors
+def reproduce_costlo(
+    quick: Annotated[
+        bool, typer.Option(help="30 prefixes and fewer operations (seconds, for CI).")
+    ] = False,
+    output: Annotated[Path | None, typer.Option(help="Report folder [reports/costlo].")] = None,
+    seed: Annotated[int, typer.Option(help="Seed of the simulated world.")] = 1,
+) -> None:
+    """Reproduce CosTLO's evaluation (Figs. 1a, 5, 6, 13-17, 18a) on the simulated clouds."""
+    from geoslo.experiments.costlo import reproduce
+
+    index = reproduce(output or Path("reports/costlo"), quick=quick, seed=seed)
     typer.echo(f"report: {index}")
 
 

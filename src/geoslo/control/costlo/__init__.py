@@ -1,8 +1,10 @@
 """CosTLO (NSDI 2015): cost-effective redundant GET/PUT requests that bound tail latency.
 
-``types`` (configuration space, workload, prices, SLO, answer).
+``types`` (configuration space, workload, prices, SLO, answer); ``decide`` (ConfSelector
+for one prefix, §5.2); ``validation`` (the problem.json/config.json contract).
 """
 
+from geoslo.control.costlo.decide import CostloProblem, RegionInput, decide
 from geoslo.control.costlo.types import (
     APPLICATIONS,
     Configuration,
@@ -16,17 +18,24 @@ from geoslo.control.costlo.types import (
     Selection,
     Slo,
 )
+from geoslo.control.costlo.validation import parse_problem, problem_to_dict, selection_to_dict
 
 __all__ = [
     "APPLICATIONS",
     "Configuration",
     "CostBreakdown",
+    "CostloProblem",
     "Estimate",
     "GetTuple",
     "PrefixWorkload",
     "PutTuple",
+    "RegionInput",
     "RegionPrices",
     "SearchLimits",
     "Selection",
     "Slo",
+    "decide",
+    "parse_problem",
+    "problem_to_dict",
+    "selection_to_dict",
 ]

@@ -6,11 +6,11 @@ as ``curves.violation[0][1][3]``) and what is wrong with it.
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 import numpy as np
 
+from geoslo._json import as_list, check_keys, fraction, number, numbers
 from geoslo.control.kurma.problem import KurmaProblem
 from geoslo.errors import InputError
 
@@ -29,36 +29,8 @@ _TOP_KEYS = {
 _CURVE_KEYS = {"load_rps", "violation"}
 
 
-def _number(value: Any, name: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise InputError(name, f"must be a number, not {type(value).__name__}")
-    if not math.isfinite(value):
-        raise InputError(name, "must be finite (no NaN or infinity)")
-    return float(value)
-
-
-def _list(value: Any, name: str, length: int | None = None) -> list:
-    if not isinstance(value, list):
-        raise InputError(name, f"must be a list, not {type(value).__name__}")
-    if length is not None and len(value) != length:
-        raise InputError(name, f"must have {length} entries (one per site), has {len(value)}")
-    return value
-
-
-def _numbers(value: Any, name: str, length: int | None = None) -> np.ndarray:
-    items = _list(value, name, length)
-    return np.array([_number(x, f"{name}[{k}]") for k, x in enumerate(items)], dtype=float)
-
-
-def _fraction(value: Any, name: str) -> float:
-    x = _number(value, name)
-    if not 0.0 <= x <= 1.0:
-        raise InputError(name, f"must be a fraction in [0, 1], not {x}")
-    return x
-
-
 def _sites(value: Any) -> tuple[str, ...]:
-    items = _list(value, "sites")
+    items = as_list(value, "sites")
     if not items:
         raise InputError("sites", "must name at least one site")
     for k, name in enumerate(items):
@@ -70,7 +42,7 @@ def _sites(value: Any) -> tuple[str, ...]:
 
 
 def _nonnegative(value: Any, name: str, n: int) -> np.ndarray:
-    out = _numbers(value, name, n)
+    out = numbers(value, name, n, "site")
     for k, x in enumerate(out):
         if x < 0:
             raise InputError(f"{name}[{k}]", f"must be >= 0, not {x}")
@@ -78,7 +50,7 @@ def _nonnegative(value: Any, name: str, n: int) -> np.ndarray:
 
 
 def _grid(value: Any) -> np.ndarray:
-    grid = _numbers(value, "curves.load_rps")
+    grid = numbers(value, "curves.load_rps")
     if grid.size < 1:
         raise InputError("curves.load_rps", "must have at least one load")
     if np.any(grid < 0):
@@ -90,18 +62,18 @@ def _grid(value: Any) -> np.ndarray:
 
 def _violation(value: Any, n: int, k: int) -> np.ndarray:
     out = np.empty((n, n, k))
-    for i, row in enumerate(_list(value, "curves.violation", n)):
-        for j, curve in enumerate(_list(row, f"curves.violation[{i}]", n)):
+    for i, row in enumerate(as_list(value, "curves.violation", n, "site")):
+        for j, curve in enumerate(as_list(row, f"curves.violation[{i}]", n, "site")):
             name = f"curves.violation[{i}][{j}]"
-            items = _list(curve, name)
+            items = as_list(curve, name)
             if len(items) != k:
                 raise InputError(name, f"must have {k} values (one per curves.load_rps)")
-            out[i, j] = [_fraction(x, f"{name}[{m}]") for m, x in enumerate(items)]
+            out[i, j] = [fraction(x, f"{name}[{m}]") for m, x in enumerate(items)]
     return out
 
 
 def _available(value: Any, n: int) -> np.ndarray:
-    items = _list(value, "available", n)
+    items = as_list(value, "available", n, "site")
     for k, x in enumerate(items):
         if not isinstance(x, bool):
             raise InputError(f"available[{k}]", "must be true or false")
@@ -110,39 +82,27 @@ def _available(value: Any, n: int) -> np.ndarray:
 
 def _max_redirect(value: Any, n: int) -> np.ndarray:
     out = np.empty((n, n))
-    for i, row in enumerate(_list(value, "max_redirect_fraction", n)):
-        items = _list(row, f"max_redirect_fraction[{i}]", n)
-        out[i] = [_fraction(x, f"max_redirect_fraction[{i}][{j}]") for j, x in enumerate(items)]
+    for i, row in enumerate(as_list(value, "max_redirect_fraction", n, "site")):
+        items = as_list(row, f"max_redirect_fraction[{i}]", n, "site")
+        out[i] = [fraction(x, f"max_redirect_fraction[{i}][{j}]") for j, x in enumerate(items)]
     return out
-
-
-def _check_keys(data: Any, allowed: set[str], required: set[str], where: str) -> None:
-    if not isinstance(data, dict):
-        raise InputError(where or "problem", f"must be a JSON object, not {type(data).__name__}")
-    prefix = f"{where}." if where else ""
-    for key in sorted(data):
-        if key not in allowed:
-            raise InputError(f"{prefix}{key}", f"unknown field; allowed: {sorted(allowed)}")
-    for key in sorted(required):
-        if key not in data:
-            raise InputError(f"{prefix}{key}", "missing required field")
 
 
 def parse_problem(data: dict) -> KurmaProblem:
     """A checked :class:`KurmaProblem` from the problem.json contract."""
-    _check_keys(data, _TOP_KEYS, {"sites", "demand_rps", "capacity_rps", "curves"}, "")
+    check_keys(data, _TOP_KEYS, {"sites", "demand_rps", "capacity_rps", "curves"}, "")
     sites = _sites(data["sites"])
     n = len(sites)
     demand = _nonnegative(data["demand_rps"], "demand_rps", n)
     capacity = _nonnegative(data["capacity_rps"], "capacity_rps", n)
-    rho = _number(data.get("slo_violation_target", 0.05), "slo_violation_target")
+    rho = number(data.get("slo_violation_target", 0.05), "slo_violation_target")
     if not 0.0 <= rho <= 1.0:
         raise InputError("slo_violation_target", f"must be in [0, 1], not {rho}")
-    quantum = _number(data.get("quantum_fraction", 0.01), "quantum_fraction")
+    quantum = number(data.get("quantum_fraction", 0.01), "quantum_fraction")
     if not 0.0 < quantum <= 1.0:
         raise InputError("quantum_fraction", f"must be in (0, 1], not {quantum}")
     curves = data["curves"]
-    _check_keys(curves, _CURVE_KEYS, _CURVE_KEYS, "curves")
+    check_keys(curves, _CURVE_KEYS, _CURVE_KEYS, "curves")
     grid = _grid(curves["load_rps"])
     violation = _violation(curves["violation"], n, grid.size)
     available = data.get("available")

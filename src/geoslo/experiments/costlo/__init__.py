@@ -11,10 +11,22 @@ import time
 from pathlib import Path
 
 from geoslo.experiments.costlo import _figures
+from geoslo.experiments.costlo._example import example_dict, example_problem
+from geoslo.experiments.costlo._many import select_many
 from geoslo.experiments.costlo._study import Settings, Study, build_study
 from geoslo.report import Report, load_paper_values
 
-__all__ = ["Settings", "Study", "build_study", "reproduce", "check_done", "PAPER_VALUES"]
+__all__ = [
+    "PAPER_VALUES",
+    "Settings",
+    "Study",
+    "build_study",
+    "check_done",
+    "example_dict",
+    "example_problem",
+    "reproduce",
+    "select_many",
+]
 
 PAPER_VALUES = Path(__file__).parent / "data" / "paper.json"
 

@@ -1,0 +1,350 @@
+"""The problem.json and config.json contract of ConfSelector for one prefix (§5.2).
+
+problem.json carries what §5.2 says ConfSelector takes as input: the prefix's workload,
+every candidate region's prices, its agent's concurrent GET/PUT pairs and pings to the
+prefix, and the rate one relay VM sustains; plus the SLO and the search's limits.
+config.json is the selected configuration with its estimated latency and monthly cost.
+Every bad input raises :class:`~geoslo.errors.InputError` naming the field by its JSON
+path (``regions[1].storage.get_same_object.network_ms[3][0]``). Schema: docs/costlo.md.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Any
+
+import numpy as np
+
+from geoslo._json import (
+    as_list,
+    boolean,
+    check_keys,
+    check_non_negative,
+    integer,
+    number,
+    number_rows,
+    numbers,
+    string,
+)
+from geoslo.control.costlo.decide import CostloProblem, RegionInput
+from geoslo.control.costlo.types import (
+    Estimate,
+    GetTuple,
+    PrefixWorkload,
+    RegionPrices,
+    SearchLimits,
+    Selection,
+    Slo,
+)
+from geoslo.errors import InputError
+from geoslo.models import PairSamples, StorageMeasurements
+
+__all__ = [
+    "parse_problem",
+    "problem_to_dict",
+    "selection_to_dict",
+    "tail_key",
+    "MIN_SAMPLES",
+    "JSON_APPLICATIONS",
+]
+
+MIN_SAMPLES = 10  # pairs per kind and pings per region; §6.5 uses 10K
+JSON_APPLICATIONS = ("operation", "page")
+_SOCIAL = (
+    "'social' needs every follower prefix's regions and is available from the Python API "
+    "only (geoslo.control.costlo); use 'operation' or 'page'"
+)
+
+_TOP_KEYS = {"prefix", "workload", "slo", "serving_region", "second_region", "regions", "limits"}
+_SLO_KEYS = {"get_ms", "put_ms", "percentile", "application", "page_objects"}
+_REGION_KEYS = {"name", "prices", "relay_rps", "ping_ms", "storage"}
+_PAIR_KEYS = {"network_ms", "service_ms", "arrival_ms"}
+
+
+def _names(cls) -> list[str]:
+    return [f.name for f in dataclasses.fields(cls)]
+
+
+def _build(cls, kwargs: dict, where: str):
+    """``cls(**kwargs)`` with the dataclass's own checks reported at ``where``."""
+    try:
+        return cls(**kwargs)
+    except InputError as error:
+        raise InputError(f"{where}.{error.field}", error.problem) from None
+
+
+# ---------------------------------------------------------------------------- parse
+
+
+def _workload(value: Any) -> PrefixWorkload:
+    names = _names(PrefixWorkload)
+    check_keys(value, set(names), {"gets_per_month"}, "workload")
+    kwargs = {key: number(value[key], f"workload.{key}") for key in names if key in value}
+    return _build(PrefixWorkload, kwargs, "workload")
+
+
+def _slo(value: Any) -> Slo:
+    check_keys(value, _SLO_KEYS, set(), "slo")
+    kwargs: dict[str, Any] = {}
+    for key in ("get_ms", "put_ms"):
+        if key in value:
+            raw = value[key]
+            kwargs[key] = None if raw is None else number(raw, f"slo.{key}")
+    if "percentile" in value:
+        kwargs["percentile"] = number(value["percentile"], "slo.percentile")
+    if "application" in value:
+        application = value["application"]
+        if application == "social":
+            raise InputError("slo.application", _SOCIAL)
+        if application not in JSON_APPLICATIONS:
+            raise InputError("slo.application", f"must be one of {list(JSON_APPLICATIONS)}")
+        kwargs["application"] = application
+    if "page_objects" in value:
+        kwargs["page_objects"] = integer(value["page_objects"], "slo.page_objects", 1)
+    return _build(Slo, kwargs, "slo")
+
+
+def _limits(value: Any) -> SearchLimits:
+    """Each field is read by the type of its default (bool, int, float, tuple of numbers)."""
+    names = _names(SearchLimits)
+    check_keys(value, set(names), set(), "limits")
+    defaults = SearchLimits()
+    kwargs: dict[str, Any] = {}
+    for key in names:
+        if key not in value:
+            continue
+        raw, path, default = value[key], f"limits.{key}", getattr(defaults, key)
+        if isinstance(default, bool):
+            kwargs[key] = boolean(raw, path)
+        elif isinstance(default, int):
+            kwargs[key] = integer(raw, path)
+        elif isinstance(default, tuple):
+            kwargs[key] = tuple(float(x) for x in numbers(raw, path))
+        else:
+            kwargs[key] = number(raw, path)
+    return _build(SearchLimits, kwargs, "limits")
+
+
+def _prices(value: Any, where: str) -> RegionPrices:
+    names = _names(RegionPrices)
+    check_keys(value, set(names), set(names), where)
+    kwargs = {key: number(value[key], f"{where}.{key}") for key in names}
+    return _build(RegionPrices, kwargs, where)
+
+
+def _pairs(value: Any, where: str) -> PairSamples:
+    check_keys(value, _PAIR_KEYS, _PAIR_KEYS, where)
+    arrays = {}
+    for key in ("network_ms", "service_ms", "arrival_ms"):
+        path = f"{where}.{key}"
+        arrays[key] = check_non_negative(number_rows(value[key], path, 2), path)
+        count = arrays[key].shape[0]
+        if count < MIN_SAMPLES:
+            raise InputError(path, f"must hold at least {MIN_SAMPLES} pairs [a, b], has {count}")
+        first = arrays["network_ms"].shape[0]
+        if count != first:
+            raise InputError(path, f"must have as many pairs as network_ms ({first}), has {count}")
+    return _build(PairSamples, arrays, where)
+
+
+def _storage(value: Any, where: str) -> StorageMeasurements:
+    names = _names(StorageMeasurements)
+    check_keys(value, set(names), set(names), where)
+    kwargs = {key: _pairs(value[key], f"{where}.{key}") for key in names}
+    return StorageMeasurements(**kwargs)
+
+
+def _ping(value: Any, where: str) -> np.ndarray:
+    out = check_non_negative(numbers(value, where), where)
+    if out.size < MIN_SAMPLES:
+        raise InputError(where, f"must hold at least {MIN_SAMPLES} RTT samples, has {out.size}")
+    return out
+
+
+def _region(value: Any, where: str) -> RegionInput:
+    check_keys(value, _REGION_KEYS, _REGION_KEYS, where)
+    relay_rps = number(value["relay_rps"], f"{where}.relay_rps")
+    if relay_rps <= 0:
+        raise InputError(
+            f"{where}.relay_rps", f"must be > 0 (requests/s one VM relays), not {relay_rps}"
+        )
+    return RegionInput(
+        name=string(value["name"], f"{where}.name"),
+        prices=_prices(value["prices"], f"{where}.prices"),
+        storage=_storage(value["storage"], f"{where}.storage"),
+        ping_ms=_ping(value["ping_ms"], f"{where}.ping_ms"),
+        relay_rps=relay_rps,
+    )
+
+
+def _regions(value: Any) -> list[RegionInput]:
+    items = as_list(value, "regions")
+    if not items:
+        raise InputError("regions", "must hold at least the serving region")
+    seen: dict[str, int] = {}
+    out = []
+    for k, item in enumerate(items):
+        region = _region(item, f"regions[{k}]")
+        if region.name in seen:
+            raise InputError(
+                f"regions[{k}].name", f"{region.name!r} is already regions[{seen[region.name]}]"
+            )
+        seen[region.name] = k
+        out.append(region)
+    return out
+
+
+def _region_name(value: Any, field: str, names: list[str]) -> str:
+    name = string(value, field)
+    if name not in names:
+        raise InputError(field, f"{name!r} is not the name of one of the regions {names}")
+    return name
+
+
+def parse_problem(data: dict) -> CostloProblem:
+    """A checked :class:`CostloProblem` from the problem.json contract (docs/costlo.md).
+
+    The serving region is the one ``serving_region`` names; the other regions are the
+    candidates, of which the second region is ``second_region`` or the one with the
+    lowest median ping (§5.2). The optional ``prefix`` name is not part of the problem;
+    pass it to :func:`selection_to_dict`.
+    """
+    check_keys(data, _TOP_KEYS, {"workload", "serving_region", "regions"}, "")
+    if data.get("prefix") is not None:
+        string(data["prefix"], "prefix")
+    workload = _workload(data["workload"])
+    slo = _slo(data["slo"]) if "slo" in data else Slo()
+    limits = _limits(data["limits"]) if "limits" in data else SearchLimits()
+    regions = _regions(data["regions"])
+    names = [r.name for r in regions]
+    serving = _region_name(data["serving_region"], "serving_region", names)
+    second = data.get("second_region")
+    if second is not None:
+        second = _region_name(second, "second_region", names)
+        if second == serving:
+            raise InputError("second_region", "must differ from serving_region")
+    return CostloProblem(
+        workload=workload,
+        serving=regions[names.index(serving)],
+        candidates=tuple(r for r in regions if r.name != serving),
+        slo=slo,
+        limits=limits,
+        second_region=second,
+    )
+
+
+# ---------------------------------------------------------------------------- write
+
+
+def _floats(values: np.ndarray) -> list:
+    return np.asarray(values, dtype=float).tolist()
+
+
+def _pairs_to_dict(pairs: PairSamples) -> dict:
+    return {key: _floats(getattr(pairs, key)) for key in ("network_ms", "service_ms", "arrival_ms")}
+
+
+def _region_to_dict(region: RegionInput) -> dict:
+    kinds = _names(StorageMeasurements)
+    storage = {kind: _pairs_to_dict(getattr(region.storage, kind)) for kind in kinds}
+    return {
+        "name": region.name,
+        "prices": {key: float(getattr(region.prices, key)) for key in _names(RegionPrices)},
+        "relay_rps": float(region.relay_rps),
+        "ping_ms": _floats(region.ping_ms),
+        "storage": storage,
+    }
+
+
+def _slo_to_dict(slo: Slo) -> dict:
+    if slo.application not in JSON_APPLICATIONS:
+        raise InputError("slo.application", _SOCIAL)
+    return {
+        "get_ms": slo.get_ms,
+        "put_ms": slo.put_ms,
+        "percentile": slo.percentile,
+        "application": slo.application,
+        "page_objects": slo.page_objects,
+    }
+
+
+def _limits_to_dict(limits: SearchLimits) -> dict:
+    out = {}
+    for key in _names(SearchLimits):
+        value = getattr(limits, key)
+        out[key] = [float(x) for x in value] if isinstance(value, tuple) else value
+    return out
+
+
+def problem_to_dict(problem: CostloProblem, prefix: str | None = None) -> dict:
+    """The problem.json form of ``problem`` (``parse_problem`` reads it back unchanged);
+    the serving region comes first in ``regions``."""
+    out: dict[str, Any] = {} if prefix is None else {"prefix": prefix}
+    w = problem.workload
+    out["workload"] = {key: float(getattr(w, key)) for key in _names(PrefixWorkload)}
+    out["slo"] = _slo_to_dict(problem.slo)
+    out["serving_region"] = problem.serving.name
+    if problem.second_region is not None:
+        out["second_region"] = problem.second_region
+    others = [r for r in problem.candidates if r.name != problem.serving.name]
+    out["regions"] = [_region_to_dict(r) for r in (problem.serving, *others)]
+    out["limits"] = _limits_to_dict(problem.limits)
+    return out
+
+
+def _finite(x: float) -> float | None:
+    """JSON has no infinity: an unbounded estimate is written as null."""
+    x = float(x)
+    return x if math.isfinite(x) else None
+
+
+def _get_tuple(t: GetTuple) -> dict:
+    return {"copies": t.copies, "requests_per_copy": t.requests_per_copy, "relay_vm": t.relay_vm}
+
+
+def _estimate(e: Estimate | None, tail_key: str) -> dict | None:
+    if e is None:
+        return None
+    return {
+        "p50_ms": _finite(e.p50_ms),
+        tail_key: _finite(e.tail_ms),
+        "baseline_p50_ms": _finite(e.baseline_p50_ms),
+        "inflation_ms": _finite(e.inflation_ms),
+    }
+
+
+def tail_key(percentile: float) -> str:
+    """The config.json name of the tail estimate: ``p99_ms``, ``p99.9_ms``."""
+    return f"p{percentile:g}_ms"
+
+
+def selection_to_dict(
+    selection: Selection, *, percentile: float = 99.0, prefix: str | None = None
+) -> dict:
+    """The config.json form of ConfSelector's answer; ``percentile`` is the SLO's (it
+    names the tail estimate) and ``prefix`` the problem's optional name."""
+    c = selection.configuration
+    key = tail_key(percentile)
+    return {
+        "prefix": prefix,
+        "met": bool(selection.met),
+        "serving_region": selection.serving_region or None,
+        "second_region": selection.second_region or None,
+        "configuration": {
+            "serving": _get_tuple(c.serving),
+            "second": _get_tuple(c.second),
+            "put": {"copies": c.put.copies, "requests_per_copy": c.put.requests_per_copy},
+            "get_timeout_ms": float(c.get_timeout_ms),
+            "get_probability": float(c.get_probability),
+            "put_timeout_ms": float(c.put_timeout_ms),
+            "put_probability": float(c.put_probability),
+        },
+        "estimate": {"get": _estimate(selection.get, key), "put": _estimate(selection.put, key)},
+        "cost_usd_per_month": {k: float(v) for k, v in selection.cost.as_dict().items()},
+        "baseline_cost_usd_per_month": {
+            k: float(v) for k, v in selection.baseline_cost.as_dict().items()
+        },
+        "cost_increase_fraction": float(selection.cost_increase_fraction),
+        "evaluated": int(selection.evaluated),
+    }

@@ -1,0 +1,152 @@
+"""`geoslo costlo example` then `geoslo costlo select`: JSON in and out, one line on stderr
+and exit status 2 for bad input (docs/costlo.md)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+SAMPLES = "2000"  # enough for the inference, small enough to keep the test fast
+
+
+def geoslo(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "geoslo", *args],
+        input=stdin,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+
+
+@pytest.fixture(scope="module")
+def problem_file(tmp_path_factory) -> Path:
+    path = tmp_path_factory.mktemp("costlo") / "problem.json"
+    result = geoslo("costlo", "example", "--samples", SAMPLES, "--prefix", "3", "-o", str(path))
+    assert result.returncode == 0, result.stderr
+    return path
+
+
+def test_example_is_a_valid_problem_with_four_regions(problem_file):
+    problem = json.loads(problem_file.read_text())
+    assert problem["serving_region"] == problem["regions"][0]["name"]
+    assert len(problem["regions"]) == 4 and isinstance(problem["prefix"], str)
+    pairs = problem["regions"][2]["storage"]["put_distinct_objects"]["network_ms"]
+    assert len(pairs) == int(SAMPLES) and len(pairs[0]) == 2
+    assert len(problem["regions"][1]["ping_ms"]) == int(SAMPLES)
+
+
+def test_select_writes_the_documented_config(problem_file, tmp_path):
+    out = tmp_path / "config.json"
+    result = geoslo("costlo", "select", "-i", str(problem_file), "-o", str(out))
+    assert result.returncode == 0, result.stderr
+    config = json.loads(out.read_text())
+    assert set(config) == {
+        "prefix", "met", "serving_region", "second_region", "configuration", "estimate",
+        "cost_usd_per_month", "baseline_cost_usd_per_month", "cost_increase_fraction",
+        "evaluated",
+    }  # fmt: skip
+    problem = json.loads(problem_file.read_text())
+    assert config["prefix"] == problem["prefix"]
+    assert config["serving_region"] == problem["serving_region"]
+    assert set(config["configuration"]) == {
+        "serving", "second", "put", "get_timeout_ms", "get_probability", "put_timeout_ms",
+        "put_probability",
+    }  # fmt: skip
+    assert set(config["configuration"]["serving"]) == {"copies", "requests_per_copy", "relay_vm"}
+    assert set(config["estimate"]["get"]) == {"p50_ms", "p99_ms", "baseline_p50_ms", "inflation_ms"}
+    costs = config["cost_usd_per_month"]
+    assert set(costs) == {"storage", "requests", "vms", "bandwidth", "total"}
+    assert costs["total"] >= config["baseline_cost_usd_per_month"]["total"] > 0
+    assert isinstance(config["met"], bool) and config["evaluated"] >= 1
+
+
+def test_select_reads_stdin_and_writes_stdout(problem_file):
+    result = geoslo("costlo", "select", "--input", "-", stdin=problem_file.read_text())
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout)["configuration"]["serving"]["copies"] >= 1
+
+
+def _broken(problem_file: Path, change) -> str:
+    problem = json.loads(problem_file.read_text())
+    change(problem)
+    return json.dumps(problem)
+
+
+def _set_pair(p: dict) -> None:
+    p["regions"][1]["storage"]["get_same_object"]["network_ms"][3][0] = -1.0
+
+
+@pytest.mark.parametrize(
+    ("change", "field"),
+    [
+        (lambda p: p.pop("serving_region"), "serving_region"),
+        (lambda p: p["slo"].__setitem__("application", "social"), "slo.application"),
+        (lambda p: p["workload"].__setitem__("gets_per_mnth", 1), "workload.gets_per_mnth"),
+        (_set_pair, "regions[1].storage.get_same_object.network_ms[3][0]"),
+    ],
+)
+def test_bad_input_gets_one_line_naming_the_field_and_exit_2(problem_file, change, field):
+    result = geoslo("costlo", "select", "-i", "-", stdin=_broken(problem_file, change))
+    assert result.returncode == 2
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"geoslo: error: {field}: "), result.stderr
+
+
+def test_unreadable_or_malformed_file_is_exit_2(tmp_path):
+    bad = tmp_path / "bad.json"
+    bad.write_text("{not json")
+    for path in (tmp_path / "missing.json", bad):
+        result = geoslo("costlo", "select", "-i", str(path))
+        assert result.returncode == 2
+        lines = result.stderr.strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith("geoslo: error: --input: ")
+
+
+def test_example_rejects_an_unknown_prefix():
+    result = geoslo("costlo", "example", "--prefix", "999", "--samples", "20")
+    assert result.returncode == 2
+    assert result.stderr.strip().startswith("geoslo: error: --prefix: ")
+
+
+def _many(problem_file: Path, tmp_path: Path) -> Path:
+    one = json.loads(problem_file.read_text())
+    tight = dict(one, prefix="tight", slo={"get_ms": 30.0})
+    path = tmp_path / "many.json"
+    path.write_text(json.dumps({"problems": [one, tight]}))
+    return path
+
+
+def test_select_many_prefixes_answers_each_in_order(problem_file, tmp_path):
+    out = tmp_path / "configs.json"
+    result = geoslo("costlo", "select", "-i", str(_many(problem_file, tmp_path)), "-o", str(out))
+    assert result.returncode == 0, result.stderr
+    selections = json.loads(out.read_text())["selections"]
+    assert [s["prefix"] for s in selections][1] == "tight"
+    loose, tight = selections
+    assert tight["cost_usd_per_month"]["total"] >= loose["cost_usd_per_month"]["total"]
+
+
+def test_a_bad_problem_among_many_is_named_by_its_index(problem_file, tmp_path):
+    many = json.loads(_many(problem_file, tmp_path).read_text())
+    del many["problems"][1]["serving_region"]
+    path = tmp_path / "bad.json"
+    path.write_text(json.dumps(many))
+    result = geoslo("costlo", "select", "-i", str(path))
+    assert result.returncode == 2
+    assert result.stderr.strip().startswith("geoslo: error: problems[1].serving_region")
+
+
+@pytest.mark.slow
+def test_ray_local_gives_the_same_answers_as_in_process(problem_file, tmp_path):
+    pytest.importorskip("ray", reason="ray is not installed (pip install 'ray>=2.40')")
+    many = _many(problem_file, tmp_path)
+    plain, on_ray = tmp_path / "plain.json", tmp_path / "ray.json"
+    assert geoslo("costlo", "select", "-i", str(many), "-o", str(plain)).returncode == 0
+    result = geoslo("costlo", "select", "-i", str(many), "--ray", "local", "-o", str(on_ray))
+    assert result.returncode == 0, result.stderr
+    assert json.loads(plain.read_text()) == json.loads(on_ray.read_text())

@@ -1,0 +1,283 @@
+"""problem.json / config.json contract of CosTLO's ConfSelector (§5.2): one test per kind of
+bad input, each naming the field by its JSON path."""
+
+from __future__ import annotations
+
+import copy
+import math
+
+import numpy as np
+import pytest
+
+from geoslo.control.costlo import (
+    Configuration,
+    CostBreakdown,
+    Estimate,
+    GetTuple,
+    PutTuple,
+    SearchLimits,
+    Selection,
+    Slo,
+    parse_problem,
+    problem_to_dict,
+    selection_to_dict,
+)
+from geoslo.errors import InputError
+
+KINDS = ("get_same_object", "get_distinct_objects", "put_same_object", "put_distinct_objects")
+
+
+def pairs(n: int, network_ms: float, service_ms: float, seed: int) -> dict:
+    """``n`` pairs of concurrent requests around the given latencies."""
+    rng = np.random.default_rng(seed)
+    return {
+        "network_ms": (network_ms + rng.exponential(0.5, (n, 2))).round(3).tolist(),
+        "service_ms": (service_ms + rng.exponential(5.0, (n, 2))).round(3).tolist(),
+        "arrival_ms": rng.uniform(0.0, 0.2, (n, 2)).round(3).tolist(),
+    }
+
+
+def region(name: str, rtt_ms: float, n: int = 20, seed: int = 0) -> dict:
+    rng = np.random.default_rng(seed)
+    return {
+        "name": name,
+        "prices": {
+            "storage_usd_per_gb_month": 0.03,
+            "get_usd_per_10k": 0.004,
+            "put_usd_per_1k": 0.005,
+            "vm_usd_per_hour": 0.02,
+            "egress_usd_per_gb": 0.09,
+        },
+        "relay_rps": 800.0,
+        "ping_ms": (rtt_ms + rng.exponential(1.0, n)).round(3).tolist(),
+        "storage": {kind: pairs(n, 1.0, 10.0, seed + k) for k, kind in enumerate(KINDS)},
+    }
+
+
+def good() -> dict:
+    return {
+        "prefix": "us-kansas",
+        "workload": {"gets_per_month": 1e7, "puts_per_month": 1e5, "peak_get_rps": 10.0},
+        "slo": {"get_ms": 50, "put_ms": None, "percentile": 99, "application": "operation"},
+        "serving_region": "s3:us-east-1",
+        "regions": [
+            region("azure:centralus", 20.0, seed=1),
+            region("s3:us-east-1", 30.0, seed=2),
+            region("s3:us-west-2", 50.0, seed=3),
+        ],
+        "limits": {"max_copies": 2, "timeout_percentiles": [50, 90], "allow_relay": False},
+    }
+
+
+def test_parse_picks_serving_candidates_and_fields() -> None:
+    problem = parse_problem(good())
+    assert problem.serving.name == "s3:us-east-1"
+    assert [r.name for r in problem.candidates] == ["azure:centralus", "s3:us-west-2"]
+    assert problem.second().name == "azure:centralus"  # lowest median ping (§5.2)
+    assert problem.workload.gets_per_month == 1e7 and problem.workload.object_bytes == 1024.0
+    assert problem.slo == Slo(get_ms=50.0, put_ms=None, percentile=99.0)
+    assert problem.limits == SearchLimits(
+        max_copies=2, timeout_percentiles=(50.0, 90.0), allow_relay=False
+    )
+    assert problem.serving.storage.put_same_object.network_ms.shape == (20, 2)
+    assert problem.serving.ping_ms.shape == (20,)
+
+
+def test_only_gets_per_month_serving_region_and_regions_are_required() -> None:
+    data = good()
+    data["workload"] = {"gets_per_month": 5.0}
+    for key in ("prefix", "slo", "limits"):
+        del data[key]
+    problem = parse_problem(data)
+    assert problem.slo == Slo() and problem.limits == SearchLimits()
+    assert problem.workload.puts_per_month == 0.0 and problem.second_region is None
+
+
+def test_second_region_can_be_named() -> None:
+    data = good()
+    data["second_region"] = "s3:us-west-2"
+    assert parse_problem(data).second().name == "s3:us-west-2"
+
+
+def test_round_trip() -> None:
+    data = good()
+    data["second_region"] = "s3:us-west-2"
+    problem = parse_problem(data)
+    written = problem_to_dict(problem, prefix="us-kansas")
+    again = parse_problem(written)
+    assert problem_to_dict(again, prefix="us-kansas") == written
+    assert written["regions"][0]["name"] == "s3:us-east-1"  # serving first
+    for kind in KINDS:
+        np.testing.assert_array_equal(
+            getattr(again.serving.storage, kind).service_ms,
+            getattr(problem.serving.storage, kind).service_ms,
+        )
+    np.testing.assert_array_equal(again.candidates[1].ping_ms, problem.candidates[1].ping_ms)
+    assert again.slo == problem.slo and again.limits == problem.limits
+    assert again.workload == problem.workload and again.second_region == "s3:us-west-2"
+
+
+def test_social_is_rejected_with_a_pointer_to_the_python_api() -> None:
+    data = good()
+    data["slo"]["application"] = "social"
+    with pytest.raises(InputError, match=r"^slo.application: 'social'.*Python API"):
+        parse_problem(data)
+    problem = parse_problem(good())
+    social = type(problem)(
+        problem.workload, problem.serving, problem.candidates, Slo(application="social")
+    )
+    with pytest.raises(InputError, match="Python API"):
+        problem_to_dict(social)
+
+
+def mutate(path: list, value=None, delete: bool = False) -> dict:
+    data = copy.deepcopy(good())
+    node = data
+    for key in path[:-1]:
+        node = node[key]
+    if delete:
+        del node[path[-1]]
+    else:
+        node[path[-1]] = value
+    return data
+
+
+R1 = ["regions", 1]
+GSO = [*R1, "storage", "get_same_object"]
+
+CASES = [
+    ("not an object", ["x"], "problem"),
+    ("unknown key", mutate(["colour"], "blue"), "colour"),
+    ("missing regions", mutate(["regions"], delete=True), "regions"),
+    ("missing serving region", mutate(["serving_region"], delete=True), "serving_region"),
+    ("prefix not a string", mutate(["prefix"], 3), "prefix"),
+    ("missing gets", mutate(["workload", "gets_per_month"], delete=True),
+     "workload.gets_per_month"),
+    ("unknown workload key", mutate(["workload", "gets_per_day"], 1.0), "workload.gets_per_day"),
+    ("negative puts", mutate(["workload", "puts_per_month"], -1.0), "workload.puts_per_month"),
+    ("workload as string", mutate(["workload", "object_bytes"], "1KB"), "workload.object_bytes"),
+    ("slo not an object", mutate(["slo"], 50), "slo"),
+    ("slo typo", mutate(["slo", "get"], 50), "slo.get"),
+    ("slo NaN", mutate(["slo", "get_ms"], math.nan), "slo.get_ms"),
+    ("slo negative", mutate(["slo", "put_ms"], -3), "slo.put_ms"),
+    ("percentile too high", mutate(["slo", "percentile"], 100), "slo.percentile"),
+    ("unknown application", mutate(["slo", "application"], "video"), "slo.application"),
+    ("followers over JSON", mutate(["slo", "followers"], 10), "slo.followers"),
+    ("page objects fractional", mutate(["slo", "page_objects"], 2.5), "slo.page_objects"),
+    ("page objects zero", mutate(["slo", "page_objects"], 0), "slo.page_objects"),
+    ("serving not a region", mutate(["serving_region"], "s3:mars-1"), "serving_region"),
+    ("second not a region", mutate(["second_region"], "azure:moon"), "second_region"),
+    ("second is serving", mutate(["second_region"], "s3:us-east-1"), "second_region"),
+    ("regions empty", mutate(["regions"], []), "regions"),
+    ("regions not a list", mutate(["regions"], {}), "regions"),
+    ("region not an object", mutate(R1, "s3"), r"regions\[1\]"),
+    ("duplicate names", mutate([*R1, "name"], "azure:centralus"), r"regions\[1\].name"),
+    ("empty name", mutate([*R1, "name"], ""), r"regions\[1\].name"),
+    ("unknown region key", mutate([*R1, "latency"], 1), r"regions\[1\].latency"),
+    ("missing prices", mutate([*R1, "prices"], delete=True), r"regions\[1\].prices"),
+    ("missing price", mutate([*R1, "prices", "vm_usd_per_hour"], delete=True),
+     r"regions\[1\].prices.vm_usd_per_hour"),
+    ("negative price", mutate([*R1, "prices", "get_usd_per_10k"], -0.1),
+     r"regions\[1\].prices.get_usd_per_10k"),
+    ("relay zero", mutate([*R1, "relay_rps"], 0), r"regions\[1\].relay_rps"),
+    ("relay bool", mutate([*R1, "relay_rps"], True), r"regions\[1\].relay_rps"),
+    ("ping too few", mutate([*R1, "ping_ms"], [10.0] * 9), r"regions\[1\].ping_ms"),
+    ("ping NaN", mutate([*R1, "ping_ms", 4], math.nan), r"regions\[1\].ping_ms\[4\]"),
+    ("ping negative", mutate([*R1, "ping_ms", 2], -1.0), r"regions\[1\].ping_ms\[2\]"),
+    ("ping string", mutate([*R1, "ping_ms", 0], "12"), r"regions\[1\].ping_ms\[0\]"),
+    ("storage kind missing", mutate([*R1, "storage", "put_same_object"], delete=True),
+     r"regions\[1\].storage.put_same_object"),
+    ("storage typo", mutate([*R1, "storage", "get_same_objects"], {}),
+     r"regions\[1\].storage.get_same_objects"),
+    ("pair field missing", mutate([*GSO, "arrival_ms"], delete=True),
+     r"regions\[1\].storage.get_same_object.arrival_ms"),
+    ("pair not a list", mutate([*GSO, "network_ms"], 3.0),
+     r"regions\[1\].storage.get_same_object.network_ms"),
+    ("pair of three", mutate([*GSO, "network_ms", 3], [1.0, 2.0, 3.0]),
+     r"regions\[1\].storage.get_same_object.network_ms\[3\]"),
+    ("pair element string", mutate([*GSO, "network_ms", 3, 0], "1.0"),
+     r"regions\[1\].storage.get_same_object.network_ms\[3\]\[0\]"),
+    ("pair element bool", mutate([*GSO, "service_ms", 5, 1], False),
+     r"regions\[1\].storage.get_same_object.service_ms\[5\]\[1\]"),
+    ("pair NaN", mutate([*GSO, "network_ms", 3, 0], math.nan),
+     r"regions\[1\].storage.get_same_object.network_ms\[3\]\[0\]"),
+    ("pair infinity", mutate([*GSO, "arrival_ms", 7, 1], math.inf),
+     r"regions\[1\].storage.get_same_object.arrival_ms\[7\]\[1\]"),
+    ("pair negative", mutate([*GSO, "service_ms", 12, 1], -2.0),
+     r"regions\[1\].storage.get_same_object.service_ms\[12\]\[1\]"),
+    ("too few pairs", mutate([*GSO, "network_ms"], [[1.0, 1.0]] * 9),
+     r"regions\[1\].storage.get_same_object.network_ms"),
+    ("pairs of unequal counts", mutate([*GSO, "service_ms"], [[1.0, 1.0]] * 11),
+     r"regions\[1\].storage.get_same_object.service_ms"),
+    ("limits typo", mutate(["limits", "max_copy"], 2), "limits.max_copy"),
+    ("limits not int", mutate(["limits", "max_copies"], 1.5), "limits.max_copies"),
+    ("limits zero", mutate(["limits", "max_requests_per_copy"], 0),
+     "limits.max_requests_per_copy"),
+    ("limits not bool", mutate(["limits", "allow_timeout"], "yes"), "limits.allow_timeout"),
+    ("limits bad percentile", mutate(["limits", "timeout_percentiles"], [50, 100]),
+     "limits.timeout_percentiles"),
+    ("limits percentile NaN", mutate(["limits", "timeout_percentiles", 1], math.nan),
+     r"limits.timeout_percentiles\[1\]"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("kind", "data", "field"), CASES, ids=[c[0] for c in CASES])
+def test_bad_input_names_the_field(kind: str, data, field: str) -> None:
+    with pytest.raises(InputError, match=f"^{field}: "):
+        parse_problem(data)
+
+
+def selection(get: Estimate | None, put: Estimate | None) -> Selection:
+    return Selection(
+        configuration=Configuration(
+            serving=GetTuple(2, 1, True),
+            second=GetTuple(1, 2, False),
+            put=PutTuple(2, 1),
+            get_timeout_ms=80.0,
+            get_probability=0.4,
+        ),
+        met=True,
+        get=get,
+        put=put,
+        cost=CostBreakdown(1.0, 2.0, 0.5, 1.5),
+        baseline_cost=CostBreakdown(1.0, 2.0, 0.0, 1.0),
+        evaluated=17,
+        serving_region="s3:us-east-1",
+        second_region="azure:centralus",
+    )
+
+
+def test_selection_to_dict_has_the_documented_fields() -> None:
+    out = selection_to_dict(
+        selection(Estimate(50.0, 95.0, 48.0), None), percentile=99.0, prefix="us-kansas"
+    )
+    assert list(out) == [
+        "prefix", "met", "serving_region", "second_region", "configuration", "estimate",
+        "cost_usd_per_month", "baseline_cost_usd_per_month", "cost_increase_fraction",
+        "evaluated",
+    ]  # fmt: skip
+    assert out["prefix"] == "us-kansas" and out["met"] is True and out["evaluated"] == 17
+    assert out["second_region"] == "azure:centralus"
+    c = out["configuration"]
+    assert c["serving"] == {"copies": 2, "requests_per_copy": 1, "relay_vm": True}
+    assert c["second"] == {"copies": 1, "requests_per_copy": 2, "relay_vm": False}
+    assert c["put"] == {"copies": 2, "requests_per_copy": 1}
+    assert (c["get_timeout_ms"], c["get_probability"]) == (80.0, 0.4)
+    assert (c["put_timeout_ms"], c["put_probability"]) == (0.0, 1.0)
+    assert out["estimate"] == {
+        "get": {"p50_ms": 50.0, "p99_ms": 95.0, "baseline_p50_ms": 48.0, "inflation_ms": 47.0},
+        "put": None,
+    }
+    assert out["cost_usd_per_month"] == {
+        "storage": 1.0, "requests": 2.0, "vms": 0.5, "bandwidth": 1.5, "total": 5.0,
+    }  # fmt: skip
+    assert out["baseline_cost_usd_per_month"]["total"] == 4.0
+    assert out["cost_increase_fraction"] == pytest.approx(0.25)
+
+
+def test_selection_to_dict_names_the_tail_by_the_percentile_and_nulls_infinity() -> None:
+    out = selection_to_dict(selection(None, Estimate(40.0, math.inf, 40.0)), percentile=99.9)
+    assert out["prefix"] is None and out["estimate"]["get"] is None
+    assert out["estimate"]["put"] == {
+        "p50_ms": 40.0, "p99.9_ms": None, "baseline_p50_ms": 40.0, "inflation_ms": None,
+    }  # fmt: skip
