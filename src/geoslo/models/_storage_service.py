@@ -65,8 +65,9 @@ class PairSamples:
             if not np.all(np.isfinite(values)) or np.any(values < 0):
                 raise InputError(name, "must be finite and >= 0")
             object.__setattr__(self, name, values)
-        if self.network_ms.shape != self.service_ms.shape != self.arrival_ms.shape:
-            raise InputError("service_ms", "must have as many pairs as network_ms")
+        for name in ("service_ms", "arrival_ms"):
+            if getattr(self, name).shape != self.network_ms.shape:
+                raise InputError(name, "must have as many pairs as network_ms")
 
     @property
     def total_ms(self) -> np.ndarray:
@@ -249,14 +250,33 @@ def infer_shared_network(pairs: PairSamples, rng: np.random.Generator) -> bool:
 
 
 def infer_serialised(pairs: PairSamples, rng: np.random.Generator) -> bool:
-    """True when the service serialises a tenant's concurrent requests: the request that
-    arrives second then never responds first, while independent service lets it
-    overtake often (the pairs' own service times, resampled, say how often)."""
-    measured = _overtaking_fraction(pairs.arrival_ms, pairs.service_ms)
-    index = rng.integers(0, len(pairs.service_ms), size=(_INFERENCE_DRAWS, 2))
-    own_service = pairs.first_arrival_service_ms[index]
-    parallel = _overtaking_fraction(pairs.arrival_ms[index[:, 0]], own_service)
+    """True when the service serialises a tenant's concurrent requests.
+
+    Pairs that reach the service at distinct times: the later one then never responds
+    first, while independent service lets it overtake often (resampling the pairs' own
+    service times says how often). Pairs that arrive together (a shared network): the
+    gap between their responses is then one request's own service time, not the
+    difference of two."""
+    tied = np.isclose(pairs.arrival_ms[:, 0], pairs.arrival_ms[:, 1])
+    if np.mean(tied) >= 0.5:
+        return _gap_looks_serialised(pairs, rng)
+    apart = PairSamples(pairs.network_ms[~tied], pairs.service_ms[~tied], pairs.arrival_ms[~tied])
+    measured = _overtaking_fraction(apart.arrival_ms, apart.service_ms)
+    index = rng.integers(0, len(apart.service_ms), size=(_INFERENCE_DRAWS, 2))
+    own_service = apart.first_arrival_service_ms[index]
+    parallel = _overtaking_fraction(apart.arrival_ms[index[:, 0]], own_service)
     return measured < 0.5 * parallel
+
+
+def _gap_looks_serialised(pairs: PairSamples, rng: np.random.Generator) -> bool:
+    """For pairs arriving together: is the response gap one service time (serialised)
+    rather than the difference of two (parallel)? The shorter logged service of a pair
+    is one request's own service under either hypothesis."""
+    measured = np.abs(pairs.service_ms[:, 0] - pairs.service_ms[:, 1])
+    own = pairs.service_ms.min(axis=1)
+    serialised = rng.choice(own, _INFERENCE_DRAWS)
+    parallel = np.abs(rng.choice(own, _INFERENCE_DRAWS) - rng.choice(own, _INFERENCE_DRAWS))
+    return ks_distance(measured, serialised) < ks_distance(measured, parallel)
 
 
 def _overtaking_fraction(arrival_ms: np.ndarray, service_ms: np.ndarray) -> float:

@@ -71,7 +71,9 @@ class CostModel:
                 vms += _relay_vms(w.peak_get_rps * q, self.second_relay_rps) * t.vm_usd_per_hour
 
         sync_puts = 1.0 + put_redundant_fraction * (c.put.requests - 1)
-        async_local = c.serving_copies - c.put.copies
+        # Copies the synchronous PUTs did not reach are written later, one PUT each (§5.4).
+        unsynced_put_copies = (1.0 - put_redundant_fraction) * (c.put.copies - 1)
+        async_local = c.serving_copies - c.put.copies + unsynced_put_copies
         requests += w.puts_per_month * s.usd_per_put * (sync_puts + async_local)
         if second_copies:
             requests += w.puts_per_month * t.usd_per_put * second_copies
