@@ -90,6 +90,15 @@ class GetEstimator:
             self._parts[key] = (region.ping + vm_side).trimmed()
         return self._parts[key]
 
+    def _relay_with_first(self, tuple_: GetTuple) -> LatencyDistribution:
+        key = ("relay+first", tuple_)
+        if key not in self._parts:
+            storage = self.serving.storage
+            counts = (tuple_.requests_per_copy,) * tuple_.copies
+            either = minimum([storage.single("get"), storage.concurrent_counts("get", counts)])
+            self._parts[key] = (self.serving.ping + either.trimmed()).trimmed()
+        return self._parts[key]
+
     def redundant_fraction(self, configuration: Configuration) -> float:
         """Share of operations that issue the redundant set (drives its cost)."""
         c = configuration
@@ -111,11 +120,14 @@ class GetEstimator:
         """(what answers with the first request, the later redundant parts): with a zero
         timeout the serving tuple's direct requests go out with the first, as one draw."""
         with_first, parts = self.first, []
-        if c.serving.relay_vm or c.serving.requests > 1:
-            if c.get_timeout_ms == 0.0 and not c.serving.relay_vm:
-                with_first = self._part(self.serving, c.serving, skip_first=False)
-            else:
-                parts.append(self._part(self.serving, c.serving, skip_first=True))
+        concurrent = c.get_timeout_ms == 0.0
+        if concurrent and c.serving.relay_vm:
+            # The relayed request travels the Internet path with the first: one draw.
+            with_first = self._relay_with_first(c.serving)
+        elif concurrent and c.serving.requests > 1:
+            with_first = self._part(self.serving, c.serving, skip_first=False)
+        elif c.serving.relay_vm or c.serving.requests > 1:
+            parts.append(self._part(self.serving, c.serving, skip_first=True))
         if self.second is not None and not c.second.unused:
             parts.append(self._part(self.second, c.second, skip_first=False))
         return with_first, parts

@@ -72,6 +72,7 @@ def reproduce(out_dir: str | Path, quick: bool = False, seed: int = 1) -> Path:
     results = {
         "fig13": _figures.fig1_13(study, report, paper),
         "fig5": _figures.fig5(study, report, paper),
+        "put_slos": _figures.put_slos(study, report, paper),
         "headline": _figures.headline(study, report, paper),
         "fig15": _figures.fig15(study, report, paper),
         "fig16": _figures.fig16(study, report, paper),

@@ -17,7 +17,14 @@ from geoslo.control.costlo.search import select_configuration
 from geoslo.dist import LatencyDistribution
 from geoslo.models import StorageServiceModel, infer_storage_model
 from geoslo.models._storage_service import DEFAULT_STEP_MS
-from geoslo.sim.cloud import CloudWorld, build_world, get_operations, measure_storage, ping_ms
+from geoslo.sim.cloud import (
+    CloudWorld,
+    build_world,
+    get_operations,
+    measure_storage,
+    ping_ms,
+    put_operations,
+)
 from geoslo.workload import load_trace
 
 __all__ = ["Settings", "Study", "build_study", "inflation_ms"]
@@ -34,10 +41,12 @@ class Settings:
     agent_samples: int = 10_000  # §6.5
     measured_operations: int = 40_000  # per prefix and configuration, ground truth
     slos_ms: tuple[float, ...] = (30.0, 40.0, 50.0, 60.0)  # Fig. 13
+    put_slos_ms: tuple[float, ...] = (100.0, 150.0)  # ours: the paper has no PUT trace
     cost_slos_ms: tuple[float, ...] = (30.0, 40.0, 50.0, 60.0, 70.0, 80.0, 90.0, 100.0)  # Fig. 16
     social_users: int = 20
     sample_fraction: float = 0.01  # §6.1: a 1% sample of Wikipedia's requests
     distinct_object_fraction: float = 0.3  # share of a prefix's GETs to distinct objects (ours)
+    puts_per_get: float = 0.1  # ours: Wikipedia's trace has no writes
 
     @classmethod
     def quick(cls) -> Settings:
@@ -60,6 +69,7 @@ class Study:
     views: dict[tuple[int, int], RegionView] = field(default_factory=dict)
     workloads: list[PrefixWorkload] = field(default_factory=list)
     baseline_ms: dict[int, np.ndarray] = field(default_factory=dict)
+    baseline_put_ms: dict[int, np.ndarray] = field(default_factory=dict)
 
     @property
     def prefixes(self) -> range:
@@ -118,6 +128,19 @@ class Study:
             self.world, prefix, serving, second, configuration, n, seed
         ).latency_ms
 
+    def measure_put(self, prefix: int, configuration: Configuration, seed: int) -> np.ndarray:
+        """Ground-truth PUT latencies of ``configuration`` from ``prefix``."""
+        serving = self.regions(prefix)[0]
+        n = self.settings.measured_operations
+        return put_operations(self.world, prefix, serving, configuration, n, seed).latency_ms
+
+    def baseline_put(self, prefix: int) -> np.ndarray:
+        if prefix not in self.baseline_put_ms:
+            self.baseline_put_ms[prefix] = self.measure_put(
+                prefix, Configuration(), self.seed + 7 * prefix + 2
+            )
+        return self.baseline_put_ms[prefix]
+
     def baseline(self, prefix: int) -> np.ndarray:
         if prefix not in self.baseline_ms:
             self.baseline_ms[prefix] = self.measure(
@@ -167,6 +190,8 @@ def _workloads(settings: Settings, n_prefixes: int, seed: int) -> list[PrefixWor
                 object_bytes=1024.0,  # §2: 1 KB objects
                 stored_gb=objects * 1024.0 / 1e9,
                 peak_get_rps=float(week_gets.max() * share / 3600.0),
+                puts_per_month=gets_per_week * MONTH_PER_WEEK * settings.puts_per_get,
+                peak_put_rps=float(week_gets.max() * share / 3600.0) * settings.puts_per_get,
             )
         )
     return out

@@ -125,7 +125,7 @@ def provider_behaviour(
             get_service=SpikyLatency(12.0, 0.35, 0.012, 60.0, 0.6).scaled(
                 load_factor, load_factor**0.5
             ),
-            put_service=SpikyLatency(25.0, 0.4, 0.02, 120.0, 0.6).scaled(
+            put_service=SpikyLatency(25.0, 0.4, 0.025, 220.0, 0.6).scaled(
                 load_factor, load_factor**0.5
             ),
             block_service_ms=6.0,
@@ -144,7 +144,7 @@ def provider_behaviour(
             get_service=SpikyLatency(8.0, 0.4, 0.01, 50.0, 0.6).scaled(
                 load_factor, load_factor**0.5
             ),
-            put_service=SpikyLatency(15.0, 0.4, 0.015, 90.0, 0.6).scaled(
+            put_service=SpikyLatency(15.0, 0.4, 0.025, 200.0, 0.6).scaled(
                 load_factor, load_factor**0.5
             ),
             block_service_ms=4.0,

@@ -139,8 +139,11 @@ def _region_part(
     n: int,
     rng: np.random.Generator,
     object_bytes: float,
+    internet_ms: np.ndarray | None = None,
 ) -> tuple[np.ndarray, int]:
-    """Fastest response of one region's tuple, issued together at time 0 (relative)."""
+    """Fastest response of one region's tuple, issued together at time 0 (relative).
+    ``internet_ms`` gives the Internet trips when they are drawn with other requests on
+    the same path: shape (n,) for a relayed tuple, (n, k) for k direct requests."""
     behaviour = world.behaviours[region]
     path = world.internet[prefix][region]
     if tuple_.relay_vm:
@@ -148,11 +151,15 @@ def _region_part(
         draws = storage_requests(behaviour, "get", counts, n, rng, object_bytes)
         inner = completion_ms(draws, behaviour, "get").min(axis=1)
         overhead = rng.exponential(behaviour.relay_overhead_mean_ms, n)
-        return path.sample(rng, n, 1, object_bytes)[:, 0] + overhead + inner, int(sum(counts))
+        if internet_ms is None:
+            internet_ms = path.sample(rng, n, 1, object_bytes)[:, 0]
+        return internet_ms + overhead + inner, int(sum(counts))
     counts = copy_counts(tuple_.copies, tuple_.requests_per_copy, skip_first)
     k = int(sum(counts))
     draws = storage_requests(behaviour, "get", counts, n, rng, object_bytes)
-    per_request = path.sample(rng, n, k, object_bytes) + completion_ms(draws, behaviour, "get")
+    if internet_ms is None:
+        internet_ms = path.sample(rng, n, k, object_bytes)
+    per_request = internet_ms + completion_ms(draws, behaviour, "get")
     return per_request.min(axis=1), k
 
 
@@ -170,14 +177,23 @@ def get_operations(
     rng = np.random.default_rng(seed)
     c = configuration
     dns_ms = world.dns[prefix].sample(rng, n)
-    first, _ = _region_part(world, prefix, serving, GetTuple(1, 1), False, n, rng, object_bytes)
+    timeout_ms = c.get_timeout_ms
+    # With a zero timeout a relayed request travels the path together with the first.
+    together = c.serving.relay_vm and timeout_ms == 0.0
+    path = world.internet[prefix][serving]
+    trips_ms = path.sample(rng, n, 2 if together else 1, object_bytes)
+    first, _ = _region_part(
+        world, prefix, serving, GetTuple(1, 1), False, n, rng, object_bytes, trips_ms[:, :1]
+    )
     if not c.get_redundant:
         return OperationSample(dns_ms + first, np.ones(n), np.zeros(n, bool))
-    timeout_ms = c.get_timeout_ms
     trigger = ((timeout_ms == 0.0) | (first > timeout_ms)) & (rng.random(n) < c.get_probability)
     parts, requests = [], 0
     if c.serving.relay_vm:
-        part, k = _region_part(world, prefix, serving, c.serving, False, n, rng, object_bytes)
+        trip_ms = trips_ms[:, 1] if together else None
+        part, k = _region_part(
+            world, prefix, serving, c.serving, False, n, rng, object_bytes, trip_ms
+        )
         parts.append(part)
         requests += k
     elif c.serving.requests > 1 and timeout_ms == 0.0:
