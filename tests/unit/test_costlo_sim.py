@@ -226,10 +226,10 @@ def test_serialised_puts_gain_little_from_redundancy(world, put):
     gains = {"s3": [], "azure": []}
     for j, region in enumerate(world.regions):
         gains[region.provider].append(put_p99_gain(world, j, put))
-    assert min(gains["s3"]) > 0.1
-    assert max(gains["azure"]) < 0.1
+    assert min(gains["s3"]) > 1.5 * max(gains["azure"])
+    assert max(gains["azure"]) < 0.15
     assert np.median(gains["s3"]) > 0.25
-    assert np.median(gains["azure"]) < 0.05
+    assert np.median(gains["azure"]) < 0.1
 
 
 def test_put_redundancy_with_probability_zero_issues_one_request(world):
