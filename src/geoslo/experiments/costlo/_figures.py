@@ -45,15 +45,17 @@ def fig1_13(study: Study, report: Report, paper: dict) -> dict:
         total=len(settings.slos_ms) * len(study.prefixes), label="Fig. 13: select and measure"
     ) as bar:
         for slo_ms in settings.slos_ms:
-            measured = []
+            measured, estimated = [], []
             for i in study.prefixes:
                 selection = study.select(i, Slo(get_ms=slo_ms))
                 latencies = study.measure(
                     i, selection.configuration, study.seed + 31 * i + int(slo_ms)
                 )
                 measured.append(inflation_ms(latencies, study.baseline(i)))
+                estimated.append(selection.get.inflation_ms)
                 bar.update()
             measured = np.array(measured)
+            error_ms = measured - np.array(estimated)
             measured_by_slo[slo_ms] = measured
             rows.append(
                 {
@@ -62,13 +64,19 @@ def fig1_13(study: Study, report: Report, paper: dict) -> dict:
                     "within_5ms_fraction": float(np.mean(measured <= slo_ms + 5.0)),
                     "median_measured_ms": float(np.median(measured)),
                     "p90_measured_ms": float(np.percentile(measured, 90)),
+                    "median_measured_minus_estimated_ms": float(np.median(error_ms)),
+                    "p90_abs_error_ms": float(np.percentile(np.abs(error_ms), 90)),
                 }
             )
     report.section(
         "Fig. 1a and Fig. 13: latency variance per client, without and with CosTLO",
         "Each prefix's GET inflation (p99 minus the baseline median, §3), measured on the "
         "simulated clouds over fresh operations, with the configuration ConfSelector chose "
-        "from the agents' samples.",
+        "from the agents' samples. The search stops at the cheapest configuration whose "
+        "estimate meets the SLO, so estimates sit just under it; the estimate is unbiased "
+        "(median measured minus estimated near 0), and the p99 of a finite sample scatters by "
+        "a few ms, so about half the prefixes land a little above the SLO and almost all "
+        "within 5 ms of it.",
     )
     fig, ax = _cdf_axes("GET p99 - baseline median", "ms")
     _plot_cdf(ax, baseline, "without CosTLO", color="black")
