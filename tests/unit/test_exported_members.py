@@ -22,6 +22,7 @@ PACKAGES = {
     "geoslo.experiments.kurma": {"reproduce", "reproduce_live", "Settings", "build_scenario"},
     "geoslo.live": {"Testbed", "TestbedSpec", "SiteClient", "replay", "MetricsRegistry"},
     "geoslo.live.kurma": {"InstanceConfig", "start_instance", "measurements_from_states"},
+    "geoslo.live.costlo": {"CostloClient", "VmLibrary", "CostloCluster", "LockService"},
     "geoslo.control.costlo": {"Configuration", "decide", "parse_problem", "selection_to_dict"},
     "geoslo.sim.cloud": {"build_world", "get_operations", "measure_storage", "ping_ms"},
     "geoslo.experiments.costlo": {"reproduce", "check_done", "select_many", "example_dict"},

@@ -8,10 +8,12 @@ from pathlib import Path
 
 from geoslo.errors import InputError
 
+ROLES = ("wan", "kurma-instance", "loadgen", "costlo-relay", "costlo-locks", "costlo-vm")
+
 
 def main(argv: list[str]) -> None:
     if len(argv) != 2:
-        raise SystemExit("usage: python -m geoslo.live {wan,kurma-instance,loadgen} CONFIG")
+        raise SystemExit(f"usage: python -m geoslo.live {{{','.join(ROLES)}}} CONFIG")
     role, config = argv[0], Path(argv[1])
     if role == "wan":
         from geoslo.live._wan import WanConfig, serve_wan
@@ -25,8 +27,20 @@ def main(argv: list[str]) -> None:
         from geoslo.live._loadgen import run_loadgen_process
 
         run_loadgen_process(config)
+    elif role == "costlo-relay":
+        from geoslo.live.costlo import run_relay
+
+        run_relay(config)
+    elif role == "costlo-locks":
+        from geoslo.live.costlo import run_lock_service
+
+        run_lock_service(config)
+    elif role == "costlo-vm":
+        from geoslo.live.costlo import run_vm_process
+
+        run_vm_process(config)
     else:
-        raise InputError("role", f"unknown role {role!r}; use wan, kurma-instance or loadgen")
+        raise InputError("role", f"unknown role {role!r}; use one of {', '.join(ROLES)}")
 
 
 if __name__ == "__main__":

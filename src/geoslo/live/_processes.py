@@ -23,6 +23,8 @@ from geoslo.errors import DependencyError, TestbedError
 _CHILDREN: dict[int, subprocess.Popen] = {}
 
 __all__ = [
+    "redis_server_command",
+    "stop_recorded",
     "ManagedProcess",
     "find_program",
     "free_ports",
@@ -186,3 +188,22 @@ class ManagedProcess:
     def stop(self) -> None:
         if self.pid is not None:
             stop_pid(self.pid)
+
+
+def stop_recorded(records: list[dict]) -> int:
+    """Stop every recorded process (``{"pid": ...}``) that still runs; how many were."""
+    stopped = 0
+    for record in records:
+        if process_alive(record["pid"]):
+            stop_pid(record["pid"])
+            stopped += 1
+    return stopped
+
+
+def redis_server_command(redis: str, name: str, port: int, state_dir: Path) -> list[str]:
+    """A Redis server on loopback, no persistence, DEBUG SLEEP allowed (the backend's work)."""
+    return [
+        redis, "--port", str(port), "--bind", "127.0.0.1", "--save", "",
+        "--appendonly", "no", "--enable-debug-command", "local",
+        "--dir", str(state_dir), "--dbfilename", f"{name}.rdb",
+    ]  # fmt: skip

@@ -29,7 +29,8 @@ from geoslo.live._processes import (
     free_ports,
     process_alive,
     python_module_command,
-    stop_pid,
+    redis_server_command,
+    stop_recorded,
 )
 from geoslo.live._resp import RedisConnection, encode_command
 from geoslo.live._wan import DelayPath, WanConfig
@@ -200,16 +201,8 @@ class Testbed:
         for site, ends in self.sites.items():
             for k, port in enumerate(ends.servers):
                 name = f"redis-{site.lower()}-{k}"
-                self._launch(name, self._redis_command(redis, name, port), port)
+                self._launch(name, redis_server_command(redis, name, port, self.state_dir), port)
         progress(f"testbed: {sum(len(e.servers) for e in self.sites.values())} Redis servers up")
-
-    def _redis_command(self, redis: str, name: str, port: int) -> list[str]:
-        """A Redis server on loopback, no persistence, DEBUG SLEEP allowed (the backend's work)."""
-        return [
-            redis, "--port", str(port), "--bind", "127.0.0.1", "--save", "",
-            "--appendonly", "no", "--enable-debug-command", "local",
-            "--dir", str(self.state_dir), "--dbfilename", f"{name}.rdb",
-        ]  # fmt: skip
 
     def _start_wan(self, progress) -> None:
         schedules = self.spec.base_rtt_schedules()
@@ -254,11 +247,7 @@ class Testbed:
 
     def down(self) -> int:
         """Stop every process this testbed started (by PID); return how many were running."""
-        stopped = 0
-        for p in self.processes:
-            if process_alive(p["pid"]):
-                stop_pid(p["pid"])
-                stopped += 1
+        stopped = stop_recorded(self.processes)
         self.processes = []
         self.save()
         return stopped
@@ -270,7 +259,7 @@ class Testbed:
             raise TestbedError(f"{name} still runs (pid {record['pid']})")
         if name.startswith("redis-"):
             redis = find_program("redis-server", "redis-server")
-            command = self._redis_command(redis, name, record["port"])
+            command = redis_server_command(redis, name, record["port"], self.state_dir)
         else:
             command = python_module_command("geoslo.live", "wan", str(self.state_dir / "wan.json"))
         process = ManagedProcess(name, command, self.state_dir / f"{name}.log", record["port"])

@@ -1,0 +1,98 @@
+"""CosTLO on the live testbed (NSDI 2015): its client library (GET), relay VMs, the
+per-region lock and version service and the VM library (PUT), with a small two-region
+deployment on loopback. Reference: docs/costlo-live.md.
+"""
+
+from geoslo.live.costlo._client import CostloClient, GetRecord
+from geoslo.live.costlo._cluster import CostloCluster
+from geoslo.live.costlo._locks import (
+    LockClient,
+    LockService,
+    LockServiceConfig,
+    LockTable,
+    run_lock_service,
+    serve_lock_service,
+)
+from geoslo.live.costlo._log import LoggedOp, VmLog, replay_log
+from geoslo.live.costlo._objects import (
+    SECOND,
+    SERVING,
+    CopyRef,
+    RegionEndpoints,
+    Regions,
+    configuration_from_dict,
+    configuration_to_dict,
+    copy_key,
+    decode_value,
+    encode_value,
+    object_copies,
+    quorum_size,
+    server_index,
+)
+from geoslo.live.costlo._plan import (
+    ClientRequest,
+    GetPlan,
+    PutPlan,
+    StorageRequest,
+    get_plan,
+    propagation_targets,
+    put_plan,
+    quorum_get_plan,
+    storage_request_count,
+)
+from geoslo.live.costlo._relay import RelayConfig, run_relay, serve_relay
+from geoslo.live.costlo._storage import RegionStore
+from geoslo.live.costlo._vm import PutRecord, VmLibrary
+from geoslo.live.costlo._vm_process import (
+    VmProcessConfig,
+    run_vm_process,
+    run_vm_workload,
+    workload_value,
+)
+
+__all__ = [
+    "SECOND",
+    "SERVING",
+    "ClientRequest",
+    "CopyRef",
+    "CostloClient",
+    "CostloCluster",
+    "GetPlan",
+    "GetRecord",
+    "LockClient",
+    "LockService",
+    "LockServiceConfig",
+    "LockTable",
+    "LoggedOp",
+    "PutPlan",
+    "PutRecord",
+    "RegionEndpoints",
+    "RegionStore",
+    "Regions",
+    "RelayConfig",
+    "StorageRequest",
+    "VmLibrary",
+    "VmLog",
+    "VmProcessConfig",
+    "configuration_from_dict",
+    "configuration_to_dict",
+    "copy_key",
+    "decode_value",
+    "encode_value",
+    "get_plan",
+    "object_copies",
+    "propagation_targets",
+    "put_plan",
+    "quorum_get_plan",
+    "quorum_size",
+    "replay_log",
+    "run_lock_service",
+    "run_relay",
+    "run_vm_process",
+    "run_vm_workload",
+    "serve_lock_service",
+    "serve_relay",
+    "server_index",
+    "storage_request_count",
+    "workload_value",
+]

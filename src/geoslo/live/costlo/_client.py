@@ -1,0 +1,229 @@
+"""CosTLO's client library: GETs as the configuration says (§5.1, §5.2; §7 for quorums).
+
+One request goes first (serving region, copy 0). If no found value has come back within
+``get_timeout_ms``, the redundant set goes out with probability ``get_probability``
+(a seeded RNG): the rest of the serving tuple and the second region's tuple, a relayed
+tuple as one message to that region's relay. The first found value wins; the other
+requests' tasks are cancelled and their pipelined replies discarded. A "not found" reply
+(a copy not written yet) or a failed request does not win: when the first request
+comes back that way, the redundant decision is taken at once rather than at the timeout.
+With ``quorum=True`` (strong consistency, §7) a GET asks every copy and returns the
+highest version among the replies of a majority of them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import random
+import time
+from dataclasses import dataclass
+
+from geoslo.control.costlo.types import Configuration
+from geoslo.errors import TestbedError
+from geoslo.live.costlo._jsonlines import JsonLineClient
+from geoslo.live.costlo._objects import SECOND, SERVING, Regions, quorum_size
+from geoslo.live.costlo._plan import ClientRequest, get_plan, quorum_get_plan
+from geoslo.live.costlo._storage import RegionStore
+
+__all__ = ["CostloClient", "GetRecord"]
+
+Found = tuple[int, bytes]
+
+
+@dataclass(frozen=True)
+class GetRecord:
+    """One GET operation: latency from its start to the winning reply (or to the end),
+    what it issued and which request won (None: nothing found; quorum GETs have no one
+    winner). ``version`` is 0 when nothing was found."""
+
+    key: str
+    latency_ms: float
+    storage_requests: int
+    client_requests: int
+    redundant: bool
+    winner: str | None
+    version: int
+    errors: int
+
+
+class _Flights:
+    """The requests of one GET in flight: each an asyncio task."""
+
+    def __init__(self, client: CostloClient, key: str) -> None:
+        self.client, self.key = client, key
+        self.requests: dict[asyncio.Task, ClientRequest] = {}
+        self.pending: set[asyncio.Task] = set()
+        self.errors = 0
+
+    def issue(self, requests) -> None:
+        for request in requests:
+            task = asyncio.create_task(self.client._send(self.key, request))
+            self.requests[task] = request
+            self.pending.add(task)
+
+    async def wait(self, timeout_s: float) -> set[asyncio.Task]:
+        done, self.pending = await asyncio.wait(
+            self.pending, timeout=max(timeout_s, 0.0), return_when=asyncio.FIRST_COMPLETED
+        )
+        return done
+
+    def results(self, done: set[asyncio.Task]) -> list[tuple[ClientRequest, Found | None]]:
+        """The replies of finished requests (None: not found); failures are counted."""
+        out = []
+        for task in done:
+            if task.exception() is not None:
+                self.errors += 1
+            else:
+                out.append((self.requests[task], task.result()))
+        return out
+
+    async def cancel_rest(self) -> None:
+        for task in self.pending:
+            task.cancel()
+        await asyncio.gather(*self.pending, return_exceptions=True)
+        self.pending = set()
+
+    @property
+    def storage_requests(self) -> int:
+        return sum(len(r.storage) for r in self.requests.values())
+
+
+class CostloClient:
+    """GETs of one end-host under one configuration (§5.1: the client library)."""
+
+    def __init__(
+        self,
+        configuration: Configuration,
+        regions: Regions,
+        seed: int = 0,
+        quorum: bool = False,
+        timeout_s: float = 2.0,
+    ) -> None:
+        self.configuration = configuration
+        self.regions = regions
+        self.quorum = quorum
+        self.timeout_s = timeout_s
+        self.plan = get_plan(configuration)
+        self.records: list[GetRecord] = []
+        self._rng = random.Random(seed)
+        self._stores: dict[str, RegionStore] = {}
+        self._relays: dict[str, JsonLineClient] = {}
+
+    async def start(self) -> CostloClient:
+        """Connect to the storage servers (and relays) the configuration uses."""
+        used = {SERVING: self.configuration.serving}
+        if self.configuration.second.copies > 0:
+            used[SECOND] = self.configuration.second
+        for name, get in used.items():
+            endpoints = self.regions.region(name)
+            self._stores[name] = RegionStore(endpoints.server_ports, name)
+            await self._stores[name].open()
+            if get.relay_vm and not self.quorum:
+                if endpoints.relay_port is None:
+                    raise TestbedError(f"the {name} tuple is relayed but no relay port is given")
+                self._relays[name] = await JsonLineClient.open(
+                    endpoints.relay_port, f"{name} relay"
+                )
+        return self
+
+    async def close(self) -> None:
+        for store in self._stores.values():
+            await store.close()
+        for relay in self._relays.values():
+            await relay.close()
+        self._stores, self._relays = {}, {}
+
+    async def __aenter__(self) -> CostloClient:
+        return await self.start()
+
+    async def __aexit__(self, *exc) -> None:
+        await self.close()
+
+    async def _send(self, key: str, request: ClientRequest) -> Found | None:
+        """One client message: a storage GET, or one relayed GET for several requests."""
+        if not request.relay:
+            (storage,) = request.storage
+            return await self._stores[request.region].read(key, storage.copy)
+        message = {"key": key, "requests": [[s.copy, s.index] for s in request.storage]}
+        reply = await self._relays[request.region].request(message)
+        if not reply["found"]:
+            return None
+        return int(reply["version"]), base64.b64decode(reply["value"])
+
+    def _draw_redundant(self) -> bool:
+        return self._rng.random() < self.configuration.get_probability
+
+    async def get(self, key: str) -> Found | None:
+        """``(version, payload)`` of ``key`` from the first found reply, or None."""
+        if self.quorum:
+            return await self._quorum_get(key)
+        loop = asyncio.get_running_loop()
+        started, start_s = time.perf_counter(), loop.time()
+        timeout_at = start_s + self.configuration.get_timeout_ms / 1e3
+        give_up_at = start_s + self.timeout_s
+        flights = _Flights(self, key)
+        decided, redundant = not self.plan.has_redundancy, False
+        if not decided and self.configuration.get_timeout_ms == 0:
+            decided, redundant = True, self._draw_redundant()
+        flights.issue(self.plan.together if redundant else (self.plan.first,))
+        winner: tuple[ClientRequest, Found] | None = None
+        try:
+            while flights.pending or not decided:
+                wake_at = give_up_at if decided else min(timeout_at, give_up_at)
+                if flights.pending:
+                    for request, found in flights.results(
+                        await flights.wait(wake_at - loop.time())
+                    ):
+                        if found is not None and winner is None:
+                            winner = (request, found)
+                    if winner is not None:
+                        break
+                now = loop.time()
+                if not decided and (now >= timeout_at or not flights.pending):
+                    decided = True
+                    if self._draw_redundant():
+                        redundant = True
+                        flights.issue(self.plan.redundant)
+                elif now >= give_up_at:
+                    break
+        finally:
+            await flights.cancel_rest()
+        name, version = (None, 0) if winner is None else (str(winner[0]), winner[1][0])
+        self._record(key, started, flights, redundant, name, version)
+        return None if winner is None else winner[1]
+
+    def _record(self, key, started, flights, redundant, winner, version) -> None:
+        self.records.append(
+            GetRecord(
+                key,
+                (time.perf_counter() - started) * 1e3,
+                flights.storage_requests,
+                len(flights.requests),
+                redundant,
+                winner,
+                version,
+                flights.errors,
+            )
+        )
+
+    async def _quorum_get(self, key: str) -> Found | None:
+        """Ask every copy; the highest version among a majority's replies (§7)."""
+        loop = asyncio.get_running_loop()
+        started, give_up_at = time.perf_counter(), loop.time() + self.timeout_s
+        requests = quorum_get_plan(self.configuration)
+        needed = quorum_size(len(requests))
+        flights = _Flights(self, key)
+        flights.issue(requests)
+        replies: list[Found | None] = []
+        try:
+            while flights.pending and len(replies) < needed and loop.time() < give_up_at:
+                done = await flights.wait(give_up_at - loop.time())
+                replies += [found for _, found in flights.results(done)]
+        finally:
+            await flights.cancel_rest()
+        if len(replies) < needed:
+            raise TestbedError(f"quorum GET of {key!r}: {len(replies)} of {needed} copies answered")
+        best = max((f for f in replies if f is not None), default=None, key=lambda f: f[0])
+        self._record(key, started, flights, False, None, 0 if best is None else best[0])
+        return best

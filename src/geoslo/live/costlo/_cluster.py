@@ -1,0 +1,178 @@
+"""A small live CosTLO deployment on loopback: two regions and the WAN between them.
+
+``CostloCluster.up(state_dir)`` starts, for the regions ``serving`` and ``second``, N Redis
+servers each (the testbed's command line), a lock and version service per region, a relay
+per region, and one WAN-emulator process with a delay path from the client/VM side to
+every server and to the relay of the second region (the serving region is local). It
+records every PID in ``cluster.json``; ``down`` stops only those PIDs.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from geoslo.errors import TestbedError
+from geoslo.live._processes import (
+    ManagedProcess,
+    find_program,
+    free_ports,
+    process_alive,
+    python_module_command,
+    redis_server_command,
+    stop_recorded,
+    wait_for_port,
+)
+from geoslo.live._wan import DelayPath, WanConfig
+from geoslo.live.costlo._locks import LockServiceConfig
+from geoslo.live.costlo._objects import REGIONS, SECOND, SERVING, RegionEndpoints, Regions
+from geoslo.live.costlo._relay import RelayConfig
+from geoslo.live.costlo._vm_process import VmProcessConfig
+from geoslo.topology import BaseRttSchedule
+
+__all__ = ["CostloCluster"]
+
+
+@dataclass
+class CostloCluster:
+    """A running (or recorded) two-region deployment: its ports and its processes."""
+
+    state_dir: Path
+    second_rtt_ms: float
+    servers: dict[str, list[int]]  # region -> its Redis ports (direct, local)
+    relays: dict[str, int]  # region -> its relay's port (direct)
+    locks: dict[str, int]  # region -> its lock service's port
+    wan_servers: list[int]  # WAN ports to the second region's servers, in order
+    wan_relay: int  # WAN port to the second region's relay
+    processes: list[dict] = field(default_factory=list)
+
+    # --- endpoints ---------------------------------------------------------------------------
+    def regions(self) -> Regions:
+        """The regions as a client or VM next to the serving region reaches them."""
+        return Regions(
+            RegionEndpoints(tuple(self.servers[SERVING]), self.relays[SERVING]),
+            RegionEndpoints(tuple(self.wan_servers), self.wan_relay),
+        )
+
+    def direct_regions(self) -> Regions:
+        """Both regions without the WAN (for checks from a test)."""
+        return Regions(
+            RegionEndpoints(tuple(self.servers[SERVING]), self.relays[SERVING]),
+            RegionEndpoints(tuple(self.servers[SECOND]), self.relays[SECOND]),
+        )
+
+    def lock_port(self, region: str = SERVING) -> int:
+        return self.locks[region]
+
+    # --- lifecycle ---------------------------------------------------------------------------
+    @classmethod
+    def up(
+        cls,
+        state_dir: Path,
+        servers_per_region: int = 2,
+        second_rtt_ms: float = 10.0,
+        residual_rtt_mean_ms: float = 0.5,
+        seed: int = 0,
+    ) -> CostloCluster:
+        """Start every process (all at once, then wait for their ports)."""
+        redis = find_program("redis-server", "redis-server")
+        state_dir = Path(state_dir)
+        state_dir.mkdir(parents=True, exist_ok=True)
+        ports = iter(free_ports(2 * servers_per_region + 4 + servers_per_region + 1))
+        cluster = cls(
+            state_dir,
+            second_rtt_ms,
+            {r: [next(ports) for _ in range(servers_per_region)] for r in REGIONS},
+            {r: next(ports) for r in REGIONS},
+            {r: next(ports) for r in REGIONS},
+            [next(ports) for _ in range(servers_per_region)],
+            next(ports),
+        )
+        try:
+            cluster._start_all(redis, residual_rtt_mean_ms, seed)
+        except BaseException:
+            cluster.down()
+            raise
+        return cluster
+
+    def _start_all(self, redis: str, residual_rtt_mean_ms: float, seed: int) -> None:
+        for region in REGIONS:
+            for k, port in enumerate(self.servers[region]):
+                name = f"redis-{region}-{k}"
+                self._launch(name, redis_server_command(redis, name, port, self.state_dir), port)
+        for region in REGIONS:
+            locks = self._locks_config(region)
+            self._launch_module("costlo-locks", f"locks-{region}", locks, locks.port)
+            relay = RelayConfig(self.relays[region], tuple(self.servers[region]))
+            self._launch_module("costlo-relay", f"relay-{region}", relay, relay.port)
+        wan = self._wan_config(residual_rtt_mean_ms, seed)
+        self._launch_module("wan", "wan", wan, wan.paths[0].listen_port)
+        for record in self.processes:
+            try:
+                wait_for_port(record["port"], 15.0, pid=record["pid"])
+            except TestbedError as error:
+                log = self.state_dir / f"{record['name']}.log"
+                raise TestbedError(f"{record['name']}: {error}; see {log}") from None
+        self.save()
+
+    def _locks_config(self, region: str) -> LockServiceConfig:
+        backup = self.state_dir / f"locks-{region}.jsonl"
+        return LockServiceConfig(self.locks[region], str(backup))
+
+    def _wan_config(self, residual_rtt_mean_ms: float, seed: int) -> WanConfig:
+        rtt = BaseRttSchedule.constant(self.second_rtt_ms)
+        targets = list(zip(self.wan_servers, self.servers[SECOND], strict=True))
+        targets.append((self.wan_relay, self.relays[SECOND]))
+        paths = tuple(
+            DelayPath(SERVING, SECOND, listen, target, rtt, residual_rtt_mean_ms)
+            for listen, target in targets
+        )
+        return WanConfig(paths, float(time.time()), seed)
+
+    def _launch_module(self, role: str, name: str, config, port: int) -> None:
+        """Write a process's config next to its log and start ``python -m geoslo.live``."""
+        path = self.state_dir / f"{name}.json"
+        config.write(path)
+        self._launch(name, python_module_command("geoslo.live", role, str(path)), port)
+
+    def _launch(self, name: str, command: list[str], port: int | None) -> ManagedProcess:
+        process = ManagedProcess(name, command, self.state_dir / f"{name}.log")
+        process.start(detached=True)
+        process.port = port
+        self.processes.append({"name": name, "pid": process.pid, "port": port})
+        self.save()
+        return process
+
+    def start_vm(self, config: VmProcessConfig, name: str = "vm") -> ManagedProcess:
+        """Start a ``costlo-vm`` process (recorded, so ``down`` stops it too)."""
+        path = self.state_dir / f"{name}.json"
+        config.write(path)
+        command = python_module_command("geoslo.live", "costlo-vm", str(path))
+        self.processes = [p for p in self.processes if p["name"] != name or process_alive(p["pid"])]
+        return self._launch(name, command, None)
+
+    def down(self) -> int:
+        """Stop every process this cluster started (by PID); how many were running."""
+        stopped = stop_recorded(self.processes)
+        self.processes = []
+        self.save()
+        return stopped
+
+    # --- the state file ----------------------------------------------------------------------
+    def save(self) -> None:
+        data = asdict(self)
+        data["state_dir"] = str(self.state_dir)
+        tmp = self.state_dir / "cluster.json.tmp"
+        tmp.write_text(json.dumps(data, indent=1))
+        tmp.replace(self.state_dir / "cluster.json")
+
+    @classmethod
+    def load(cls, state_dir: Path) -> CostloCluster | None:
+        path = Path(state_dir) / "cluster.json"
+        if not path.exists():
+            return None
+        data = json.loads(path.read_text())
+        data["state_dir"] = Path(data["state_dir"])
+        return cls(**data)

@@ -1,0 +1,160 @@
+"""Requests and replies as JSON lines over TCP, many in flight on one connection.
+
+Every request carries an ``id`` that its reply repeats, so replies may come back in any
+order (a lock request waits while a release on the same connection is answered). A
+handler's :class:`~geoslo.errors.InputError` or :class:`~geoslo.errors.TestbedError`
+becomes ``{"id": ..., "error": "..."}``; the client raises it as a TestbedError. When a
+client disconnects, the server cancels its requests still in progress.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import signal
+from collections.abc import Awaitable, Callable
+
+from geoslo.errors import InputError, TestbedError
+
+__all__ = ["JsonLineClient", "serve_json_lines", "serve_until", "run_until_sigterm"]
+
+LINE_LIMIT_BYTES = 1 << 24  # a relay's reply carries a whole value
+
+Handler = Callable[[dict], Awaitable[dict]]
+
+
+class JsonLineClient:
+    """One connection; :meth:`request` sends a message and waits for its reply."""
+
+    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, name: str):
+        self._reader = reader
+        self._writer = writer
+        self._name = name
+        self._next_id = 0
+        self._waiting: dict[int, asyncio.Future] = {}
+        self._reading = asyncio.get_running_loop().create_task(self._read_replies())
+        self.closed = False
+
+    @classmethod
+    async def open(cls, port: int, name: str = "service", timeout_s: float = 2.0):
+        """Connect to ``127.0.0.1:port`` or raise TestbedError naming ``name``."""
+        try:
+            reader, writer = await asyncio.wait_for(
+                asyncio.open_connection("127.0.0.1", port, limit=LINE_LIMIT_BYTES), timeout_s
+            )
+        except (TimeoutError, OSError) as error:
+            raise TestbedError(f"cannot connect to {name} at 127.0.0.1:{port}: {error}") from None
+        return cls(reader, writer, name)
+
+    async def request(self, message: dict) -> dict:
+        """Send ``message`` and wait for its reply; TestbedError if it failed."""
+        if self.closed:
+            raise TestbedError(f"connection to {self._name} is closed")
+        self._next_id += 1
+        request_id = self._next_id
+        future = asyncio.get_running_loop().create_future()
+        self._waiting[request_id] = future
+        self._writer.write(json.dumps(dict(message, id=request_id)).encode() + b"\n")
+        try:
+            return await future
+        finally:
+            self._waiting.pop(request_id, None)
+
+    async def _read_replies(self) -> None:
+        try:
+            while line := await self._reader.readline():
+                reply = json.loads(line)
+                future = self._waiting.pop(reply.pop("id", None), None)
+                if future is None or future.done():
+                    continue  # its caller gave up (cancelled): the reply is discarded
+                if "error" in reply:
+                    future.set_exception(TestbedError(f"{self._name}: {reply['error']}"))
+                else:
+                    future.set_result(reply)
+        except (OSError, ValueError, asyncio.LimitOverrunError):
+            pass
+        finally:
+            self._fail_all()
+
+    def _fail_all(self) -> None:
+        self.closed = True
+        error = TestbedError(f"connection to {self._name} lost")
+        for future in self._waiting.values():
+            if not future.done():
+                future.set_exception(error)
+        self._waiting.clear()
+        self._writer.close()
+
+    async def close(self) -> None:
+        self.closed = True
+        self._reading.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await self._reading
+        self._writer.close()
+        with contextlib.suppress(OSError):
+            await self._writer.wait_closed()
+
+
+async def serve_json_lines(handler: Handler, port: int) -> asyncio.Server:
+    """Serve ``handler`` on ``127.0.0.1:port``; each request runs in its own task."""
+
+    async def on_connection(reader: asyncio.StreamReader, writer: asyncio.StreamWriter):
+        tasks: set[asyncio.Task] = set()
+        try:
+            while line := await reader.readline():
+                task = asyncio.create_task(_answer(handler, line, writer))
+                tasks.add(task)
+                task.add_done_callback(tasks.discard)
+        except (OSError, ValueError, asyncio.LimitOverrunError):
+            pass
+        except asyncio.CancelledError:
+            pass  # the server is shutting down: end this connection quietly
+        finally:
+            for task in list(tasks):
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+            writer.close()
+            with contextlib.suppress(OSError):
+                await writer.wait_closed()
+
+    return await asyncio.start_server(on_connection, "127.0.0.1", port, limit=LINE_LIMIT_BYTES)
+
+
+async def _answer(handler: Handler, line: bytes, writer: asyncio.StreamWriter) -> None:
+    try:
+        message = json.loads(line)
+    except ValueError:
+        return
+    request_id = message.pop("id", None)
+    try:
+        reply = await handler(message)
+    except (InputError, TestbedError, KeyError, TypeError) as error:
+        reply = {"error": f"{type(error).__name__}: {error}"}
+    if not writer.is_closing():
+        writer.write(json.dumps(dict(reply, id=request_id)).encode() + b"\n")
+
+
+async def serve_until(handler: Handler, port: int, stop: asyncio.Event | None, cleanup) -> None:
+    """Serve ``handler`` on ``port`` until ``stop`` is set; then close the server and
+    await ``cleanup()`` (the service's own resources)."""
+    server = await serve_json_lines(handler, port)
+    stop = stop or asyncio.Event()
+    try:
+        await stop.wait()
+    finally:
+        server.close()
+        with contextlib.suppress(asyncio.CancelledError):
+            await server.wait_closed()
+        await cleanup()
+
+
+def run_until_sigterm(serve) -> None:
+    """Run ``serve(stop)`` as a process's main coroutine; SIGTERM sets ``stop``."""
+
+    async def main() -> None:
+        stop = asyncio.Event()
+        asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)
+        await serve(stop)
+
+    asyncio.run(main())

@@ -1,0 +1,93 @@
+"""A relay VM in a region (CosTLO §3, Fig. 4b; §5.2): one client message in, the tuple's
+GET requests out to the local storage servers, the first found value back.
+
+Only one copy of the object leaves the region, whatever the number of requests. Protocol
+(JSON lines): ``{"key": k, "requests": [[copy, index], ...]}`` -> ``{"found": true,
+"version": v, "value": base64, "copy": c, "index": i}`` or ``{"found": false}``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from geoslo.errors import InputError, TestbedError
+from geoslo.live.costlo._jsonlines import run_until_sigterm, serve_until
+from geoslo.live.costlo._storage import RegionStore
+
+__all__ = ["RelayConfig", "Relay", "serve_relay", "run_relay"]
+
+
+@dataclass(frozen=True)
+class RelayConfig:
+    """Where the relay listens and the ports of its region's (local) storage servers."""
+
+    port: int
+    server_ports: tuple[int, ...]
+
+    def write(self, path: Path) -> None:
+        Path(path).write_text(json.dumps(asdict(self)))
+
+    @classmethod
+    def read(cls, path: Path) -> RelayConfig:
+        data = json.loads(Path(path).read_text())
+        return cls(int(data["port"]), tuple(data["server_ports"]))
+
+
+class Relay:
+    """Fans one GET out to the requested copies; the first found answer wins."""
+
+    def __init__(self, store: RegionStore) -> None:
+        self.store = store
+
+    async def handle(self, message: dict) -> dict:
+        key = message["key"]
+        requests = [(int(c), int(i)) for c, i in message["requests"]]
+        if not requests:
+            raise InputError("requests", "a relayed GET names at least one request")
+        return await first_found(self.store, key, requests)
+
+
+async def first_found(store: RegionStore, key: str, requests: list[tuple[int, int]]) -> dict:
+    """Issue every request; return the first found value and cancel the others."""
+    tasks = {asyncio.create_task(store.read(key, copy)): (copy, index) for copy, index in requests}
+    pending = set(tasks)
+    reply: dict = {"found": False}
+    errors = 0
+    try:
+        while pending:
+            done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+            for task in done:
+                if task.exception() is not None:
+                    errors += 1
+                    continue
+                found = task.result()
+                if found is not None and not reply["found"]:
+                    copy, index = tasks[task]
+                    value = base64.b64encode(found[1]).decode()
+                    reply = {"found": True, "version": found[0], "value": value}
+                    reply.update(copy=copy, index=index)
+            if reply["found"]:
+                break
+    finally:
+        for task in pending:
+            task.cancel()
+        await asyncio.gather(*pending, return_exceptions=True)
+    if errors == len(requests):
+        raise TestbedError(f"relay: every request for {key!r} failed")
+    return reply
+
+
+async def serve_relay(config: RelayConfig, stop: asyncio.Event | None = None) -> None:
+    """Serve until ``stop`` is set."""
+    store = RegionStore(config.server_ports, "relay")
+    await serve_until(Relay(store).handle, config.port, stop, store.close)
+
+
+def run_relay(config_path: Path) -> None:
+    """The ``costlo-relay`` process: serve until SIGTERM."""
+    config = RelayConfig.read(config_path)
+    run_until_sigterm(lambda stop: serve_relay(config, stop))

@@ -1,0 +1,104 @@
+"""A region's storage service as CosTLO uses it: versioned reads and guarded writes.
+
+One pipelined :class:`~geoslo.live.RedisConnection` per server of the region (direct, or
+through the WAN emulator for a remote region); a dropped connection is reopened on the
+next request. A write carries its version and is applied by a small Lua script only if
+the copy does not already hold that version or a newer one, so an older version never
+overwrites a newer one, whatever order the requests arrive in (§5.4; see
+docs/costlo-live.md, "Consistency").
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+from geoslo.errors import TestbedError
+from geoslo.live._resp import RedisConnection, RedisReplyError, encode_command
+from geoslo.live.costlo._objects import copy_key, decode_value, encode_value, server_index
+
+__all__ = ["RegionStore", "GUARDED_SET_SCRIPT"]
+
+# KEYS[1] = copy key, ARGV[1] = version, ARGV[2] = "<version>:<payload>"; 1 written, 0 not.
+GUARDED_SET_SCRIPT = """
+local current = redis.call('GET', KEYS[1])
+if current then
+  local version = tonumber(string.match(current, '^(%d+):'))
+  if version and version >= tonumber(ARGV[1]) then return 0 end
+end
+redis.call('SET', KEYS[1], ARGV[2])
+return 1
+"""
+
+
+class RegionStore:
+    """The storage servers of one region, as reached from this process."""
+
+    def __init__(self, server_ports: tuple[int, ...], name: str = "region") -> None:
+        self.server_ports = tuple(server_ports)
+        self.name = name
+        self._connections: list[RedisConnection | None] = [None] * len(self.server_ports)
+        self._opening = [asyncio.Lock() for _ in self.server_ports]
+
+    async def open(self) -> None:
+        """Connect to every server now (otherwise on first use)."""
+        for index in range(len(self.server_ports)):
+            await self._connection(index)
+
+    async def close(self) -> None:
+        for index, connection in enumerate(self._connections):
+            if connection is not None:
+                await connection.close()
+            self._connections[index] = None
+
+    async def _connection(self, index: int) -> RedisConnection:
+        async with self._opening[index]:
+            connection = self._connections[index]
+            if connection is not None and not connection.closed:
+                return connection
+            if connection is not None:
+                await connection.close()
+            connection = await RedisConnection.open(self.server_ports[index])
+            self._connections[index] = connection
+            return connection
+
+    def server_for(self, key: str, copy: int) -> int:
+        return server_index(key, copy, len(self.server_ports))
+
+    async def read(self, key: str, copy: int) -> tuple[int, bytes] | None:
+        """``(version, payload)`` of a copy, or None if the copy was never written."""
+        connection = await self._connection(self.server_for(key, copy))
+        stored = await connection.send(encode_command("GET", copy_key(key, copy)))
+        return None if stored is None else decode_value(stored)
+
+    async def write(self, key: str, copy: int, version: int, payload: bytes) -> bool:
+        """Write one version of a copy unless it holds that version or a newer one;
+        True if this request stored it."""
+        connection = await self._connection(self.server_for(key, copy))
+        command = encode_command(
+            "EVAL",
+            GUARDED_SET_SCRIPT,
+            1,
+            copy_key(key, copy),
+            version,
+            encode_value(version, payload),
+        )
+        return bool(await connection.send(command))
+
+    async def write_retrying(
+        self, key: str, copy: int, version: int, payload: bytes, deadline_s: float = 5.0
+    ) -> bool:
+        """:meth:`write`, retried every 50 ms while the server is unreachable, up to
+        ``deadline_s``; then TestbedError."""
+        loop = asyncio.get_running_loop()
+        give_up = loop.time() + deadline_s
+        while True:
+            try:
+                return await self.write(key, copy, version, payload)
+            except RedisReplyError:
+                raise
+            except TestbedError as error:
+                if loop.time() >= give_up:
+                    raise TestbedError(
+                        f"{self.name}: cannot write {copy_key(key, copy)}: {error}"
+                    ) from None
+                await asyncio.sleep(0.05)

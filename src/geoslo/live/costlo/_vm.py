@@ -1,0 +1,351 @@
+"""CosTLO's VM library: PUT operations with a lock, a version and a log (§5.4; §7).
+
+``put`` (eventual consistency, as S3, §5.1):
+
+1. log ``begin``; acquire L_S from the region's lock service and learn the version v;
+2. log the update (version v+1, value) and every synchronous PUT request: copy 0 first,
+   then, if it has not completed within ``put_timeout_ms``, the rest of the PUT tuple with
+   probability ``put_probability`` (the ones left out are logged as skipped);
+3. log each request's completion; return v+1 as soon as any one request completes;
+4. in the background, once every synchronous request completed, release L_S with v+1;
+5. then acquire L_A; if the version is still v+1, write every copy no synchronous request
+   wrote (the serving region's others and all of the second region's, through the WAN);
+   release L_A. If the version moved on, a newer PUT's propagation covers those copies.
+
+``strong=True`` (§7): one request to every copy goes out at once, all complete before
+L_S is released, ``put`` returns when a majority of the copies hold v+1
+(``quorum_puts_done``) and ``all_puts_done`` is called when every copy does.
+``recover`` finishes what a killed library left in its log; see docs/costlo-live.md.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import random
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from geoslo.control.costlo.types import Configuration
+from geoslo.errors import TestbedError
+from geoslo.live.costlo._locks import LockClient
+from geoslo.live.costlo._log import LoggedOp, VmLog, replay_log
+from geoslo.live.costlo._objects import SECOND, SERVING, CopyRef, Regions, object_copies
+from geoslo.live.costlo._objects import quorum_size as majority
+from geoslo.live.costlo._plan import PutPlan, StorageRequest, propagation_targets, put_plan
+from geoslo.live.costlo._storage import RegionStore
+
+__all__ = ["VmLibrary", "PutRecord"]
+
+Callback = Callable[[int], object]
+
+
+@dataclass(frozen=True)
+class PutRecord:
+    """One PUT operation: time to its acknowledgement, synchronous requests issued."""
+
+    key: str
+    version: int
+    ack_ms: float
+    sync_requests: int
+    redundant: bool
+
+
+@dataclass
+class _Put:
+    """A PUT in progress: which copies hold its version, and whom to tell."""
+
+    op: str
+    key: str
+    version: int
+    value: bytes
+    copies: int  # of the object, in both regions
+    quorum: int  # copies that acknowledge the operation
+    acked: asyncio.Future
+    quorum_puts_done: Callback | None = None
+    all_puts_done: Callback | None = None
+    written: set[CopyRef] = field(default_factory=set)
+    started: float = field(default_factory=time.perf_counter)
+    ack_ms: float | None = None
+    told_quorum: bool = False
+    told_all: bool = False
+
+    def on_written(self, copy: CopyRef) -> None:
+        self.written.add(copy)
+        if len(self.written) >= self.quorum and not self.acked.done():
+            self.ack_ms = (time.perf_counter() - self.started) * 1e3
+            self.acked.set_result(self.version)
+        if len(self.written) >= majority(self.copies) and not self.told_quorum:
+            self.told_quorum = True
+            if self.quorum_puts_done is not None:
+                self.quorum_puts_done(self.version)
+        if len(self.written) >= self.copies:
+            self.tell_all()
+
+    def tell_all(self) -> None:
+        if not self.told_all:
+            self.told_all = True
+            if self.all_puts_done is not None:
+                self.all_puts_done(self.version)
+
+    def fail(self, error: BaseException) -> None:
+        if not self.acked.done():
+            self.acked.set_exception(error)
+
+
+class VmLibrary:
+    """PUTs of the application's VMs in the serving region (§5.1: the VM library).
+
+    ``regions`` as this VM reaches them (the serving region direct, the second through
+    the WAN); ``lock_port`` is the serving region's lock service; ``owner_id`` names this
+    VM: a lock is held by ``<owner_id>/<boot>/<n>``, one owner per operation, and a
+    restarted VM takes its operations' locks back under the names in its log.
+    """
+
+    def __init__(
+        self,
+        configuration: Configuration,
+        regions: Regions,
+        lock_port: int,
+        log_path: Path,
+        owner_id: str,
+        strong: bool = False,
+        seed: int = 0,
+        write_deadline_s: float = 5.0,
+    ) -> None:
+        self.configuration = configuration
+        self.regions = regions
+        self.lock_port = lock_port
+        self.log_path = Path(log_path)
+        self.owner_id = owner_id
+        self.strong = strong
+        self.write_deadline_s = write_deadline_s
+        self.plan: PutPlan = put_plan(configuration, strong)
+        self.copies = len(object_copies(configuration))
+        self.records: list[PutRecord] = []
+        self.errors: list[BaseException] = []
+        self._rng = random.Random(seed)
+        self._op_ids = itertools.count()
+        self._boot = f"{time.time_ns():x}"
+        self._stores: dict[str, RegionStore] = {}
+        self._locks: LockClient | None = None
+        self._log: VmLog | None = None
+        self._unfinished: list[LoggedOp] = []
+        self._background: set[asyncio.Task] = set()
+
+    # --- lifecycle ---------------------------------------------------------------------------
+    async def start(self) -> VmLibrary:
+        """Open the log (keeping its unfinished operations for :meth:`recover`), the lock
+        service and the storage servers."""
+        self._unfinished = [op for op in replay_log(self.log_path) if not op.finished]
+        self._log = VmLog(self.log_path, {op.op for op in self._unfinished})
+        self._locks = await LockClient.open(self.lock_port)
+        self._stores[SERVING] = RegionStore(self.regions.serving.server_ports, SERVING)
+        if self.configuration.second.copies > 0:
+            self._stores[SECOND] = RegionStore(self.regions.region(SECOND).server_ports, SECOND)
+        for store in self._stores.values():
+            await store.open()
+        return self
+
+    async def close(self) -> None:
+        """Finish background work, then close every connection and the log."""
+        await self.drain()
+        for store in self._stores.values():
+            await store.close()
+        if self._locks is not None:
+            await self._locks.close()
+        if self._log is not None:
+            self._log.close()
+        self._stores, self._locks, self._log = {}, None, None
+
+    async def __aenter__(self) -> VmLibrary:
+        return await self.start()
+
+    async def __aexit__(self, *exc) -> None:
+        await self.close()
+
+    async def drain(self) -> None:
+        """Wait until every synchronous phase and propagation started so far has ended."""
+        while self._background:
+            await asyncio.gather(*list(self._background), return_exceptions=True)
+
+    def _spawn(self, coroutine) -> asyncio.Task:
+        task = asyncio.create_task(coroutine)
+        self._background.add(task)
+        task.add_done_callback(self._background_done)
+        return task
+
+    def _background_done(self, task: asyncio.Task) -> None:
+        self._background.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            self.errors.append(task.exception())
+            print(f"costlo vm: background work failed: {task.exception()}", file=sys.stderr)
+
+    @property
+    def log(self) -> VmLog:
+        if self._log is None:
+            raise TestbedError("the VM library is not started (call start())")
+        return self._log
+
+    @property
+    def locks(self) -> LockClient:
+        if self._locks is None:
+            raise TestbedError("the VM library is not started (call start())")
+        return self._locks
+
+    # --- PUT ---------------------------------------------------------------------------------
+    async def put(
+        self,
+        key: str,
+        value: bytes,
+        quorum_puts_done: Callback | None = None,
+        all_puts_done: Callback | None = None,
+    ) -> int:
+        """Write ``value`` as the object's next version; return that version once any one
+        PUT request completed (strong: once a majority of the copies hold it)."""
+        started = time.perf_counter()  # the ack time counts the lock and the log too
+        op = f"{self.owner_id}/{self._boot}/{next(self._op_ids)}"
+        self.log.begin(op, key)
+        version = await self.locks.acquire("S", key, op) + 1
+        self.log.update(op, key, version, value, self.plan.requests)
+        state = _Put(
+            op,
+            key,
+            version,
+            value,
+            self.copies,
+            majority(self.copies) if self.strong else 1,
+            asyncio.get_running_loop().create_future(),
+            quorum_puts_done,
+            all_puts_done,
+            started=started,
+        )
+        self._spawn(self._synchronous(state))
+        return await state.acked
+
+    async def _write(self, state: _Put, copy: CopyRef) -> None:
+        store = self._stores[copy.region]
+        await store.write_retrying(
+            state.key, copy.copy, state.version, state.value, self.write_deadline_s
+        )
+        state.on_written(copy)
+
+    async def _request(self, state: _Put, request_id: int, request: StorageRequest) -> None:
+        await self._write(state, request.copy_ref)
+        self.log.done(state.op, request_id)
+
+    async def _synchronous(self, state: _Put) -> None:
+        """Steps 2-5: the synchronous requests, L_S, then propagation."""
+        try:
+            await self._synchronous_requests(state)
+        except BaseException as error:
+            state.fail(error)  # the caller, if still waiting, gets the error
+            raise
+        await self.locks.release("S", state.key, state.op, state.version)
+        self.log.released(state.op)
+        await self._propagate(state)
+
+    async def _synchronous_requests(self, state: _Put) -> None:
+        plan = self.plan
+        tasks = [asyncio.create_task(self._request(state, i, r)) for i, r in enumerate(plan.first)]
+        redundant = False
+        if plan.redundant:
+            redundant = await self._gate(state, tasks[0])
+            if redundant:
+                ids = range(len(plan.first), len(plan.requests))
+                tasks += [
+                    asyncio.create_task(self._request(state, i, plan.requests[i])) for i in ids
+                ]
+        results = await asyncio.gather(*tasks, return_exceptions=True)
+        failures = [r for r in results if isinstance(r, BaseException)]
+        if failures:
+            raise TestbedError(f"PUT {state.op} of {state.key!r}: {failures[0]}; recover() later")
+        ack_ms = state.ack_ms if state.ack_ms is not None else float("nan")
+        self.records.append(PutRecord(state.key, state.version, ack_ms, len(tasks), redundant))
+
+    async def _gate(self, state: _Put, first: asyncio.Task) -> bool:
+        """After ``put_timeout_ms`` without the first request's completion, issue the
+        redundant set with ``put_probability``; log the requests left out (§5.2)."""
+        timeout_s = self.configuration.put_timeout_ms / 1e3
+        if timeout_s > 0:
+            await asyncio.wait({first}, timeout=timeout_s)
+        answered = first.done() and first.exception() is None
+        if not answered and self._rng.random() < self.configuration.put_probability:
+            return True
+        self.log.skip(state.op, list(range(len(self.plan.first), len(self.plan.requests))))
+        return False
+
+    async def _propagate(self, state: _Put) -> None:
+        """Step 5: under L_A, write the copies no synchronous request wrote, unless a
+        newer version exists (then its own propagation covers them)."""
+        targets = propagation_targets(self.configuration, frozenset(state.written))
+        if targets:
+            current = await self.locks.acquire("A", state.key, state.op)
+            try:
+                if current == state.version:
+                    await asyncio.gather(*(self._write(state, copy) for copy in targets))
+            finally:
+                await self.locks.release("A", state.key, state.op)
+        self.log.finished(state.op)
+        state.tell_all()
+
+    # --- recovery ----------------------------------------------------------------------------
+    async def recover(self) -> int:
+        """Finish every operation the log holds unfinished (after a crash): re-take L_S
+        under the operation's owner id, re-issue only the requests not logged as done,
+        release, and propagate in the background. Returns how many it took up.
+
+        The operations are recovered concurrently, not in log order: an operation may have
+        released L_S (and a later one been given it) just before the crash, without the
+        release reaching the log; in log order the first would wait for the second.
+        """
+        taken, self._unfinished = self._unfinished, []
+        results = await asyncio.gather(
+            *(self._recover_one(logged) for logged in taken), return_exceptions=True
+        )
+        failures = [r for r in results if isinstance(r, BaseException)]
+        if failures:
+            raise TestbedError(f"recovery of {len(failures)} operations failed: {failures[0]}")
+        return len(taken)
+
+    async def _recover_one(self, logged: LoggedOp) -> None:
+        if logged.version is None:
+            # L_S asked for, maybe given: take it (as its owner) and give it back.
+            await self.locks.acquire("S", logged.key, logged.op)
+            await self.locks.release("S", logged.key, logged.op)
+            self.log.finished(logged.op)
+            return
+        state = self._recovered_state(logged)
+        if not logged.released:
+            await self._finish_synchronous(logged, state)
+        self._spawn(self._propagate(state))
+
+    def _recovered_state(self, logged: LoggedOp) -> _Put:
+        acked = asyncio.get_running_loop().create_future()
+        acked.set_result(logged.version)  # nobody waits: the caller is gone
+        # Only copies logged as written count: propagation writes the others (guarded).
+        written = set(logged.written_copies)
+        return _Put(
+            logged.op,
+            logged.key,
+            int(logged.version or 0),
+            logged.value or b"",
+            self.copies,
+            1,
+            acked,
+            written=written,
+        )
+
+    async def _finish_synchronous(self, logged: LoggedOp, state: _Put) -> None:
+        current = await self.locks.acquire("S", logged.key, logged.op)
+        if current >= state.version:
+            # L_S was released (with this version) before the crash: all requests done.
+            await self.locks.release("S", logged.key, logged.op)
+        else:
+            missing = [(i, logged.requests[i]) for i in logged.missing]
+            await asyncio.gather(*(self._request(state, i, r) for i, r in missing))
+            await self.locks.release("S", logged.key, logged.op, state.version)
+        self.log.released(logged.op)

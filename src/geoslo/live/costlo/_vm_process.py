@@ -1,0 +1,111 @@
+"""``python -m geoslo.live costlo-vm CONFIG``: a VM running a bounded PUT workload.
+
+On start it calls :meth:`VmLibrary.recover` (a restarted VM first finishes what its log
+holds), then issues the PUTs its config still owes, open loop at ``rate_per_s`` on keys
+drawn uniformly from ``keys``. Every acknowledged PUT is appended to the acks file
+(``{"key", "version", "value"}``, fsync'd after the library acknowledged it), so a test
+can check that no acknowledged write is lost. PUTs already in the acks file count
+toward ``puts``: a restarted VM only finishes the workload. It exits once every PUT is
+acknowledged and the background propagation has drained.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import random
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from geoslo.errors import InputError
+from geoslo.live.costlo._locks import fsync_append, read_json_lines
+from geoslo.live.costlo._objects import Regions, configuration_from_dict
+from geoslo.live.costlo._vm import VmLibrary
+
+__all__ = ["VmProcessConfig", "run_vm_process", "run_vm_workload", "workload_value"]
+
+
+@dataclass(frozen=True)
+class VmProcessConfig:
+    """What a ``costlo-vm`` process runs (JSON). ``configuration`` and ``regions`` are in
+    the form of :func:`configuration_to_dict` and :meth:`Regions.to_dict`."""
+
+    configuration: dict
+    regions: dict
+    lock_port: int
+    log_path: str
+    acks_path: str
+    owner_id: str
+    keys: tuple[str, ...]
+    puts: int
+    rate_per_s: float
+    strong: bool = False
+    seed: int = 0
+    value_bytes: int = 64
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "keys", tuple(self.keys))
+        if not self.keys:
+            raise InputError("keys", "name at least one key")
+        if self.puts < 0 or not self.rate_per_s > 0:
+            raise InputError("rate_per_s", "puts must be >= 0 and rate_per_s > 0")
+
+    def write(self, path: Path) -> None:
+        Path(path).write_text(json.dumps(asdict(self)))
+
+    @classmethod
+    def read(cls, path: Path) -> VmProcessConfig:
+        return cls(**json.loads(Path(path).read_text()))
+
+
+def workload_value(key: str, owner_id: str, serial: int, value_bytes: int) -> bytes:
+    """The payload of one PUT: names its key, VM and serial number, padded with dots."""
+    text = f"{key}|{owner_id}|{serial}|"
+    return text.encode().ljust(value_bytes, b".")
+
+
+async def run_vm_workload(config: VmProcessConfig) -> int:
+    """Recover, run the rest of the workload, drain; the number of PUTs acknowledged."""
+    acks_path = Path(config.acks_path)
+    already = len(read_json_lines(acks_path))
+    library = VmLibrary(
+        configuration_from_dict(config.configuration),
+        Regions.from_dict(config.regions),
+        config.lock_port,
+        Path(config.log_path),
+        config.owner_id,
+        strong=config.strong,
+        seed=config.seed + already,
+    )
+    await library.start()
+    acks = open(acks_path, "a")  # noqa: SIM115 (closed below)
+    try:
+        recovered = await library.recover()
+        print(f"costlo-vm {config.owner_id}: recovered {recovered} operations", flush=True)
+        rng = random.Random(config.seed + already)
+        loop = asyncio.get_running_loop()
+        start_s = loop.time()
+        tasks = []
+        for n in range(already, config.puts):
+            await asyncio.sleep(max(0.0, start_s + (n - already) / config.rate_per_s - loop.time()))
+            key = config.keys[rng.randrange(len(config.keys))]
+            value = workload_value(key, config.owner_id, n, config.value_bytes)
+            tasks.append(asyncio.create_task(_put_and_record(library, acks, key, value)))
+        await asyncio.gather(*tasks)
+        await library.drain()
+    finally:
+        await library.close()
+        acks.close()
+    print(f"costlo-vm {config.owner_id}: {config.puts - already} PUTs done", flush=True)
+    return config.puts - already
+
+
+async def _put_and_record(library: VmLibrary, acks, key: str, value: bytes) -> None:
+    version = await library.put(key, value)
+    fsync_append(acks, {"key": key, "version": version, "value": value.decode(), "t": time.time()})
+
+
+def run_vm_process(config_path: Path) -> None:
+    """The ``costlo-vm`` process."""
+    asyncio.run(run_vm_workload(VmProcessConfig.read(config_path)))

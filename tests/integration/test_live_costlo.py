@@ -1,0 +1,396 @@
+"""CosTLO's live libraries against real Redis servers, relays, lock services and the WAN
+emulator (§5.2 GETs, §5.4 PUTs and a VM crash, §7 strong consistency).
+
+One two-region cluster serves the module: the serving region is local, the second one is
+10 ms (base RTT) away through the WAN emulator. Each test uses its own keys.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import time
+from collections import defaultdict
+
+import pytest
+
+from geoslo.control.costlo.types import Configuration, GetTuple, PutTuple
+from geoslo.errors import DependencyError
+from geoslo.live._processes import find_program, process_alive
+from geoslo.live._resp import RedisConnection
+from geoslo.live.costlo import (
+    SECOND,
+    SERVING,
+    CostloClient,
+    CostloCluster,
+    LockClient,
+    RegionStore,
+    VmLibrary,
+    VmLog,
+    VmProcessConfig,
+    configuration_to_dict,
+    object_copies,
+    put_plan,
+    replay_log,
+    server_index,
+)
+from geoslo.live.costlo._locks import read_json_lines
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
+
+WAN_RTT_MS = 10.0
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    try:
+        find_program("redis-server", "redis-server")
+    except DependencyError as error:
+        pytest.skip(f"redis-server is not available: {error}")
+    running = CostloCluster.up(tmp_path_factory.mktemp("costlo"), second_rtt_ms=WAN_RTT_MS)
+    yield running
+    running.down()
+
+
+def conf(serving=(1, 1, False), second=(0, 1, False), put=(1, 1), **gates) -> Configuration:
+    return Configuration(GetTuple(*serving), GetTuple(*second), PutTuple(*put), **gates)
+
+
+async def fill(cluster, configuration, keys, log_path) -> dict[str, tuple[int, bytes]]:
+    """PUT one value per key through the VM library and wait for every copy."""
+    written = {}
+    async with VmLibrary(
+        configuration, cluster.regions(), cluster.lock_port(), log_path, "fill"
+    ) as vm:
+        for key in keys:
+            value = f"{key}|value".encode()
+            written[key] = (await vm.put(key, value), value)
+    return written
+
+
+async def read_all_copies(cluster, configuration, key) -> dict[str, tuple[int, bytes] | None]:
+    """Every copy of ``key``, read straight from its server (no WAN)."""
+    direct = cluster.direct_regions()
+    stores = {r: RegionStore(direct.region(r).server_ports) for r in (SERVING, SECOND)}
+    try:
+        return {
+            str(ref): await stores[ref.region].read(key, ref.copy)
+            for ref in object_copies(configuration)
+        }
+    finally:
+        for store in stores.values():
+            await store.close()
+
+
+async def gets(cluster, configuration, keys, count, seed=0):
+    async with CostloClient(configuration, cluster.regions(), seed=seed) as client:
+        results = [await client.get(keys[i % len(keys)]) for i in range(count)]
+    return results, client.records
+
+
+# --- (a) GETs: redundancy, timeout and probability ----------------------------------------------
+def test_a_redundant_get_issues_every_request_and_returns_the_value(cluster, tmp_path):
+    configuration = conf((2, 2, False), (1, 1, False), (2, 1), get_timeout_ms=0.0)
+    keys = ["a:k0", "a:k1", "a:k2"]
+
+    async def scenario():
+        written = await fill(cluster, configuration, keys, tmp_path / "vm.log")
+        results, records = await gets(cluster, configuration, keys, 12)
+        copies = await read_all_copies(cluster, configuration, keys[0])
+        return written, results, records, copies
+
+    written, results, records, copies = asyncio.run(scenario())
+    assert results == [written[keys[i % 3]] for i in range(12)]
+    assert all(r.storage_requests == 5 and r.client_requests == 5 for r in records)
+    assert all(r.redundant and r.winner is not None and r.errors == 0 for r in records)
+    assert set(copies.values()) == {written[keys[0]]}  # propagation reached every copy
+
+
+def test_relayed_tuples_cost_one_message_each(cluster, tmp_path):
+    configuration = conf((2, 2, True), (2, 1, True), (2, 1), get_timeout_ms=0.0)
+    keys = ["relay:k0", "relay:k1"]
+
+    async def scenario():
+        written = await fill(cluster, configuration, keys, tmp_path / "vm.log")
+        return written, *await gets(cluster, configuration, keys, 6)
+
+    written, results, records = asyncio.run(scenario())
+    assert results == [written[keys[i % 2]] for i in range(6)]
+    assert all(r.client_requests == 2 and r.storage_requests == 6 for r in records)
+    assert {r.winner for r in records} == {"serving/relay"}  # local beats 10 ms away
+
+
+@pytest.mark.parametrize(
+    "gates, low, high",
+    [
+        ({"get_timeout_ms": 0.0, "get_probability": 0.0}, 0.0, 0.0),  # never redundant
+        ({"get_timeout_ms": 0.0, "get_probability": 1.0}, 1.0, 1.0),  # always
+        ({"get_timeout_ms": 0.0, "get_probability": 0.5}, 0.35, 0.65),
+        ({"get_timeout_ms": 50.0, "get_probability": 1.0}, 0.0, 0.1),  # first answers in time
+    ],
+)
+def test_timeout_and_probability_gate_the_redundant_set(cluster, tmp_path, gates, low, high):
+    configuration = conf((2, 1, False), (1, 1, False), (2, 1), **gates)
+    keys = ["gate:k0", "gate:k1"]
+
+    async def scenario():
+        written = await fill(cluster, configuration, keys, tmp_path / "vm.log")
+        return written, *await gets(cluster, configuration, keys, 60, seed=3)
+
+    written, results, records = asyncio.run(scenario())
+    assert results == [written[keys[i % 2]] for i in range(60)]
+    redundant = [r for r in records if r.redundant]
+    assert low <= len(redundant) / len(records) <= high
+    assert all(r.storage_requests == 3 for r in redundant)
+    assert all(r.storage_requests == 1 for r in records if not r.redundant)
+
+
+async def stall_copy_zero(cluster, key, seconds):
+    """Hold the server of the serving region's copy 0 of ``key`` busy (DEBUG SLEEP)."""
+    port = cluster.servers[SERVING][server_index(key, 0, len(cluster.servers[SERVING]))]
+    connection = await RedisConnection.open(port)
+    busy = connection.send(b"DEBUG SLEEP %g\r\n" % seconds)
+    await asyncio.sleep(0.02)  # the server is inside the sleep now
+    return connection, busy
+
+
+@pytest.mark.parametrize("probability", [1.0, 0.0])
+def test_a_slow_first_request_triggers_the_redundant_set_after_the_timeout(
+    cluster, tmp_path, probability
+):
+    configuration = conf(
+        (1, 1, False), (2, 2, True), (1, 1), get_timeout_ms=20.0, get_probability=probability
+    )
+    key = f"slow:p{probability:g}"
+
+    async def scenario():
+        written = await fill(cluster, configuration, [key], tmp_path / "vm.log")
+        connection, busy = await stall_copy_zero(cluster, key, 0.3)
+        async with CostloClient(configuration, cluster.regions()) as client:
+            during = await client.get(key)
+            await busy
+            after = await client.get(key)  # the stalled reply was discarded, not misread
+        await connection.close()
+        return written[key], during, after, client.records
+
+    written, during, after, (stalled, calm) = asyncio.run(scenario())
+    assert during == written and after == written
+    if probability == 1.0:
+        # After 20 ms the second region's relay is asked; it answers 10 ms (RTT) later.
+        assert stalled.redundant and stalled.winner == "second/relay"
+        assert 20.0 + WAN_RTT_MS <= stalled.latency_ms < 250.0
+        assert (stalled.client_requests, stalled.storage_requests) == (2, 5)
+    else:
+        assert not stalled.redundant and stalled.winner == "serving/0/0"
+        assert stalled.latency_ms >= 250.0 and stalled.storage_requests == 1
+    assert calm.winner == "serving/0/0" and not calm.redundant
+
+
+# --- (b) a VM killed mid-PUT loses no acknowledged write -----------------------------------------
+CRASH_CONFIGURATION = conf(
+    (2, 1, False),
+    (1, 1, False),
+    (2, 2),
+    get_timeout_ms=2.0,
+    put_timeout_ms=0.5,
+    put_probability=0.7,
+)
+CRASH_KEYS = tuple(f"crash:k{i}" for i in range(4))
+PUTS, KILL_AFTER_ACKS = 240, 60
+
+
+def _mid_put(log_path) -> bool:
+    """Whether the VM's log holds an operation inside its synchronous phase."""
+    return any(op.version is not None and not op.released for op in replay_log(log_path))
+
+
+async def _kill_mid_put(process, acks_path, log_path, give_up_s=20.0) -> None:
+    deadline = time.monotonic() + give_up_s
+    while time.monotonic() < deadline:
+        if len(read_json_lines(acks_path)) >= KILL_AFTER_ACKS and _mid_put(log_path):
+            os.kill(process.pid, signal.SIGKILL)  # this test's own VM process, by its PID
+            while process_alive(process.pid):
+                await asyncio.sleep(0.005)
+            return
+        await asyncio.sleep(0.002)
+    raise AssertionError("the VM never had a PUT in flight after enough acks")
+
+
+async def _wait_exit(process, timeout_s=30.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while process_alive(process.pid):
+        assert time.monotonic() < deadline, "the restarted VM did not finish"
+        await asyncio.sleep(0.05)
+
+
+async def _get_loop(cluster, stop: asyncio.Event) -> list[tuple[str, tuple[int, bytes] | None]]:
+    seen = []
+    async with CostloClient(CRASH_CONFIGURATION, cluster.regions(), seed=5) as client:
+        i = 0
+        while not stop.is_set():
+            key = CRASH_KEYS[i % len(CRASH_KEYS)]
+            seen.append((key, await client.get(key)))
+            i += 1
+            await asyncio.sleep(0.005)
+    return seen
+
+
+async def _converged(cluster, key, timeout_s=5.0) -> dict:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        copies = await read_all_copies(cluster, CRASH_CONFIGURATION, key)
+        if len(set(copies.values())) == 1 or time.monotonic() > deadline:
+            return copies
+        await asyncio.sleep(0.05)
+
+
+def test_a_vm_killed_mid_put_recovers_and_loses_no_acknowledged_put(cluster, tmp_path):
+    log_path, acks_path = tmp_path / "vm-ops.jsonl", tmp_path / "acks.jsonl"
+    vm_config = VmProcessConfig(
+        configuration_to_dict(CRASH_CONFIGURATION),
+        cluster.regions().to_dict(),
+        cluster.lock_port(),
+        str(log_path),
+        str(acks_path),
+        "vm-crash",
+        CRASH_KEYS,
+        puts=PUTS,
+        rate_per_s=150.0,
+        seed=1,
+    )
+
+    async def scenario():
+        stop = asyncio.Event()
+        reader = asyncio.create_task(_get_loop(cluster, stop))
+        first = cluster.start_vm(vm_config, "vm-crash")
+        await _kill_mid_put(first, acks_path, log_path)
+        unfinished = [op for op in replay_log(log_path) if not op.finished]
+        second = cluster.start_vm(vm_config, "vm-crash")
+        await _wait_exit(second)
+        stop.set()
+        seen = await reader
+        copies = {key: await _converged(cluster, key) for key in CRASH_KEYS}
+        locks = await LockClient.open(cluster.lock_port())
+        try:
+            state = {
+                key: (
+                    await locks.version(key),
+                    await locks.holder("S", key),
+                    await locks.holder("A", key),
+                )
+                for key in CRASH_KEYS
+            }
+        finally:
+            await locks.close()
+        return unfinished, seen, copies, state
+
+    unfinished, seen, copies, lock_state = asyncio.run(scenario())
+    output = (cluster.state_dir / "vm-crash.log").read_text()
+    acks = read_json_lines(acks_path)
+
+    assert unfinished, "the kill should leave an operation unfinished in the log"
+    assert f"recovered {len(unfinished)} operations" in output
+    assert "PUTs done" in output
+    assert len(acks) == PUTS
+    acked: dict[str, dict[int, bytes]] = defaultdict(dict)
+    for ack in acks:
+        assert ack["version"] not in acked[ack["key"]], "two PUTs acknowledged one version"
+        acked[ack["key"]][ack["version"]] = ack["value"].encode()
+    for key in CRASH_KEYS:
+        (final,) = set(copies[key].values())  # every copy converged to one version
+        version, payload = final
+        assert version >= max(acked[key]), f"{key}: an acknowledged PUT was lost"
+        assert payload == acked[key].get(version, payload) and payload.startswith(
+            f"{key}|".encode()
+        )
+        assert lock_state[key] == (version, None, None)
+    found = [(key, value) for key, value in seen if value is not None]  # None: not written yet
+    assert len(found) > 20
+    for key, (version, payload) in found:
+        assert payload.startswith(f"{key}|".encode())
+        assert payload == acked[key].get(version, payload)
+
+
+# --- (c) strong consistency: quorum PUTs, quorum GETs --------------------------------------------
+def test_after_quorum_puts_done_a_quorum_get_returns_the_new_version(cluster, tmp_path):
+    # One copy here and two 10 ms away: a quorum (2 of 3) always needs a remote copy.
+    configuration = conf((1, 1, False), (2, 1, False), (1, 1))
+    key = "strong:k0"
+
+    async def scenario():
+        outcomes = []
+        async with (
+            VmLibrary(
+                configuration,
+                cluster.regions(),
+                cluster.lock_port(),
+                tmp_path / "vm.log",
+                "vm-strong",
+                strong=True,
+            ) as vm,
+            CostloClient(configuration, cluster.regions(), quorum=True) as reader,
+        ):
+            for n in range(8):
+                quorum, every = asyncio.Event(), asyncio.Event()
+                value = f"{key}|{n}".encode()
+                version = await vm.put(
+                    key,
+                    value,
+                    quorum_puts_done=lambda v, e=quorum: e.set(),
+                    all_puts_done=lambda v, e=every: e.set(),
+                )
+                assert quorum.is_set()  # put returns at quorumPUTsDone
+                outcomes.append((version, value, await reader.get(key)))
+                await asyncio.wait_for(every.wait(), 5.0)
+            records = list(vm.records)
+        copies = await read_all_copies(cluster, configuration, key)
+        return outcomes, records, copies, reader.records
+
+    outcomes, records, copies, reads = asyncio.run(scenario())
+    for version, value, read in outcomes:
+        assert read == (version, value)
+    versions = [v for v, _, _ in outcomes]
+    assert versions == list(range(versions[0], versions[0] + 8))
+    assert set(copies.values()) == {(versions[-1], outcomes[-1][1])}
+    assert all(r.ack_ms >= WAN_RTT_MS - 1.0 for r in records)  # the quorum crossed the WAN
+    assert all(
+        r.storage_requests == 3 and r.version == v for r, v in zip(reads, versions, strict=True)
+    )
+
+
+def test_recovery_finishes_an_operation_whose_release_missed_the_log(cluster, tmp_path):
+    # The crash came after op 0 released L_S (version 1) and L_S went to op 1, before either
+    # reached the log: op 0's recovery must not wait for op 1's, which comes later.
+    configuration = conf((2, 1, False), (1, 1, False), (2, 1))
+    key, owners = "recover:k0", ("vm-r/boot/0", "vm-r/boot/1")
+    log_path = tmp_path / "vm-ops.jsonl"
+    log = VmLog(log_path)
+    requests = put_plan(configuration).requests
+    log.begin(owners[0], key)
+    log.update(owners[0], key, 1, b"recover:k0|0", requests)
+    log.done(owners[0], 0)
+    log.begin(owners[1], key)
+    log.close()
+
+    async def scenario():
+        locks = await LockClient.open(cluster.lock_port())
+        try:
+            await locks.acquire("S", key, owners[0])
+            await locks.release("S", key, owners[0], 1)
+            await locks.acquire("S", key, owners[1])
+            store = RegionStore(cluster.regions().serving.server_ports)
+            await store.write(key, 0, 1, b"recover:k0|0")  # op 0's request 0, logged done
+            await store.close()
+            vm = VmLibrary(configuration, cluster.regions(), cluster.lock_port(), log_path, "vm-r")
+            async with vm:
+                recovered = await asyncio.wait_for(vm.recover(), 5.0)
+            state = (await locks.version(key), await locks.holder("S", key))
+        finally:
+            await locks.close()
+        return recovered, state, await read_all_copies(cluster, configuration, key)
+
+    recovered, state, copies = asyncio.run(scenario())
+    assert recovered == 2 and state == (1, None)
+    assert set(copies.values()) == {(1, b"recover:k0|0")}
+    assert all(op.finished for op in replay_log(log_path))
