@@ -170,11 +170,14 @@ def test_redundant_fraction_is_late_first_requests_times_probability(
     assert np.all(out.latency_ms <= baseline.latency_ms + 1e-9)
 
 
-def test_relayed_tuple_counts_all_its_requests(world, prefix_regions):
+@pytest.mark.parametrize("timeout_ms", [0.0, 30.0])
+def test_relayed_tuple_issues_its_requests_once(world, prefix_regions, timeout_ms):
+    """The first request is relayed too; the redundant set adds the tuple's other 3
+    (as docs/costlo-live.md's client library does)."""
     prefix, serving, second = prefix_regions
-    c = Configuration(serving=GetTuple(2, 2, relay_vm=True), get_timeout_ms=0.0)
+    c = Configuration(serving=GetTuple(2, 2, relay_vm=True), get_timeout_ms=timeout_ms)
     out = get_operations(world, prefix, serving, second, c, 2_000, seed=8)
-    assert np.all(out.storage_requests == 1 + 4)  # the first request, then the relay's 4
+    assert np.all(out.storage_requests == np.where(out.redundant, 4, 1))
 
 
 # ------------------------------------------------------------- object size (§7)

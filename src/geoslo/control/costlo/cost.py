@@ -4,7 +4,7 @@ workload, as storage, requests, VMs and bandwidth.
 * storage: every copy of the prefix's data, in each region at its price;
 * requests: the first GET, the redundant set when issued; the synchronous PUTs, and one
   asynchronous PUT per remaining copy (§5.4);
-* bandwidth: one object per direct response leaving a region, one per relayed tuple;
+* bandwidth: one object per direct response leaving a region, one per relayed message;
   propagating PUTs to the second region leaves the serving region;
 * VMs: relay VMs sized by the relay rate each sustains (§5.2), and the share of the lock
   and version service (§5.4; a small VM holds 70M objects' state, §6.3).
@@ -47,17 +47,16 @@ class CostModel:
         if second_copies:
             storage += w.stored_gb * t.storage_usd_per_gb_month * second_copies
 
-        serving_extra = _extra_get_requests(c.serving.requests, c.serving.relay_vm)
+        # The first request goes to copy 0 (through the relay if relayed); the redundant
+        # set adds the rest of the serving tuple: one more relayed message, or its requests.
+        serving_extra = float(c.serving.requests - 1)
         requests = w.gets_per_month * s.usd_per_get * (1.0 + q * serving_extra)
-        egress = (
-            w.gets_per_month
-            * gb_per_object
-            * s.egress_usd_per_gb
-            * (1.0 + q * _objects_out(c.serving, serving_extra))
-        )
+        messages = 1.0 + q * (1.0 if serving_extra else 0.0)  # relayed messages per GET
+        objects_out = messages if c.serving.relay_vm else 1.0 + q * serving_extra
+        egress = w.gets_per_month * gb_per_object * s.egress_usd_per_gb * objects_out
         vms = 0.0
         if c.serving.relay_vm:
-            vms += _relay_vms(w.peak_get_rps * q, self.serving_relay_rps) * s.vm_usd_per_hour
+            vms += _relay_vms(w.peak_get_rps * messages, self.serving_relay_rps) * s.vm_usd_per_hour
         if second_copies:
             requests += w.gets_per_month * t.usd_per_get * q * c.second.requests
             egress += (
@@ -65,7 +64,7 @@ class CostModel:
                 * gb_per_object
                 * t.egress_usd_per_gb
                 * q
-                * _objects_out(c.second, c.second.requests)
+                * (1.0 if c.second.relay_vm else c.second.requests)
             )
             if c.second.relay_vm:
                 vms += _relay_vms(w.peak_get_rps * q, self.second_relay_rps) * t.vm_usd_per_hour
@@ -82,17 +81,6 @@ class CostModel:
             objects = w.stored_gb / gb_per_object if gb_per_object > 0 else 0.0
             vms += objects / self.objects_per_lock_vm * s.vm_usd_per_hour
         return CostBreakdown(storage, requests, vms * HOURS_PER_MONTH, egress)
-
-
-def _extra_get_requests(tuple_requests: int, relay: bool) -> float:
-    """Storage requests the redundant set adds in the serving region: a relay issues the
-    whole tuple; direct requests skip the first, already in flight."""
-    return float(tuple_requests if relay else tuple_requests - 1)
-
-
-def _objects_out(tuple_, extra_requests: float) -> float:
-    """Objects that leave the region per redundant set: one if relayed."""
-    return 1.0 if tuple_.relay_vm else extra_requests
 
 
 def _relay_vms(rate_rps: float, relay_rps: float) -> float:

@@ -81,22 +81,13 @@ class GetEstimator:
 
     def _part(self, region: RegionView, tuple_: GetTuple, skip_first: bool) -> LatencyDistribution:
         """Steps 1-2 for one region's tuple issued together."""
-        key = (region.name, tuple_, skip_first)
+        key = (region.name, tuple_.copies, tuple_.requests_per_copy, skip_first)
         if key not in self._parts:
             counts = [tuple_.requests_per_copy] * tuple_.copies
-            if skip_first and not tuple_.relay_vm:
+            if skip_first:
                 counts[0] -= 1
             vm_side = region.storage.concurrent_counts("get", tuple(counts))
             self._parts[key] = (region.ping + vm_side).trimmed()
-        return self._parts[key]
-
-    def _relay_with_first(self, tuple_: GetTuple) -> LatencyDistribution:
-        key = ("relay+first", tuple_)
-        if key not in self._parts:
-            storage = self.serving.storage
-            counts = (tuple_.requests_per_copy,) * tuple_.copies
-            either = minimum([storage.single("get"), storage.concurrent_counts("get", counts)])
-            self._parts[key] = (self.serving.ping + either.trimmed()).trimmed()
         return self._parts[key]
 
     def redundant_fraction(self, configuration: Configuration) -> float:
@@ -118,15 +109,11 @@ class GetEstimator:
 
     def _groups(self, c: Configuration) -> tuple[LatencyDistribution, list[LatencyDistribution]]:
         """(what answers with the first request, the later redundant parts): with a zero
-        timeout the serving tuple's direct requests go out with the first, as one draw."""
+        timeout the whole serving tuple goes out with the first, as one draw."""
         with_first, parts = self.first, []
-        concurrent = c.get_timeout_ms == 0.0
-        if concurrent and c.serving.relay_vm:
-            # The relayed request travels the Internet path with the first: one draw.
-            with_first = self._relay_with_first(c.serving)
-        elif concurrent and c.serving.requests > 1:
+        if c.serving.requests > 1 and c.get_timeout_ms == 0.0:
             with_first = self._part(self.serving, c.serving, skip_first=False)
-        elif c.serving.relay_vm or c.serving.requests > 1:
+        elif c.serving.requests > 1:
             parts.append(self._part(self.serving, c.serving, skip_first=True))
         if self.second is not None and not c.second.unused:
             parts.append(self._part(self.second, c.second, skip_first=False))

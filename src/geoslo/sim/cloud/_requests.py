@@ -139,27 +139,21 @@ def _region_part(
     n: int,
     rng: np.random.Generator,
     object_bytes: float,
-    internet_ms: np.ndarray | None = None,
 ) -> tuple[np.ndarray, int]:
-    """Fastest response of one region's tuple, issued together at time 0 (relative).
-    ``internet_ms`` gives the Internet trips when they are drawn with other requests on
-    the same path: shape (n,) for a relayed tuple, (n, k) for k direct requests."""
+    """Fastest response of one region's tuple, issued together at time 0 (relative):
+    direct requests each travel the Internet (sharing most spikes, ``InternetPath``); a
+    relayed tuple is one message to a VM that issues its requests (§3, Fig. 4b).
+    ``skip_first`` leaves out the request to copy 0 already in flight."""
     behaviour = world.behaviours[region]
     path = world.internet[prefix][region]
-    if tuple_.relay_vm:
-        counts = copy_counts(tuple_.copies, tuple_.requests_per_copy)
-        draws = storage_requests(behaviour, "get", counts, n, rng, object_bytes)
-        inner = completion_ms(draws, behaviour, "get").min(axis=1)
-        overhead = rng.exponential(behaviour.relay_overhead_mean_ms, n)
-        if internet_ms is None:
-            internet_ms = path.sample(rng, n, 1, object_bytes)[:, 0]
-        return internet_ms + overhead + inner, int(sum(counts))
     counts = copy_counts(tuple_.copies, tuple_.requests_per_copy, skip_first)
     k = int(sum(counts))
     draws = storage_requests(behaviour, "get", counts, n, rng, object_bytes)
-    if internet_ms is None:
-        internet_ms = path.sample(rng, n, k, object_bytes)
-    per_request = internet_ms + completion_ms(draws, behaviour, "get")
+    if tuple_.relay_vm:
+        inner = completion_ms(draws, behaviour, "get").min(axis=1)
+        overhead = rng.exponential(behaviour.relay_overhead_mean_ms, n)
+        return path.sample(rng, n, 1, object_bytes)[:, 0] + overhead + inner, k
+    per_request = path.sample(rng, n, k, object_bytes) + completion_ms(draws, behaviour, "get")
     return per_request.min(axis=1), k
 
 
@@ -173,38 +167,30 @@ def get_operations(
     seed: int,
     object_bytes: float = 1024.0,
 ) -> OperationSample:
-    """n GET operations from ``prefix`` as the client library runs them (§5.1-§5.2)."""
+    """n GET operations from ``prefix`` as the client library runs them (§5.1-§5.2): the
+    first request to copy 0 of the serving region (through its relay if the serving tuple
+    is relayed); after the timeout, with the probability, the rest of the serving tuple and
+    the second region's tuple. A zero timeout sends the whole serving tuple at once."""
     rng = np.random.default_rng(seed)
     c = configuration
     dns_ms = world.dns[prefix].sample(rng, n)
-    timeout_ms = c.get_timeout_ms
-    # With a zero timeout a relayed request travels the path together with the first.
-    together = c.serving.relay_vm and timeout_ms == 0.0
-    path = world.internet[prefix][serving]
-    trips_ms = path.sample(rng, n, 2 if together else 1, object_bytes)
+    relay = c.serving.relay_vm
     first, _ = _region_part(
-        world, prefix, serving, GetTuple(1, 1), False, n, rng, object_bytes, trips_ms[:, :1]
+        world, prefix, serving, GetTuple(1, 1, relay), False, n, rng, object_bytes
     )
     if not c.get_redundant:
         return OperationSample(dns_ms + first, np.ones(n), np.zeros(n, bool))
+    timeout_ms = c.get_timeout_ms
     trigger = ((timeout_ms == 0.0) | (first > timeout_ms)) & (rng.random(n) < c.get_probability)
     parts, requests = [], 0
-    if c.serving.relay_vm:
-        trip_ms = trips_ms[:, 1] if together else None
-        part, k = _region_part(
-            world, prefix, serving, c.serving, False, n, rng, object_bytes, trip_ms
-        )
-        parts.append(part)
-        requests += k
-    elif c.serving.requests > 1 and timeout_ms == 0.0:
-        # Issued together with the first request: one draw of the whole tuple.
-        whole, k = _region_part(world, prefix, serving, c.serving, False, n, rng, object_bytes)
-        first = np.where(trigger, whole, first)
-        requests += k - 1
-    elif c.serving.requests > 1:
-        part, k = _region_part(world, prefix, serving, c.serving, True, n, rng, object_bytes)
-        parts.append(part)
-        requests += k
+    if c.serving.requests > 1:
+        requests += c.serving.requests - 1
+        if timeout_ms == 0.0:  # one draw of the whole tuple, first included
+            whole, _ = _region_part(world, prefix, serving, c.serving, False, n, rng, object_bytes)
+            first = np.where(trigger, whole, first)
+        else:
+            part, _ = _region_part(world, prefix, serving, c.serving, True, n, rng, object_bytes)
+            parts.append(part)
     if second is not None and not c.second.unused:
         part, k = _region_part(world, prefix, second, c.second, False, n, rng, object_bytes)
         parts.append(part)
