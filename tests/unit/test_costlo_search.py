@@ -18,9 +18,16 @@ from geoslo.control.costlo import (
     Slo,
 )
 from geoslo.control.costlo.cost import BYTES_PER_GB, HOURS_PER_MONTH, CostModel
-from geoslo.control.costlo.estimate import GetEstimator, PutEstimator, with_timeout
+from geoslo.control.costlo.estimate import (
+    GetEstimator,
+    PutEstimator,
+    RegionView,
+    quorum_put,
+    with_timeout,
+)
 from geoslo.dist import LatencyDistribution
 from geoslo.experiments.costlo._study import Settings, build_study, inflation_ms
+from geoslo.models import StorageServiceModel
 
 STEP_MS = 0.5
 PREFIXES = 10
@@ -342,3 +349,40 @@ def test_measured_inflation_is_close_to_the_slo(study, selections):
     ]
     close = [abs(m - slo_ms) <= 5.0 for m in measured]
     assert sum(close) >= 0.8 * len(measured), measured
+
+
+@pytest.mark.parametrize("serialised", [False, True])
+def test_quorum_put_matches_a_monte_carlo_of_three_copies(serialised):
+    """Two of three copies: one local, two remote behind a WAN (§7); a serialising remote
+    region serves its two PUTs one after the other."""
+    rng = np.random.default_rng(21)
+    n = 200_000
+
+    def spiky(median_ms, size):
+        body = median_ms * np.exp(0.4 * rng.standard_normal(size))
+        return body + np.where(rng.random(size) < 0.03, 150.0, 0.0)
+
+    local_s, remote_s, wan_s = (
+        spiky(15.0, 40_000),
+        spiky(15.0, 40_000),
+        20.0 + rng.exponential(2.0, 40_000),
+    )
+    dist = lambda x: LatencyDistribution.from_samples(x, 0.5)  # noqa: E731
+
+    def view(service, is_serialised):
+        storage = StorageServiceModel(
+            1, 1, False, is_serialised, dist([0.0] * 10), dist(service), dist(service)
+        )
+        return RegionView("r", storage, dist([0.0] * 10), None, 1.0)
+
+    estimate = quorum_put(view(local_s, False), view(remote_s, serialised), dist(wan_s))
+    local = rng.choice(local_s, n)
+    wan = rng.choice(wan_s, (n, 2))
+    work = rng.choice(remote_s, (n, 2))
+    remote = wan + (np.cumsum(work, axis=1) if serialised else work)
+    second = np.sort(np.column_stack([local, remote]), axis=1)[:, 1]
+    for q in (0.5, 0.9, 0.99):
+        assert (
+            abs(estimate.quantile_ms(q) - np.quantile(second, q))
+            <= 0.03 * np.quantile(second, q) + 1.0
+        )

@@ -10,7 +10,7 @@ import pytest
 import scipy.stats
 
 import geoslo.dist
-from geoslo.dist import MAX_LATTICE_POINTS, LatencyDistribution, minimum, mixture
+from geoslo.dist import MAX_LATTICE_POINTS, LatencyDistribution, minimum, mixture, order_statistic
 from geoslo.errors import InputError
 
 D = LatencyDistribution
@@ -23,7 +23,7 @@ def lattice(offset_ms: float, step_ms: float, masses: list[float]) -> LatencyDis
 
 def test_exported_names() -> None:
     assert sorted(geoslo.dist.__all__) == sorted(
-        ["LatencyDistribution", "MAX_LATTICE_POINTS", "minimum", "mixture"]
+        ["LatencyDistribution", "MAX_LATTICE_POINTS", "minimum", "mixture", "order_statistic"]
     )
     for name in geoslo.dist.__all__:
         assert hasattr(geoslo.dist, name)
@@ -338,3 +338,28 @@ def test_hot_queries_are_fast() -> None:
     thresholds = np.linspace(0.0, 250.0, 100)
     assert _best_time_s(lambda: a.tail_probability(thresholds)) < 2e-3
     assert _best_time_s(lambda: a + b) < 20e-3
+
+
+def test_order_statistic_spans_minimum_to_maximum_and_matches_sampling():
+    rng = np.random.default_rng(4)
+    parts = [
+        LatencyDistribution.from_samples(rng.exponential(scale, 40_000) + shift, 0.5)
+        for scale, shift in ((5.0, 1.0), (10.0, 3.0), (3.0, 2.0))
+    ]
+    fastest, low = order_statistic(parts, 1), minimum(parts)
+    assert fastest.offset_ms == low.offset_ms
+    assert np.allclose(fastest.pmf, low.pmf, atol=1e-12)
+    slowest = order_statistic(parts, 3)
+    grid = np.arange(0.0, 200.0, 0.5)
+    product = np.prod([p.cdf(grid) for p in parts], axis=0)
+    assert np.allclose(slowest.cdf(grid), product, atol=1e-12)
+    draws = np.sort(np.column_stack([p.sample(200_000, k) for k, p in enumerate(parts)]), axis=1)
+    quorum = order_statistic(parts, 2)
+    assert abs(quorum.mean_ms() - draws[:, 1].mean()) < 0.05
+    assert abs(quorum.quantile_ms(0.99) - np.percentile(draws[:, 1], 99)) <= 0.5
+
+
+def test_order_statistic_rejects_k_beyond_the_components():
+    d = LatencyDistribution.point(1.0)
+    with pytest.raises(InputError, match="k"):
+        order_statistic([d, d], 3)

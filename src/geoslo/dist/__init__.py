@@ -3,7 +3,13 @@
 Times are milliseconds. See :class:`LatencyDistribution` for the representation.
 """
 
-from geoslo.dist._distribution import LatencyDistribution, minimum, mixture
+from geoslo.dist._distribution import LatencyDistribution, minimum, mixture, order_statistic
 from geoslo.dist._lattice import MAX_LATTICE_POINTS
 
-__all__ = ["LatencyDistribution", "MAX_LATTICE_POINTS", "minimum", "mixture"]
+__all__ = [
+    "LatencyDistribution",
+    "MAX_LATTICE_POINTS",
+    "minimum",
+    "mixture",
+    "order_statistic",
+]

@@ -408,6 +408,36 @@ def minimum(components: Sequence[LatencyDistribution]) -> LatencyDistribution:
     return LatencyDistribution._trusted(offset_ms, step_ms, pmf)
 
 
+def order_statistic(components: Sequence[LatencyDistribution], k: int) -> LatencyDistribution:
+    """The k-th smallest of independent latencies (k = 1 is :func:`minimum`): when a
+    quorum of k replies is in (CosTLO §7, quorumPUTsDone).
+
+    ``P(X_(k) <= t)`` is the chance that at least k components are done by t, summed
+    over how many are (a Poisson-binomial count, built one component at a time).
+    """
+    comps = _checked_components(components)
+    k = _positive_int(k, "k")
+    if k > len(comps):
+        raise InputError("k", f"must be at most the number of components ({len(comps)})")
+    first = comps[0]
+    step_ms = first.step_ms
+    lower_ms = min(c.offset_ms for c in comps)
+    upper_ms = max(c.offset_ms + c.step_ms * (c.pmf.size - 1) for c in comps)
+    n_points = round((upper_ms - lower_ms) / step_ms) + 1
+    _lattice.check_lattice_size(n_points)
+    grid_ms = lower_ms + step_ms * np.arange(n_points)
+    done = np.zeros((len(comps) + 1, grid_ms.size))  # done[j, t] = P(exactly j done by t)
+    done[0] = 1.0
+    for c in comps:
+        cdf = np.asarray(c.cdf(grid_ms), dtype=float)
+        done[1:] = done[1:] * (1.0 - cdf) + done[:-1] * cdf
+        done[0] = done[0] * (1.0 - cdf)
+    at_least_k = done[k:].sum(axis=0)
+    pmf = np.clip(np.diff(np.concatenate(([0.0], at_least_k))), 0.0, None)
+    offset_ms, pmf = _lattice.regrid(grid_ms, pmf, first.offset_ms, step_ms)
+    return LatencyDistribution._trusted(offset_ms, step_ms, pmf)
+
+
 # ------------------------------------------------------------------------- helpers
 
 

@@ -19,10 +19,17 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 from geoslo.control.costlo.types import Configuration, GetTuple, PutTuple
-from geoslo.dist import LatencyDistribution, minimum, mixture
+from geoslo.dist import LatencyDistribution, minimum, mixture, order_statistic
 from geoslo.models import StorageServiceModel
 
-__all__ = ["RegionView", "GetEstimator", "PutEstimator", "with_timeout", "max_of"]
+__all__ = [
+    "RegionView",
+    "GetEstimator",
+    "PutEstimator",
+    "with_timeout",
+    "max_of",
+    "quorum_put",
+]
 
 
 @dataclass(frozen=True, eq=False)
@@ -55,6 +62,31 @@ def with_timeout(
     redundant_cdf = 1.0 - np.asarray(redundant.tail_probability(grid - timeout_ms), dtype=float)
     tail = np.where(after, tail * (1.0 - probability * redundant_cdf), tail)
     pmf = np.clip(np.concatenate(([1.0], tail[:-1])) - tail, 0.0, None)
+    return LatencyDistribution.from_pmf(float(grid[0]), step, pmf).trimmed()
+
+
+def quorum_put(
+    local: RegionView, remote: RegionView, wan: LatencyDistribution
+) -> LatencyDistribution:
+    """VM-side latency until 2 of 3 copies hold a strongly consistent PUT (§7, Fig. 18a):
+    one copy in the local region, two in ``remote`` over ``wan`` (the regions' RTT).
+
+    ``P(done by x) = F_L(x) P(one remote done) + (1 - F_L(x)) P(both remote done)``. A
+    remote region that serialises a tenant's PUTs serves its two copies one after the
+    other; otherwise they are independent."""
+    local_put = local.storage.single("put")
+    one = (wan + remote.storage.single("put")).trimmed()
+    if remote.storage.put_serialised:
+        first, both = one, (one + remote.storage.single("put")).trimmed()
+    else:
+        first, both = one.minimum_of(2), order_statistic([one, one], 2)
+    step = local_put.step_ms
+    start = min(local_put.offset_ms, first.offset_ms)
+    end = max(d.offset_ms + step * (d.pmf.size - 1) for d in (local_put, both))
+    grid = start + step * np.arange(int(round((end - start) / step)) + 1)
+    f_local = np.asarray(local_put.cdf(grid), dtype=float)
+    cdf = f_local * np.asarray(first.cdf(grid)) + (1.0 - f_local) * np.asarray(both.cdf(grid))
+    pmf = np.clip(np.diff(np.concatenate(([0.0], cdf))), 0.0, None)
     return LatencyDistribution.from_pmf(float(grid[0]), step, pmf).trimmed()
 
 
