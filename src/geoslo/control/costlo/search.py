@@ -129,8 +129,9 @@ class _Space:
 
     def canonical(self, state: tuple[int, ...]) -> tuple[int, ...]:
         """A second region without copies has no other parameters."""
-        if self.values[3][state[3]] == 0:
-            return state[:4] + (0, 0) + state[6:]
+        copies = _TUPLE_DIMS.index("second_copies")
+        if self.values[copies][state[copies]] == 0:
+            return state[: copies + 1] + (0, 0) + state[copies + 3 :]
         return state
 
     def neighbours(self, state: tuple[int, ...]):
@@ -142,11 +143,13 @@ class _Space:
                     yield self.canonical(state[:d] + (i,) + state[d + 1 :])
 
     def configuration(self, state) -> Configuration:
-        v = [values[i] for values, i in zip(self.values, state, strict=True)]
+        v = {
+            name: values[i] for name, values, i in zip(_TUPLE_DIMS, self.values, state, strict=True)
+        }
         return Configuration(
-            serving=GetTuple(v[0], v[1], v[2]),
-            second=GetTuple(v[3], v[4], v[5]),
-            put=PutTuple(v[6], v[7]),
+            serving=GetTuple(v["serving_copies"], v["serving_rpc"], v["serving_relay"]),
+            second=GetTuple(v["second_copies"], v["second_rpc"], v["second_relay"]),
+            put=PutTuple(v["put_copies"], v["put_rpc"]),
         )
 
 
