@@ -292,6 +292,15 @@ def test_the_selection_meets_the_slo_by_its_own_estimate(study, selections):
         assert s.serving_region == study.world.regions[study.regions(p)[0]].name
 
 
+def test_a_margin_aims_under_the_slo(study, selections):
+    for p in study.prefixes:
+        plain = selections[(p, 40.0)]
+        careful = study.select(p, Slo(get_ms=40.0), SearchLimits(slo_margin_ms=5.0))
+        assert careful.met
+        assert careful.get.inflation_ms <= 35.0
+        assert careful.cost.total_usd >= plain.cost.total_usd - 1e-12
+
+
 def test_a_tighter_slo_never_costs_less(study, selections):
     for p in study.prefixes:
         costs = [selections[(p, slo_ms)].cost.total_usd for slo_ms in (30.0, 40.0, 60.0)]

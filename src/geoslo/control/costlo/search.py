@@ -182,13 +182,16 @@ class _Redundancy:
         self.get_on = slo.get_ms is not None
         self.put_on = slo.put_ms is not None
         baseline = Configuration()
+        margin_ms = context.limits.slo_margin_ms
         self.get_threshold_ms = (
-            float(context.get_distribution(baseline).quantile_ms(0.5)) + slo.get_ms
+            float(context.get_distribution(baseline).quantile_ms(0.5)) + slo.get_ms - margin_ms
             if self.get_on
             else 0.0
         )
         self.put_threshold_ms = (
-            float(context.put.first.quantile_ms(0.5)) + slo.put_ms if self.put_on else 0.0
+            float(context.put.first.quantile_ms(0.5)) + slo.put_ms - margin_ms
+            if self.put_on
+            else 0.0
         )
         self.get_timeouts = _timeouts(context.readers[0].get.first, context.limits)
         self.put_timeouts = _timeouts(context.put.first, context.limits)

@@ -261,6 +261,9 @@ class SearchLimits:
     # (the tail is linear in the probability, so this is solved, not stepped).
     timeout_percentiles: tuple[float, ...] = (50, 60, 70, 80, 90, 95, 97, 98, 99, 99.5)
     probability_step: float = 0.1  # §5.2's example uses 70%: probabilities in 10% steps
+    # Aim this far under the SLO, for the error of estimating a p99 from samples (ours;
+    # the paper aims at the SLO itself).
+    slo_margin_ms: float = 0.0
     max_evaluations: int = 5_000
     allow_relay: bool = True
     allow_copies: bool = True  # more than one copy in a data centre
@@ -271,6 +274,7 @@ class SearchLimits:
         _int_at_least(self.max_copies, 1, "max_copies")
         _int_at_least(self.max_requests_per_copy, 1, "max_requests_per_copy")
         _int_at_least(self.max_evaluations, 1, "max_evaluations")
+        _non_negative(self.slo_margin_ms, "slo_margin_ms")
         if not (isinstance(self.probability_step, int | float) and 0 < self.probability_step <= 1):
             raise ConfigError("probability_step", "must be in (0, 1]")
         if any(not 0 <= q < 100 for q in self.timeout_percentiles):
