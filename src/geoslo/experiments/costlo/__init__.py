@@ -52,7 +52,8 @@ DIFFERENCES = """\
   it. The estimate is nearly unbiased (measured minus estimated: +0.5 to +1.2 ms at the median,
   from DNS misses and relay overhead that the estimator, like the paper's, does not model), and
   a p99 of 40K operations scatters by a few ms. The paper reports most nodes within the SLO;
-  its coarser steps left more slack.
+  its coarser steps left more slack. Aiming 3 ms under the SLO (`slo_margin_ms`) meets it
+  on 91% of prefixes (6 ms: 97%) for under a point of extra cost (table `fig13_margin`).
 * **Cheaper than the paper.** Halving the median prefix's inflation costs 4.4% here against
   25%; at a 70 ms SLO 0.9% against under 8%; the timeout and probability save up to 17 points
   against 48. Our objects are 1 KB (§2's measurements), so requests, not bandwidth, dominate
