@@ -13,9 +13,9 @@ from geoslo.control.costlo import (
     GetTuple,
     PrefixWorkload,
     PutTuple,
-    RegionPrices,
     SearchLimits,
     Slo,
+    StoragePrices,
 )
 from geoslo.control.costlo.cost import BYTES_PER_GB, HOURS_PER_MONTH, CostModel
 from geoslo.control.costlo.estimate import (
@@ -144,14 +144,14 @@ def test_get_redundant_fraction_is_the_late_share_times_probability(estimators):
 
 # ------------------------------------------------------------- cost model
 
-PRICES = RegionPrices(
+PRICES = StoragePrices(
     storage_usd_per_gb_month=0.03,
     get_usd_per_10k=0.004,
     put_usd_per_1k=0.005,
     vm_usd_per_hour=0.02,
     egress_usd_per_gb=0.09,
 )
-OTHER_PRICES = RegionPrices(0.024, 0.0036, 0.05, 0.018, 0.087)
+OTHER_PRICES = StoragePrices(0.024, 0.0036, 0.05, 0.018, 0.087)
 WORKLOAD = PrefixWorkload(
     gets_per_month=2e6,
     puts_per_month=1e5,

@@ -66,6 +66,14 @@ class StoragePrices:
         for field in _PRICE_FIELDS:
             object.__setattr__(self, field, non_negative(getattr(self, field), field))
 
+    @property
+    def usd_per_get(self) -> float:
+        return self.get_usd_per_10k / 10_000
+
+    @property
+    def usd_per_put(self) -> float:
+        return self.put_usd_per_1k / 1_000
+
 
 def _degrees(value: object, field: str, bound: float) -> float:
     """``value`` as a float within [-bound, bound] degrees, else InputError."""

@@ -13,12 +13,12 @@ from geoslo.control.costlo.types import (
     GetTuple,
     PrefixWorkload,
     PutTuple,
-    RegionPrices,
     SearchLimits,
     Selection,
     Slo,
 )
 from geoslo.control.costlo.validation import parse_problem, problem_to_dict, selection_to_dict
+from geoslo.topology import StoragePrices  # a region's prices (§5.2)
 
 __all__ = [
     "APPLICATIONS",
@@ -30,7 +30,7 @@ __all__ = [
     "PrefixWorkload",
     "PutTuple",
     "RegionInput",
-    "RegionPrices",
+    "StoragePrices",
     "SearchLimits",
     "Selection",
     "Slo",

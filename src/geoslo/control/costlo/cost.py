@@ -27,7 +27,7 @@ class CostModel:
     """Prices of the serving and second region and the workload of one prefix."""
 
     workload: PrefixWorkload
-    serving_prices: object  # RegionPrices
+    serving_prices: object  # StoragePrices
     second_prices: object | None = None
     serving_relay_rps: float = 1000.0
     second_relay_rps: float = 1000.0

@@ -11,11 +11,12 @@ import numpy as np
 from geoslo.control.costlo.cost import CostModel
 from geoslo.control.costlo.estimate import GetEstimator, PutEstimator, RegionView
 from geoslo.control.costlo.search import PrefixContext, Reader, select_configuration
-from geoslo.control.costlo.types import PrefixWorkload, RegionPrices, SearchLimits, Selection, Slo
+from geoslo.control.costlo.types import PrefixWorkload, SearchLimits, Selection, Slo
 from geoslo.dist import LatencyDistribution
 from geoslo.errors import InputError
 from geoslo.models import StorageMeasurements, StorageServiceModel, infer_storage_model
 from geoslo.models._storage_service import DEFAULT_STEP_MS
+from geoslo.topology import StoragePrices
 
 __all__ = ["RegionInput", "CostloProblem", "decide", "region_view", "prefix_context"]
 
@@ -26,7 +27,7 @@ class RegionInput:
     the rate one relay VM sustains (§5.2)."""
 
     name: str
-    prices: RegionPrices
+    prices: StoragePrices
     storage: StorageMeasurements
     ping_ms: np.ndarray
     relay_rps: float

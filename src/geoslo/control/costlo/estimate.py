@@ -40,7 +40,7 @@ class RegionView:
     name: str
     storage: StorageServiceModel
     ping: LatencyDistribution
-    prices: object  # RegionPrices
+    prices: object  # StoragePrices
     relay_rps: float
 
 

@@ -213,17 +213,22 @@ class _Redundancy:
     # GET ---------------------------------------------------------------------
 
     def _solve_get(self, c: Configuration) -> tuple[Configuration, bool]:
+        return self._cheapest(c, "get", self.get_timeouts, lambda t, p: self._get_tail(c, t, p))
+
+    def _cheapest(self, c: Configuration, op: str, timeouts, tail_at) -> tuple[Configuration, bool]:
+        """``c`` with the cheapest (timeout, probability) of ``op`` that meets the target,
+        ``tail_at(timeout, p)`` being the tail beyond the threshold; False if none does."""
         best = None
-        for timeout_ms in self.get_timeouts:
-            p = self._smallest_probability(lambda p, t=timeout_ms: self._get_tail(c, t, p))
+        for timeout_ms in timeouts:
+            p = self._smallest_probability(lambda p, t=timeout_ms: tail_at(t, p))
             if p is None:
                 continue
-            trial = replace(c, get_timeout_ms=timeout_ms, get_probability=p)
+            trial = replace(c, **{f"{op}_timeout_ms": timeout_ms, f"{op}_probability": p})
             cost = self.context.cost(trial).total_usd
             if best is None or cost < best[0]:
                 best = (cost, trial)
         if best is None:
-            return replace(c, get_timeout_ms=0.0, get_probability=1.0), False
+            return replace(c, **{f"{op}_timeout_ms": 0.0, f"{op}_probability": 1.0}), False
         return best[1], True
 
     def _get_tail(self, c: Configuration, timeout_ms: float, p: float) -> float:
@@ -244,19 +249,11 @@ class _Redundancy:
     # PUT ---------------------------------------------------------------------
 
     def _solve_put(self, c: Configuration) -> tuple[Configuration, bool]:
-        best = None
-        for timeout_ms in self.put_timeouts:
+        def tail_at(timeout_ms: float, p: float) -> float:
             a, b = self._put_tail(c.put, timeout_ms)
-            p = self._smallest_probability(lambda p, a=a, b=b: a + p * (b - a))
-            if p is None:
-                continue
-            trial = replace(c, put_timeout_ms=timeout_ms, put_probability=p)
-            cost = self.context.cost(trial).total_usd
-            if best is None or cost < best[0]:
-                best = (cost, trial)
-        if best is None:
-            return replace(c, put_timeout_ms=0.0, put_probability=1.0), False
-        return best[1], True
+            return a + p * (b - a)
+
+        return self._cheapest(c, "put", self.put_timeouts, tail_at)
 
     def _put_tail(self, put: PutTuple, timeout_ms: float) -> tuple[float, float]:
         """(baseline tail, tail when always issued) at the PUT threshold."""

@@ -18,7 +18,6 @@ __all__ = [
     "PutTuple",
     "Configuration",
     "PrefixWorkload",
-    "RegionPrices",
     "CostBreakdown",
     "Slo",
     "SearchLimits",
@@ -170,29 +169,6 @@ class PrefixWorkload:
             "peak_put_rps",
         ):
             _non_negative(getattr(self, name), name)
-
-
-@dataclass(frozen=True)
-class RegionPrices:
-    """Unit prices of one storage region (§5.2: storage, requests, VMs, bandwidth)."""
-
-    storage_usd_per_gb_month: float
-    get_usd_per_10k: float
-    put_usd_per_1k: float
-    vm_usd_per_hour: float
-    egress_usd_per_gb: float
-
-    def __post_init__(self) -> None:
-        for name in self.__dataclass_fields__:
-            _non_negative(getattr(self, name), name)
-
-    @property
-    def usd_per_get(self) -> float:
-        return self.get_usd_per_10k / 10_000
-
-    @property
-    def usd_per_put(self) -> float:
-        return self.put_usd_per_1k / 1_000
 
 
 @dataclass(frozen=True)

@@ -32,13 +32,13 @@ from geoslo.control.costlo.types import (
     Estimate,
     GetTuple,
     PrefixWorkload,
-    RegionPrices,
     SearchLimits,
     Selection,
     Slo,
 )
 from geoslo.errors import InputError
 from geoslo.models import PairSamples, StorageMeasurements
+from geoslo.topology import StoragePrices
 
 __all__ = [
     "parse_problem",
@@ -126,11 +126,11 @@ def _limits(value: Any) -> SearchLimits:
     return _build(SearchLimits, kwargs, "limits")
 
 
-def _prices(value: Any, where: str) -> RegionPrices:
-    names = _names(RegionPrices)
+def _prices(value: Any, where: str) -> StoragePrices:
+    names = _names(StoragePrices)
     check_keys(value, set(names), set(names), where)
     kwargs = {key: number(value[key], f"{where}.{key}") for key in names}
-    return _build(RegionPrices, kwargs, where)
+    return _build(StoragePrices, kwargs, where)
 
 
 def _pairs(value: Any, where: str) -> PairSamples:
@@ -250,7 +250,7 @@ def _region_to_dict(region: RegionInput) -> dict:
     storage = {kind: _pairs_to_dict(getattr(region.storage, kind)) for kind in kinds}
     return {
         "name": region.name,
-        "prices": {key: float(getattr(region.prices, key)) for key in _names(RegionPrices)},
+        "prices": {key: float(getattr(region.prices, key)) for key in _names(StoragePrices)},
         "relay_rps": float(region.relay_rps),
         "ping_ms": _floats(region.ping_ms),
         "storage": storage,

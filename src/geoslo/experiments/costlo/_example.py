@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from geoslo.control.costlo.decide import CostloProblem, RegionInput
-from geoslo.control.costlo.types import PrefixWorkload, RegionPrices, Slo
+from geoslo.control.costlo.types import PrefixWorkload, Slo
 from geoslo.control.costlo.validation import problem_to_dict
 from geoslo.errors import InputError
 from geoslo.sim.cloud import DEFAULT_SAMPLES, CloudWorld, build_world, measure_storage, ping_ms
@@ -30,16 +30,9 @@ EXTRA_CANDIDATES = 2  # regions offered beyond the second one
 
 
 def _region(world: CloudWorld, prefix: int, j: int, samples: int, seed: int) -> RegionInput:
-    prices = world.regions[j].prices
     return RegionInput(
         name=world.regions[j].name,
-        prices=RegionPrices(
-            storage_usd_per_gb_month=prices.storage_usd_per_gb_month,
-            get_usd_per_10k=prices.get_usd_per_10k,
-            put_usd_per_1k=prices.put_usd_per_1k,
-            vm_usd_per_hour=prices.vm_usd_per_hour,
-            egress_usd_per_gb=prices.egress_usd_per_gb,
-        ),
+        prices=world.regions[j].prices,
         storage=measure_storage(world, j, samples, seed=seed + 1 + 2 * j),
         ping_ms=ping_ms(world, prefix, j, samples, seed=seed + 2 + 2 * j),
         relay_rps=world.behaviours[j].relay_rps,

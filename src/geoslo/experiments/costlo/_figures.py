@@ -7,7 +7,6 @@ import matplotlib.pyplot as plt
 import numpy as np
 
 from geoslo.control.costlo import Configuration, GetTuple, SearchLimits, Slo
-from geoslo.control.costlo.decide import prefix_context
 from geoslo.control.costlo.estimate import quorum_put
 from geoslo.control.costlo.search import PrefixContext, Reader, select_configuration
 from geoslo.dist import LatencyDistribution
@@ -24,18 +23,20 @@ from geoslo.sim.cloud import (
 __all__ = ["fig1_13", "fig5", "headline", "fig14", "fig15", "fig16", "fig17", "fig18a"]
 
 
-def _cdf_axes(title: str, xlabel: str):
+def _cdf_figure(report: Report, name: str, caption: str, title: str, curves) -> None:
+    """A CDF over client prefixes of one inflation per prefix (ms), a curve per
+    ``(values, label, line style keywords)``."""
     fig, ax = plt.subplots(figsize=(6, 3.6))
+    for values, label, style in curves:
+        x = np.sort(np.asarray(values))
+        ax.plot(x, np.arange(1, x.size + 1) / x.size, label=label, **style)
     ax.set_title(title)
-    ax.set_xlabel(xlabel)
+    ax.set_xlabel("ms")
     ax.set_ylabel("fraction of client prefixes")
     ax.grid(alpha=0.3)
-    return fig, ax
-
-
-def _plot_cdf(ax, values, label, **kw):
-    x = np.sort(np.asarray(values))
-    ax.plot(x, np.arange(1, x.size + 1) / x.size, label=label, **kw)
+    ax.legend(fontsize=8)
+    report.figure(name, fig, caption)
+    plt.close(fig)
 
 
 def fig1_13(study: Study, report: Report, paper: dict) -> dict:
@@ -80,14 +81,10 @@ def fig1_13(study: Study, report: Report, paper: dict) -> dict:
         "a few ms, so about half the prefixes land a little above the SLO and almost all "
         "within 5 ms of it.",
     )
-    fig, ax = _cdf_axes("GET p99 - baseline median", "ms")
-    _plot_cdf(ax, baseline, "without CosTLO", color="black")
-    for slo_ms, values in measured_by_slo.items():
-        _plot_cdf(ax, values, f"SLO {slo_ms:.0f} ms")
-    ax.set_xscale("log")
-    ax.legend(fontsize=8)
-    report.figure("fig13_cdf", fig, "CDF over client prefixes of measured GET inflation")
-    plt.close(fig)
+    curves = [(baseline, "without CosTLO", {"color": "black"})]
+    curves += [(v, f"SLO {slo_ms:.0f} ms", {}) for slo_ms, v in measured_by_slo.items()]
+    caption = "CDF over client prefixes of measured GET inflation"
+    _cdf_figure(report, "fig13_cdf", caption, "GET p99 - baseline median", curves)
     report.table(
         "fig13", rows, caption="Share of prefixes whose measured inflation is within the SLO"
     )
@@ -376,18 +373,10 @@ def fig14(study: Study, report: Report, paper: dict) -> dict:
 def _page(
     study: Study, prefix: int, configuration: Configuration, objects: int, salt: int
 ) -> np.ndarray:
-    serving, second = study.regions(prefix)
+    """Page load times: the slowest of ``objects`` GETs, for many pages."""
     n = max(2_000, study.settings.measured_operations // 10)
-    sample = get_operations(
-        study.world,
-        prefix,
-        serving,
-        second,
-        configuration,
-        n * objects,
-        study.seed + 97 * prefix + salt,
-    )
-    return sample.latency_ms.reshape(n, objects).max(axis=1)
+    latencies = study.measure(prefix, configuration, study.seed + 97 * prefix + salt, n * objects)
+    return latencies.reshape(n, objects).max(axis=1)
 
 
 def _social_groups(study: Study, user: int, followers: int) -> dict[int, int]:
@@ -400,44 +389,24 @@ def _social_groups(study: Study, user: int, followers: int) -> dict[int, int]:
 
 
 def _social_context(study: Study, user: int, slo: Slo) -> tuple[PrefixContext, dict[int, int]]:
+    """One reader per follower prefix (its own regions and costs); the user's PUTs."""
     groups = _social_groups(study, user, slo.followers)
     readers = []
     for prefix, count in groups.items():
-        serving, second = study.regions(prefix)
-        ctx = prefix_context(
-            study.workloads[prefix],
-            study.view(prefix, serving),
-            study.view(prefix, second),
-            slo,
-            SearchLimits(),
-        )
-        readers.append(Reader(ctx.readers[0].get, ctx.readers[0].cost, count))
-    user_ctx = prefix_context(
-        study.workloads[user],
-        *(study.view(user, r) for r in study.regions(user)),
-        slo,
-        SearchLimits(),
-    )
-    return PrefixContext(readers, user_ctx.put, slo), groups
+        reader = study.context(prefix, slo).readers[0]
+        readers.append(Reader(reader.get, reader.cost, count))
+    return PrefixContext(readers, study.context(user, slo).put, slo), groups
 
 
 def _social(
     study: Study, groups: dict[int, int], configuration: Configuration, salt: int
 ) -> np.ndarray:
+    """Sync completion times: the slowest GET of every follower, for many updates."""
     n = 2_000
     slowest = np.zeros(n)
     for prefix, count in groups.items():
-        serving, second = study.regions(prefix)
-        sample = get_operations(
-            study.world,
-            prefix,
-            serving,
-            second,
-            configuration,
-            n * count,
-            study.seed + 13 * prefix + salt,
-        )
-        slowest = np.maximum(slowest, sample.latency_ms.reshape(n, count).max(axis=1))
+        latencies = study.measure(prefix, configuration, study.seed + 13 * prefix + salt, n * count)
+        slowest = np.maximum(slowest, latencies.reshape(n, count).max(axis=1))
     return slowest
 
 
@@ -692,13 +661,13 @@ def fig18a(study: Study, report: Report, paper: dict) -> dict:
         "copies hold the PUT, the remote ones over the measured inter-region RTT and queued one "
         "after the other where the remote region serialises PUTs.",
     )
-    fig, ax = _cdf_axes("PUT p99 - baseline median", "ms")
-    _plot_cdf(ax, base_rows, "baseline", color="black")
-    _plot_cdf(ax, strong_rows, "CosTLO, quorum of 3 copies")
-    _plot_cdf(ax, estimated_rows, "CosTLO, estimated", linestyle="--")
-    ax.legend(fontsize=8)
-    report.figure("fig18a_cdf", fig, "Strong consistency: PUT inflation")
-    plt.close(fig)
+    curves = [
+        (base_rows, "baseline", {"color": "black"}),
+        (strong_rows, "CosTLO, quorum of 3 copies", {}),
+        (estimated_rows, "CosTLO, estimated", {"linestyle": "--"}),
+    ]
+    title = "PUT p99 - baseline median"
+    _cdf_figure(report, "fig18a_cdf", "Strong consistency: PUT inflation", title, curves)
     ratio = float(np.median(strong_rows) / np.median(base_rows))
     report.comparison(
         "fig18a_vs_paper",

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from geoslo.control.costlo import Configuration, PrefixWorkload, RegionPrices, SearchLimits, Slo
+from geoslo.control.costlo import Configuration, PrefixWorkload, SearchLimits, Slo
 from geoslo.control.costlo.decide import prefix_context
 from geoslo.control.costlo.estimate import RegionView
 from geoslo.control.costlo.search import select_configuration
@@ -103,27 +103,32 @@ class Study:
                 r.name,
                 self.model(region),
                 LatencyDistribution.from_samples(samples, DEFAULT_STEP_MS),
-                _prices(r.prices),
+                r.prices,
                 self.world.behaviours[region].relay_rps,
             )
         return self.views[key]
 
-    def select(self, prefix: int, slo: Slo, limits: SearchLimits | None = None):
+    def context(self, prefix: int, slo: Slo, limits: SearchLimits | None = None):
+        """ConfSelector's inputs for ``prefix``: estimators, cost model, SLO, limits."""
         serving, second = self.regions(prefix)
-        context = prefix_context(
+        return prefix_context(
             self.workloads[prefix],
             self.view(prefix, serving),
             self.view(prefix, second),
             slo,
             limits or SearchLimits(),
         )
-        return select_configuration(context)
 
-    def measure(self, prefix: int, configuration: Configuration, seed: int) -> np.ndarray:
+    def select(self, prefix: int, slo: Slo, limits: SearchLimits | None = None):
+        return select_configuration(self.context(prefix, slo, limits))
+
+    def measure(
+        self, prefix: int, configuration: Configuration, seed: int, n: int | None = None
+    ) -> np.ndarray:
         """Ground-truth GET latencies of ``configuration`` from ``prefix`` (the week
         the configuration serves: fresh draws, not the agents' samples)."""
         serving, second = self.regions(prefix)
-        n = self.settings.measured_operations
+        n = n or self.settings.measured_operations
         return get_operations(
             self.world, prefix, serving, second, configuration, n, seed
         ).latency_ms
@@ -161,16 +166,6 @@ def build_study(settings: Settings, seed: int = 1) -> Study:
     study = Study(settings, world, seed)
     study.workloads = _workloads(settings, len(world.prefixes), seed)
     return study
-
-
-def _prices(p) -> RegionPrices:
-    return RegionPrices(
-        p.storage_usd_per_gb_month,
-        p.get_usd_per_10k,
-        p.put_usd_per_1k,
-        p.vm_usd_per_hour,
-        p.egress_usd_per_gb,
-    )
 
 
 def _workloads(settings: Settings, n_prefixes: int, seed: int) -> list[PrefixWorkload]:
