@@ -213,15 +213,26 @@ def reproduce_kurma(
 @user_errors
 def reproduce_costlo(
     quick: Annotated[
-        bool, typer.Option(help="30 prefixes and fewer operations (seconds, for CI).")
+        bool, typer.Option(help="Fewer prefixes and operations (seconds, for CI).")
     ] = False,
-    output: Annotated[Path | None, typer.Option(help="Report folder [reports/costlo].")] = None,
-    seed: Annotated[int, typer.Option(help="Seed of the simulated world.")] = 1,
+    live: Annotated[
+        bool, typer.Option(help="The loop on real Redis servers instead (about 2 minutes).")
+    ] = False,
+    output: Annotated[
+        Path | None, typer.Option(help="Report folder [reports/costlo or reports/costlo-live].")
+    ] = None,
+    seed: Annotated[int, typer.Option(help="Seed of every random draw.")] = 1,
 ) -> None:
-    """Reproduce CosTLO's evaluation (Figs. 1a, 5, 6, 13-17, 18a) on the simulated clouds."""
-    from geoslo.experiments.costlo import reproduce
+    """Reproduce CosTLO's evaluation (Figs. 1a, 5, 6, 13-17, 18a) on the simulated clouds,
+    or (--live) run its loop on real Redis servers."""
+    from geoslo.experiments.costlo import LiveSettings, live_report, reproduce
 
-    index = reproduce(output or Path("reports/costlo"), quick=quick, seed=seed)
+    if live:
+        settings = LiveSettings.quick() if quick else LiveSettings()
+        out = output or Path("reports/costlo-live")
+        index = live_report(settings, out, seed, progress=lambda line: typer.echo(line, err=True))
+    else:
+        index = reproduce(output or Path("reports/costlo"), quick=quick, seed=seed)
     typer.echo(f"report: {index}")
 
 

@@ -221,20 +221,31 @@ def infer_storage_model(
 
 
 def infer_replicas(
-    same_object: PairSamples, service_samples_ms: np.ndarray, rng: np.random.Generator
+    same_object: PairSamples,
+    service_samples_ms: np.ndarray,
+    rng: np.random.Generator,
+    resolution_ms: float = DEFAULT_STEP_MS,
 ) -> int:
     """Replicas n whose predicted |service difference| distribution (an atom of 1/n at 0,
-    else the difference of two independent draws) is closest to the measured one."""
-    measured = np.abs(same_object.service_ms[:, 0] - same_object.service_ms[:, 1])
+    else the difference of two independent draws) is closest to the measured one.
+    Differences under ``resolution_ms`` count as 0: two requests that one server answers
+    back to back differ by its per-request time, not by a service-latency draw."""
+    measured = _resolved(
+        np.abs(same_object.service_ms[:, 0] - same_object.service_ms[:, 1]), resolution_ms
+    )
     a = rng.choice(service_samples_ms, _INFERENCE_DRAWS)
     b = rng.choice(service_samples_ms, _INFERENCE_DRAWS)
-    independent = np.abs(a - b)
+    independent = _resolved(np.abs(a - b), resolution_ms)
     same = rng.random(_INFERENCE_DRAWS)
     distances = {}
     for n in REPLICA_CANDIDATES:
         predicted = independent if n == 0 else np.where(same < 1.0 / n, 0.0, independent)
         distances[n] = ks_distance(measured, predicted)
     return min(distances, key=distances.get)
+
+
+def _resolved(differences_ms: np.ndarray, resolution_ms: float) -> np.ndarray:
+    return np.where(differences_ms < resolution_ms, 0.0, differences_ms)
 
 
 def infer_shared_network(pairs: PairSamples, rng: np.random.Generator) -> bool:

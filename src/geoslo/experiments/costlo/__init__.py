@@ -12,12 +12,15 @@ from pathlib import Path
 
 from geoslo.experiments.costlo import _figures
 from geoslo.experiments.costlo._example import example_dict, example_problem
+from geoslo.experiments.costlo._live import LiveSettings, live_report
 from geoslo.experiments.costlo._many import select_many
 from geoslo.experiments.costlo._study import Settings, Study, build_study
 from geoslo.report import Report, load_paper_values
 
 __all__ = [
     "PAPER_VALUES",
+    "LiveSettings",
+    "live_report",
     "Settings",
     "Study",
     "build_study",
