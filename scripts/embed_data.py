@@ -132,6 +132,18 @@ folder is absent (a fresh clone).
 {lines}
 """
 
+# A README may carry hand-written notes on other files below this line; they are kept.
+_KEEP_MARKER = "<!-- hand-written below: kept by scripts/embed_data.py -->"
+
+
+def _readme(folder: Path, lines: list[str]) -> str:
+    text = _README.format(lines="\n".join(lines))
+    path = folder / "README.md"
+    old = path.read_text() if path.exists() else ""
+    if _KEEP_MARKER in old:
+        text += "\n" + old[old.index(_KEEP_MARKER) :]
+    return text
+
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -162,7 +174,7 @@ def main(argv: list[str] | None = None) -> int:
             if path.parent == folder:
                 size_kb = path.stat().st_size / 1024
                 lines.append(f"* `{path.name}` ({size_kb:.0f} KB): {arrays['provenance']}")
-        (folder / "README.md").write_text(_README.format(lines="\n".join(lines)))
+        (folder / "README.md").write_text(_readme(folder, lines))
     for path in outputs:
         print(f"{path.relative_to(ROOT)}: {path.stat().st_size / 1024:.0f} KB")
     return 0
