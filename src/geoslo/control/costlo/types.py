@@ -9,7 +9,7 @@ and PUTs that gate the redundant requests (§5.2, "Representation of configurati
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass
 
 from geoslo.errors import ConfigError
 
@@ -137,15 +137,6 @@ class Configuration:
     def serving_copies(self) -> int:
         """Copies stored in the serving data centre (the GET and PUT tuples share them)."""
         return max(self.serving.copies, self.put.copies)
-
-    def canonical(self) -> Configuration:
-        """The same behaviour with timeout/probability zeroed where nothing is redundant."""
-        out = self
-        if not self.get_redundant:
-            out = replace(out, get_timeout_ms=0.0, get_probability=1.0)
-        if not self.put_redundant:
-            out = replace(out, put_timeout_ms=0.0, put_probability=1.0)
-        return out
 
 
 @dataclass(frozen=True)
@@ -284,7 +275,6 @@ class Selection:
     evaluated: int
     serving_region: str = ""
     second_region: str = ""
-    notes: tuple[str, ...] = field(default=())
 
     @property
     def cost_increase_fraction(self) -> float:
