@@ -3,6 +3,14 @@
 from geoslo.models._interference import best_fitting_curve
 from geoslo.models._queueing import erlang_c, mmc_sojourn_tail, mmc_violation_surface
 from geoslo.models._residual import residual_from_probes
+from geoslo.models._scads import (
+    PAPER_MIXES_READ_FRACTION,
+    CopyDurationModel,
+    SteadyStateModel,
+    fit_copy_duration,
+    fit_steady_state,
+    mix_crossing_samples,
+)
 from geoslo.models._slo_curves import (
     ServiceProfile,
     SloCurve,
@@ -21,6 +29,12 @@ from geoslo.models._storage_service import (
 )
 
 __all__ = [
+    "PAPER_MIXES_READ_FRACTION",
+    "CopyDurationModel",
+    "SteadyStateModel",
+    "fit_copy_duration",
+    "fit_steady_state",
+    "mix_crossing_samples",
     "PairSamples",
     "StorageMeasurements",
     "StorageServiceModel",
