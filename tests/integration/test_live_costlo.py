@@ -15,6 +15,7 @@ from collections import defaultdict
 
 import pytest
 
+from geoslo.control.costlo import configuration_to_dict
 from geoslo.control.costlo.types import Configuration, GetTuple, PutTuple
 from geoslo.errors import DependencyError
 from geoslo.live._processes import find_program, process_alive
@@ -29,7 +30,6 @@ from geoslo.live.costlo import (
     VmLibrary,
     VmLog,
     VmProcessConfig,
-    configuration_to_dict,
     object_copies,
     put_plan,
     replay_log,

@@ -9,6 +9,7 @@ import zlib
 
 import pytest
 
+from geoslo.control.costlo import configuration_from_dict, configuration_to_dict
 from geoslo.control.costlo.types import Configuration, GetTuple, PutTuple
 from geoslo.errors import InputError, TestbedError
 from geoslo.live.costlo import (
@@ -22,8 +23,6 @@ from geoslo.live.costlo import (
     Regions,
     StorageRequest,
     VmLog,
-    configuration_from_dict,
-    configuration_to_dict,
     copy_key,
     decode_value,
     encode_value,

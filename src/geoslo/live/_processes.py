@@ -7,6 +7,7 @@ package that provides them; otherwise :class:`DependencyError` says what to inst
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import signal
@@ -14,7 +15,7 @@ import socket
 import subprocess
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from geoslo.errors import DependencyError, TestbedError
@@ -23,6 +24,7 @@ from geoslo.errors import DependencyError, TestbedError
 _CHILDREN: dict[int, subprocess.Popen] = {}
 
 __all__ = [
+    "JsonConfigFile",
     "redis_server_command",
     "stop_recorded",
     "ManagedProcess",
@@ -207,3 +209,15 @@ def redis_server_command(redis: str, name: str, port: int, state_dir: Path) -> l
         "--appendonly", "no", "--enable-debug-command", "local",
         "--dir", str(state_dir), "--dbfilename", f"{name}.rdb",
     ]  # fmt: skip
+
+
+class JsonConfigFile:
+    """Mixin for a process's frozen dataclass config: written as JSON by the parent
+    (``write``), read back by the process it starts (``read``)."""
+
+    def write(self, path: Path) -> None:
+        Path(path).write_text(json.dumps(asdict(self)))
+
+    @classmethod
+    def read(cls, path: Path):
+        return cls(**json.loads(Path(path).read_text()))

@@ -16,6 +16,8 @@ from geoslo.control.costlo.types import (
     SearchLimits,
     Selection,
     Slo,
+    configuration_from_dict,
+    configuration_to_dict,
 )
 from geoslo.control.costlo.validation import parse_problem, problem_to_dict, selection_to_dict
 from geoslo.topology import StoragePrices  # a region's prices (§5.2)
@@ -34,6 +36,8 @@ __all__ = [
     "SearchLimits",
     "Selection",
     "Slo",
+    "configuration_from_dict",
+    "configuration_to_dict",
     "decide",
     "parse_problem",
     "problem_to_dict",

@@ -9,9 +9,9 @@ and PUTs that gate the redundant requests (§5.2, "Representation of configurati
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 
-from geoslo.errors import ConfigError
+from geoslo.errors import ConfigError, InputError
 
 __all__ = [
     "GetTuple",
@@ -24,6 +24,8 @@ __all__ = [
     "Selection",
     "Estimate",
     "APPLICATIONS",
+    "configuration_to_dict",
+    "configuration_from_dict",
 ]
 
 
@@ -137,6 +139,26 @@ class Configuration:
     def serving_copies(self) -> int:
         """Copies stored in the serving data centre (the GET and PUT tuples share them)."""
         return max(self.serving.copies, self.put.copies)
+
+
+def configuration_to_dict(configuration: Configuration) -> dict:
+    """The JSON form of a configuration: config.json's ``configuration`` block, and what
+    live processes are started with."""
+    return asdict(configuration)
+
+
+def configuration_from_dict(data: dict) -> Configuration:
+    """The inverse of :func:`configuration_to_dict`; unknown fields raise InputError."""
+    fields = dict(data)
+    try:
+        return Configuration(
+            serving=GetTuple(**fields.pop("serving", {})),
+            second=GetTuple(**fields.pop("second", {"copies": 0})),
+            put=PutTuple(**fields.pop("put", {})),
+            **fields,
+        )
+    except TypeError as error:
+        raise InputError("configuration", str(error)) from None
 
 
 @dataclass(frozen=True)

@@ -30,11 +30,11 @@ from geoslo._json import (
 from geoslo.control.costlo.decide import CostloProblem, RegionInput
 from geoslo.control.costlo.types import (
     Estimate,
-    GetTuple,
     PrefixWorkload,
     SearchLimits,
     Selection,
     Slo,
+    configuration_to_dict,
 )
 from geoslo.errors import InputError
 from geoslo.models import PairSamples, StorageMeasurements
@@ -299,10 +299,6 @@ def _finite(x: float) -> float | None:
     return x if math.isfinite(x) else None
 
 
-def _get_tuple(t: GetTuple) -> dict:
-    return {"copies": t.copies, "requests_per_copy": t.requests_per_copy, "relay_vm": t.relay_vm}
-
-
 def _estimate(e: Estimate | None, tail_key: str) -> dict | None:
     if e is None:
         return None
@@ -331,15 +327,7 @@ def selection_to_dict(
         "met": bool(selection.met),
         "serving_region": selection.serving_region or None,
         "second_region": selection.second_region or None,
-        "configuration": {
-            "serving": _get_tuple(c.serving),
-            "second": _get_tuple(c.second),
-            "put": {"copies": c.put.copies, "requests_per_copy": c.put.requests_per_copy},
-            "get_timeout_ms": float(c.get_timeout_ms),
-            "get_probability": float(c.get_probability),
-            "put_timeout_ms": float(c.put_timeout_ms),
-            "put_probability": float(c.put_probability),
-        },
+        "configuration": configuration_to_dict(c),
         "estimate": {"get": _estimate(selection.get, key), "put": _estimate(selection.put, key)},
         "cost_usd_per_month": {k: float(v) for k, v in selection.cost.as_dict().items()},
         "baseline_cost_usd_per_month": {

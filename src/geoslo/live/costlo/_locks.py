@@ -19,10 +19,11 @@ import asyncio
 import json
 import os
 from collections import deque
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 
 from geoslo.errors import InputError
+from geoslo.live._processes import JsonConfigFile
 from geoslo.live.costlo._jsonlines import JsonLineClient, run_until_sigterm, serve_until
 
 __all__ = [
@@ -236,18 +237,11 @@ class LockClient:
 
 
 @dataclass(frozen=True)
-class LockServiceConfig:
+class LockServiceConfig(JsonConfigFile):
     """``python -m geoslo.live costlo-locks CONFIG``: where to listen, where to back up."""
 
     port: int
     backup_path: str
-
-    def write(self, path: Path) -> None:
-        Path(path).write_text(json.dumps(asdict(self)))
-
-    @classmethod
-    def read(cls, path: Path) -> LockServiceConfig:
-        return cls(**json.loads(Path(path).read_text()))
 
 
 async def serve_lock_service(config: LockServiceConfig, stop: asyncio.Event | None = None):

@@ -13,7 +13,7 @@ from __future__ import annotations
 import zlib
 from dataclasses import asdict, dataclass
 
-from geoslo.control.costlo.types import Configuration, GetTuple, PutTuple
+from geoslo.control.costlo.types import Configuration
 from geoslo.errors import InputError
 
 __all__ = [
@@ -28,8 +28,6 @@ __all__ = [
     "decode_value",
     "object_copies",
     "quorum_size",
-    "configuration_to_dict",
-    "configuration_from_dict",
 ]
 
 SERVING = "serving"  # the data centre that serves the prefix (§5.2)
@@ -130,22 +128,3 @@ def quorum_size(copies: int) -> int:
     if copies < 1:
         raise InputError("copies", f"must be >= 1, got {copies}")
     return copies // 2 + 1
-
-
-def configuration_to_dict(configuration: Configuration) -> dict:
-    """A JSON-ready form of a configuration (for process configs)."""
-    return asdict(configuration)
-
-
-def configuration_from_dict(data: dict) -> Configuration:
-    """The inverse of :func:`configuration_to_dict`; unknown fields raise ConfigError."""
-    fields = dict(data)
-    try:
-        return Configuration(
-            serving=GetTuple(**fields.pop("serving", {})),
-            second=GetTuple(**fields.pop("second", {"copies": 0})),
-            put=PutTuple(**fields.pop("put", {})),
-            **fields,
-        )
-    except TypeError as error:
-        raise InputError("configuration", str(error)) from None

@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import json
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 
 from geoslo.errors import InputError, TestbedError
+from geoslo.live._processes import JsonConfigFile
 from geoslo.live.costlo._jsonlines import run_until_sigterm, serve_until
 from geoslo.live.costlo._storage import RegionStore
 
@@ -22,19 +22,14 @@ __all__ = ["RelayConfig", "Relay", "serve_relay", "run_relay"]
 
 
 @dataclass(frozen=True)
-class RelayConfig:
+class RelayConfig(JsonConfigFile):
     """Where the relay listens and the ports of its region's (local) storage servers."""
 
     port: int
     server_ports: tuple[int, ...]
 
-    def write(self, path: Path) -> None:
-        Path(path).write_text(json.dumps(asdict(self)))
-
-    @classmethod
-    def read(cls, path: Path) -> RelayConfig:
-        data = json.loads(Path(path).read_text())
-        return cls(int(data["port"]), tuple(data["server_ports"]))
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "server_ports", tuple(self.server_ports))
 
 
 class Relay:

@@ -12,22 +12,23 @@ acknowledged and the background propagation has drained.
 from __future__ import annotations
 
 import asyncio
-import json
 import random
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 
+from geoslo.control.costlo.types import configuration_from_dict
 from geoslo.errors import InputError
+from geoslo.live._processes import JsonConfigFile
 from geoslo.live.costlo._locks import fsync_append, read_json_lines
-from geoslo.live.costlo._objects import Regions, configuration_from_dict
+from geoslo.live.costlo._objects import Regions
 from geoslo.live.costlo._vm import VmLibrary
 
 __all__ = ["VmProcessConfig", "run_vm_process", "run_vm_workload", "workload_value"]
 
 
 @dataclass(frozen=True)
-class VmProcessConfig:
+class VmProcessConfig(JsonConfigFile):
     """What a ``costlo-vm`` process runs (JSON). ``configuration`` and ``regions`` are in
     the form of :func:`configuration_to_dict` and :meth:`Regions.to_dict`."""
 
@@ -50,13 +51,6 @@ class VmProcessConfig:
             raise InputError("keys", "name at least one key")
         if self.puts < 0 or not self.rate_per_s > 0:
             raise InputError("rate_per_s", "puts must be >= 0 and rate_per_s > 0")
-
-    def write(self, path: Path) -> None:
-        Path(path).write_text(json.dumps(asdict(self)))
-
-    @classmethod
-    def read(cls, path: Path) -> VmProcessConfig:
-        return cls(**json.loads(Path(path).read_text()))
 
 
 def workload_value(key: str, owner_id: str, serial: int, value_bytes: int) -> bytes:
