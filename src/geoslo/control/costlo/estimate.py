@@ -27,7 +27,7 @@ __all__ = [
     "GetEstimator",
     "PutEstimator",
     "with_timeout",
-    "max_of",
+    "slowest",
     "quorum_put",
 ]
 
@@ -80,21 +80,34 @@ def quorum_put(
         first, both = one, (one + remote.storage.single("put")).trimmed()
     else:
         first, both = one.minimum_of(2), order_statistic([one, one], 2)
-    step = local_put.step_ms
-    start = min(local_put.offset_ms, first.offset_ms)
-    end = max(d.offset_ms + step * (d.pmf.size - 1) for d in (local_put, both))
-    grid = start + step * np.arange(int(round((end - start) / step)) + 1)
+    grid = _grid([local_put, first, both])
     f_local = np.asarray(local_put.cdf(grid), dtype=float)
     cdf = f_local * np.asarray(first.cdf(grid)) + (1.0 - f_local) * np.asarray(both.cdf(grid))
+    return _from_cdf(grid, local_put.step_ms, cdf).trimmed()
+
+
+def slowest(groups: list[tuple[LatencyDistribution, int]]) -> LatencyDistribution:
+    """The slowest of independent draws, ``count`` from each distribution: a page that
+    waits for all its objects, an update that waits for every follower (§6.1)."""
+    dists = [d for d, _ in groups]
+    grid = _grid(dists)
+    cdf = np.ones(grid.size)
+    for dist, count in groups:
+        cdf *= np.asarray(dist.cdf(grid), dtype=float) ** count
+    return _from_cdf(grid, dists[0].step_ms, cdf)
+
+
+def _grid(dists: list[LatencyDistribution]) -> np.ndarray:
+    """The lattice points (of the first one's step) that span every distribution."""
+    step = dists[0].step_ms
+    start = min(d.offset_ms for d in dists)
+    end = max(d.offset_ms + step * (d.pmf.size - 1) for d in dists)
+    return start + step * np.arange(int(round((end - start) / step)) + 1)
+
+
+def _from_cdf(grid: np.ndarray, step_ms: float, cdf: np.ndarray) -> LatencyDistribution:
     pmf = np.clip(np.diff(np.concatenate(([0.0], cdf))), 0.0, None)
-    return LatencyDistribution.from_pmf(float(grid[0]), step, pmf).trimmed()
-
-
-def max_of(dist: LatencyDistribution, k: int) -> LatencyDistribution:
-    """The slowest of k independent draws (a page of k objects, §6.1)."""
-    cdf = np.cumsum(dist.pmf) ** k
-    pmf = np.diff(np.concatenate(([0.0], cdf)))
-    return LatencyDistribution.from_pmf(dist.offset_ms, dist.step_ms, np.clip(pmf, 0.0, None))
+    return LatencyDistribution.from_pmf(float(grid[0]), step_ms, pmf)
 
 
 @dataclass(eq=False)

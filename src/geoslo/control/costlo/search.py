@@ -16,7 +16,7 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 from geoslo.control.costlo.cost import CostModel
-from geoslo.control.costlo.estimate import GetEstimator, PutEstimator, max_of
+from geoslo.control.costlo.estimate import GetEstimator, PutEstimator, slowest
 from geoslo.control.costlo.types import (
     Configuration,
     CostBreakdown,
@@ -54,9 +54,9 @@ class PrefixContext:
     def get_distribution(self, c: Configuration) -> LatencyDistribution:
         """The user-perceived GET latency the SLO bounds (§3, §6.1)."""
         if self.slo.application == "page":
-            return max_of(self.readers[0].get.distribution(c), self.slo.page_objects)
+            return slowest([(self.readers[0].get.distribution(c), self.slo.page_objects)])
         if self.slo.application == "social":
-            return _slowest([(r.get.distribution(c), r.count) for r in self.readers])
+            return slowest([(r.get.distribution(c), r.count) for r in self.readers])
         return self.readers[0].get.distribution(c)
 
     def cost(self, c: Configuration) -> CostBreakdown:
@@ -66,19 +66,6 @@ class PrefixContext:
             part = r.cost.monthly(c, r.get.redundant_fraction(c), put_fraction)
             total = _add(total, part)
         return total
-
-
-def _slowest(groups: list[tuple[LatencyDistribution, int]]) -> LatencyDistribution:
-    """Slowest of independent draws, ``count`` from each distribution."""
-    step = groups[0][0].step_ms
-    start = min(d.offset_ms for d, _ in groups)
-    end = max(d.offset_ms + step * (d.pmf.size - 1) for d, _ in groups)
-    grid = start + step * np.arange(int(round((end - start) / step)) + 1)
-    cdf = np.ones(grid.size)
-    for dist, count in groups:
-        cdf *= np.asarray(dist.cdf(grid), dtype=float) ** count
-    pmf = np.clip(np.diff(np.concatenate(([0.0], cdf))), 0.0, None)
-    return LatencyDistribution.from_pmf(float(grid[0]), step, pmf)
 
 
 def _add(a: CostBreakdown, b: CostBreakdown) -> CostBreakdown:
@@ -249,8 +236,10 @@ class _Redundancy:
     # PUT ---------------------------------------------------------------------
 
     def _solve_put(self, c: Configuration) -> tuple[Configuration, bool]:
+        tails = {t: self._put_tail(c.put, t) for t in self.put_timeouts}
+
         def tail_at(timeout_ms: float, p: float) -> float:
-            a, b = self._put_tail(c.put, timeout_ms)
+            a, b = tails[timeout_ms]
             return a + p * (b - a)
 
         return self._cheapest(c, "put", self.put_timeouts, tail_at)
