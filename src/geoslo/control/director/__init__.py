@@ -1,18 +1,23 @@
 """SCADS Director (FAST 2011): model-predictive elastic scaling of a binned key-value
 store under a 99th-percentile latency SLO.
 
-``types`` (cluster state, configuration, actions); ``loop`` (smoothing, deciding and
-scheduling every period).
+``types`` (cluster state, configuration, actions); ``smoothing`` (hysteresis, §5.5);
+``controller`` (``decide``, §5.3); ``scheduler`` (splitting, concurrency and cancelling,
+§5.6); ``loop`` (smoothing, deciding and scheduling every period).
 """
 
-from geoslo.control.director.loop import RunningAction, Step
+from geoslo.control.director.controller import decide, work_capacity
+from geoslo.control.director.loop import Decision, DirectorLoop
+from geoslo.control.director.smoothing import Smoother, smooth
 from geoslo.control.director.types import (
     ACTION_KINDS,
     Action,
     ClusterState,
     DirectorConfig,
     Plan,
+    RunningAction,
     ServerState,
+    Step,
     replica_loads,
 )
 
@@ -21,9 +26,15 @@ __all__ = [
     "Action",
     "ClusterState",
     "DirectorConfig",
+    "Decision",
+    "DirectorLoop",
     "Plan",
     "RunningAction",
     "ServerState",
     "Step",
+    "Smoother",
+    "decide",
     "replica_loads",
+    "smooth",
+    "work_capacity",
 ]

@@ -5,7 +5,7 @@ Environments (``geoslo.sim.kvcluster``, ``geoslo.live.director``) drive it:
 
 * once per period, ``observe(raw_get_rps, raw_put_rps)`` with the period's per-bin
   histogram (§5.5);
-* every tick (each simulated second, or whenever an action ends on the live cluster),
+* every tick (each simulated second, or every second on the live cluster),
   ``tick(now_s, servers, running)`` returns the actions to start and those to cancel.
 
 What an environment does with an action: ``add-server`` creates the server not ready and
@@ -16,25 +16,97 @@ end at once. A cancelled or failed copy leaves nothing on the target.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
-from geoslo.control.director.types import Action
+import numpy as np
 
-__all__ = ["RunningAction", "Step"]
+from geoslo.control.director.controller import decide
+from geoslo.control.director.scheduler import copy_duration_s, overdue, runnable, split_long
+from geoslo.control.director.smoothing import Smoother
+from geoslo.control.director.types import (
+    Action,
+    ClusterState,
+    DirectorConfig,
+    Plan,
+    RunningAction,
+    ServerState,
+    Step,
+)
+from geoslo.models import CopyDurationModel, SteadyStateModel
+
+__all__ = ["DirectorLoop", "Decision", "RunningAction", "Step"]
 
 
 @dataclass(frozen=True)
-class RunningAction:
-    """An action in progress: when it started and how long the copy model said it takes."""
+class Decision:
+    """One controller iteration, kept for reports."""
 
-    action: Action
-    started_s: float
-    predicted_s: float
+    time_s: float
+    plan: Plan
+    actions: int  # after splitting
 
 
-@dataclass(frozen=True)
-class Step:
-    """What the loop asks of the environment at one tick."""
+class DirectorLoop:
+    """Observe every period, decide when no copy is in flight (§5.3: "the controller waits
+    until previously scheduled copy actions complete"), schedule (§5.6)."""
 
-    start: tuple[RunningAction, ...] = ()
-    cancel: tuple[Action, ...] = ()
+    def __init__(
+        self,
+        model: SteadyStateModel,
+        copy_model: CopyDurationModel,
+        config: DirectorConfig,
+        bin_bytes: np.ndarray,
+    ) -> None:
+        self.model = model
+        self.copy_model = copy_model
+        self.config = config
+        self.bin_bytes = np.asarray(bin_bytes, dtype=float)
+        self.smoother = Smoother(config.alpha_up, config.alpha_down)
+        self.pending: list[Action] = []
+        self.decisions: list[Decision] = []
+        self.cancelled: list[tuple[float, Action]] = []
+        self._next_decision_s = 0.0
+        self._plan: Plan | None = None
+
+    def observe(self, raw_get_rps: np.ndarray, raw_put_rps: np.ndarray) -> None:
+        """The period's per-bin histogram (§5.5)."""
+        self.smoother.update(raw_get_rps, raw_put_rps)
+
+    def tick(
+        self, now_s: float, servers: Sequence[ServerState], running: Sequence[RunningAction]
+    ) -> Step:
+        late = overdue(running, now_s, self.config)
+        if late:
+            self.cancelled.extend((now_s, action) for action in late)
+            self.pending = []  # reassess the state at the next decision (§5.3)
+        still_running = [r for r in running if r.action not in late]
+        copying = any(r.action.copies_data for r in still_running)
+        if not self.pending and not copying and self._due(now_s):
+            self._decide(now_s, servers)
+        start = runnable(self.pending, still_running, servers)
+        for action in start:
+            self.pending.remove(action)
+        if not start and not still_running and self.pending:
+            self.pending = []  # nothing can ever start: drop and decide afresh
+        return Step(tuple(self._running(action, now_s) for action in start), tuple(late))
+
+    def _due(self, now_s: float) -> bool:
+        return self.smoother.ready and now_s >= self._next_decision_s
+
+    def _decide(self, now_s: float, servers: Sequence[ServerState]) -> None:
+        assert self.smoother.get_rps is not None and self.smoother.put_rps is not None
+        state = ClusterState(
+            tuple(servers), self.smoother.get_rps, self.smoother.put_rps, self.bin_bytes
+        )
+        self._plan = decide(state, self.model, self.config)
+        self.pending = split_long(self._plan.actions, self._predict, self.config.max_action_s)
+        self.decisions.append(Decision(now_s, self._plan, len(self.pending)))
+        self._next_decision_s = now_s + self.config.period_s
+
+    def _predict(self, action: Action) -> float:
+        assert self._plan is not None
+        return copy_duration_s(action, self.bin_bytes, self.copy_model, self.config, self._plan)
+
+    def _running(self, action: Action, now_s: float) -> RunningAction:
+        return RunningAction(action, now_s, self._predict(action))

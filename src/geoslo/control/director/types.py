@@ -26,7 +26,9 @@ __all__ = [
     "ClusterState",
     "DirectorConfig",
     "Plan",
+    "RunningAction",
     "ServerState",
+    "Step",
     "replica_loads",
 ]
 
@@ -155,6 +157,23 @@ class Plan:
 
     def count(self, kind: str) -> int:
         return sum(1 for action in self.actions if action.kind == kind)
+
+
+@dataclass(frozen=True)
+class RunningAction:
+    """An action in progress: when it started and how long the copy model said it takes."""
+
+    action: Action
+    started_s: float
+    predicted_s: float
+
+
+@dataclass(frozen=True)
+class Step:
+    """What the control loop asks of the environment at one tick."""
+
+    start: tuple[RunningAction, ...] = ()
+    cancel: tuple[Action, ...] = ()
 
 
 def _positive(value: object, name: str) -> None:

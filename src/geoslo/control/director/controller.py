@@ -1,0 +1,391 @@
+"""The SCADS Director's controller (FAST 2011, §5.3, Algorithm 1): a pure function from the
+cluster's layout and smoothed per-bin workload to an ordered list of actions.
+
+The steady-state model is a logistic regression, so "server s meets the SLO" is the linear
+condition ``b_get * get + b_put * put < boundary`` (§5.4). Each replica of a bin therefore
+has a scalar *work* in the model's units and each server a capacity, ``boundary``:
+best-fit placement is one-dimensional and runs on a sorted list with bisection, which
+keeps a decision for 1,000 servers and 10,000 bins well under a second.
+
+Steps, in order (§5.3):
+
+1. Restore bins that lost replicas (below ``replicas``) by copying them.
+2. Hot bins: a bin whose replica would not fit an empty server gets as many replicas as
+   its gets need, each on a dedicated (empty) server; replicas no longer needed go.
+3. Overloaded servers: move their hottest bins, best fit, to the most loaded server that
+   can take them, or to an empty server.
+4. Coalesce: empty the least loaded underloaded servers into the others, best fit; a
+   server is emptied only if all its bins find a place (moving only some of them would
+   shuffle data without freeing a server).
+5. Add and remove servers so that exactly ``standbys`` empty servers remain.
+"""
+
+from __future__ import annotations
+
+import bisect
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from geoslo.control.director.types import (
+    Action,
+    ClusterState,
+    DirectorConfig,
+    Plan,
+    ServerState,
+    replica_loads,
+)
+from geoslo.errors import InputError
+from geoslo.models import SteadyStateModel
+
+__all__ = ["decide", "work_capacity", "MAX_REPLICAS"]
+
+MAX_REPLICAS = 64  # a bin needing more replicas is capped here (its puts alone overload)
+
+
+def work_capacity(model: SteadyStateModel) -> float:
+    """The model's boundary ``logit(threshold) - intercept``: a server meets the SLO while
+    ``b_get * get_rps + b_put * put_rps`` stays below it."""
+    if model.get_coefficient <= 0 or model.put_coefficient < 0:
+        raise InputError("model", "needs get_coefficient > 0 and put_coefficient >= 0")
+    boundary = math.log(model.threshold / (1.0 - model.threshold)) - model.intercept
+    if boundary <= 0:
+        raise InputError("model", "predicts a violation even with no load")
+    return boundary
+
+
+def decide(state: ClusterState, model: SteadyStateModel, config: DirectorConfig) -> Plan:
+    """One controller iteration (module docstring)."""
+    layout = _Layout(state, model, config)
+    layout.restore_replicas()
+    layout.fix_hot_bins()
+    layout.fix_overloaded()
+    layout.coalesce()
+    layout.keep_standbys()
+    return layout.plan()
+
+
+@dataclass
+class _Server:
+    name: str
+    bins: set[int]
+    ready: bool
+    work: float = 0.0
+    new: bool = False  # added by this plan
+    removed: bool = False
+    touched: bool = False  # source or target of a move/copy in this plan
+    dedicated: bool = False  # holds one hot bin's replica
+
+
+@dataclass
+class _Steps:
+    """Actions in the order they were decided, merged per (kind, source, target)."""
+
+    order: list[tuple] = field(default_factory=list)
+    bins: dict[tuple, list[int]] = field(default_factory=dict)
+
+    def add(self, kind: str, bin_index: int | None = None, **where: str) -> None:
+        key = (kind, where.get("source"), where.get("target"), where.get("server"))
+        if key not in self.bins:
+            self.order.append(key)
+            self.bins[key] = []
+        if bin_index is not None:
+            self.bins[key].append(bin_index)
+
+    def actions(self) -> tuple[Action, ...]:
+        rank = {"add-server": 0, "copy": 1, "move": 1, "delete-replica": 2, "remove-server": 3}
+        ordered = sorted(self.order, key=lambda key: rank[key[0]])
+        return tuple(
+            Action(kind, tuple(self.bins[(kind, s, t, v)]), source=s, target=t, server=v)
+            for kind, s, t, v in ordered
+        )
+
+
+class _Layout:
+    """The cluster as the plan reshapes it: who holds which bin, and each server's work."""
+
+    def __init__(self, state: ClusterState, model: SteadyStateModel, config: DirectorConfig):
+        self.config = config
+        self.model = model
+        self.capacity = work_capacity(model)
+        scale = 1.0 + config.overprovisioning
+        self.get_rps = np.asarray(state.get_rps, dtype=float) * scale
+        self.put_rps = np.asarray(state.put_rps, dtype=float) * scale
+        self.servers = [_Server(s.name, set(s.bins), s.ready) for s in state.servers]
+        self.index = {server.name: i for i, server in enumerate(self.servers)}
+        self.holders: list[set[int]] = [set() for _ in range(state.bins)]
+        for i, server in enumerate(self.servers):
+            for b in server.bins:
+                self.holders[b].add(i)
+        self.initial_holders = [frozenset(h) for h in self.holders]  # copy sources
+        self.replica_work = self._replica_work(np.array([len(h) for h in self.holders]))
+        for server in self.servers:
+            server.work = float(sum(self.replica_work[b] for b in server.bins))
+            server.dedicated = any(len(self.holders[b]) > config.replicas for b in server.bins)
+        self.steps = _Steps()
+        self.moved: set[int] = set()
+        self._sorted: list[tuple[float, int]] = []
+        self._rebuild_sorted()
+
+    # ------------------------------------------------------------ work bookkeeping
+
+    def _replica_work(self, replicas: np.ndarray) -> np.ndarray:
+        get, put = replica_loads(self.get_rps, self.put_rps, replicas, self.config.read_fanout)
+        return self.model.get_coefficient * get + self.model.put_coefficient * put
+
+    def _work_with(self, b: int, replicas: int) -> float:
+        """The work of one replica of ``b`` when it has ``replicas`` of them."""
+        share = min(self.config.read_fanout, replicas) / max(replicas, 1)
+        get_work = self.model.get_coefficient * self.get_rps[b] * share
+        return float(get_work + self.model.put_coefficient * self.put_rps[b])
+
+    def _rebuild_sorted(self) -> None:
+        self._sorted = sorted((s.work, i) for i, s in enumerate(self.servers) if self._candidate(s))
+
+    def _candidate(self, server: _Server) -> bool:
+        """Best-fit targets: servers that hold data and stay, except those dedicated to a
+        hot bin's replicas (empty servers are standbys, taken only when nothing fits)."""
+        return bool(server.bins) and not server.removed and not server.dedicated
+
+    def _set_work(self, i: int, work: float) -> None:
+        server = self.servers[i]
+        if self._candidate(server):
+            self._sorted_remove(i)
+        server.work = work
+        if self._candidate(server):
+            bisect.insort(self._sorted, (work, i))
+
+    def _sorted_remove(self, i: int) -> None:
+        key = (self.servers[i].work, i)
+        at = bisect.bisect_left(self._sorted, key)
+        if at < len(self._sorted) and self._sorted[at] == key:
+            del self._sorted[at]
+
+    def _attach(self, b: int, i: int) -> None:
+        server = self.servers[i]
+        was_candidate = self._candidate(server)
+        if was_candidate:
+            self._sorted_remove(i)
+        server.bins.add(b)
+        self.holders[b].add(i)
+        server.work += self.replica_work[b]
+        if self._candidate(server):
+            bisect.insort(self._sorted, (server.work, i))
+
+    def _detach(self, b: int, i: int) -> None:
+        server = self.servers[i]
+        if self._candidate(server):
+            self._sorted_remove(i)
+        server.bins.discard(b)
+        self.holders[b].discard(i)
+        server.work -= self.replica_work[b]
+        if not server.bins:
+            server.work = 0.0
+        if self._candidate(server):
+            bisect.insort(self._sorted, (server.work, i))
+
+    def _set_replicas(self, b: int, replicas: int) -> None:
+        """Re-price every replica of ``b`` for a new replica count."""
+        new_work = self._work_with(b, replicas)
+        delta = new_work - self.replica_work[b]
+        self.replica_work[b] = new_work
+        for i in self.holders[b]:
+            self._set_work(i, self.servers[i].work + delta)
+
+    # ------------------------------------------------------------ placement
+
+    def _best_fit(self, b: int, exclude: set[int]) -> int | None:
+        """The most loaded data-holding server that can take a replica of ``b``."""
+        room = self.capacity - self.replica_work[b]
+        at = bisect.bisect_left(self._sorted, (room, -1)) - 1
+        while at >= 0:
+            _, i = self._sorted[at]
+            if i not in exclude and i not in self.holders[b]:
+                return i
+            at -= 1
+        return None
+
+    def _empty_server(self) -> int:
+        """An empty server that stays: a ready standby, a booting one, else a new one."""
+        empty = [
+            i
+            for i, s in enumerate(self.servers)
+            if not s.bins and not s.removed and not s.dedicated
+        ]
+        if empty:
+            return min(empty, key=lambda i: (not self.servers[i].ready, self.servers[i].new))
+        name = self._new_name()
+        self.servers.append(_Server(name, set(), ready=False, new=True))
+        self.index[name] = len(self.servers) - 1
+        self.steps.add("add-server", server=name)
+        return len(self.servers) - 1
+
+    def _new_name(self) -> str:
+        numbers = [-1]
+        for name in self.index:
+            head, _, tail = name.rpartition("-")
+            if head == "server" and tail.isdigit():
+                numbers.append(int(tail))
+        return f"server-{max(numbers) + 1}"
+
+    def _copy(self, b: int, target: int) -> None:
+        sources = self.initial_holders[b]  # a replica that holds the data already
+        source = min(sources, key=lambda i: self.servers[i].work)
+        self._attach(b, target)
+        self.servers[target].touched = True
+        self.steps.add(
+            "copy", b, source=self.servers[source].name, target=self.servers[target].name
+        )
+
+    def _move(self, b: int, source: int, target: int) -> None:
+        self._detach(b, source)
+        self._attach(b, target)
+        self.servers[source].touched = self.servers[target].touched = True
+        self.moved.add(b)
+        self.steps.add(
+            "move", b, source=self.servers[source].name, target=self.servers[target].name
+        )
+
+    def _overloaded(self, i: int) -> bool:
+        return self.servers[i].work >= self.capacity
+
+    # ------------------------------------------------------------ the steps
+
+    def restore_replicas(self) -> None:
+        """Bins below the configured replica count get copies (after a server failure)."""
+        for b, holders in enumerate(self.holders):
+            if not holders:
+                continue  # no copy survives to copy from; nothing the controller can do
+            while len(self.holders[b]) < self.config.replicas:
+                self._set_replicas(b, len(self.holders[b]) + 1)
+                target = self._best_fit(b, exclude=set())
+                self._copy(b, target if target is not None else self._empty_server())
+
+    def needed_replicas(self, b: int) -> int:
+        """The fewest replicas (at least ``replicas``) whose share of ``b`` fits a server."""
+        n = self.config.replicas
+        while n < MAX_REPLICAS and self._work_with(b, n) >= self.capacity:
+            n += 1
+        return n
+
+    def fix_hot_bins(self) -> None:
+        """Bins too hot for one server: replicas on dedicated servers (§5.3, §6.2); extra
+        replicas of bins that cooled down are deleted."""
+        base = self.config.replicas
+        counts = np.array([len(h) for h in self.holders])
+        at_base = self._replica_work(np.full(len(counts), base))
+        for b in np.flatnonzero((at_base >= self.capacity) | (counts > base)):
+            b = int(b)
+            have, need = len(self.holders[b]), self.needed_replicas(b)
+            if have and need > have:
+                self._set_replicas(b, need)
+                for _ in range(need - have):
+                    target = self._empty_server()
+                    self.servers[target].dedicated = True
+                    self._copy(b, target)
+            elif need < have:
+                self._drop_replicas(b, have - need)
+
+    def _drop_replicas(self, b: int, count: int) -> None:
+        """Delete the replicas whose servers would then be empty first, so they can go."""
+        order = sorted(self.holders[b], key=lambda i: (len(self.servers[i].bins), -i))
+        for i in order[:count]:
+            self._detach(b, i)
+            self.servers[i].touched = True
+            self.steps.add("delete-replica", b, server=self.servers[i].name)
+        self._set_replicas(b, len(self.holders[b]))
+
+    def fix_overloaded(self) -> None:
+        """Move the hottest bins off each overloaded server, best fit (Alg. 1, 4-10)."""
+        for i in sorted(range(len(self.servers)), key=lambda i: -self.servers[i].work):
+            if not self._overloaded(i):
+                continue
+            bins = self.servers[i].bins
+            hot = sorted(
+                (b for b in bins if len(self.holders[b]) > self.config.replicas),
+                key=lambda b: -self.replica_work[b],
+            )
+            others = sorted(set(bins) - set(hot), key=lambda b: -self.replica_work[b])
+            for b in others + hot:  # hot bins last: their replicas were sized already
+                if not self._overloaded(i):
+                    break
+                if len(self.servers[i].bins) == 1:
+                    break  # a lone bin that still overloads needs replicas, not a move
+                target = self._best_fit(b, exclude={i})
+                self._move(b, i, target if target is not None else self._empty_server())
+
+    def coalesce(self) -> None:
+        """Empty the least loaded underloaded servers into the others (Alg. 1, 12-19)."""
+        limit = self.config.coalesce_below * self.capacity
+        order = [
+            i
+            for i, s in enumerate(self.servers)
+            if s.bins and not s.touched and not s.dedicated and s.work < limit
+        ]
+        order.sort(key=lambda i: self.servers[i].work)
+        for i in order:
+            if self.servers[i].touched:
+                continue  # took bins from an emptied server in this round
+            self._try_to_empty(i)
+
+    def _try_to_empty(self, i: int) -> bool:
+        server = self.servers[i]
+        self._sorted_remove(i)  # not a target while it is being emptied
+        placed: list[tuple[int, int]] = []
+        for b in sorted(server.bins, key=lambda b: -self.replica_work[b]):
+            target = self._best_fit(b, exclude={i})
+            if target is None:
+                break
+            self._attach(b, target)
+            placed.append((b, target))
+        if len(placed) < len(server.bins):
+            for b, target in placed:
+                self._detach(b, target)
+            bisect.insort(self._sorted, (server.work, i))
+            return False
+        for b, target in placed:
+            self.holders[b].discard(i)
+            self.servers[target].touched = True
+            self.steps.add("move", b, source=server.name, target=self.servers[target].name)
+        server.bins.clear()
+        server.work = 0.0
+        server.touched = True
+        self._remove(i)
+        return True
+
+    def _remove(self, i: int) -> None:
+        self.servers[i].removed = True
+        self.steps.add("remove-server", server=self.servers[i].name)
+
+    def keep_standbys(self) -> None:
+        """Exactly ``standbys`` empty servers remain after the plan (§5.3)."""
+        empty = [
+            i
+            for i, s in enumerate(self.servers)
+            if not s.bins and not s.removed and not s.dedicated
+        ]
+        missing = self.config.standbys - len(empty)
+        for _ in range(missing):
+            name = self._new_name()
+            self.servers.append(_Server(name, set(), ready=False, new=True))
+            self.index[name] = len(self.servers) - 1
+            self.steps.add("add-server", server=name)
+        # Release surplus empty servers, booting ones first: the ready ones can serve now.
+        for i in sorted(empty, key=lambda i: self.servers[i].ready)[: max(-missing, 0)]:
+            self._remove(i)
+
+    # ------------------------------------------------------------ the answer
+
+    def plan(self) -> Plan:
+        live = [s for s in self.servers if not s.removed]
+        layout = tuple(ServerState(s.name, tuple(sorted(s.bins)), s.ready) for s in live)
+        replicas = np.array([len(h) for h in self.holders])
+        get, put = replica_loads(self.get_rps, self.put_rps, replicas, self.config.read_fanout)
+        gets, puts, risk = {}, {}, {}
+        for s in live:
+            bins = sorted(s.bins)
+            gets[s.name] = float(get[bins].sum())
+            puts[s.name] = float(put[bins].sum())
+            risk[s.name] = float(self.model.violation_probability(gets[s.name], puts[s.name]))
+        return Plan(self.steps.actions(), layout, gets, puts, risk)
