@@ -39,7 +39,7 @@ from geoslo.control.director.types import (
 from geoslo.errors import InputError
 from geoslo.models import SteadyStateModel
 
-__all__ = ["decide", "work_capacity", "MAX_REPLICAS"]
+__all__ = ["decide", "work_capacity", "replicas_needed", "MAX_REPLICAS"]
 
 MAX_REPLICAS = 64  # a bin needing more replicas is capped here (its puts alone overload)
 
@@ -53,6 +53,23 @@ def work_capacity(model: SteadyStateModel) -> float:
     if boundary <= 0:
         raise InputError("model", "predicts a violation even with no load")
     return boundary
+
+
+def replicas_needed(
+    get_rps: np.ndarray,
+    put_rps: np.ndarray,
+    model: SteadyStateModel,
+    config: DirectorConfig,
+    capacity: float,
+) -> np.ndarray:
+    """Per bin, the fewest replicas (at least ``config.replicas``, at most
+    ``MAX_REPLICAS``) whose share of the bin's work stays below ``capacity``: a replica
+    carries ``get * fanout / n`` gets and every put, so ``n > b_get * get * fanout /
+    (capacity - b_put * put)``."""
+    room = np.maximum(capacity - model.put_coefficient * np.asarray(put_rps, float), 1e-12)
+    share = model.get_coefficient * np.asarray(get_rps, float) * config.read_fanout / room
+    needed = np.floor(share).astype(np.int64) + 1
+    return np.clip(needed, config.replicas, MAX_REPLICAS)
 
 
 def decide(state: ClusterState, model: SteadyStateModel, config: DirectorConfig) -> Plan:
@@ -262,22 +279,14 @@ class _Layout:
                 target = self._best_fit(b, exclude=set())
                 self._copy(b, target if target is not None else self._empty_server())
 
-    def needed_replicas(self, b: int) -> int:
-        """The fewest replicas (at least ``replicas``) whose share of ``b`` fits a server."""
-        n = self.config.replicas
-        while n < MAX_REPLICAS and self._work_with(b, n) >= self.capacity:
-            n += 1
-        return n
-
     def fix_hot_bins(self) -> None:
         """Bins too hot for one server: replicas on dedicated servers (§5.3, §6.2); extra
         replicas of bins that cooled down are deleted."""
-        base = self.config.replicas
         counts = np.array([len(h) for h in self.holders])
-        at_base = self._replica_work(np.full(len(counts), base))
-        for b in np.flatnonzero((at_base >= self.capacity) | (counts > base)):
+        needed = replicas_needed(self.get_rps, self.put_rps, self.model, self.config, self.capacity)
+        for b in np.flatnonzero(needed != np.maximum(counts, self.config.replicas)):
             b = int(b)
-            have, need = len(self.holders[b]), self.needed_replicas(b)
+            have, need = len(self.holders[b]), int(needed[b])
             if have and need > have:
                 self._set_replicas(b, need)
                 for _ in range(need - have):
