@@ -28,6 +28,11 @@ costlo_app = typer.Typer(
 reproduce_app = typer.Typer(no_args_is_help=True, help="Reproduce a paper's headline results.")
 app.add_typer(kurma_app, name="kurma")
 app.add_typer(costlo_app, name="costlo")
+director_app = typer.Typer(
+    no_args_is_help=True,
+    help="SCADS Director: elastic scaling of a binned key-value store under a latency SLO.",
+)
+app.add_typer(director_app, name="director")
 app.add_typer(reproduce_app, name="reproduce")
 testbed_app = typer.Typer(
     no_args_is_help=True, help="The live testbed: Redis servers per site and the WAN emulator."
@@ -180,6 +185,42 @@ def costlo_example(
     from geoslo.experiments.costlo import example_dict
 
     write_json(example_dict(seed, prefix, samples), output)
+
+
+@director_app.command("decide")
+@user_errors
+def director_decide(input: InputOption, output: OutputOption = None) -> None:
+    """One controller iteration of the SCADS Director (§5.3; schema: docs/director.md).
+
+    Writes the actions, long copies split with their predicted durations (§5.3), and every
+    server's predicted load after them."""
+    from geoslo.control.director import decide
+    from geoslo.control.director.validation import parse_state, plan_to_dict
+
+    state, model, copy_model, config = parse_state(read_json(input))
+    plan = decide(state, model, config)
+    write_json(plan_to_dict(plan, state, model, copy_model, config), output)
+
+
+@director_app.command("example")
+@user_errors
+def director_example(
+    output: OutputOption = None,
+    servers: Annotated[int, typer.Option(help="Servers, of which 2 are empty standbys.")] = 40,
+    bins: Annotated[int, typer.Option(help="Bins, each on 2 servers.")] = 400,
+    seed: Annotated[int, typer.Option(help="Seed of the layout and the workload.")] = 0,
+) -> None:
+    """Write a state.json for `geoslo director decide` (docs/director.md).
+
+    A seeded cluster with a hot bin, underloaded servers and illustrative models."""
+    from geoslo.control.director.example import example_state
+    from geoslo.control.director.validation import state_to_dict
+
+    try:
+        example = example_state(servers, bins, seed)
+    except InputError as error:
+        raise InputError(f"--{error.field}", error.problem) from None
+    write_json(state_to_dict(*example), output)
 
 
 @reproduce_app.command("kurma")

@@ -135,11 +135,10 @@ class CopyDurationModel:
     min_factor: float = 0.05
 
     def factor(self, specified_bytes_per_s: float, get_rps: float, put_rps: float) -> float:
-        row = _copy_features(
-            np.array([specified_bytes_per_s]), np.array([get_rps]), np.array([put_rps])
-        )[0]
-        value = float(row @ np.asarray(self.coefficients))
-        return float(np.clip(value, self.min_factor, 1.0))
+        r, g, p = float(specified_bytes_per_s), float(get_rps), float(put_rps)
+        c = self.coefficients
+        value = c[0] + c[1] * r + c[2] * r * r + c[3] * g + c[4] * g * g + c[5] * p + c[6] * p * p
+        return min(max(value, self.min_factor), 1.0)
 
     def duration_s(
         self, size_bytes: float, specified_bytes_per_s: float, get_rps: float, put_rps: float

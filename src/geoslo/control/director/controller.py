@@ -139,9 +139,11 @@ class _Layout:
         self.replica_work = self._replica_work(np.array([len(h) for h in self.holders]))
         for server in self.servers:
             server.work = float(sum(self.replica_work[b] for b in server.bins))
-            server.dedicated = any(len(self.holders[b]) > config.replicas for b in server.bins)
+            extra = [len(self.holders[b]) > config.replicas for b in server.bins]
+            server.dedicated = bool(extra) and all(extra)  # only hot bins' replicas
         self.steps = _Steps()
         self.moved: set[int] = set()
+        self.deleted: set[tuple[int, int]] = set()  # (bin, server): not a target again
         self._sorted: list[tuple[float, int]] = []
         self._rebuild_sorted()
 
@@ -199,6 +201,7 @@ class _Layout:
         server.work -= self.replica_work[b]
         if not server.bins:
             server.work = 0.0
+            server.dedicated = False  # an empty server is a standby again (or goes)
         if self._candidate(server):
             bisect.insort(self._sorted, (server.work, i))
 
@@ -218,17 +221,18 @@ class _Layout:
         at = bisect.bisect_left(self._sorted, (room, -1)) - 1
         while at >= 0:
             _, i = self._sorted[at]
-            if i not in exclude and i not in self.holders[b]:
+            if i not in exclude and i not in self.holders[b] and (b, i) not in self.deleted:
                 return i
             at -= 1
         return None
 
-    def _empty_server(self) -> int:
-        """An empty server that stays: a ready standby, a booting one, else a new one."""
+    def _empty_server(self, b: int) -> int:
+        """An empty server that stays: a ready standby, a booting one, else a new one
+        (not one whose replica of ``b`` this plan deletes)."""
         empty = [
             i
             for i, s in enumerate(self.servers)
-            if not s.bins and not s.removed and not s.dedicated
+            if not s.bins and not s.removed and not s.dedicated and (b, i) not in self.deleted
         ]
         if empty:
             return min(empty, key=lambda i: (not self.servers[i].ready, self.servers[i].new))
@@ -277,7 +281,7 @@ class _Layout:
             while len(self.holders[b]) < self.config.replicas:
                 self._set_replicas(b, len(self.holders[b]) + 1)
                 target = self._best_fit(b, exclude=set())
-                self._copy(b, target if target is not None else self._empty_server())
+                self._copy(b, target if target is not None else self._empty_server(b))
 
     def fix_hot_bins(self) -> None:
         """Bins too hot for one server: replicas on dedicated servers (§5.3, §6.2); extra
@@ -290,7 +294,7 @@ class _Layout:
             if have and need > have:
                 self._set_replicas(b, need)
                 for _ in range(need - have):
-                    target = self._empty_server()
+                    target = self._empty_server(b)
                     self.servers[target].dedicated = True
                     self._copy(b, target)
             elif need < have:
@@ -301,6 +305,7 @@ class _Layout:
         order = sorted(self.holders[b], key=lambda i: (len(self.servers[i].bins), -i))
         for i in order[:count]:
             self._detach(b, i)
+            self.deleted.add((b, i))
             self.servers[i].touched = True
             self.steps.add("delete-replica", b, server=self.servers[i].name)
         self._set_replicas(b, len(self.holders[b]))
@@ -322,7 +327,7 @@ class _Layout:
                 if len(self.servers[i].bins) == 1:
                     break  # a lone bin that still overloads needs replicas, not a move
                 target = self._best_fit(b, exclude={i})
-                self._move(b, i, target if target is not None else self._empty_server())
+                self._move(b, i, target if target is not None else self._empty_server(b))
 
     def coalesce(self) -> None:
         """Empty the least loaded underloaded servers into the others (Alg. 1, 12-19)."""

@@ -52,12 +52,14 @@ def split_long(actions: Iterable[Action], duration_s, max_action_s: float) -> li
             out.append(action)
             continue
         chunk: list[int] = []
-        for b in action.bins:
-            trial = _with_bins(action, (*chunk, b))
-            if chunk and duration_s(trial) > max_action_s:
+        chunk_s = 0.0
+        for b in action.bins:  # a copy's time is additive over its bins
+            bin_s = duration_s(_with_bins(action, (b,)))
+            if chunk and chunk_s + bin_s > max_action_s:
                 out.append(_with_bins(action, tuple(chunk)))
-                chunk = []
+                chunk, chunk_s = [], 0.0
             chunk.append(b)
+            chunk_s += bin_s
         out.append(_with_bins(action, tuple(chunk)))
     return out
 

@@ -1,0 +1,400 @@
+"""The SCADS Director's pure decisions (FAST 2011, §5.3-§5.6): smoothing, the controller,
+the action scheduler and the control loop, on small hand-built clusters; no processes."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from geoslo.control.director import (
+    Action,
+    ClusterState,
+    DirectorConfig,
+    DirectorLoop,
+    Plan,
+    RunningAction,
+    ServerState,
+    Smoother,
+    decide,
+    smooth,
+)
+from geoslo.control.director.controller import replicas_needed, work_capacity
+from geoslo.control.director.example import example_state
+from geoslo.control.director.scheduler import copy_duration_s, overdue, runnable, split_long
+from geoslo.models import CopyDurationModel, SteadyStateModel
+
+# A server alone handles 1,000 gets/s or 250 puts/s: work = gets/100 + puts/25 < 10.
+SERVER_GET_RPS = 1000.0
+MODEL = SteadyStateModel(intercept=-10.0, get_coefficient=0.01, put_coefficient=0.04)
+COPY_MODEL = CopyDurationModel((1.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0))  # the specified rate
+
+
+def config(**changes) -> DirectorConfig:
+    """One replica per bin, no overprovisioning and no standbys unless a test says so."""
+    base = {"overprovisioning": 0.0, "standbys": 0, "replicas": 1, "read_fanout": 1}
+    return DirectorConfig(**{**base, **changes})
+
+
+def server(name: str, *bins: int, ready: bool = True) -> ServerState:
+    return ServerState(name, tuple(bins), ready)
+
+
+def cluster(servers, get_rps, put_rps=None, bin_bytes_each: float = 4e6) -> ClusterState:
+    get = np.asarray(get_rps, dtype=float)
+    put = np.zeros_like(get) if put_rps is None else np.asarray(put_rps, dtype=float)
+    return ClusterState(tuple(servers), get, put, np.full(len(get), bin_bytes_each))
+
+
+def moves(plan: Plan, kind: str = "move") -> list[tuple[int, str | None, str | None]]:
+    return [(b, a.source, a.target) for a in plan.actions if a.kind == kind for b in a.bins]
+
+
+def named(plan: Plan, kind: str) -> list[str | None]:
+    return [a.server for a in plan.actions if a.kind == kind]
+
+
+def layout(plan: Plan) -> dict[str, set[int]]:
+    return {s.name: set(s.bins) for s in plan.servers}
+
+
+def apply(state: ClusterState, actions) -> dict[str, set[int]]:
+    """Run the actions in order on the state's layout, checking each is possible."""
+    held = {s.name: set(s.bins) for s in state.servers}
+    for a in actions:
+        if a.kind == "add-server":
+            assert a.server not in held
+            held[a.server] = set()
+        elif a.kind in ("copy", "move"):
+            assert set(a.bins) <= held[a.source], a
+            assert not set(a.bins) & held[a.target], f"{a}: target holds a replica already"
+            held[a.target] |= set(a.bins)
+            if a.kind == "move":
+                held[a.source] -= set(a.bins)
+        elif a.kind == "delete-replica":
+            assert set(a.bins) <= held[a.server]
+            held[a.server] -= set(a.bins)
+        else:
+            assert not held.pop(a.server), f"{a}: the server still holds bins"
+    return held
+
+
+# ---------------------------------------------------------------- smoothing (§5.5)
+
+
+def test_smoothing_uses_alpha_up_on_rises_and_alpha_down_on_falls():
+    previous, raw = np.array([10.0, 10.0, 10.0]), np.array([20.0, 0.0, 10.0])
+    assert smooth(previous, raw, 0.9, 0.1) == pytest.approx([19.0, 9.0, 10.0])
+
+
+def test_smoother_takes_the_first_histogram_as_is_then_smooths():
+    smoother = Smoother(alpha_up=0.9, alpha_down=0.1)
+    assert not smoother.ready
+    smoother.update([100.0, 50.0], [10.0, 0.0])
+    assert smoother.ready
+    assert smoother.get_rps == pytest.approx([100.0, 50.0])
+    smoother.update([0.0, 150.0], [20.0, 0.0])
+    assert smoother.get_rps == pytest.approx([90.0, 140.0])  # falls slowly, rises fast
+    assert smoother.put_rps == pytest.approx([19.0, 0.0])
+
+
+# ---------------------------------------------------------------- the controller (§5.3)
+
+
+def test_capacity_is_the_logistic_boundary():
+    assert work_capacity(MODEL) == pytest.approx(10.0)
+    assert MODEL.violation_probability(SERVER_GET_RPS, 0.0) == pytest.approx(0.5)
+
+
+@pytest.mark.parametrize(("overprovisioning", "moved"), [(0.0, False), (0.1, True)])
+def test_overprovisioning_makes_a_server_at_95_percent_overloaded(overprovisioning, moved):
+    """§5.5: with 0.1, a workload of w looks like 1.1 w; 0.95 of capacity becomes 1.045."""
+    state = cluster([server("a", 0, 1), server("b", 2)], [475.0, 475.0, 100.0])
+    plan = decide(state, MODEL, config(overprovisioning=overprovisioning))
+    assert bool(moves(plan)) == moved
+    if moved:
+        assert moves(plan)[0][1:] == ("a", "b")
+        assert plan.get_rps["a"] == pytest.approx(1.1 * 475.0)
+        assert max(plan.violation_probability.values()) < 0.5
+
+
+def test_overloaded_bins_go_best_fit_to_the_most_loaded_server_that_takes_them():
+    """Alg. 1, lines 4-10: bin 0 (600 gets/s) fits b (200) and c (350); c is fuller."""
+    servers = [server("a", 0, 1), server("b", 2), server("c", 3), server("d", 4)]
+    state = cluster(servers, [600.0, 500.0, 200.0, 350.0, 600.0])
+    plan = decide(state, MODEL, config())
+    assert (0, "a", "c") in moves(plan)
+    assert all(b != 1 for b, *_ in moves(plan))  # one move was enough
+    assert plan.get_rps["c"] == pytest.approx(950.0)
+
+
+def test_an_overloaded_bin_that_fits_nowhere_goes_to_a_standby_not_a_new_server():
+    servers = [server("a", 0, 1), server("b", 2), server("spare")]
+    state = cluster(servers, [600.0, 500.0, 900.0])
+    plan = decide(state, MODEL, config(standbys=1))
+    assert moves(plan) == [(0, "a", "spare")]
+    assert len(named(plan, "add-server")) == 1  # a new standby replaces the one taken
+
+
+def hot_state() -> ClusterState:
+    """Bin 0's 1,800 gets/s reach both replicas (fanout 2): each sees 1.8 servers' worth."""
+    servers = [server("server-0", 0, 1, 2), server("server-1", 0, 1, 2), server("server-2")]
+    return cluster(servers, [1800.0, 20.0, 20.0])
+
+
+def test_a_hot_bin_gets_the_replicas_its_gets_need_standbys_first_then_new_servers():
+    cfg = config(replicas=2, read_fanout=2, standbys=1)
+    state = hot_state()
+    plan = decide(state, MODEL, cfg)
+    need = int(replicas_needed(state.get_rps, state.put_rps, MODEL, cfg, 10.0)[0])
+    assert need == 4  # 3,600 gets/s of replica work over 1,000 per server
+    holders = [name for name, bins in layout(plan).items() if 0 in bins]
+    assert len(holders) == need
+    copies = moves(plan, "copy")
+    assert [target for *_, target in copies] == ["server-2", "server-3"]  # standby first
+    assert named(plan, "add-server") == ["server-3", "server-4"]  # one replica, one standby
+    assert layout(plan)["server-2"] == layout(plan)["server-3"] == {0}  # dedicated
+    assert layout(plan)["server-4"] == set()
+    assert max(plan.violation_probability.values()) < 0.5
+
+
+def test_extra_replicas_are_deleted_when_the_hot_bin_cools_and_their_servers_go():
+    servers = [server("s0", 0, 1, 2), server("s1", 0, 1, 2), server("s2", 0), server("s3", 0)]
+    state = cluster(servers, [100.0, 50.0, 50.0])
+    plan = decide(state, MODEL, config(replicas=2, read_fanout=2))
+    assert sorted(moves(plan, "delete-replica")) == [(0, None, None)] * 2
+    assert sorted(named(plan, "delete-replica")) == ["s2", "s3"]
+    assert sorted(named(plan, "remove-server")) == ["s2", "s3"]
+    assert layout(plan) == {"s0": {0, 1, 2}, "s1": {0, 1, 2}}
+    assert plan.get_rps["s0"] == pytest.approx(200.0)  # a replica of 2 sees every get
+
+
+def test_a_server_with_a_hot_replica_and_other_bins_still_takes_bins():
+    """Only servers holding nothing but hot replicas are dedicated: s0 and s1 hold bin 1
+    too, so bin 2's lost replica is copied to one of them, not to a new server."""
+    servers = [server("s0", 0, 1), server("s1", 0, 1), server("s2", 0), server("s3", 0)]
+    state = cluster([*servers, server("s4", 2)], [1800.0, 20.0, 50.0])
+    plan = decide(state, MODEL, config(replicas=2, read_fanout=2))
+    assert named(plan, "add-server") == []
+    assert [target for b, _, target in moves(plan, "copy") if b == 2] == ["s1"]
+    assert apply(state, plan.actions) == layout(plan)
+
+
+def test_coalescing_empties_the_least_loaded_server_when_all_its_bins_fit():
+    servers = [server("a", 0), server("b", 1, 2), server("c", 3)]
+    state = cluster(servers, [800.0, 150.0, 150.0, 500.0])
+    plan = decide(state, MODEL, config())
+    assert sorted(b for b, source, _ in moves(plan) if source == "b") == [1, 2]
+    assert named(plan, "remove-server") == ["b"]
+    assert layout(plan) == {"a": {0, 1}, "c": {2, 3}}
+    assert plan.actions[-1].kind == "remove-server"  # after the moves that empty it
+
+
+def test_coalescing_moves_nothing_when_some_bin_of_the_server_fits_nowhere():
+    """b's first bin would fit on c, its second nowhere: b stays, nothing moves."""
+    servers = [server("a", 0), server("b", 1, 2), server("c", 3)]
+    state = cluster(servers, [900.0, 300.0, 300.0, 650.0])
+    plan = decide(state, MODEL, config())
+    assert plan.actions == ()
+    assert layout(plan) == {"a": {0}, "b": {1, 2}, "c": {3}}
+
+
+@pytest.mark.parametrize("empty", [0, 1, 2, 3, 4])
+@pytest.mark.parametrize("standbys", [0, 2])
+def test_exactly_the_configured_standbys_remain_empty(empty, standbys):
+    servers = [server("a", 0), server("b", 1)] + [server(f"e{k}") for k in range(empty)]
+    plan = decide(cluster(servers, [800.0, 800.0]), MODEL, config(standbys=standbys))
+    assert sum(not s.bins for s in plan.servers) == standbys
+    assert len(named(plan, "add-server")) == max(standbys - empty, 0)
+    assert len(named(plan, "remove-server")) == max(empty - standbys, 0)
+
+
+def test_surplus_booting_servers_are_released_before_ready_ones():
+    servers = [server("a", 0), server("up"), server("booting", ready=False)]
+    plan = decide(cluster(servers, [800.0]), MODEL, config(standbys=1))
+    assert named(plan, "remove-server") == ["booting"]
+
+
+def test_a_bin_below_its_replica_count_is_copied_to_another_server():
+    servers = [server("a", 0, 1), server("b", 1), server("c", 2)]
+    state = cluster(servers, [300.0, 200.0, 700.0])
+    plan = decide(state, MODEL, config(replicas=2, read_fanout=1))
+    for b in range(3):
+        assert sum(b in bins for bins in layout(plan).values()) == 2
+    assert apply(state, plan.actions) == layout(plan)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_the_example_cluster_ends_under_the_threshold_with_replicas_apart(seed):
+    state, model, _, cfg = example_state(servers=40, bins=400, seed=seed)
+    plan = decide(state, model, cfg)
+    assert apply(state, plan.actions) == layout(plan)
+    assert max(plan.violation_probability.values()) < model.threshold
+    counts = np.zeros(state.bins, dtype=int)
+    for s in plan.servers:
+        counts[list(s.bins)] += 1
+    assert counts.min() >= cfg.replicas
+    assert sum(not s.bins for s in plan.servers) == cfg.standbys
+
+
+@st.composite
+def clusters(draw):
+    """Random small clusters: 2-8 servers, 1-20 bins each on 1-4 distinct servers (a
+    replica was lost, or a hot bin has extras), some bins hot (up to 3 servers' gets)."""
+    n_servers = draw(st.integers(2, 8))
+    n_bins = draw(st.integers(1, 20))
+    get = draw(st.lists(st.floats(0.0, 3000.0), min_size=n_bins, max_size=n_bins))
+    put = draw(st.lists(st.floats(0.0, 50.0), min_size=n_bins, max_size=n_bins))
+    held: list[list[int]] = [[] for _ in range(n_servers)]
+    for b in range(n_bins):
+        count = draw(st.integers(1, min(4, n_servers)))
+        for i in draw(st.permutations(range(n_servers)))[:count]:
+            held[i].append(b)
+    servers = [server(f"server-{i}", *bins) for i, bins in enumerate(held)]
+    standbys = draw(st.integers(0, 2))
+    return cluster(servers, get, put), standbys
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(clusters())
+def test_plans_are_executable_and_keep_their_invariants(case):
+    """Replicas apart and never fewer than configured; exactly ``standbys`` empty
+    servers; every server under the threshold (every bin's share fits a server with
+    enough replicas here, so the plan is always feasible)."""
+    state, standbys = case
+    cfg = config(replicas=2, read_fanout=2, standbys=standbys)
+    plan = decide(state, MODEL, cfg)
+    assert apply(state, plan.actions) == layout(plan)
+    counts = np.zeros(state.bins, dtype=int)
+    for s in plan.servers:
+        counts[list(s.bins)] += 1
+    need = replicas_needed(state.get_rps, state.put_rps, MODEL, cfg, work_capacity(MODEL))
+    assert np.array_equal(counts, need)
+    assert sum(not s.bins for s in plan.servers) == standbys
+    # best fit keeps a running sum; at exactly the boundary it may round either way
+    assert max(plan.violation_probability.values()) < 0.5 + 1e-9
+
+
+# ---------------------------------------------------------------- the scheduler (§5.6)
+
+
+def test_split_long_cuts_copies_by_predicted_duration():
+    move = Action("move", (0, 1, 2, 3, 4), source="a", target="b")
+    other = Action("remove-server", server="c")
+    lone = Action("copy", (9,), source="a", target="b")
+
+    def five_s_per_bin(action: Action) -> float:
+        return 5.0 * len(action.bins)
+
+    out = split_long([move, other, lone], five_s_per_bin, max_action_s=12.0)
+    assert [a.bins for a in out] == [(0, 1), (2, 3), (4,), (), (9,)]
+    assert all((a.source, a.target) == ("a", "b") for a in out if a.copies_data)
+    assert split_long([lone], lambda a: 99.0, 12.0) == [lone]  # one long bin stays one
+
+
+def test_copy_duration_uses_the_copy_model_at_the_targets_planned_load():
+    plan = Plan((), (), get_rps={"b": 0.0}, put_rps={"b": 0.0})
+    cfg = config(copy_rate_bytes_per_s=4e6)
+    copy = Action("copy", (0, 1), source="a", target="b")
+    assert copy_duration_s(copy, np.array([4e6, 8e6]), COPY_MODEL, cfg, plan) == 3.0
+    half = CopyDurationModel((0.5, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0))
+    assert copy_duration_s(copy, np.array([4e6, 8e6]), half, cfg, plan) == 6.0
+    remove = Action("remove-server", server="b")
+    assert copy_duration_s(remove, np.zeros(2), COPY_MODEL, cfg, plan) == 0.0
+
+
+def test_copies_that_would_leave_a_bin_without_a_free_replica_do_not_run_together():
+    servers = [server("a", 0), server("b", 0), server("c"), server("d")]
+    first = Action("copy", (0,), source="a", target="c")
+    second = Action("copy", (0,), source="b", target="d")
+    assert runnable([first, second], [], servers) == [first]
+    running = [RunningAction(first, 0.0, 1.0)]
+    assert runnable([second], running, servers) == []
+    assert runnable([second], [], servers) == [second]
+
+
+def test_a_copy_to_a_booting_server_waits_until_it_is_ready():
+    copy = Action("copy", (0,), source="a", target="new")
+    booting = [server("a", 0), server("b", 0), server("new", ready=False)]
+    assert runnable([copy], [], booting) == []
+    ready = [server("a", 0), server("b", 0), server("new")]
+    assert runnable([copy], [], ready) == [copy]
+
+
+def test_remove_server_waits_until_the_server_is_empty_and_idle():
+    move = Action("move", (1,), source="c", target="a")
+    remove = Action("remove-server", server="c")
+    servers = [server("a", 0), server("b", 0, 1), server("c", 1)]
+    assert runnable([move, remove], [], servers) == [move]
+    emptied = [server("a", 0, 1), server("b", 0, 1), server("c")]
+    assert runnable([remove], [RunningAction(move, 0.0, 1.0)], emptied) == []
+    assert runnable([remove], [], emptied) == [remove]
+
+
+def test_overdue_cancels_copies_running_far_past_their_prediction():
+    cfg = config(cancel_factor=3.0, period_s=20.0)
+    copy = RunningAction(Action("copy", (0,), source="a", target="b"), 0.0, 10.0)
+    short = RunningAction(Action("copy", (1,), source="a", target="b"), 0.0, 1.0)
+    boot = RunningAction(Action("add-server", server="n"), 0.0, 0.0)
+    assert overdue([copy, short, boot], 25.0, cfg) == [short.action]  # short: past a period
+    assert overdue([copy, short, boot], 31.0, cfg) == [copy.action, short.action]
+
+
+# ---------------------------------------------------------------- the loop (§5.3, §5.6)
+
+
+def hot_loop() -> tuple[DirectorLoop, list[ServerState], ClusterState]:
+    state = hot_state()
+    cfg = config(replicas=2, read_fanout=2, standbys=0)
+    loop = DirectorLoop(MODEL, COPY_MODEL, cfg, state.bin_bytes)
+    loop.observe(state.get_rps, state.put_rps)
+    return loop, list(state.servers), state
+
+
+def test_the_loop_decides_only_when_no_copy_runs():
+    loop, servers, _ = hot_loop()
+    busy = [RunningAction(Action("copy", (1,), source="server-0", target="x"), 0.0, 100.0)]
+    for now_s in (0.0, 1.0):
+        assert loop.tick(now_s, servers, busy).start == ()
+    assert loop.decisions == []
+    step = loop.tick(2.0, servers, [])
+    assert len(loop.decisions) == 1
+    copies = [r.action for r in step.start if r.action.copies_data]
+    assert [(a.bins, a.target) for a in copies] == [((0,), "server-2")]
+
+
+def test_the_loop_decides_at_most_once_per_period():
+    state = cluster([server("a", 0), server("b", 1)], [800.0, 800.0])
+    loop = DirectorLoop(MODEL, COPY_MODEL, config(period_s=20.0), state.bin_bytes)
+    loop.observe(state.get_rps, state.put_rps)
+    for now_s in (0.0, 5.0, 19.9, 20.0, 21.0, 40.0):
+        loop.tick(now_s, list(state.servers), [])
+    assert [d.time_s for d in loop.decisions] == [0.0, 20.0, 40.0]
+
+
+def test_the_loop_waits_for_an_observation():
+    state = cluster([server("a", 0)], [100.0])
+    loop = DirectorLoop(MODEL, COPY_MODEL, config(), state.bin_bytes)
+    assert loop.tick(0.0, list(state.servers), []).start == ()
+    assert loop.decisions == []
+
+
+def test_the_loop_drops_pending_actions_when_it_cancels_a_copy():
+    loop, servers, _ = hot_loop()
+    step = loop.tick(0.0, servers, [])
+    started = [r.action.kind for r in step.start]
+    assert started == ["add-server", "copy"]
+    assert [a.target for a in loop.pending] == ["server-3"]  # waits until server-3 boots
+    copy = step.start[-1]
+    running = [*step.start]
+    assert loop.tick(1.0, servers, running).start == ()
+    assert loop.pending
+    other = RunningAction(Action("copy", (1,), source="server-1", target="x"), 999.0, 100.0)
+    late = loop.tick(1000.0, servers, [*running, other])
+    assert late.cancel == (copy.action,) and late.start == ()
+    assert loop.pending == []  # reassessed at the next decision, not resumed
+    assert loop.cancelled == [(1000.0, copy.action)]
+    assert len(loop.decisions) == 1  # another copy still runs
+    loop.tick(1001.0, servers, [])
+    assert [d.time_s for d in loop.decisions] == [0.0, 1001.0]
