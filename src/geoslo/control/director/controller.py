@@ -14,9 +14,11 @@ Steps, in order (§5.3):
    its gets need, each on a dedicated (empty) server; replicas no longer needed go.
 3. Overloaded servers: move their hottest bins, best fit, to the most loaded server that
    can take them, or to an empty server.
-4. Coalesce: empty the least loaded underloaded servers into the others, best fit; a
-   server is emptied only if all its bins find a place (moving only some of them would
-   shuffle data without freeing a server).
+4. Coalesce: empty the least loaded underloaded servers (under ``coalesce_below`` of the
+   boundary) into servers that stay underloaded with them, best fit; a server is emptied
+   only if all its bins find a place (moving only some would shuffle data without
+   freeing a server). The gap between ``coalesce_below`` and the boundary is the
+   hysteresis that keeps a coalesced server from being overloaded by the next uptick.
 5. Add and remove servers so that exactly ``standbys`` empty servers remain.
 """
 
@@ -215,10 +217,11 @@ class _Layout:
 
     # ------------------------------------------------------------ placement
 
-    def _best_fit(self, b: int, exclude: set[int]) -> int | None:
-        """The most loaded data-holding server that can take a replica of ``b``."""
-        room = self.capacity - self.replica_work[b]
-        at = bisect.bisect_left(self._sorted, (room, -1)) - 1
+    def _best_fit(self, b: int, exclude: set[int], fill: float | None = None) -> int | None:
+        """The most loaded data-holding server that can take a replica of ``b`` and stay
+        under the boundary (or under ``fill``, if given)."""
+        limit = self.capacity if fill is None else min(fill, self.capacity)
+        at = bisect.bisect_left(self._sorted, (limit - self.replica_work[b], -1)) - 1
         while at >= 0:
             _, i = self._sorted[at]
             if i not in exclude and i not in self.holders[b] and (b, i) not in self.deleted:
@@ -341,14 +344,16 @@ class _Layout:
         for i in order:
             if self.servers[i].touched:
                 continue  # took bins from an emptied server in this round
-            self._try_to_empty(i)
+            self._try_to_empty(i, limit)
 
-    def _try_to_empty(self, i: int) -> bool:
+    def _try_to_empty(self, i: int, limit: float) -> bool:
+        """Move every bin of server ``i`` to servers that stay under ``limit`` with it,
+        or none."""
         server = self.servers[i]
         self._sorted_remove(i)  # not a target while it is being emptied
         placed: list[tuple[int, int]] = []
         for b in sorted(server.bins, key=lambda b: -self.replica_work[b]):
-            target = self._best_fit(b, exclude={i})
+            target = self._best_fit(b, exclude={i}, fill=limit)
             if target is None:
                 break
             self._attach(b, target)

@@ -68,6 +68,7 @@ class DirectorLoop:
         self.cancelled: list[tuple[float, Action]] = []
         self._next_decision_s = 0.0
         self._plan: Plan | None = None
+        self._leased_at_s: dict[str, float] = {}
 
     def observe(self, raw_get_rps: np.ndarray, raw_put_rps: np.ndarray) -> None:
         """The period's per-bin histogram (§5.5)."""
@@ -82,14 +83,31 @@ class DirectorLoop:
             self.pending = []  # reassess the state at the next decision (§5.3)
         still_running = [r for r in running if r.action not in late]
         copying = any(r.action.copies_data for r in still_running)
+        for server in servers:
+            self._leased_at_s.setdefault(server.name, now_s)
         if not self.pending and not copying and self._due(now_s):
             self._decide(now_s, servers)
+        self.pending = [a for a in self.pending if self._may_happen(a, now_s)]
         start = runnable(self.pending, still_running, servers)
         for action in start:
             self.pending.remove(action)
+            if action.kind == "add-server":
+                self._leased_at_s[action.server or ""] = now_s
+            elif action.kind == "remove-server":
+                self._leased_at_s.pop(action.server or "", None)
         if not start and not still_running and self.pending:
             self.pending = []  # nothing can ever start: drop and decide afresh
         return Step(tuple(self._running(action, now_s) for action in start), tuple(late))
+
+    def _may_happen(self, action: Action, now_s: float) -> bool:
+        """A server is released only in the last period of an interval it has paid for
+        (§6.1's "server release time"); until then it stays as an extra empty server,
+        which the next decision may reuse, and the removal is dropped."""
+        interval = self.config.charge_interval_s
+        if action.kind != "remove-server" or interval is None:
+            return True
+        leased_for = now_s - self._leased_at_s.get(action.server or "", now_s)
+        return leased_for % interval >= interval - self.config.period_s
 
     def _due(self, now_s: float) -> bool:
         return self.smoother.ready and now_s >= self._next_decision_s

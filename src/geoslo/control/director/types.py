@@ -50,6 +50,7 @@ class DirectorConfig:
     max_action_s: float = 20.0  # split copies predicted to take longer (§5.3)
     cancel_factor: float = 3.0  # cancel an action running this many times its prediction
     coalesce_below: float = 0.7  # servers under this fraction of capacity are underloaded
+    charge_interval_s: float | None = 3600.0  # release a server only as its paid hour ends
 
     def __post_init__(self) -> None:
         for name in ("period_s", "copy_rate_bytes_per_s", "max_action_s"):
@@ -60,6 +61,8 @@ class DirectorConfig:
                 raise ConfigError(name, f"must be in (0, 1], got {value!r}")
         if not (isinstance(self.overprovisioning, int | float) and self.overprovisioning >= 0):
             raise ConfigError("overprovisioning", f"must be >= 0, got {self.overprovisioning!r}")
+        if self.charge_interval_s is not None:
+            _positive(self.charge_interval_s, "charge_interval_s")
         if not self.cancel_factor >= 1.0:
             raise ConfigError("cancel_factor", f"must be >= 1, got {self.cancel_factor!r}")
         for name in ("standbys", "replicas", "read_fanout"):

@@ -58,9 +58,7 @@ def hotspot_rates(flat_rps: float, shape: HotspotShape) -> tuple[np.ndarray, np.
     """Per second: the flat load over all keys, and the extra load on the hot key."""
     base = np.full(shape.duration_s, float(flat_rps))
     ramp = flat_rps * (np.arange(shape.ramp_s) + 0.5) / shape.ramp_s
-    hot = np.concatenate(
-        [np.zeros(shape.flat_s), ramp, np.full(shape.hold_s, float(flat_rps))]
-    )
+    hot = np.concatenate([np.zeros(shape.flat_s), ramp, np.full(shape.hold_s, float(flat_rps))])
     return base, hot
 
 

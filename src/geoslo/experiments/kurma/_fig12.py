@@ -5,8 +5,8 @@ from __future__ import annotations
 import matplotlib.pyplot as plt
 import numpy as np
 
+from geoslo.experiments._parallel import run_jobs
 from geoslo.experiments.kurma._cost import daily_cost_usd, simulate_elastic
-from geoslo.experiments.kurma._parallel import run_jobs
 from geoslo.experiments.kurma._scenario import Scenario
 from geoslo.report import Report, paper_row
 from geoslo.topology import Prices

@@ -6,7 +6,7 @@ from __future__ import annotations
 import matplotlib.pyplot as plt
 import numpy as np
 
-from geoslo.experiments.kurma._parallel import run_jobs
+from geoslo.experiments._parallel import run_jobs
 from geoslo.experiments.kurma._runs import PolicyRun, run_policy
 from geoslo.experiments.kurma._scenario import RHO, Scenario
 from geoslo.experiments.kurma._traces import SiteTraces

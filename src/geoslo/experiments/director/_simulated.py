@@ -1,0 +1,206 @@
+"""The SCADS Director's experiments (§6) on the simulated store: models trained by
+benchmarks (§5.4), then the director loop under the hotspot and the diurnal workload."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+import numpy as np
+
+from geoslo.control.director import DirectorConfig, DirectorLoop, ServerState
+from geoslo.experiments.director._allocations import Allocations, allocations
+from geoslo.experiments.director._workloads import (
+    HotspotShape,
+    bin_popularity,
+    diurnal_rates,
+    hotspot_rates,
+)
+from geoslo.models import (
+    PAPER_MIXES_READ_FRACTION,
+    CopyDurationModel,
+    SteadyStateModel,
+    fit_copy_duration,
+    fit_steady_state,
+    mix_crossing_samples,
+)
+from geoslo.sim.kvstore import (
+    ServerPerformance,
+    SimResult,
+    SimSettings,
+    Workload,
+    copy_factor_runs,
+    simulate,
+    steady_state_crossings,
+)
+
+__all__ = [
+    "Scale",
+    "Models",
+    "train_models",
+    "initial_layout",
+    "run_diurnal",
+    "run_hotspot",
+    "diurnal_allocations",
+    "percentiles_met",
+    "server_units",
+    "PERCENTILE_GRID",
+]
+
+PERCENTILE_GRID = (50.0, 80.0, 90.0, 95.0, 98.0, 99.0, 99.5, 99.9)
+
+
+@dataclass(frozen=True)
+class Scale:
+    """Sizes of a simulated experiment (full length unless ``quick``)."""
+
+    bins: int = 200  # §5.1: five to ten per server at the peak
+    keys: int = 100_000
+    bin_bytes: float = 40e6  # §5.1: 10-100 MB per bin
+    diurnal_peak_rps: float = 60_000.0  # about 20 servers at the peak
+    diurnal_s: int = 86_400
+    hotspot_flat_rps: float = 25_000.0
+    hotspot: HotspotShape = HotspotShape()
+    charge_interval_s: int = 3600  # EC2's hour (§6.3)
+    boot_delay_s: int = 120  # a few minutes to boot a 2010 EC2 instance
+    read_fraction: float = 0.95
+    seed: int = 0
+
+    @classmethod
+    def quick(cls) -> Scale:
+        """The day compressed 12x, as the paper replayed it (§6.1): 2 h, data and charge
+        interval scaled alike."""
+        return cls(diurnal_s=7200, bin_bytes=40e6 / 12, charge_interval_s=300, boot_delay_s=10)
+
+
+@dataclass(frozen=True)
+class Models:
+    steady: SteadyStateModel
+    copy: CopyDurationModel
+    crossings_rps: np.ndarray  # per mix of PAPER_MIXES_READ_FRACTION
+
+
+def train_models(perf: ServerPerformance, seed: int = 0) -> Models:
+    """§5.4 on the simulated servers: crossings per mix, then the logistic fit; copies at
+    several rates and loads, then the linear fit."""
+    crossings = steady_state_crossings(perf, PAPER_MIXES_READ_FRACTION, seed=seed)
+    steady = fit_steady_state(*mix_crossing_samples(PAPER_MIXES_READ_FRACTION, crossings))
+    rng = np.random.default_rng(seed)
+    rates = rng.uniform(0.5e6, 8e6, 120)  # around the paper's 4 MB/s
+    gets = rng.uniform(0.0, 1.0, 120) * crossings[-1]
+    puts = gets * rng.uniform(0.02, 0.25, 120)
+    factors = copy_factor_runs(perf, rates, gets, puts, seed=seed)
+    return Models(steady, fit_copy_duration(rates, gets, puts, factors), crossings)
+
+
+def initial_layout(bins: int, servers: int, replicas: int, standbys: int) -> list[ServerState]:
+    """Bins dealt round robin, replica k of bin b on server ``(b + k) mod servers``."""
+    held: list[list[int]] = [[] for _ in range(servers)]
+    for b in range(bins):
+        for k in range(replicas):
+            held[(b + k) % servers].append(b)
+    layout = [ServerState(f"server-{i}", tuple(sorted(held[i]))) for i in range(servers)]
+    layout += [ServerState(f"server-{servers + i}") for i in range(standbys)]
+    return layout
+
+
+def _run(workload, scale: Scale, models: Models, config: DirectorConfig, perf, start_servers):
+    settings = SimSettings(
+        read_fanout=config.read_fanout,
+        performance=perf,
+        seed=scale.seed,
+        boot_delay_s=scale.boot_delay_s,
+    )
+    bin_bytes = np.full(scale.bins, scale.bin_bytes)
+    loop = DirectorLoop(models.steady, models.copy, config, bin_bytes)
+    layout = initial_layout(scale.bins, start_servers, config.replicas, config.standbys)
+    result = simulate(workload, layout, bin_bytes, loop, settings, config.copy_rate_bytes_per_s)
+    return result, loop
+
+
+def _config(scale: Scale, overprovisioning: float, replicas: int) -> DirectorConfig:
+    return DirectorConfig(
+        overprovisioning=overprovisioning,
+        replicas=replicas,
+        read_fanout=min(2, replicas),
+        charge_interval_s=scale.charge_interval_s,
+    )
+
+
+def run_diurnal(scale: Scale, models: Models, overprovisioning: float, replicas: int = 2):
+    """The elastic policy over the diurnal day (§6.3)."""
+    popularity, _ = bin_popularity(scale.keys, scale.bins, scale.seed)
+    workload = Workload(
+        diurnal_rates(scale.diurnal_peak_rps, scale.diurnal_s), popularity, scale.read_fraction
+    )
+    config = _config(scale, overprovisioning, replicas)
+    start = _start_servers(workload, models, config)
+    return _run(workload, scale, models, config, ServerPerformance(), start)
+
+
+def run_hotspot(scale: Scale, models: Models, overprovisioning: float, replicas: int = 2):
+    """Flat load, then a linear doubling onto one key (§6.2)."""
+    popularity, _ = bin_popularity(scale.keys, scale.bins, scale.seed)
+    base, hot = hotspot_rates(scale.hotspot_flat_rps, scale.hotspot)
+    hot_bin = int(np.argmin(popularity))  # a cold bin: only the spike makes it hot
+    workload = Workload(base, popularity, scale.read_fraction, hot, hot_bin)
+    config = _config(scale, overprovisioning, replicas)
+    start = _start_servers(workload, models, config)
+    return _run(workload, scale, models, config, ServerPerformance(), start)
+
+
+def _start_servers(workload: Workload, models: Models, config: DirectorConfig) -> int:
+    """Enough servers for the first minute's load, as a warmed-up controller would have."""
+    from geoslo.experiments.director._allocations import minimum_servers
+
+    get, put = workload.rates(0)
+    scale = 1.0 + config.overprovisioning
+    return max(minimum_servers(get * scale, put * scale, models.steady, config), 2)
+
+
+def _peaks_per_interval(total_rps: np.ndarray, interval_s: int, period_s: int = 20):
+    """Per charge interval, the highest mean rate of a period inside it."""
+    periods = total_rps[: len(total_rps) // period_s * period_s].reshape(-1, period_s).mean(1)
+    per_interval = interval_s // period_s
+    count = -(-len(periods) // per_interval)
+    padded = np.concatenate([periods, np.zeros(count * per_interval - len(periods))])
+    return padded.reshape(count, per_interval).max(axis=1)
+
+
+def diurnal_allocations(scale: Scale, models: Models, replicas: int = 2) -> Allocations:
+    """Ideal, fixed-100% and fixed-70% for the diurnal day (§6.3)."""
+    popularity, _ = bin_popularity(scale.keys, scale.bins, scale.seed)
+    peaks = _peaks_per_interval(
+        diurnal_rates(scale.diurnal_peak_rps, scale.diurnal_s), scale.charge_interval_s
+    )
+    gets = peaks[:, None] * popularity[None, :] * scale.read_fraction
+    puts = peaks[:, None] * popularity[None, :] * (1.0 - scale.read_fraction)
+    return allocations(gets, puts, models.steady, _config(scale, 0.0, replicas))
+
+
+def server_units(result: SimResult, interval_s: int, duration_s: int) -> int:
+    """Servers charged: each counts once per charge interval in which it was leased."""
+    intervals = -(-duration_s // interval_s)
+    units = 0
+    for _, start, end in result.leases:
+        first = int(start // interval_s)
+        last = min(int(np.ceil(end / interval_s)) - 1, intervals - 1)
+        units += max(last - first + 1, 1 if end > start else 0)
+    return units
+
+
+def percentiles_met(result: SimResult, windows_s=(20, 60, 300)) -> dict[int, dict]:
+    """Per window length, the worst window's on-time fraction and the highest percentile
+    of the grid that every window meets (§6.2's table)."""
+    out = {}
+    for window in windows_s:
+        n = len(result.gets) // window * window
+        gets = result.gets[:n].reshape(-1, window).sum(1)
+        late = (result.late_fraction[:n] * result.gets[:n]).reshape(-1, window).sum(1)
+        worst = float(np.max(late / np.maximum(gets, 1e-12)))
+        met = [q for q in PERCENTILE_GRID if worst <= 1.0 - q / 100.0 + 1e-12]
+        out[window] = {"worst_late_fraction": worst, "percentile": max(met) if met else None}
+    return out
+
+
+def with_seed(scale: Scale, seed: int) -> Scale:
+    return replace(scale, seed=seed)

@@ -1,0 +1,214 @@
+"""The client library of the live binned cluster (FAST 2011 §5.1, §6.1).
+
+* ``get(index)``: ``DEBUG SLEEP`` + ``GET`` to ``read_fanout`` replicas of the key's bin;
+  the first answer counts (§6.1). If none of them has the key (a replica being deleted),
+  the other replicas are asked once.
+* ``put(index, payload)``: a new version, ``DEBUG SLEEP`` + guarded ``SET`` (a Lua script
+  that writes only if newer) to every server of the bin's write set, each with its own
+  service time; acked when every one answered, if at least one replica stored it.
+* A request that fails because the connection broke means the server died: the router
+  drops it from every set at once (docs/director-live.md, failures).
+
+One pipelined :class:`~geoslo.live.RedisConnection` per server carries the data path.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+from functools import partial
+
+import numpy as np
+
+from geoslo.errors import TestbedError
+from geoslo.live._backend import ServiceWork, get_payload, key_name
+from geoslo.live._resp import RedisConnection, RedisReplyError, encode_command
+from geoslo.live.director._config import ClusterConfig
+from geoslo.live.director._layout import (
+    COPY_SET_SCRIPT,
+    GUARDED_SET_SCRIPT,
+    BinLayout,
+    decode_value,
+    encode_value,
+    script_sha,
+)
+from geoslo.live.director._router import Router
+from geoslo.live.director._stats import WorkloadStats
+
+__all__ = ["ClusterClient", "ServerFailed"]
+
+_GUARDED_SHA = script_sha(GUARDED_SET_SCRIPT)
+_COPY_SHA = script_sha(COPY_SET_SCRIPT)
+
+
+class ServerFailed(TestbedError):
+    """A server could not be reached: its connection broke (the process died)."""
+
+
+class ClusterClient:
+    """Routes gets and puts by bin, measures them and feeds the statistics (§5.5)."""
+
+    def __init__(
+        self,
+        config: ClusterConfig,
+        router: Router,
+        stats: WorkloadStats,
+        on_failure: Callable[[str], None] = lambda name: None,
+    ) -> None:
+        self.config = config
+        self.layout = BinLayout(config.keys, config.bins)
+        self.router = router
+        self.stats = stats
+        self.on_failure = on_failure
+        self.get_work = ServiceWork(config.get_service_mean_ms)
+        self.put_work = ServiceWork(config.put_service_mean_ms)
+        self.reply_errors: list[str] = []  # Redis error replies: a bug, never expected
+        self._rng = np.random.default_rng(config.seed)
+        self._version = 0
+        self._connections: dict[str, RedisConnection] = {}
+        self._opened: list[RedisConnection] = []
+
+    # --- connections ------------------------------------------------------------------------
+    async def open_connection(self, port: int) -> RedisConnection:
+        """A new connection with the scripts loaded (the data path's or a copy's own)."""
+        connection = await RedisConnection.open(port)
+        self._opened.append(connection)
+        for script in (GUARDED_SET_SCRIPT, COPY_SET_SCRIPT):
+            await connection.command("SCRIPT", "LOAD", script)
+        return connection
+
+    async def attach(self, name: str, port: int) -> None:
+        """Connect the data path to a server (before it receives anything)."""
+        self._connections[name] = await self.open_connection(port)
+
+    def detach(self, name: str) -> None:
+        """Stop using a server (it is removed or dead); its connection closes at ``close``."""
+        self._connections.pop(name, None)
+
+    def server_failed(self, name: str) -> None:
+        """The server is gone: drop it from every replica set and stop using it."""
+        self.router.drop_server(name)
+        if name in self._connections:
+            self.detach(name)
+            self.on_failure(name)
+
+    async def close(self) -> None:
+        self._connections.clear()
+        opened, self._opened = self._opened, []
+        for connection in opened:
+            await connection.close()
+
+    def now_s(self) -> float:
+        return time.monotonic()
+
+    # --- gets -------------------------------------------------------------------------------
+    async def get(self, index: int) -> tuple[int, bytes] | None:
+        """``(version, payload)`` of key ``index``, or None if it failed or timed out."""
+        b = self.layout.bin_of(index)
+        key = key_name(index)
+        started = time.perf_counter()
+        chosen = self.router.read_choice(b, self._rng)
+        result = await self._first_answer(chosen, key)
+        if result is None:
+            others = [n for n in self.router.replicas(b) if n not in chosen]
+            if others:
+                result = await self._first_answer(others, key)
+        latency_ms = (time.perf_counter() - started) * 1e3
+        self.stats.record_get(b, latency_ms, result is not None, self.now_s())
+        return result
+
+    async def _first_answer(self, names: list[str], key: bytes) -> tuple[int, bytes] | None:
+        pending = set()
+        for name in names:
+            work_s = self.get_work.draw_s(self._rng)
+            pending.add(self._send(name, get_payload(key, work_s)))
+        deadline = time.monotonic() + self.config.get_timeout_s
+        while pending:
+            timeout_s = deadline - time.monotonic()
+            if timeout_s <= 0:
+                return None
+            done, pending = await asyncio.wait(
+                pending, timeout=timeout_s, return_when=asyncio.FIRST_COMPLETED
+            )
+            for future in done:
+                if future.exception() is None and future.result()[1] is not None:
+                    return decode_value(future.result()[1])
+        return None
+
+    # --- puts -------------------------------------------------------------------------------
+    def next_version(self) -> int:
+        self._version += 1
+        return self._version
+
+    async def put(self, index: int, payload: bytes) -> int | None:
+        """Store ``payload`` under key ``index`` on every server of its bin's write set;
+        the version if acked (at least one replica stored it), else None."""
+        b = self.layout.bin_of(index)
+        key = key_name(index)
+        version = self.next_version()
+        stored = encode_value(version, payload)
+        targets, replicas = self.router.write_set(b), set(self.router.replicas(b))
+        token = asyncio.get_running_loop().create_future()
+        self.router.begin_put(b, token)
+        try:
+            payloads = [self._put_payload(key, version, stored) for _ in targets]
+            futures = [self._send(n, p) for n, p in zip(targets, payloads, strict=True)]
+            results = await asyncio.gather(*futures, return_exceptions=True)
+        finally:
+            self.router.end_put(b, token)
+            token.set_result(None)
+        self.stats.record_put(b, self.now_s())
+        acked = any(
+            name in replicas and not isinstance(result, BaseException)
+            for name, result in zip(targets, results, strict=True)
+        )
+        return version if acked else None
+
+    def _put_payload(self, key: bytes, version: int, stored: bytes) -> bytes:
+        work_s = self.put_work.draw_s(self._rng)
+        sleep = encode_command(b"DEBUG", b"SLEEP", b"%.6f" % work_s)
+        return sleep + encode_command(b"EVALSHA", _GUARDED_SHA, 1, key, version, stored)
+
+    def _send(self, name: str, payload: bytes) -> asyncio.Future:
+        """Two pipelined commands to ``name``; a broken connection marks it failed."""
+        self.stats.record_server(name, self.now_s())
+        connection = self._connections.get(name)
+        if connection is None:
+            future = asyncio.get_running_loop().create_future()
+            future.set_exception(ServerFailed(f"{name} is not in use"))
+            return future
+        future = connection.send(payload, replies=2)
+        future.add_done_callback(partial(self._after_reply, name))
+        return future
+
+    def _after_reply(self, name: str, future: asyncio.Future) -> None:
+        if future.cancelled():
+            return
+        error = future.exception()
+        if isinstance(error, RedisReplyError):
+            self.reply_errors.append(f"{name}: {error}")
+        elif error is not None:
+            self.server_failed(name)
+
+    # --- copies (on a copy's own connection) ------------------------------------------------
+    @staticmethod
+    async def read_keys(connection: RedisConnection, keys: list[bytes]) -> list[bytes | None]:
+        return await connection.command(b"MGET", *keys)
+
+    @staticmethod
+    async def write_copied(
+        connection: RedisConnection, keys: list[bytes], values: list[bytes], work_s: float
+    ) -> int:
+        """Store copied values unless the target holds a newer version (§5.3's copy);
+        ``work_s`` is the target's service time for this batch."""
+        command = encode_command(b"EVALSHA", _COPY_SHA, len(keys), *keys, *values)
+        if work_s > 0:
+            sleep = encode_command(b"DEBUG", b"SLEEP", b"%.6f" % work_s)
+            return (await connection.send(sleep + command, replies=2))[1]
+        return await connection.send(command)
+
+    @staticmethod
+    async def delete_keys(connection: RedisConnection, keys: list[bytes]) -> None:
+        if keys:
+            await connection.command(b"UNLINK", *keys)

@@ -1,0 +1,101 @@
+"""Bins, the initial layout and the version rule of the live cluster (FAST 2011 §5.1).
+
+Keys ``key_name(i)`` for ``i`` in ``[0, keys)`` are range-partitioned: bin ``b`` holds the
+contiguous indices ``[ceil(b * keys / bins), ceil((b + 1) * keys / bins))``.
+
+Every stored value is ``b"<version>:<payload>"``. A write (a put, or a copied key) is
+applied only if its version is newer than the stored one, by a Lua script on the server,
+so a copy can never overwrite a newer value with an older one (docs/director-live.md).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+
+__all__ = [
+    "BinLayout",
+    "COPY_SET_SCRIPT",
+    "GUARDED_SET_SCRIPT",
+    "decode_value",
+    "encode_value",
+    "initial_placement",
+    "script_sha",
+    "should_write",
+]
+
+# KEYS[1] = key, ARGV[1] = version, ARGV[2] = "<version>:<payload>"; 1 written, 0 not.
+GUARDED_SET_SCRIPT = """
+local current = redis.call('GET', KEYS[1])
+if current then
+  local version = tonumber(string.match(current, '^(%d+):'))
+  if version and version >= tonumber(ARGV[1]) then return 0 end
+end
+redis.call('SET', KEYS[1], ARGV[2])
+return 1
+"""
+
+# KEYS = keys, ARGV = their stored values "<version>:<payload>"; how many were written.
+COPY_SET_SCRIPT = """
+local written = 0
+for i, key in ipairs(KEYS) do
+  local incoming = tonumber(string.match(ARGV[i], '^(%d+):'))
+  local current = redis.call('GET', key)
+  local version = current and tonumber(string.match(current, '^(%d+):'))
+  if not version or incoming > version then
+    redis.call('SET', key, ARGV[i])
+    written = written + 1
+  end
+end
+return written
+"""
+
+
+def script_sha(script: str) -> str:
+    """The SHA1 Redis names a script by (``EVALSHA``)."""
+    return hashlib.sha1(script.encode()).hexdigest()
+
+
+def encode_value(version: int, payload: bytes) -> bytes:
+    return b"%d:%s" % (version, payload)
+
+
+def decode_value(stored: bytes) -> tuple[int, bytes]:
+    """``(version, payload)`` of a stored value."""
+    version, _, payload = stored.partition(b":")
+    return int(version), payload
+
+
+def should_write(current: bytes | None, incoming: bytes) -> bool:
+    """The scripts' rule in Python: write unless the stored version is as new or newer."""
+    if current is None:
+        return True
+    return decode_value(incoming)[0] > decode_value(current)[0]
+
+
+@dataclass(frozen=True)
+class BinLayout:
+    """Range partitioning of ``keys`` key indices into ``bins`` bins (§5.1)."""
+
+    keys: int
+    bins: int
+
+    def bin_of(self, index: int) -> int:
+        return index * self.bins // self.keys
+
+    def start(self, b: int) -> int:
+        """First key index of bin ``b`` (``start(bins) == keys``)."""
+        return -(-b * self.keys // self.bins)
+
+    def indices(self, b: int) -> range:
+        return range(self.start(b), self.start(b + 1))
+
+    def size(self, b: int) -> int:
+        return self.start(b + 1) - self.start(b)
+
+
+def initial_placement(bins: int, servers: int, replicas: int) -> list[list[int]]:
+    """Server indices of each bin's replicas, round robin: replica ``r`` of bin ``b`` on
+    server ``(b * replicas + r) mod servers``. The replicas are distinct (``replicas <=
+    servers``) and every server holds ``bins * replicas / servers`` bins, ±1."""
+    return [[(b * replicas + r) % servers for r in range(replicas)] for b in range(bins)]

@@ -1,0 +1,311 @@
+"""The SCADS Director's binned cluster on real Redis: actions under writes and failures,
+the copy throttle, the sampled workload statistics (docs/director-live.md)."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import time
+
+import numpy as np
+import pytest
+
+from geoslo.control.director import Action, RunningAction
+from geoslo.errors import DependencyError
+from geoslo.live._backend import key_name
+from geoslo.live._processes import find_program
+from geoslo.live.director import (
+    ClusterConfig,
+    DirectorCluster,
+    LoadSpec,
+    copy_benchmark,
+    encode_value,
+    initial_payload,
+    replay_load,
+    steady_state_benchmark,
+)
+from geoslo.workload import RateTrace
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
+
+
+@pytest.fixture(autouse=True)
+def _redis():
+    try:
+        find_program("redis-server", "redis-server", install=False)
+    except DependencyError as error:
+        pytest.skip(f"redis-server is not available: {error}")
+
+
+def running(action: Action) -> RunningAction:
+    return RunningAction(action, started_s=0.0, predicted_s=0.0)
+
+
+async def run_action(cluster: DirectorCluster, action: Action, timeout_s: float = 30.0):
+    cluster.start(running(action))
+    assert await cluster.wait_idle(timeout_s)
+    return finished_of(cluster, action)
+
+
+def finished_of(cluster: DirectorCluster, action: Action):
+    done = [f for f in cluster.finished() if f.action == action]
+    assert len(done) == 1, done
+    return done[0]
+
+
+class Writer:
+    """Puts to random keys every few ms; remembers each key's latest acked version."""
+
+    def __init__(self, cluster: DirectorCluster, puts_per_s: float, seed: int) -> None:
+        self.cluster = cluster
+        self.interval_s = 1.0 / puts_per_s
+        self.rng = np.random.default_rng(seed)
+        self.acked: dict[int, tuple[int, bytes]] = {}
+        self.failed = 0
+        self.stop = asyncio.Event()
+        self.tasks: set[asyncio.Task] = set()
+
+    async def run(self) -> None:
+        sequence = 0
+        while not self.stop.is_set():
+            index = self._key()
+            payload = (b"w-%d-" % sequence).ljust(self.cluster.config.value_bytes, b"w")
+            task = asyncio.create_task(self._put(index, payload))
+            self.tasks.add(task)
+            task.add_done_callback(self.tasks.discard)
+            sequence += 1
+            await asyncio.sleep(self.interval_s)
+        if self.tasks:
+            await asyncio.wait(list(self.tasks))
+
+    def _key(self) -> int:
+        """Half the puts to the first 16 keys of a bin (they race with a copy's first
+        batch, which the version rule must win), half uniform."""
+        layout = self.cluster.layout
+        if self.rng.random() < 0.5:
+            b = int(self.rng.integers(layout.bins))
+            return layout.start(b) + int(self.rng.integers(16))
+        return int(self.rng.integers(layout.keys))
+
+    async def _put(self, index: int, payload: bytes) -> None:
+        version = await self.cluster.client.put(index, payload)
+        if version is None:
+            self.failed += 1
+        elif version > self.acked.get(index, (-1, b""))[0]:
+            self.acked[index] = (version, payload)
+
+
+def expected_bin(cluster: DirectorCluster, writer: Writer, b: int) -> dict:
+    value_bytes = cluster.config.value_bytes
+    return {
+        i: writer.acked.get(i, (0, initial_payload(i, value_bytes)))
+        for i in cluster.layout.indices(b)
+    }
+
+
+def checksum(values: dict) -> str:
+    digest = hashlib.sha256()
+    for i in sorted(values):
+        version, payload = values[i] if values[i] is not None else (-1, b"")
+        digest.update(b"%d=%d:%s;" % (i, version, payload))
+    return digest.hexdigest()
+
+
+async def wait_until_copying(cluster: DirectorCluster, action: Action, copied_bytes: int):
+    """Sleep until the copy has moved some data (by time: the throttle is exact)."""
+    await asyncio.sleep(copied_bytes / cluster.config.copy_rate_bytes_per_s)
+    assert any(r.action == action for r in cluster.running()), "the copy ended too early"
+
+
+def test_actions_and_failures_under_writes_lose_nothing(tmp_path):
+    """THE REQUIRED TEST: move, copy, delete replicas, remove a server and SIGKILL a
+    source and a target mid-copy while a client writes; afterwards every live replica of
+    every bin holds every key at its latest acked version."""
+    config = ClusterConfig(
+        keys=2000,
+        bins=8,
+        value_bytes=200,
+        servers=4,
+        standbys=2,
+        boot_delay_s=0.2,
+        copy_rate_bytes_per_s=100_000,
+        copy_batch_bytes=8192,
+        get_service_mean_ms=1.0,
+        put_service_mean_ms=1.0,
+        period_s=2.0,
+        seed=3,
+    )
+
+    async def scenario():
+        cluster = await DirectorCluster.up(tmp_path / "cluster", config)
+        async with cluster:
+            writer = Writer(cluster, puts_per_s=300, seed=4)
+            writing = asyncio.create_task(writer.run())
+            await asyncio.sleep(0.3)
+            results = {}
+            # even bins on server-0/1, odd bins on server-2/3, standbys server-4/5
+            move = Action("move", (0,), source="server-0", target="server-4")
+            results["move"] = await run_action(cluster, move)
+            copy = Action("copy", (1, 3), source="server-2", target="server-5")
+            results["copy"] = await run_action(cluster, copy)
+            # SIGKILL the source mid-copy: the copy goes on from another replica
+            from_dying = Action("copy", (2, 4), source="server-1", target="server-4")
+            cluster.start(running(from_dying))
+            await wait_until_copying(cluster, from_dying, 30_000)
+            killed = [cluster.kill_server("server-1")]
+            assert await cluster.wait_idle(30.0)
+            results["source killed"] = finished_of(cluster, from_dying)
+            # SIGKILL the target mid-copy: the copy fails, nothing is lost
+            results["add"] = await run_action(cluster, Action("add-server", server="server-6"))
+            to_dying = Action("copy", (5,), source="server-3", target="server-6")
+            cluster.start(running(to_dying))
+            await wait_until_copying(cluster, to_dying, 20_000)
+            killed.append(cluster.kill_server("server-6"))
+            assert await cluster.wait_idle(30.0)
+            results["target killed"] = finished_of(cluster, to_dying)
+            # scale down: drop server-5's replicas, then remove it
+            delete = Action("delete-replica", (1, 3), server="server-5")
+            results["delete"] = await run_action(cluster, delete)
+            remove = Action("remove-server", server="server-5")
+            results["remove"] = await run_action(cluster, remove)
+            await asyncio.sleep(0.3)
+            writer.stop.set()
+            await writing
+            stored = {
+                (name, b): await cluster.read_bin(name, b)
+                for b in range(config.bins)
+                for name in cluster.router.replicas(b)
+            }
+            expected = {b: expected_bin(cluster, writer, b) for b in range(config.bins)}
+            moved_away = await cluster.read_bin("server-0", 0)
+            layout = {s.name: s.bins for s in cluster.servers()}
+            replica_sets = {b: cluster.router.replicas(b) for b in range(config.bins)}
+            return results, writer, stored, expected, moved_away, layout, replica_sets, killed
+
+    results, writer, stored, expected, moved_away, layout, replica_sets, killed = asyncio.run(
+        scenario()
+    )
+    for name in ("move", "copy", "source killed", "add", "delete", "remove"):
+        assert results[name].ok, (name, results[name])
+    assert not results["target killed"].ok
+    assert "died" in results["target killed"].detail
+    assert writer.failed == 0 and len(writer.acked) > 400
+    assert set(layout) == {"server-0", "server-2", "server-3", "server-4"}
+    assert layout["server-4"] == (0, 2, 4)
+    assert all(len(replica_sets[b]) >= 1 for b in replica_sets)
+    assert all(v is None for v in moved_away.values()), "the move left keys on its source"
+    for (name, b), values in stored.items():
+        if checksum(values) != checksum(expected[b]):
+            wrong = [i for i in values if values[i] != expected[b][i]][:5]
+            pytest.fail(f"{name} bin {b}: {len(wrong)}+ keys differ, e.g. {wrong}")
+    assert len(stored) == sum(len(r) for r in replica_sets.values())
+    assert len(killed) == 2
+
+
+def test_a_copy_takes_its_size_over_the_rate_and_a_cancel_leaves_nothing(tmp_path):
+    config = ClusterConfig(
+        keys=4000, bins=4, value_bytes=200, servers=2, standbys=1, copy_batch_bytes=16_384
+    )
+    rate_bytes_per_s = 400_000.0
+
+    async def scenario():
+        async with await DirectorCluster.up(tmp_path / "cluster", config) as cluster:
+            copy = Action("copy", (0, 1), source="server-0", target="server-2")
+            size_bytes = float(cluster.bin_bytes()[[0, 1]].sum())
+            started = time.monotonic()
+            cluster.start(running(copy), rate_bytes_per_s=rate_bytes_per_s)
+            assert await cluster.wait_idle(30.0)
+            elapsed_s = time.monotonic() - started
+            done = finished_of(cluster, copy)
+            slow = Action("copy", (2, 3), source="server-1", target="server-2")
+            cluster.start(running(slow), rate_bytes_per_s=50_000)
+            await asyncio.sleep(0.5)
+            assert await cluster.cancel(slow)
+            cancelled = finished_of(cluster, slow)
+            left = [await cluster.read_bin("server-2", b) for b in (2, 3)]
+            sets = [cluster.router.write_set(b) for b in (2, 3)]
+            return size_bytes, elapsed_s, done, cancelled, left, sets, await older_copy(cluster)
+
+    async def older_copy(cluster):
+        """A copied value older than the stored one is not written (the version rule)."""
+        client, key = cluster.client, key_name(0)
+        connection = await client.open_connection(cluster.pool.get("server-0").port)
+        try:
+            newer = await client.write_copied(connection, [key], [encode_value(99, b"new")], 0.0)
+            older = await client.write_copied(connection, [key], [encode_value(98, b"old")], 0.0)
+            return newer, older, await connection.command(b"GET", key)
+        finally:
+            await connection.close()
+
+    size_bytes, elapsed_s, done, cancelled, left, sets, rule = asyncio.run(scenario())
+    assert rule == (1, 0, b"99:new")
+    expected_s = size_bytes / rate_bytes_per_s
+    assert done.ok and done.copied_bytes == size_bytes
+    assert 0.9 * expected_s <= elapsed_s <= 1.5 * expected_s + 0.3
+    assert 0.7 * rate_bytes_per_s <= done.observed_bytes_per_s <= 1.05 * rate_bytes_per_s
+    assert not cancelled.ok and cancelled.detail == "cancelled"
+    assert 0 < cancelled.copied_bytes < size_bytes
+    assert all(v is None for values in left for v in values.values())
+    assert all("server-2" not in s for s in sets)
+
+
+def test_sampled_statistics_estimate_the_offered_rates(tmp_path):
+    config = ClusterConfig(
+        keys=2000,
+        bins=4,
+        value_bytes=100,
+        servers=2,
+        standbys=0,
+        period_s=2.0,
+        get_sample_fraction=0.2,
+        put_sample_fraction=0.4,
+        get_service_mean_ms=0.5,
+        put_service_mean_ms=0.5,
+        seed=5,
+    )
+    duration_s = 4
+
+    async def scenario():
+        async with await DirectorCluster.up(tmp_path / "cluster", config) as cluster:
+            spec = LoadSpec(
+                RateTrace(np.full(duration_s, 300.0)),
+                read_fraction=0.8,
+                zipf_exponent=0.0,
+                hot_trace=RateTrace(np.full(duration_s, 100.0)),
+                hot_key=0,
+                max_duration_s=duration_s,
+                seed=6,
+            )
+            cluster.stats.restart(cluster.client.now_s())
+            result = await replay_load(cluster.client, spec)
+            await asyncio.sleep(max(0.0, duration_s + 0.2 - result.issue_s.max()))
+            return result, cluster.collect_stats()
+
+    result, periods = asyncio.run(scenario())
+    assert len(periods) == duration_s // config.period_s
+    assert result.ok.all() and result.max_late_ms < 100
+    get_rps = np.mean([p.get_rps for p in periods], axis=0)
+    put_rps = np.mean([p.put_rps for p in periods], axis=0)
+    true_get = np.bincount(result.bin[~result.is_put], minlength=4) / duration_s
+    true_put = np.bincount(result.bin[result.is_put], minlength=4) / duration_s
+    assert get_rps.sum() == pytest.approx(true_get.sum(), rel=0.2)
+    assert put_rps.sum() == pytest.approx(true_put.sum(), rel=0.25)
+    assert get_rps[0] == pytest.approx(true_get[0], rel=0.35)  # the hot bin
+    assert np.argmax(get_rps) == 0
+    for period in periods:
+        assert 0 < period.get_p99_ms < config.latency_threshold_ms
+        assert period.failed_gets == 0
+        assert set(period.server_requests) == {"server-0", "server-1"}
+    sent = sum(sum(p.server_requests.values()) for p in periods)
+    assert sent == pytest.approx(2 * result.requests, rel=0.1)  # fanout 2, 2 replicas
+
+
+def test_the_benchmarks_return_a_crossing_and_copy_factors(tmp_path):
+    config = ClusterConfig(keys=2000, bins=4, value_bytes=200, copy_batch_bytes=16_384)
+    steady = steady_state_benchmark(
+        tmp_path / "steady", 0.9, [100, 800], duration_s=1.5, threshold_ms=30.0, config=config
+    )
+    assert steady.exceeded.tolist() == [False, True] and steady.crossing_rps == 800
+    copies = copy_benchmark(tmp_path / "copy", [400_000, 800_000], 200, 20, config=config)
+    assert copies.factor.shape == (2,)
+    assert np.all((copies.factor > 0.3) & (copies.factor <= 1.05))
