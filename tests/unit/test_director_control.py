@@ -120,20 +120,31 @@ def test_overprovisioning_makes_a_server_at_95_percent_overloaded(overprovisioni
 
 
 def test_overloaded_bins_go_best_fit_to_the_most_loaded_server_that_takes_them():
-    """Alg. 1, lines 4-10: bin 0 (600 gets/s) fits b (200) and c (350); c is fuller."""
+    """Alg. 1, lines 4-10: a (1100 gets/s) sheds its smallest bin that is enough, bin 1
+    (500, §2.2: as little data as relieves it); it fits b (200) and c (350); c is fuller."""
     servers = [server("a", 0, 1), server("b", 2), server("c", 3), server("d", 4)]
     state = cluster(servers, [600.0, 500.0, 200.0, 350.0, 600.0])
-    plan = decide(state, MODEL, config())
-    assert (0, "a", "c") in moves(plan)
-    assert all(b != 1 for b, *_ in moves(plan))  # one move was enough
-    assert plan.get_rps["c"] == pytest.approx(950.0)
+    plan = decide(state, MODEL, config(coalesce_below=0.1))
+    assert moves(plan) == [(1, "a", "c")]  # one move was enough
+    assert plan.get_rps["c"] == pytest.approx(850.0)
+
+
+def test_an_overloaded_server_sheds_the_smallest_enough_bin_else_the_hottest():
+    """a: 0 (400) + 1 (450) + 2 (350) = 1200, 200 too much: bin 2 is the smallest enough."""
+    state = cluster([server("a", 0, 1, 2), server("b", 3)], [400.0, 450.0, 350.0, 100.0])
+    plan = decide(state, MODEL, config(coalesce_below=0.1))
+    assert [b for b, source, _ in moves(plan) if source == "a"] == [2]
+    # Eight bins of 150: none alone is enough, so one goes, then the smallest enough.
+    state = cluster([server("a", *range(8)), server("b", 8)], [150.0] * 8 + [100.0])
+    plan = decide(state, MODEL, config(coalesce_below=0.1))
+    assert [b for b, source, _ in moves(plan) if source == "a"] == [0, 1]
 
 
 def test_an_overloaded_bin_that_fits_nowhere_goes_to_a_standby_not_a_new_server():
     servers = [server("a", 0, 1), server("b", 2), server("spare")]
     state = cluster(servers, [600.0, 500.0, 900.0])
     plan = decide(state, MODEL, config(standbys=1))
-    assert moves(plan) == [(0, "a", "spare")]
+    assert moves(plan) == [(1, "a", "spare")]
     assert len(named(plan, "add-server")) == 1  # a new standby replaces the one taken
 
 
@@ -182,12 +193,14 @@ def test_a_server_with_a_hot_replica_and_other_bins_still_takes_bins():
 
 
 def test_coalescing_empties_the_least_loaded_server_when_all_its_bins_fit():
+    """Targets stay under coalesce_below (0.9) of the boundary: a (800) cannot take a
+    150 bin, c (500) takes both."""
     servers = [server("a", 0), server("b", 1, 2), server("c", 3)]
     state = cluster(servers, [800.0, 150.0, 150.0, 500.0])
     plan = decide(state, MODEL, config())
     assert sorted(b for b, source, _ in moves(plan) if source == "b") == [1, 2]
     assert named(plan, "remove-server") == ["b"]
-    assert layout(plan) == {"a": {0, 1}, "c": {2, 3}}
+    assert layout(plan) == {"a": {0}, "c": {1, 2, 3}}
     assert plan.actions[-1].kind == "remove-server"  # after the moves that empty it
 
 

@@ -314,23 +314,24 @@ class _Layout:
         self._set_replicas(b, len(self.holders[b]))
 
     def fix_overloaded(self) -> None:
-        """Move the hottest bins off each overloaded server, best fit (Alg. 1, 4-10)."""
+        """Move bins off each overloaded server to the most loaded servers that can take
+        them (Alg. 1, 4-10), as little data as relieves it (§2.2): the smallest bin whose
+        departure is enough, else the hottest and look again. Hot bins' replicas go last."""
         for i in sorted(range(len(self.servers)), key=lambda i: -self.servers[i].work):
-            if not self._overloaded(i):
-                continue
-            bins = self.servers[i].bins
-            hot = sorted(
-                (b for b in bins if len(self.holders[b]) > self.config.replicas),
-                key=lambda b: -self.replica_work[b],
-            )
-            others = sorted(set(bins) - set(hot), key=lambda b: -self.replica_work[b])
-            for b in others + hot:  # hot bins last: their replicas were sized already
-                if not self._overloaded(i):
-                    break
-                if len(self.servers[i].bins) == 1:
-                    break  # a lone bin that still overloads needs replicas, not a move
+            while self._overloaded(i) and len(self.servers[i].bins) > 1:
+                b = self._bin_to_move(i)
                 target = self._best_fit(b, exclude={i})
                 self._move(b, i, target if target is not None else self._empty_server(b))
+
+    def _bin_to_move(self, i: int) -> int:
+        bins = self.servers[i].bins
+        plain = [b for b in bins if len(self.holders[b]) <= self.config.replicas]
+        candidates = plain or list(bins)  # a lone bin that overloads needs replicas instead
+        excess = self.servers[i].work - self.capacity
+        enough = [b for b in candidates if self.replica_work[b] > excess]
+        if enough:
+            return min(enough, key=lambda b: (self.replica_work[b], b))
+        return max(candidates, key=lambda b: (self.replica_work[b], -b))
 
     def coalesce(self) -> None:
         """Empty the least loaded underloaded servers into the others (Alg. 1, 12-19)."""

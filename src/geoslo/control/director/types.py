@@ -49,7 +49,7 @@ class DirectorConfig:
     read_fanout: int = 2  # gets go to this many replicas; first answer counts (§3.3)
     max_action_s: float = 20.0  # split copies predicted to take longer (§5.3)
     cancel_factor: float = 3.0  # cancel an action running this many times its prediction
-    coalesce_below: float = 0.7  # servers under this fraction of capacity are underloaded
+    coalesce_below: float = 0.9  # underloaded below this fraction of the boundary (ours)
     charge_interval_s: float | None = 3600.0  # release a server only as its paid hour ends
 
     def __post_init__(self) -> None:

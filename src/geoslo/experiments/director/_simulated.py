@@ -53,7 +53,7 @@ PERCENTILE_GRID = (50.0, 80.0, 90.0, 95.0, 98.0, 99.0, 99.5, 99.9)
 class Scale:
     """Sizes of a simulated experiment (full length unless ``quick``)."""
 
-    bins: int = 200  # §5.1: five to ten per server at the peak
+    bins: int = 100  # §5.1: five to ten per server at the peak
     keys: int = 100_000
     bin_bytes: float = 40e6  # §5.1: 10-100 MB per bin
     diurnal_peak_rps: float = 60_000.0  # about 20 servers at the peak
@@ -109,6 +109,7 @@ def _run(workload, scale: Scale, models: Models, config: DirectorConfig, perf, s
         performance=perf,
         seed=scale.seed,
         boot_delay_s=scale.boot_delay_s,
+        charge_interval_s=scale.charge_interval_s,
     )
     bin_bytes = np.full(scale.bins, scale.bin_bytes)
     loop = DirectorLoop(models.steady, models.copy, config, bin_bytes)

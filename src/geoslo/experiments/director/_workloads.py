@@ -2,7 +2,9 @@
 
 * Hotspot (§6.2): a flat load to which, over five minutes, an extra load growing
   linearly to the flat load's size is added, all of it on a single key (the aggregate
-  doubles, as CNN.com's did after 9/11).
+  doubles, as CNN.com's did after 9/11). The extra requests are reads: a flash crowd
+  reads the news (puts to one key would load every replica alike, and no replication
+  could absorb them).
 * Diurnal (§6.3): the paper replays the aggregate pattern of an Ebates.com day, which we
   do not have; we take a weekday of the NASA Kennedy Space Center trace from
   ``shared/data`` (its per-minute means, smoothed over 15 minutes) scaled to a peak rate.

@@ -26,7 +26,8 @@ _P99_GRID_MS = np.geomspace(1.0, 2000.0, 160)
 
 @dataclass(frozen=True)
 class Workload:
-    """Per second: the aggregate rate over all keys and an extra rate on one hot bin."""
+    """Per second: the aggregate rate over all keys (``read_fraction`` of it gets) and an
+    extra rate of gets on one hot bin (a flash crowd reads)."""
 
     total_rps: np.ndarray
     popularity: np.ndarray  # per bin, sums to 1
@@ -38,8 +39,7 @@ class Workload:
         rate = self.total_rps[t] * self.popularity
         get, put = rate * self.read_fraction, rate * (1.0 - self.read_fraction)
         if self.hot_rps is not None:
-            get[self.hot_bin] += self.hot_rps[t] * self.read_fraction
-            put[self.hot_bin] += self.hot_rps[t] * (1.0 - self.read_fraction)
+            get[self.hot_bin] += self.hot_rps[t]
         return get, put
 
 
@@ -52,6 +52,7 @@ class SimSettings:
     put_sample_fraction: float = 0.4
     read_fanout: int = 2
     performance: ServerPerformance = field(default_factory=ServerPerformance)
+    charge_interval_s: int = 3600  # for counting server units
     seed: int = 0
 
 
@@ -65,6 +66,7 @@ class SimResult:
     servers_serving: np.ndarray  # holding data
     p99_ms: np.ndarray  # per period
     leases: list[tuple[str, float, float]]  # (server, from s, to s)
+    serving_units: int  # (server, charge interval) pairs in which the server held data
     replicas_of_hot_bin: np.ndarray
     actions: dict[str, int]
     copied_bytes: float
@@ -181,7 +183,7 @@ def simulate(
     duration = len(workload.total_rps)
     n_bins = len(workload.popularity)
     periods = duration // settings.period_s
-    out = _Outputs(duration, periods)
+    out = _Outputs(duration, periods, settings.charge_interval_s)
     names: list[str] = []
     membership = np.zeros((0, n_bins))
     factor = hiccup = np.zeros(0)
@@ -288,7 +290,9 @@ def _sampled(get_sum, put_sum, settings: SimSettings, rng) -> tuple[np.ndarray, 
 
 
 class _Outputs:
-    def __init__(self, duration: int, periods: int) -> None:
+    def __init__(self, duration: int, periods: int, charge_interval_s: int) -> None:
+        self.charge_interval_s = charge_interval_s
+        self.held: set[tuple[str, int]] = set()
         self.late = np.zeros(duration)
         self.gets = np.zeros(duration)
         self.leased = np.zeros(duration, dtype=np.int64)
@@ -303,7 +307,10 @@ class _Outputs:
         self.gets[t] = total
         self.late[t] = float(get @ late_per_bin) / total if total > 0 else 0.0
         self.leased[t] = len(names)
-        self.serving[t] = sum(1 for name in names if cluster.bins[name])
+        holding = [name for name in names if cluster.bins[name]]
+        self.serving[t] = len(holding)
+        interval = t // self.charge_interval_s
+        self.held.update((name, interval) for name in holding)
 
     def record_p99(self, period, get, membership, grid, fanout) -> None:
         """The p99 of the period from the tails on a latency grid at its last second."""
@@ -320,6 +327,7 @@ class _Outputs:
             self.serving,
             self.p99,
             cluster.leases,
+            len(self.held),
             self.hot_replicas,
             dict(cluster.counts),
             cluster.copied_bytes,
