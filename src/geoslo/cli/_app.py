@@ -277,6 +277,37 @@ def reproduce_costlo(
     typer.echo(f"report: {index}")
 
 
+@reproduce_app.command("director")
+@user_errors
+def reproduce_director(
+    quick: Annotated[
+        bool, typer.Option(help="The day replayed 12x faster, as the paper did (seconds).")
+    ] = False,
+    live: Annotated[
+        bool, typer.Option(help="The hotspot spike on real Redis servers instead (minutes).")
+    ] = False,
+    output: Annotated[
+        Path | None,
+        typer.Option(help="Report folder [reports/director or reports/director-live]."),
+    ] = None,
+    seed: Annotated[int, typer.Option(help="Seed of every random draw.")] = 0,
+) -> None:
+    """Reproduce the SCADS Director's evaluation (§5.4, §6: hotspot, diurnal day against
+    ideal and fixed allocations) on the simulated store, or (--live) the hotspot spike on
+    real Redis servers."""
+    if live:
+        from geoslo.experiments.director import LiveSettings, live_report
+
+        settings = LiveSettings.quick() if quick else LiveSettings()
+        out = output or Path("reports/director-live")
+        index = live_report(settings, out, progress=lambda line: typer.echo(line, err=True))
+    else:
+        from geoslo.experiments.director import reproduce
+
+        index = reproduce(output or Path("reports/director"), quick=quick, seed=seed)
+    typer.echo(f"report: {index}")
+
+
 @testbed_app.command("up")
 @user_errors
 def testbed_up(

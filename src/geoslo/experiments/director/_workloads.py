@@ -7,7 +7,8 @@
   could absorb them).
 * Diurnal (§6.3): the paper replays the aggregate pattern of an Ebates.com day, which we
   do not have; we take a weekday of the NASA Kennedy Space Center trace from
-  ``shared/data`` (its per-minute means, smoothed over 15 minutes) scaled to a peak rate.
+  ``shared/data`` (its per-minute means, smoothed over an hour: a site a thousand times
+  bigger has the same day but far less relative noise) scaled to a peak rate.
 
 Keys follow a constant Zipf popularity (§6.3), scattered over the key space by a seeded
 permutation so that range partitioning does not put all popular keys in bin 0.
@@ -24,7 +25,7 @@ from geoslo.workload import ZipfKeys, load_trace_day
 __all__ = ["bin_popularity", "hotspot_rates", "diurnal_rates", "HotspotShape", "DIURNAL_SOURCE"]
 
 DIURNAL_SOURCE = ("nasa", 5)  # 1995-07-06, a Thursday: a clear day-night swing
-_SMOOTH_MIN = 15
+_SMOOTH_MIN = 60
 
 
 def bin_popularity(
