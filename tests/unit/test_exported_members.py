@@ -26,6 +26,10 @@ PACKAGES = {
     "geoslo.control.costlo": {"Configuration", "decide", "parse_problem", "selection_to_dict"},
     "geoslo.sim.cloud": {"build_world", "get_operations", "measure_storage", "ping_ms"},
     "geoslo.experiments.costlo": {"reproduce", "check_done", "select_many", "example_dict"},
+    "geoslo.control.director": {"DirectorConfig", "DirectorLoop", "decide", "Action", "Plan"},
+    "geoslo.sim.kvstore": {"ServerPerformance", "SimSettings", "Workload", "simulate"},
+    "geoslo.live.director": {"DirectorCluster", "ClusterConfig", "replay_load", "LoadSpec"},
+    "geoslo.experiments.director": {"reproduce", "check_done", "minimum_servers", "Scale"},
 }
 
 
