@@ -15,6 +15,8 @@ from dataclasses import asdict, dataclass
 
 from geoslo.control.costlo.types import Configuration
 from geoslo.errors import InputError
+from geoslo.live._versions import decode_value
+from geoslo.live._versions import encode_value as encode_stored
 
 __all__ = [
     "SERVING",
@@ -101,18 +103,10 @@ def server_index(key: str, copy: int, servers: int) -> int:
 
 
 def encode_value(version: int, payload: bytes) -> bytes:
-    """The stored form of one version of an object: ``b"<version>:<payload>"``."""
+    """The stored form of one written version of an object (versions start at 1)."""
     if version < 1:
         raise InputError("version", f"a written version is >= 1, got {version}")
-    return b"%d:%s" % (version, payload)
-
-
-def decode_value(stored: bytes) -> tuple[int, bytes]:
-    """``(version, payload)`` of a stored value."""
-    head, sep, payload = stored.partition(b":")
-    if not sep or not head.isdigit():
-        raise InputError("value", f"not a versioned value: {stored[:40]!r}")
-    return int(head), payload
+    return encode_stored(version, payload)
 
 
 def object_copies(configuration: Configuration) -> tuple[CopyRef, ...]:

@@ -14,20 +14,10 @@ import asyncio
 
 from geoslo.errors import TestbedError
 from geoslo.live._resp import RedisConnection, RedisReplyError, encode_command
+from geoslo.live._versions import GUARDED_SET_SCRIPT
 from geoslo.live.costlo._objects import copy_key, decode_value, encode_value, server_index
 
 __all__ = ["RegionStore", "GUARDED_SET_SCRIPT"]
-
-# KEYS[1] = copy key, ARGV[1] = version, ARGV[2] = "<version>:<payload>"; 1 written, 0 not.
-GUARDED_SET_SCRIPT = """
-local current = redis.call('GET', KEYS[1])
-if current then
-  local version = tonumber(string.match(current, '^(%d+):'))
-  if version and version >= tonumber(ARGV[1]) then return 0 end
-end
-redis.call('SET', KEYS[1], ARGV[2])
-return 1
-"""
 
 
 class RegionStore:

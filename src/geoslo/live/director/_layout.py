@@ -13,6 +13,13 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass
 
+from geoslo.live._versions import (
+    GUARDED_SET_SCRIPT,
+    decode_value,
+    encode_value,
+    should_write,
+)
+
 __all__ = [
     "BinLayout",
     "COPY_SET_SCRIPT",
@@ -24,16 +31,6 @@ __all__ = [
     "should_write",
 ]
 
-# KEYS[1] = key, ARGV[1] = version, ARGV[2] = "<version>:<payload>"; 1 written, 0 not.
-GUARDED_SET_SCRIPT = """
-local current = redis.call('GET', KEYS[1])
-if current then
-  local version = tonumber(string.match(current, '^(%d+):'))
-  if version and version >= tonumber(ARGV[1]) then return 0 end
-end
-redis.call('SET', KEYS[1], ARGV[2])
-return 1
-"""
 
 # KEYS = keys, ARGV = their stored values "<version>:<payload>"; how many were written.
 COPY_SET_SCRIPT = """
@@ -54,23 +51,6 @@ return written
 def script_sha(script: str) -> str:
     """The SHA1 Redis names a script by (``EVALSHA``)."""
     return hashlib.sha1(script.encode()).hexdigest()
-
-
-def encode_value(version: int, payload: bytes) -> bytes:
-    return b"%d:%s" % (version, payload)
-
-
-def decode_value(stored: bytes) -> tuple[int, bytes]:
-    """``(version, payload)`` of a stored value."""
-    version, _, payload = stored.partition(b":")
-    return int(version), payload
-
-
-def should_write(current: bytes | None, incoming: bytes) -> bool:
-    """The scripts' rule in Python: write unless the stored version is as new or newer."""
-    if current is None:
-        return True
-    return decode_value(incoming)[0] > decode_value(current)[0]
 
 
 @dataclass(frozen=True)
