@@ -144,10 +144,10 @@ class _Layout:
             extra = [len(self.holders[b]) > config.replicas for b in server.bins]
             server.dedicated = bool(extra) and all(extra)  # only hot bins' replicas
         self.steps = _Steps()
-        self.moved: set[int] = set()
         self.deleted: set[tuple[int, int]] = set()  # (bin, server): not a target again
-        self._sorted: list[tuple[float, int]] = []
-        self._rebuild_sorted()
+        self._sorted = sorted(  # (work, server) of the best-fit targets
+            (s.work, i) for i, s in enumerate(self.servers) if self._candidate(s)
+        )
 
     # ------------------------------------------------------------ work bookkeeping
 
@@ -160,9 +160,6 @@ class _Layout:
         share = min(self.config.read_fanout, replicas) / max(replicas, 1)
         get_work = self.model.get_coefficient * self.get_rps[b] * share
         return float(get_work + self.model.put_coefficient * self.put_rps[b])
-
-    def _rebuild_sorted(self) -> None:
-        self._sorted = sorted((s.work, i) for i, s in enumerate(self.servers) if self._candidate(s))
 
     def _candidate(self, server: _Server) -> bool:
         """Best-fit targets: servers that hold data and stay, except those dedicated to a
@@ -266,7 +263,6 @@ class _Layout:
         self._detach(b, source)
         self._attach(b, target)
         self.servers[source].touched = self.servers[target].touched = True
-        self.moved.add(b)
         self.steps.add(
             "move", b, source=self.servers[source].name, target=self.servers[target].name
         )
