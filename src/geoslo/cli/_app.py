@@ -283,28 +283,14 @@ def reproduce_director(
     quick: Annotated[
         bool, typer.Option(help="The day replayed 12x faster, as the paper did (seconds).")
     ] = False,
-    live: Annotated[
-        bool, typer.Option(help="The hotspot spike on real Redis servers instead (minutes).")
-    ] = False,
-    output: Annotated[
-        Path | None,
-        typer.Option(help="Report folder [reports/director or reports/director-live]."),
-    ] = None,
+    output: Annotated[Path | None, typer.Option(help="Report folder [reports/director].")] = None,
     seed: Annotated[int, typer.Option(help="Seed of every random draw.")] = 0,
 ) -> None:
     """Reproduce the SCADS Director's evaluation (§5.4, §6: hotspot, diurnal day against
-    ideal and fixed allocations) on the simulated store, or (--live) the hotspot spike on
-    real Redis servers."""
-    if live:
-        from geoslo.experiments.director import LiveSettings, live_report
+    ideal and fixed allocations) on the simulated store."""
+    from geoslo.experiments.director import reproduce
 
-        settings = LiveSettings.quick() if quick else LiveSettings()
-        out = output or Path("reports/director-live")
-        index = live_report(settings, out, progress=lambda line: typer.echo(line, err=True))
-    else:
-        from geoslo.experiments.director import reproduce
-
-        index = reproduce(output or Path("reports/director"), quick=quick, seed=seed)
+    index = reproduce(output or Path("reports/director"), quick=quick, seed=seed)
     typer.echo(f"report: {index}")
 
 
