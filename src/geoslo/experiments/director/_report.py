@@ -4,18 +4,16 @@ store: the models, the hotspot spike, the diurnal day against ideal and fixed al
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 from pathlib import Path
 
-import matplotlib
+import matplotlib.pyplot as plt
+import numpy as np
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
-
-from geoslo.control.director import decide  # noqa: E402
-from geoslo.control.director.example import example_state  # noqa: E402
-from geoslo.experiments._parallel import run_jobs  # noqa: E402
-from geoslo.experiments.director._simulated import (  # noqa: E402
+from geoslo.control.director import decide
+from geoslo.control.director.example import example_state
+from geoslo.experiments._parallel import run_jobs
+from geoslo.experiments.director._simulated import (
     Models,
     Scale,
     diurnal_allocations,
@@ -25,10 +23,10 @@ from geoslo.experiments.director._simulated import (  # noqa: E402
     server_units,
     train_models,
 )
-from geoslo.experiments.director._workloads import DIURNAL_SOURCE  # noqa: E402
-from geoslo.models import PAPER_MIXES_READ_FRACTION  # noqa: E402
-from geoslo.report import Report, load_paper_values, paper_row  # noqa: E402
-from geoslo.sim.kvstore import ServerPerformance, SimResult  # noqa: E402
+from geoslo.experiments.director._workloads import DIURNAL_SOURCE
+from geoslo.models import PAPER_MIXES_READ_FRACTION
+from geoslo.report import Report, load_paper_values, paper_row
+from geoslo.sim.kvstore import ServerPerformance, SimResult
 
 __all__ = ["reproduce", "check_done", "PAPER_VALUES"]
 
@@ -68,31 +66,27 @@ DIFFERENCES = """\
 """
 
 
-def _job_diurnal(scale: Scale, models: Models, overprovisioning: float, replicas: int):
-    result, loop = run_diurnal(scale, models, overprovisioning, replicas)
-    return result, len(loop.decisions)
-
-
-def _job_hotspot(scale: Scale, models: Models, overprovisioning: float, replicas: int):
-    result, loop = run_hotspot(scale, models, overprovisioning, replicas)
-    return result, len(loop.decisions)
+def _job(run, scale: Scale, models: Models, overprovisioning: float, replicas: int):
+    """One simulated run (``run_diurnal`` or ``run_hotspot``) on a worker process."""
+    result, _ = run(scale, models, overprovisioning, replicas)
+    return result
 
 
 def reproduce(out_dir: Path, quick: bool = False, seed: int = 0, workers: int = 2) -> Path:
     """Run every experiment and write the report; the path of index.md."""
     started = time.monotonic()
     scale = Scale.quick() if quick else Scale()
-    scale = Scale(**{**scale.__dict__, "seed": seed})
+    scale = replace(scale, seed=seed)
     paper = load_paper_values(PAPER_VALUES)
     models = train_models(ServerPerformance(), seed)
     jobs = [
-        (_job_diurnal, (scale, models, 0.1, 2)),
-        (_job_diurnal, (scale, models, 0.3, 2)),
-        (_job_diurnal, (scale, models, 0.1, 1)),
-        (_job_hotspot, (scale, models, 0.1, 2)),
-        (_job_hotspot, (scale, models, 0.1, 1)),
+        (run_diurnal, scale, models, 0.1, 2),
+        (run_diurnal, scale, models, 0.3, 2),
+        (run_diurnal, scale, models, 0.1, 1),
+        (run_hotspot, scale, models, 0.1, 2),
+        (run_hotspot, scale, models, 0.1, 1),
     ]
-    done = run_jobs(_call, jobs, workers, "director runs")
+    done = run_jobs(_job, jobs, workers, "director runs")
     runs = dict(
         zip(
             ["diurnal-0.1", "diurnal-0.3", "diurnal-0.1-single", "hotspot", "hotspot-single"],
@@ -115,10 +109,6 @@ def reproduce(out_dir: Path, quick: bool = False, seed: int = 0, workers: int = 
     )
     report.data("summary", summary)
     return report.write(out_dir)
-
-
-def _call(function, args):
-    return function(*args)
 
 
 def _models_section(report: Report, models: Models) -> None:
@@ -157,8 +147,8 @@ def _stabilised_s(result: SimResult, start_s: int, period_s: int = 20) -> float:
 
 
 def _hotspot_section(report: Report, paper: dict, scale: Scale, runs: dict) -> None:
-    result, _ = runs["hotspot"]
-    single, _ = runs["hotspot-single"]
+    result = runs["hotspot"]
+    single = runs["hotspot-single"]
     shape = scale.hotspot
     report.section(
         "Hotspot spike (§6.2, Figs. 7-8)",
@@ -254,7 +244,7 @@ def _diurnal_section(report, paper, scale: Scale, models: Models, runs: dict) ->
         ("diurnal-0.3", "elastic 0.3"),
         ("diurnal-0.1-single", "elastic 0.1, 1 replica"),
     ):
-        result, _ = runs[key]
+        result = runs[key]
         total = server_units(result, scale.charge_interval_s, scale.diurnal_s)
         serving = total - 2 * intervals
         rows.append(
@@ -335,7 +325,7 @@ def _diurnal_section(report, paper, scale: Scale, models: Models, runs: dict) ->
 
 def _diurnal_figure(runs, allocation, scale: Scale):
     fig, axes = plt.subplots(2, 1, figsize=(8, 6), sharex=True)
-    result, _ = runs["diurnal-0.1"]
+    result = runs["diurnal-0.1"]
     hours = np.arange(len(result.gets)) / 3600
     axes[0].plot(hours, result.gets)
     axes[0].set_ylabel("gets/s")
@@ -344,7 +334,7 @@ def _diurnal_figure(runs, allocation, scale: Scale):
     axes[1].axhline(allocation.fixed_100_servers, linestyle="--", label="fixed-100%")
     axes[1].axhline(allocation.fixed_70_servers, linestyle=":", label="fixed-70%")
     for key, label in (("diurnal-0.1", "elastic 0.1"), ("diurnal-0.3", "elastic 0.3")):
-        run, _ = runs[key]
+        run = runs[key]
         axes[1].plot(hours, run.servers_leased, label=label, linewidth=0.8)
     axes[1].set_xlabel("hours")
     axes[1].set_ylabel("servers")
@@ -380,13 +370,12 @@ def _decide_timing(report: Report, paper: dict) -> float:
 
 def check_done(summary: dict) -> dict[str, bool]:
     """The issue's measurable checks on a reproduction's summary."""
+    units = f"elastic 0.1 serving units <= {SERVING_OVER_IDEAL_MAX:g} x ideal (held data)"
     return {
-        f"elastic 0.1 serving units <= {SERVING_OVER_IDEAL_MAX:g} x ideal (held data)": summary[
-            "held_over_ideal"
-        ]
-        <= SERVING_OVER_IDEAL_MAX,
+        units: summary["held_over_ideal"] <= SERVING_OVER_IDEAL_MAX,
         "elastic 0.1 saves against fixed-100%": summary["saving_vs_fixed100"] > 0,
         "elastic 0.1 saves against fixed-70%": summary["saving_vs_fixed70"] > 0,
-        "decide for 1,000 servers / 10,000 bins under 200 ms": summary["decide_ms_1000_servers"]
-        < 200,
+        "decide for 1,000 servers / 10,000 bins under 200 ms": (
+            summary["decide_ms_1000_servers"] < 200
+        ),
     }

@@ -3,12 +3,12 @@ benchmarks (§5.4), then the director loop under the hotspot and the diurnal wor
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 import numpy as np
 
 from geoslo.control.director import DirectorConfig, DirectorLoop, ServerState
-from geoslo.experiments.director._allocations import Allocations, allocations
+from geoslo.experiments.director._allocations import Allocations, allocations, minimum_servers
 from geoslo.experiments.director._workloads import (
     HotspotShape,
     bin_popularity,
@@ -150,9 +150,7 @@ def run_hotspot(scale: Scale, models: Models, overprovisioning: float, replicas:
 
 
 def _start_servers(workload: Workload, models: Models, config: DirectorConfig) -> int:
-    """Enough servers for the first minute's load, as a warmed-up controller would have."""
-    from geoslo.experiments.director._allocations import minimum_servers
-
+    """Enough servers for the first second's load, as a warmed-up controller would have."""
     get, put = workload.rates(0)
     scale = 1.0 + config.overprovisioning
     return max(minimum_servers(get * scale, put * scale, models.steady, config), 2)
@@ -201,7 +199,3 @@ def percentiles_met(result: SimResult, windows_s=(20, 60, 300)) -> dict[int, dic
         met = [q for q in PERCENTILE_GRID if worst <= 1.0 - q / 100.0 + 1e-12]
         out[window] = {"worst_late_fraction": worst, "percentile": max(met) if met else None}
     return out
-
-
-def with_seed(scale: Scale, seed: int) -> Scale:
-    return replace(scale, seed=seed)

@@ -193,7 +193,7 @@ def simulate(
     for t in range(duration):
         if t % int(perf.noise_period_s) == 0 or cluster.changed:
             names, membership = _membership(cluster, n_bins)
-            factor, hiccup, noise_names = _noise(names, noise_names, factor, hiccup, perf, rng, t)
+            factor, hiccup, noise_names = _noise(names, noise_names, factor, hiccup, perf, rng)
             cluster.changed = False
         get, put = workload.rates(t)
         period_get += get
@@ -206,7 +206,9 @@ def simulate(
         if step.start or step.cancel:
             cluster.apply(step, float(t))
             names, membership = _membership(cluster, n_bins)
-            factor, hiccup, noise_names = _noise(names, noise_names, factor, hiccup, perf, rng, -1)
+            factor, hiccup, noise_names = _noise(
+                names, noise_names, factor, hiccup, perf, rng, fresh=False
+            )
             cluster.changed = False
         rho, copy_rates = _utilisation(cluster, names, membership, get, put, factor, settings)
         tails = perf.tail(settings.threshold_ms, rho, hiccup)
@@ -230,11 +232,11 @@ def _membership(cluster: _Cluster, n_bins: int) -> tuple[list[str], np.ndarray]:
     return names, matrix
 
 
-def _noise(names, old_names, factor, hiccup, perf, rng, t):
-    """Fresh noise for everyone at each noise period (``t >= 0``), else carried over by
-    name, with fresh draws for new servers."""
+def _noise(names, old_names, factor, hiccup, perf, rng, fresh=True):
+    """Fresh noise for every server, or (``fresh=False``) the old noise carried over by
+    name, with fresh draws only for new servers."""
     fresh_factor, fresh_hiccup = perf.draw_noise(len(names), rng)
-    if t >= 0:
+    if fresh:
         return fresh_factor, fresh_hiccup, list(names)
     where = {name: i for i, name in enumerate(old_names)}
     for i, name in enumerate(names):
@@ -252,15 +254,15 @@ def _utilisation(cluster, names, membership, get, put, factor, settings):
     rho = perf.utilisation(membership @ (get * share), membership @ put, factor)
     index = {name: i for i, name in enumerate(names)}
     copy_rates = np.zeros(len(cluster.copies))
-    extra = np.zeros(len(names))
+    copy_in = np.zeros(len(names))  # bytes/s, the source's share counted as copying in
     specified = cluster.copy_rate_bytes_per_s
     for k, copy in enumerate(cluster.copies):
         action = copy.running.action
         target, source = index[action.target or ""], index[action.source or ""]
         copy_rates[k] = specified * perf.copy_factor(specified, rho[target])
-        extra[target] += copy_rates[k] / perf.copy_work_bytes_per_s
-        extra[source] += perf.copy_source_share * copy_rates[k] / perf.copy_work_bytes_per_s
-    return rho + extra, copy_rates
+        copy_in[target] += copy_rates[k]
+        copy_in[source] += perf.copy_source_share * copy_rates[k]
+    return rho + perf.copy_utilisation(copy_in), copy_rates
 
 
 def _late(membership: np.ndarray, tails: np.ndarray, fanout: int) -> np.ndarray:
@@ -299,8 +301,6 @@ class _Outputs:
         self.serving = np.zeros(duration, dtype=np.int64)
         self.hot_replicas = np.zeros(duration, dtype=np.int64)
         self.p99 = np.full(periods, np.nan)
-        self._grid_sum = np.zeros_like(_P99_GRID_MS)
-        self._grid_gets = 0.0
 
     def record_second(self, t, get, late_per_bin, cluster, names) -> None:
         total = float(get.sum())

@@ -51,7 +51,11 @@ class ServerPerformance:
         """Fraction of the server's capacity in use (may exceed 1: overload)."""
         work = np.asarray(get_rps, float) + self.put_cost * np.asarray(put_rps, float)
         rho = work / (self.service_rps * np.asarray(capacity_factor, float))
-        return rho + np.asarray(copy_in_bytes_per_s, float) / self.copy_work_bytes_per_s
+        return rho + self.copy_utilisation(copy_in_bytes_per_s)
+
+    def copy_utilisation(self, copy_in_bytes_per_s):
+        """The share of the capacity that copying in at this rate takes (Fig. 2)."""
+        return np.asarray(copy_in_bytes_per_s, float) / self.copy_work_bytes_per_s
 
     def tail(self, threshold_ms, rho, hiccup=0.0):
         """``P(latency > threshold)`` at utilisation ``rho`` (arrays broadcast)."""
