@@ -13,10 +13,10 @@ from typer.testing import CliRunner
 from geoslo.cli import app
 from geoslo.control.director import ACTION_KINDS, DirectorConfig, decide
 from geoslo.control.director.example import example_state
+from geoslo.control.director.scheduler import scheduled_actions
 from geoslo.control.director.validation import (
     parse_state,
     plan_to_dict,
-    scheduled_actions,
     state_to_dict,
 )
 from geoslo.errors import InputError

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from geoslo.control.director.controller import decide
-from geoslo.control.director.scheduler import copy_duration_s, overdue, runnable, split_long
+from geoslo.control.director.scheduler import overdue, runnable, scheduled_actions
 from geoslo.control.director.smoothing import Smoother
 from geoslo.control.director.types import (
     Action,
@@ -67,7 +67,7 @@ class DirectorLoop:
         self.decisions: list[Decision] = []
         self.cancelled: list[tuple[float, Action]] = []
         self._next_decision_s = 0.0
-        self._plan: Plan | None = None
+        self._predicted_s: dict[Action, float] = {}  # the pending actions' durations
         self._leased_at_s: dict[str, float] = {}
 
     def observe(self, raw_get_rps: np.ndarray, raw_put_rps: np.ndarray) -> None:
@@ -117,14 +117,13 @@ class DirectorLoop:
         state = ClusterState(
             tuple(servers), self.smoother.get_rps, self.smoother.put_rps, self.bin_bytes
         )
-        self._plan = decide(state, self.model, self.config)
-        self.pending = split_long(self._plan.actions, self._predict, self.config.max_action_s)
-        self.decisions.append(Decision(now_s, self._plan, len(self.pending)))
+        plan = decide(state, self.model, self.config)
+        self._predicted_s = dict(
+            scheduled_actions(plan, self.bin_bytes, self.copy_model, self.config)
+        )
+        self.pending = list(self._predicted_s)
+        self.decisions.append(Decision(now_s, plan, len(self.pending)))
         self._next_decision_s = now_s + self.config.period_s
 
-    def _predict(self, action: Action) -> float:
-        assert self._plan is not None
-        return copy_duration_s(action, self.bin_bytes, self.copy_model, self.config, self._plan)
-
     def _running(self, action: Action, now_s: float) -> RunningAction:
-        return RunningAction(action, now_s, self._predict(action))
+        return RunningAction(action, now_s, self._predicted_s[action])

@@ -23,7 +23,7 @@ from geoslo.control.director.types import (
 )
 from geoslo.models import CopyDurationModel
 
-__all__ = ["copy_duration_s", "split_long", "runnable", "overdue"]
+__all__ = ["copy_duration_s", "split_long", "scheduled_actions", "runnable", "overdue"]
 
 
 def copy_duration_s(
@@ -62,6 +62,19 @@ def split_long(actions: Iterable[Action], duration_s, max_action_s: float) -> li
             chunk_s += bin_s
         out.append(_with_bins(action, tuple(chunk)))
     return out
+
+
+def scheduled_actions(
+    plan: Plan, bin_bytes: np.ndarray, copy_model: CopyDurationModel, config: DirectorConfig
+) -> list[tuple[Action, float]]:
+    """The plan's actions with long copies split (§5.3), each with its predicted seconds
+    (the copy-duration model at the target's planned load; 0 for non-copies)."""
+
+    def predict(action: Action) -> float:
+        return copy_duration_s(action, bin_bytes, copy_model, config, plan)
+
+    actions = split_long(plan.actions, predict, config.max_action_s)
+    return [(action, predict(action)) for action in actions]
 
 
 def _with_bins(action: Action, bins: tuple[int, ...]) -> Action:

@@ -29,9 +29,8 @@ from geoslo._json import (
     string,
 )
 from geoslo.control.director.controller import work_capacity
-from geoslo.control.director.scheduler import copy_duration_s, split_long
+from geoslo.control.director.scheduler import scheduled_actions
 from geoslo.control.director.types import (
-    Action,
     ClusterState,
     DirectorConfig,
     Plan,
@@ -44,7 +43,6 @@ __all__ = [
     "parse_state",
     "state_to_dict",
     "plan_to_dict",
-    "scheduled_actions",
 ]
 
 _TOP_KEYS = {"servers", "bins", "model", "config"}
@@ -209,23 +207,6 @@ def state_to_dict(
         "model": {"steady_state": model.to_dict(), "copy_duration": copy_model.to_dict()},
         "config": dataclasses.asdict(config),
     }
-
-
-def scheduled_actions(
-    plan: Plan, bin_bytes: np.ndarray, copy_model: CopyDurationModel, config: DirectorConfig
-) -> list[tuple[Action, float]]:
-    """The plan's actions with long copies split (§5.3), each with its predicted seconds
-    (the copy-duration model at the target's planned load; 0 for non-copies)."""
-
-    seconds: dict[Action, float] = {}  # split_long predicts each emitted chunk already
-
-    def predict(action: Action) -> float:
-        if action not in seconds:
-            seconds[action] = copy_duration_s(action, bin_bytes, copy_model, config, plan)
-        return seconds[action]
-
-    actions = split_long(plan.actions, predict, config.max_action_s)
-    return [(action, predict(action)) for action in actions]
 
 
 def _server_after(plan: Plan, server: ServerState) -> dict:
