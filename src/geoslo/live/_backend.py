@@ -17,7 +17,7 @@ import numpy as np
 from geoslo.errors import ConfigError
 from geoslo.live._resp import encode_command
 
-__all__ = ["ServiceWork", "get_payload", "put_payload", "key_name"]
+__all__ = ["ServiceWork", "get_payload", "put_payload", "work_payload", "key_name"]
 
 
 @dataclass(frozen=True)
@@ -44,9 +44,14 @@ def key_name(index: int) -> bytes:
     return b"k:%d" % index
 
 
+def work_payload(work_s: float) -> bytes:
+    """``DEBUG SLEEP``: the server's work for the request pipelined after it."""
+    return encode_command(b"DEBUG", b"SLEEP", b"%.6f" % work_s)
+
+
 def get_payload(key: bytes, work_s: float) -> bytes:
     """``DEBUG SLEEP`` then ``GET``: two replies (OK, the value)."""
-    return encode_command(b"DEBUG", b"SLEEP", b"%.6f" % work_s) + encode_command(b"GET", key)
+    return work_payload(work_s) + encode_command(b"GET", key)
 
 
 def put_payload(key: bytes, value: bytes, work_s: float | None) -> bytes:
@@ -55,4 +60,4 @@ def put_payload(key: bytes, value: bytes, work_s: float | None) -> bytes:
     store = encode_command(b"SET", key, value)
     if work_s is None:
         return store
-    return encode_command(b"DEBUG", b"SLEEP", b"%.6f" % work_s) + store
+    return work_payload(work_s) + store

@@ -22,7 +22,7 @@ from functools import partial
 import numpy as np
 
 from geoslo.errors import TestbedError
-from geoslo.live._backend import ServiceWork, get_payload, key_name
+from geoslo.live._backend import ServiceWork, get_payload, key_name, work_payload
 from geoslo.live._resp import RedisConnection, RedisReplyError, encode_command
 from geoslo.live.director._config import ClusterConfig
 from geoslo.live.director._layout import (
@@ -167,8 +167,8 @@ class ClusterClient:
 
     def _put_payload(self, key: bytes, version: int, stored: bytes) -> bytes:
         work_s = self.put_work.draw_s(self._rng)
-        sleep = encode_command(b"DEBUG", b"SLEEP", b"%.6f" % work_s)
-        return sleep + encode_command(b"EVALSHA", _GUARDED_SHA, 1, key, version, stored)
+        guarded = encode_command(b"EVALSHA", _GUARDED_SHA, 1, key, version, stored)
+        return work_payload(work_s) + guarded
 
     def _send(self, name: str, payload: bytes) -> asyncio.Future:
         """Two pipelined commands to ``name``; a broken connection marks it failed."""
@@ -204,8 +204,7 @@ class ClusterClient:
         ``work_s`` is the target's service time for this batch."""
         command = encode_command(b"EVALSHA", _COPY_SHA, len(keys), *keys, *values)
         if work_s > 0:
-            sleep = encode_command(b"DEBUG", b"SLEEP", b"%.6f" % work_s)
-            return (await connection.send(sleep + command, replies=2))[1]
+            return (await connection.send(work_payload(work_s) + command, replies=2))[1]
         return await connection.send(command)
 
     @staticmethod
