@@ -182,6 +182,15 @@ def test_statistics_estimate_rates_and_roll_periods():
     assert stats.collect(now_s=35.0)[-1].start_s == 20.0  # empty periods still come
 
 
+def test_failed_gets_count_in_the_p99_as_the_timeout():
+    stats = WorkloadStats(2, 10.0, 0.02, 0.4, 100.0, seed=0, failed_get_ms=5000.0)
+    for k in range(100):
+        stats.record_get(0, latency_ms=5.0, ok=k >= 2, now_s=k / 100)
+    (period,) = stats.collect(now_s=10.0)
+    assert period.failed_gets == 2 and period.over_threshold_fraction == pytest.approx(0.02)
+    assert period.get_p99_ms == 5000.0
+
+
 @pytest.mark.parametrize(
     ("field", "value"),
     [

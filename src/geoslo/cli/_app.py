@@ -7,6 +7,7 @@ import json
 import sys
 import traceback
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Annotated
 
@@ -281,16 +282,33 @@ def reproduce_costlo(
 @user_errors
 def reproduce_director(
     quick: Annotated[
-        bool, typer.Option(help="The day replayed 12x faster, as the paper did (seconds).")
+        bool,
+        typer.Option(
+            help="The day replayed 12x faster, as the paper did (seconds); with "
+            "--live, a compressed spike (about 5 minutes)."
+        ),
     ] = False,
-    output: Annotated[Path | None, typer.Option(help="Report folder [reports/director].")] = None,
+    live: Annotated[
+        bool,
+        typer.Option(help="The hotspot on real Redis servers instead (about 25 minutes)."),
+    ] = False,
+    output: Annotated[
+        Path | None,
+        typer.Option(help="Report folder [reports/director or reports/director-live]."),
+    ] = None,
     seed: Annotated[int, typer.Option(help="Seed of every random draw.")] = 0,
 ) -> None:
     """Reproduce the SCADS Director's evaluation (§5.4, §6: hotspot, diurnal day against
-    ideal and fixed allocations) on the simulated store."""
-    from geoslo.experiments.director import reproduce
+    ideal and fixed allocations) on the simulated store, or (--live) the hotspot on real
+    Redis servers (docs/director-live.md)."""
+    from geoslo.experiments.director import LiveSettings, live_report, reproduce
 
-    index = reproduce(output or Path("reports/director"), quick=quick, seed=seed)
+    if live:
+        settings = replace(LiveSettings.quick() if quick else LiveSettings(), seed=seed)
+        out = output or Path("reports/director-live")
+        index = live_report(settings, out, progress=lambda line: typer.echo(line, err=True))
+    else:
+        index = reproduce(output or Path("reports/director"), quick=quick, seed=seed)
     typer.echo(f"report: {index}")
 
 

@@ -13,6 +13,7 @@ import numpy as np
 from geoslo.control.director import decide
 from geoslo.control.director.example import example_state
 from geoslo.experiments._parallel import run_jobs
+from geoslo.experiments.director._metrics import stabilised_s
 from geoslo.experiments.director._simulated import (
     Models,
     Scale,
@@ -24,11 +25,10 @@ from geoslo.experiments.director._simulated import (
     train_models,
 )
 from geoslo.experiments.director._workloads import DIURNAL_SOURCE
-from geoslo.models import PAPER_MIXES_READ_FRACTION
 from geoslo.report import Report, load_paper_values, paper_row
 from geoslo.sim.kvstore import ServerPerformance, SimResult
 
-__all__ = ["reproduce", "check_done", "PAPER_VALUES"]
+__all__ = ["reproduce", "check_done", "models_section", "PAPER_VALUES"]
 
 PAPER_VALUES = Path(__file__).parent / "data" / "paper.json"
 THRESHOLD_MS = 100.0
@@ -95,7 +95,15 @@ def reproduce(out_dir: Path, quick: bool = False, seed: int = 0, workers: int = 
         )
     )
     report = Report("SCADS Director: elastic scaling under a p99 SLO", INTRO)
-    _models_section(report, models)
+    models_section(
+        report,
+        models,
+        "Benchmarks of one simulated server at the four read/write mixes give the load at "
+        "which its p99 crosses 100 ms; a logistic regression on (get rate, put rate) "
+        "separates the loads below from those above. Copies at several rates into servers at "
+        "several loads give the copy-rate factor; a linear regression with quadratic terms "
+        "fits it.",
+    )
     _hotspot_section(report, paper, scale, runs)
     summary = _diurnal_section(report, paper, scale, models, runs)
     summary["decide_ms_1000_servers"] = _decide_timing(report, paper)
@@ -111,39 +119,28 @@ def reproduce(out_dir: Path, quick: bool = False, seed: int = 0, workers: int = 
     return report.write(out_dir)
 
 
-def _models_section(report: Report, models: Models) -> None:
-    report.section(
-        "Models (§5.4)",
-        "Benchmarks of one simulated server at the four read/write mixes give the load at "
-        "which its p99 crosses 100 ms; a logistic regression on (get rate, put rate) "
-        "separates the loads below from those above. Copies at several rates into servers at "
-        "several loads give the copy-rate factor; a linear regression with quadratic terms "
-        "fits it.",
-    )
+def models_section(report: Report, models: Models, how: str) -> None:
+    """§5.4's models: measured crossings beside the fitted boundary, and the copy factor."""
+    report.section("Models (§5.4)", how)
     steady = models.steady
+    busy = 0.6 * float(np.min(models.crossings_rps))
     rows = [
         {
             "read/write mix": f"{round(f * 100)}/{round((1 - f) * 100)}",
             "measured crossing (req/s)": round(float(c)),
             "model's boundary (req/s)": round(steady.capacity_rps(f)),
         }
-        for f, c in zip(PAPER_MIXES_READ_FRACTION, models.crossings_rps, strict=True)
+        for f, c in zip(models.mixes, models.crossings_rps, strict=True)
     ]
     report.table("steady_state", rows, caption="Steady-state model (Fig. 6)")
     report.text(
         f"Logistic model: intercept {steady.intercept:.3g}, get {steady.get_coefficient:.3g} "
         f"per req/s, put {steady.put_coefficient:.3g} per req/s (a put costs "
         f"{steady.put_coefficient / steady.get_coefficient:.1f} gets). Copy-rate factor at "
-        f"4 MB/s into an idle server {models.copy.factor(4e6, 0, 0):.2f}, into one at 3,000 "
-        f"gets/s {models.copy.factor(4e6, 3000, 150):.2f}."
+        f"4 MB/s into an idle server {models.copy.factor(4e6, 0, 0):.2f}, into one at "
+        f"{busy:,.0f} gets/s (60% of the lowest crossing) "
+        f"{models.copy.factor(4e6, busy, busy * 0.05):.2f}."
     )
-
-
-def _stabilised_s(result: SimResult, start_s: int, period_s: int = 20) -> float:
-    """Seconds from ``start_s`` until the p99 stays under the threshold for good."""
-    first = start_s // period_s
-    over = np.flatnonzero(result.p99_ms[first:] > THRESHOLD_MS)
-    return 0.0 if over.size == 0 else float((over[-1] + 1) * period_s)
 
 
 def _hotspot_section(report: Report, paper: dict, scale: Scale, runs: dict) -> None:
@@ -158,7 +155,7 @@ def _hotspot_section(report: Report, paper: dict, scale: Scale, runs: dict) -> N
         "first.",
     )
     extra = int(result.replicas_of_hot_bin.max()) - int(result.replicas_of_hot_bin[0])
-    stable_min = _stabilised_s(result, shape.flat_s) / 60
+    stable_min = stabilised_s(result.p99_ms, shape.flat_s, 20, THRESHOLD_MS) / 60
     met = percentiles_met(result)
     met_single = percentiles_met(single)
     rows = [

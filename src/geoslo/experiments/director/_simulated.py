@@ -9,6 +9,7 @@ import numpy as np
 
 from geoslo.control.director import DirectorConfig, DirectorLoop, ServerState
 from geoslo.experiments.director._allocations import Allocations, allocations, minimum_servers
+from geoslo.experiments.director._metrics import percentiles_met_per_second
 from geoslo.experiments.director._workloads import (
     HotspotShape,
     bin_popularity,
@@ -43,10 +44,7 @@ __all__ = [
     "diurnal_allocations",
     "percentiles_met",
     "server_units",
-    "PERCENTILE_GRID",
 ]
-
-PERCENTILE_GRID = (50.0, 80.0, 90.0, 95.0, 98.0, 99.0, 99.5, 99.9)
 
 
 @dataclass(frozen=True)
@@ -76,7 +74,8 @@ class Scale:
 class Models:
     steady: SteadyStateModel
     copy: CopyDurationModel
-    crossings_rps: np.ndarray  # per mix of PAPER_MIXES_READ_FRACTION
+    crossings_rps: np.ndarray  # per mix
+    mixes: tuple[float, ...] = PAPER_MIXES_READ_FRACTION  # read fractions benchmarked
 
 
 def train_models(perf: ServerPerformance, seed: int = 0) -> Models:
@@ -188,14 +187,6 @@ def server_units(result: SimResult, interval_s: int, duration_s: int) -> int:
 
 
 def percentiles_met(result: SimResult, windows_s=(20, 60, 300)) -> dict[int, dict]:
-    """Per window length, the worst window's on-time fraction and the highest percentile
-    of the grid that every window meets (§6.2's table)."""
-    out = {}
-    for window in windows_s:
-        n = len(result.gets) // window * window
-        gets = result.gets[:n].reshape(-1, window).sum(1)
-        late = (result.late_fraction[:n] * result.gets[:n]).reshape(-1, window).sum(1)
-        worst = float(np.max(late / np.maximum(gets, 1e-12)))
-        met = [q for q in PERCENTILE_GRID if worst <= 1.0 - q / 100.0 + 1e-12]
-        out[window] = {"worst_late_fraction": worst, "percentile": max(met) if met else None}
-    return out
+    """§6.2's table for a simulated run (``percentiles_met_per_second``)."""
+    late = result.late_fraction * result.gets
+    return percentiles_met_per_second(result.gets, late, windows_s)

@@ -56,6 +56,7 @@ class DirectorCluster:
             config.put_sample_fraction,
             config.latency_threshold_ms,
             config.seed + 1,
+            failed_get_ms=config.get_timeout_s * 1e3,
         )
         self.pool = ServerPool(self.state_dir, redis_path)
         self.client = ClusterClient(config, self.router, self.stats, self._server_died)
@@ -165,16 +166,18 @@ class DirectorCluster:
         sizes = [self.layout.size(b) for b in range(self.config.bins)]
         return np.asarray(sizes, dtype=float) * (self.config.value_bytes + 2)
 
-    async def step_director(self, director: DirectorLoop, now_s: float) -> None:
+    async def step_director(self, director: DirectorLoop, now_s: float) -> list[PeriodStats]:
         """One tick of the control loop: feed it the ended periods, cancel what it
-        cancels, start what it starts (``geoslo.control.director.loop``)."""
-        for period in self.collect_stats():
+        cancels, start what it starts (``geoslo.control.director.loop``); the periods fed."""
+        periods = self.collect_stats()
+        for period in periods:
             director.observe(period.get_rps, period.put_rps)
         step = director.tick(now_s, self.servers(), self.running())
         for action in step.cancel:
             await self.cancel(action)
         for item in step.start:
             self.start(item)
+        return periods
 
     # --- failures and checks ----------------------------------------------------------------
     def kill_server(self, name: str) -> int:

@@ -1,11 +1,13 @@
 """Open-loop load for the live cluster, in the client's own process (FAST 2011 §6).
 
 Arrivals are Poisson within each second of a ``RateTrace`` (``poisson_arrivals``); keys
-follow ``ZipfKeys``; an optional second trace sends every one of its requests to a single
-hot key (§6.2's spike: flat load plus a linear doubling onto one key). Each request is a
-get or a put by the read fraction and leaves at its time whether or not earlier ones
-have returned. asyncio wakes with ~1 ms resolution: requests due together leave
-together, and how late the generator ran is reported (``max_late_ms``), never hidden.
+follow ``ZipfKeys`` over a seeded ranking of the keys (YCSB's scrambled Zipfian: range
+partitioning would otherwise put the most popular keys in one bin); an optional second
+trace sends every one of its requests to a single hot key (§6.2's spike: flat load plus a
+linear doubling onto one key). Each request is a get or a put by the read fraction and
+leaves at its time whether or not earlier ones have returned. asyncio wakes with ~1 ms
+resolution: requests due together leave together, and how late the generator ran is
+reported (``max_late_ms``), never hidden.
 """
 
 from __future__ import annotations
@@ -32,14 +34,16 @@ class LoadSpec:
     zipf_exponent: float = 0.99  # YCSB's constant
     hot_trace: RateTrace | None = None  # requests that all go to hot_key
     hot_key: int = 0
+    hot_read_fraction: float = 1.0  # a flash crowd reads (§6.2)
     key_range: tuple[int, int] | None = None  # draw keys from [lo, hi); all keys if None
     max_requests: int = 1_000_000
     max_duration_s: float = 600.0
     seed: int = 0
 
     def __post_init__(self) -> None:
-        if not 0.0 <= self.read_fraction <= 1.0:
-            raise ConfigError("read_fraction", f"must be in [0, 1], got {self.read_fraction}")
+        for name in ("read_fraction", "hot_read_fraction"):
+            if not 0.0 <= getattr(self, name) <= 1.0:
+                raise ConfigError(name, f"must be in [0, 1], got {getattr(self, name)}")
         if self.max_requests < 1 or not self.max_duration_s > 0:
             raise ConfigError("max_requests", "max_requests and max_duration_s must be > 0")
 
@@ -71,15 +75,18 @@ def put_payload_for(sequence: int, value_bytes: int) -> bytes:
 def _schedule(spec: LoadSpec, keys: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Arrival times (s), key indices and put flags, in time order."""
     lo, hi = spec.key_range or (0, keys)
+    rng = np.random.default_rng(spec.seed + 3)
     times = poisson_arrivals(spec.trace, spec.seed)
-    key_ids = lo + ZipfKeys(hi - lo, spec.zipf_exponent).sample(times.size, spec.seed + 1)
+    ranks = ZipfKeys(hi - lo, spec.zipf_exponent).sample(times.size, spec.seed + 1)
+    key_ids = lo + rng.permutation(hi - lo)[ranks]  # scrambled: popular keys in every bin
+    is_put = rng.random(times.size) >= spec.read_fraction
     if spec.hot_trace is not None:
         hot = poisson_arrivals(spec.hot_trace, spec.seed + 2)
         times = np.concatenate([times, hot])
         key_ids = np.concatenate([key_ids, np.full(hot.size, spec.hot_key, dtype=np.int64)])
+        is_put = np.concatenate([is_put, rng.random(hot.size) >= spec.hot_read_fraction])
         order = np.argsort(times, kind="stable")
-        times, key_ids = times[order], key_ids[order]
-    is_put = np.random.default_rng(spec.seed + 3).random(times.size) >= spec.read_fraction
+        times, key_ids, is_put = times[order], key_ids[order], is_put[order]
     return times, key_ids, is_put
 
 

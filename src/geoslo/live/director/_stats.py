@@ -32,7 +32,7 @@ class PeriodStats:
     put_rps: np.ndarray
     gets: int  # gets that ended in the period (all of them, not sampled)
     failed_gets: int
-    get_p99_ms: float  # nan without gets
+    get_p99_ms: float  # nan without gets; a failed get counts as failed_get_ms
     over_threshold_fraction: float  # of gets (failed ones count as over)
     server_requests: dict[str, int] = field(default_factory=dict)
 
@@ -49,12 +49,14 @@ class WorkloadStats:
         threshold_ms: float,
         seed: int,
         start_s: float = 0.0,
+        failed_get_ms: float = float("inf"),
     ) -> None:
         self.bins = bins
         self.period_s = period_s
         self.get_sample_fraction = get_sample_fraction
         self.put_sample_fraction = put_sample_fraction
         self.threshold_ms = threshold_ms
+        self.failed_get_ms = failed_get_ms  # at least the client's timeout
         self._rng = np.random.default_rng(seed)
         self._done: list[PeriodStats] = []
         self._reset(start_s)
@@ -104,7 +106,8 @@ class WorkloadStats:
     def _summary(self, end_s: float) -> PeriodStats:
         latencies = np.asarray(self._latencies_ms, dtype=float)
         gets = latencies.size + self._failed
-        p99 = float(np.percentile(latencies, 99)) if latencies.size else float("nan")
+        every = np.concatenate([latencies, np.full(self._failed, self.failed_get_ms)])
+        p99 = float(np.percentile(every, 99, method="higher")) if gets else float("nan")
         over = (np.count_nonzero(latencies > self.threshold_ms) + self._failed) / max(gets, 1)
         return PeriodStats(
             start_s=self._start_s,

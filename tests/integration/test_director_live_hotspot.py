@@ -1,0 +1,39 @@
+"""The SCADS Director's hotspot (FAST 2011 §6.2) on real Redis, compressed: the models are
+trained on the live servers, the spike lands on one key, and the director must replicate
+its bin and hold the p99 under 100 ms (docs/director-live.md)."""
+
+from __future__ import annotations
+
+import pytest
+
+from geoslo.errors import DependencyError
+from geoslo.experiments.director import (
+    LiveSettings,
+    check_live,
+    run_live_hotspot,
+    train_live_models,
+)
+from geoslo.live._processes import find_program
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(300)]
+
+
+@pytest.fixture(autouse=True)
+def _redis():
+    try:
+        find_program("redis-server", "redis-server", install=False)
+    except DependencyError as error:
+        pytest.skip(f"redis-server is not available: {error}")
+
+
+def test_the_director_replicates_the_hot_bin_and_holds_the_p99(tmp_path):
+    settings = LiveSettings.quick()
+    models = train_live_models(settings, tmp_path / "train", progress=lambda line: None)
+    assert models.steady.get_coefficient > 0 and models.steady.put_coefficient >= 0
+    run = run_live_hotspot(settings, tmp_path / "spike", models, progress=lambda line: None)
+
+    assert run.load.late_p99_ms < 20.0  # the spike was issued on time
+    assert run.load.ok.mean() > 0.999
+    failed = [check for check, passed in check_live(run).items() if not passed]
+    assert not failed, (failed, run.p99_ms.tolist(), run.hot_replicas.tolist())
+    assert run.actions.get("copy", 0) + run.actions.get("move", 0) >= run.extra_replicas
