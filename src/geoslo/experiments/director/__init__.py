@@ -5,8 +5,9 @@ checks; on real Redis, ``live_report(LiveSettings(), out_dir)`` runs the hotspot
 
 from geoslo.experiments.director._allocations import Allocations, allocations, minimum_servers
 from geoslo.experiments.director._live import (
-    LiveHotspot,
+    LiveRun,
     LiveSettings,
+    run_live_diurnal,
     run_live_hotspot,
     train_live_models,
 )
@@ -17,7 +18,7 @@ from geoslo.experiments.director._simulated import Scale, train_models
 __all__ = [
     "PAPER_VALUES",
     "Allocations",
-    "LiveHotspot",
+    "LiveRun",
     "LiveSettings",
     "Scale",
     "allocations",
@@ -26,6 +27,7 @@ __all__ = [
     "live_report",
     "minimum_servers",
     "reproduce",
+    "run_live_diurnal",
     "run_live_hotspot",
     "train_live_models",
     "train_models",
