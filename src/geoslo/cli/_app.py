@@ -312,6 +312,25 @@ def reproduce_director(
     typer.echo(f"report: {index}")
 
 
+@reproduce_app.command("replication")
+@user_errors
+def reproduce_replication(
+    quick: Annotated[
+        bool, typer.Option(help="Steps of 0.5 s instead of 0.1 s (seconds, for CI).")
+    ] = False,
+    output: Annotated[
+        Path | None, typer.Option(help="Report folder [reports/replication].")
+    ] = None,
+    seed: Annotated[int, typer.Option(help="Seed of every random draw.")] = 0,
+) -> None:
+    """Reproduce the geo-replication MPC's Experiments 1 and 2 (Tables I-II, Figs. 3-4)
+    against FIFO, STATIC and PRIO on the simulated egress link."""
+    from geoslo.experiments.replication import reproduce
+
+    index = reproduce(output or Path("reports/replication"), quick=quick, seed=seed)
+    typer.echo(f"report: {index}")
+
+
 @testbed_app.command("up")
 @user_errors
 def testbed_up(

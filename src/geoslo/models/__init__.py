@@ -1,5 +1,14 @@
 """Models fitted from observations or profiling: SLO curves, queueing formulas, curve fits."""
 
+from geoslo.models._egress import (
+    ARRIVAL_MODEL_KINDS,
+    ArrivalModel,
+    FilterState,
+    arrivals_from_buffers,
+    image_arrivals,
+    kalman_step,
+    predicted_arrivals,
+)
 from geoslo.models._interference import best_fitting_curve
 from geoslo.models._queueing import erlang_c, mmc_sojourn_tail, mmc_violation_surface
 from geoslo.models._residual import residual_from_probes
@@ -29,6 +38,13 @@ from geoslo.models._storage_service import (
 )
 
 __all__ = [
+    "ARRIVAL_MODEL_KINDS",
+    "ArrivalModel",
+    "FilterState",
+    "arrivals_from_buffers",
+    "image_arrivals",
+    "kalman_step",
+    "predicted_arrivals",
     "PAPER_MIXES_READ_FRACTION",
     "CopyDurationModel",
     "SteadyStateModel",

@@ -1,0 +1,216 @@
+"""The shared egress link of Dürango et al. (CDC 2016, §III, §V-A), in small time steps.
+
+Three streams (application, replication service, VM image) each keep their own buffer.
+Application and replication data arrive as non-homogeneous Poisson processes of messages
+(``message_mb``) at the workload's per-second rates; VM images arrive in bulk every
+``image_period_s``. Every step the link sends ``capacity * step_s`` MB, split by the
+policy in force (``Allocation``):
+
+* ``shares``: each stream is guaranteed ``share * capacity``; what a stream does not use
+  goes to the streams that still have data, in proportion to their shares (HTB lends its
+  spare rate in proportion to the classes' rates), or evenly when their shares are all
+  zero. FIFO is this with equal shares: streams that race to deposit into one small
+  shared QDisc buffer each get an equal part of the link when they all have data
+  (the paper's FIFO images take ~81 s, a third of 100 Mbps);
+* ``priority``: strict priority in the given order (``pfifo_fast``).
+
+Images in flight at once share the VM stream's bandwidth evenly (§III: two copies halve
+each other's bandwidth). A policy is consulted every ``interval_s`` with what a real
+controller measures: buffers, data sent and data arrived per stream.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from geoslo.control.replication.types import Allocation, Measurement, Policy
+from geoslo.errors import ConfigError
+
+__all__ = [
+    "LinkSettings",
+    "LinkWorkload",
+    "LinkRun",
+    "allocate",
+    "simulate_link",
+    "split_among_images",
+]
+
+VM_IMAGE = 2
+
+
+@dataclass(frozen=True)
+class LinkSettings:
+    """The link and its arrivals (Experiment 1's link, §V-C)."""
+
+    capacity_mbps: float = 100.0
+    interval_s: float = 10.0  # the controller's sampling time
+    step_s: float = 0.1
+    message_mb: float = 0.0625  # one Poisson arrival of application or replication data
+    image_mb: float = 375.0
+    image_period_s: float = 600.0  # copies start at one period, two periods, ...
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        for name in ("capacity_mbps", "interval_s", "step_s", "message_mb", "image_mb"):
+            if not getattr(self, name) > 0:
+                raise ConfigError(name, f"must be > 0, got {getattr(self, name)!r}")
+        steps = self.interval_s / self.step_s
+        if abs(steps - round(steps)) > 1e-9:
+            raise ConfigError("step_s", "must divide interval_s")
+
+
+@dataclass(frozen=True)
+class LinkWorkload:
+    """Per-second mean rates (Mbps) of the application and the replication service."""
+
+    application_mbps: np.ndarray
+    replication_mbps: np.ndarray
+
+    @property
+    def duration_s(self) -> int:
+        return len(self.application_mbps)
+
+
+@dataclass
+class LinkRun:
+    """Per step: time at the step's end, buffers after it, and cumulative MB arrived and
+    sent per stream; per image: creation and completion time (nan while in flight); per
+    interval: the allocation's shares (nan under priority) and the controller's time."""
+
+    policy: str
+    step_s: float
+    time_s: np.ndarray
+    buffers_mb: np.ndarray
+    arrived_mb: np.ndarray  # cumulative
+    sent_mb: np.ndarray  # cumulative
+    image_created_s: np.ndarray
+    image_done_s: np.ndarray
+    shares: np.ndarray
+    decide_ms: np.ndarray = field(default_factory=lambda: np.zeros(0))
+
+
+def allocate(backlog_mb: np.ndarray, allocation: Allocation, capacity_mb: float) -> np.ndarray:
+    """MB each stream sends in one step: work conserving, never more than its backlog."""
+    sent = np.zeros(3)
+    if allocation.mode == "priority":
+        left = capacity_mb
+        for i in allocation.order:
+            sent[i] = min(backlog_mb[i], left)
+            left -= sent[i]
+        return sent
+    weights = np.asarray(allocation.shares, float)
+    left = capacity_mb
+    sent = np.minimum(backlog_mb, weights * capacity_mb)
+    left -= sent.sum()
+    for _ in range(3):  # lend what is left to the streams that still have data
+        wanting = backlog_mb - sent > 1e-12
+        if left <= 1e-12 or not wanting.any():
+            break
+        w = np.where(wanting, weights, 0.0)
+        w = w / w.sum() if w.sum() > 0 else wanting / wanting.sum()
+        extra = np.minimum(backlog_mb - sent, w * left)
+        sent += extra
+        left -= extra.sum()
+    return sent
+
+
+def split_among_images(remaining_mb: np.ndarray, budget_mb: float) -> np.ndarray:
+    """The VM stream's step shared evenly by the images in flight (water-filling)."""
+    sent = np.zeros_like(remaining_mb)
+    active = remaining_mb > 1e-12
+    while budget_mb > 1e-12 and active.any():
+        each = budget_mb / active.sum()
+        give = np.where(active, np.minimum(remaining_mb - sent, each), 0.0)
+        sent += give
+        budget_mb -= give.sum()
+        active = remaining_mb - sent > 1e-12
+    return sent
+
+
+def _message_arrivals(rates_mbps: np.ndarray, settings: LinkSettings, rng) -> np.ndarray:
+    """MB arriving in each step: Poisson counts of messages at the per-second rate."""
+    per_step = np.repeat(np.asarray(rates_mbps, float), round(1 / settings.step_s))
+    mean_messages = per_step / 8.0 * settings.step_s / settings.message_mb
+    return rng.poisson(mean_messages) * settings.message_mb
+
+
+def simulate_link(workload: LinkWorkload, policy: Policy, settings: LinkSettings) -> LinkRun:
+    """Run ``policy`` over the workload; the first interval runs with equal shares."""
+    rng = np.random.default_rng(settings.seed)
+    arrivals = np.column_stack(
+        [
+            _message_arrivals(workload.application_mbps, settings, rng),
+            _message_arrivals(workload.replication_mbps, settings, rng),
+        ]
+    )
+    steps = len(arrivals)
+    per_interval = round(settings.interval_s / settings.step_s)
+    capacity_mb = settings.capacity_mbps / 8.0 * settings.step_s
+    buffers = np.zeros((steps, 3))
+    arrived = np.zeros((steps, 3))
+    sent = np.zeros((steps, 3))
+    backlog, total_in, total_out = np.zeros(3), np.zeros(3), np.zeros(3)
+    images_created: list[float] = []
+    images_left: list[float] = []
+    images_done: list[float] = []
+    shares, decide_ms = [], []
+    allocation = Allocation("shares")
+    mark_in, mark_out = total_in.copy(), total_out.copy()
+    next_image_s = settings.image_period_s  # the backup holds the image of time 0
+    for k in range(steps):
+        t = k * settings.step_s
+        if k % per_interval == 0 and k > 0:
+            measurement = Measurement(backlog.copy(), total_out - mark_out, total_in - mark_in)
+            allocation, ms = _consult(policy, measurement, t)
+            decide_ms.append(ms)
+            mark_in, mark_out = total_in.copy(), total_out.copy()
+        if k % per_interval == 0:
+            shares.append(allocation.shares if allocation.mode == "shares" else (np.nan,) * 3)
+        new = np.zeros(3)
+        new[:2] = arrivals[k]
+        while next_image_s < t + settings.step_s - 1e-9:
+            images_created.append(next_image_s)
+            images_left.append(settings.image_mb)
+            images_done.append(np.nan)
+            new[VM_IMAGE] += settings.image_mb
+            next_image_s += settings.image_period_s
+        backlog += new
+        total_in += new
+        out = allocate(backlog, allocation, capacity_mb)
+        if out[VM_IMAGE] > 0:
+            _send_images(images_left, images_done, out[VM_IMAGE], t + settings.step_s)
+        backlog = np.maximum(backlog - out, 0.0)
+        total_out += out
+        buffers[k], arrived[k], sent[k] = backlog, total_in, total_out
+    return LinkRun(
+        policy=policy.name,
+        step_s=settings.step_s,
+        time_s=(np.arange(steps) + 1) * settings.step_s,
+        buffers_mb=buffers,
+        arrived_mb=arrived,
+        sent_mb=sent,
+        image_created_s=np.asarray(images_created),
+        image_done_s=np.asarray(images_done),
+        shares=np.asarray(shares, float),
+        decide_ms=np.asarray(decide_ms),
+    )
+
+
+def _consult(policy: Policy, measurement: Measurement, now_s: float) -> tuple[Allocation, float]:
+    started = time.perf_counter()
+    allocation = policy.allocate(measurement, now_s)
+    return allocation, (time.perf_counter() - started) * 1e3
+
+
+def _send_images(left: list[float], done: list[float], budget_mb: float, end_s: float) -> None:
+    """Share the VM stream's step among the images in flight; mark those that finish."""
+    in_flight = [n for n, mb in enumerate(left) if mb > 1e-9]
+    given = split_among_images(np.asarray([left[n] for n in in_flight]), budget_mb)
+    for n, mb in zip(in_flight, given, strict=True):
+        left[n] -= mb
+        if left[n] <= 1e-9:
+            left[n] = 0.0
+            done[n] = end_s
