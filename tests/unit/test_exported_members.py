@@ -13,6 +13,8 @@ PACKAGES = {
         "build_slo_surface",
         "StorageServiceModel",
         "infer_storage_model",
+        "ArrivalModel",
+        "kalman_step",
     },
     "geoslo.control.kurma": {"solve", "parse_problem", "decide", "KurmaController", "KurmaConfig"},
     "geoslo.workload": {"RateTrace", "load_trace", "poisson_arrivals", "ZipfKeys"},
@@ -29,7 +31,17 @@ PACKAGES = {
     "geoslo.control.director": {"DirectorConfig", "DirectorLoop", "decide", "Action", "Plan"},
     "geoslo.sim.kvstore": {"ServerPerformance", "SimSettings", "Workload", "simulate"},
     "geoslo.live.director": {"DirectorCluster", "ClusterConfig", "replay_load", "LoadSpec"},
-    "geoslo.experiments.director": {"reproduce", "check_done", "minimum_servers", "Scale"},
+    "geoslo.experiments.director": {
+        "reproduce",
+        "check_done",
+        "minimum_servers",
+        "Scale",
+        "LiveSettings",
+        "live_report",
+    },
+    "geoslo.control.replication": {"ReplicationConfig", "ReplicationController", "ShareMpc"},
+    "geoslo.sim.egress": {"simulate_link", "LinkSettings", "link_metrics", "allocate"},
+    "geoslo.experiments.replication": {"reproduce", "check_pattern", "experiment_1"},
 }
 
 

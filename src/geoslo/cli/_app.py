@@ -34,6 +34,11 @@ director_app = typer.Typer(
     help="SCADS Director: elastic scaling of a binned key-value store under a latency SLO.",
 )
 app.add_typer(director_app, name="director")
+replication_app = typer.Typer(
+    no_args_is_help=True,
+    help="Geo-replication MPC: egress shares for application, replication and VM images.",
+)
+app.add_typer(replication_app, name="replication")
 app.add_typer(reproduce_app, name="reproduce")
 testbed_app = typer.Typer(
     no_args_is_help=True, help="The live testbed: Redis servers per site and the WAN emulator."
@@ -222,6 +227,31 @@ def director_example(
     except InputError as error:
         raise InputError(f"--{error.field}", error.problem) from None
     write_json(state_to_dict(*example), output)
+
+
+@replication_app.command("decide")
+@user_errors
+def replication_decide(input: InputOption, output: OutputOption = None) -> None:
+    """One MPC step of the geo-replication bandwidth controller (CDC 2016 §IV; schema:
+    docs/replication.md).
+
+    Writes the shares for the next interval, the planned shares and predicted buffers over
+    the horizon, and the arrival filters' new state."""
+    from geoslo.control.replication.decide import decide
+    from geoslo.control.replication.validation import decision_to_dict, parse_state
+
+    write_json(decision_to_dict(decide(parse_state(read_json(input)))), output)
+
+
+@replication_app.command("example")
+@user_errors
+def replication_example(output: OutputOption = None) -> None:
+    """Write a state.json for `geoslo replication decide` (docs/replication.md): Experiment
+    1's link while the application overloads its share and an image is in flight."""
+    from geoslo.control.replication.example import example_state
+    from geoslo.control.replication.validation import state_to_dict
+
+    write_json(state_to_dict(example_state()), output)
 
 
 @reproduce_app.command("kurma")

@@ -102,13 +102,14 @@ def kalman_step(model: ArrivalModel, state: FilterState, arrival_mb: float) -> F
 
 
 def predicted_arrivals(model: ArrivalModel, state: FilterState, horizon: int) -> np.ndarray:
-    """The expected arrival (MB) in each of the next ``horizon`` intervals, never negative."""
+    """The expected arrival (MB) in each of the next ``horizon`` intervals (``G F^(j+1) z``
+    after the last measured one), never negative."""
     f, g = model.transition(), model.observation()[0]
     z = state.mean.copy()
     out = np.empty(horizon)
     for j in range(horizon):
-        out[j] = max(float(g @ z), 0.0)
         z = f @ z
+        out[j] = max(float(g @ z), 0.0)
     return out
 
 

@@ -26,6 +26,7 @@ __all__ = [
     "Measurement",
     "Policy",
     "ReplicationConfig",
+    "ReplicationState",
     "Weights",
 ]
 
@@ -93,6 +94,20 @@ class Measurement:
     buffers_mb: np.ndarray
     sent_mb: np.ndarray
     arrived_mb: np.ndarray
+
+
+@dataclass(frozen=True)
+class ReplicationState:
+    """What one step reads (the contract's state.json): the configuration, the time, the
+    last interval's measurement, the shares in force, the arrival filters (None: start
+    them at this interval's arrivals) and the image integral."""
+
+    config: ReplicationConfig
+    now_s: float
+    measurement: Measurement
+    shares: np.ndarray
+    filters: tuple[FilterState, FilterState] | None = None
+    integral_mb: float = 0.0
 
 
 @dataclass(frozen=True)

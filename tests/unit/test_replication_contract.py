@@ -1,0 +1,111 @@
+"""state.json / shares.json contract of ``geoslo replication decide`` (docs/replication.md):
+bad input named by its JSON path with exit status 2, the example's round trip, the command
+line, and the quick reproduction's pattern."""
+
+from __future__ import annotations
+
+import copy
+import json
+
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+from geoslo.cli import app
+from geoslo.control.replication.decide import decide
+from geoslo.control.replication.example import example_state
+from geoslo.control.replication.validation import decision_to_dict, parse_state, state_to_dict
+from geoslo.errors import InputError
+
+
+def good() -> dict:
+    return state_to_dict(example_state())
+
+
+def mutate(path: list, value) -> dict:
+    data = good()
+    node = data
+    for key in path[:-1]:
+        node = node[key]
+    if value is KeyError:
+        del node[path[-1]]
+    else:
+        node[path[-1]] = value
+    return data
+
+
+@pytest.mark.parametrize(
+    ("path", "value", "field"),
+    [
+        (["now_s"], "soon", "now_s"),
+        (["buffers_mb"], KeyError, "buffers_mb"),
+        (["buffers_mb", "application"], -1.0, "buffers_mb.application"),
+        (["sent_mb", "vm_image"], None, "sent_mb.vm_image"),
+        (["arrived_mb"], {"application": 1, "replication": 2}, "arrived_mb.vm_image"),
+        (["shares", "replication"], 0.9, "shares"),
+        (["config", "capacity_mbps"], 0, "config.capacity_mbps"),
+        (["config", "horizon"], 2.5, "config.horizon"),
+        (["config", "weights", "buffer"], [1, 2], "config.weights.buffer"),
+        (["config", "weights", "moves", 1], -5, "config.weights.moves[1]"),
+        (["config", "buffer_limits_mb", 0], -3, "config.buffer_limits_mb[0]"),
+        (["config", "arrival_model", "kind"], "arima", "config.arrival_model.kind"),
+        (["config", "speed"], 1, "config.speed"),
+        (["filters", "application", "mean"], [1.0, 2.0], "filters.application.mean"),
+        (["filters", "replication", "covariance"], [[-1.0]], "filters.replication.covariance"),
+        (["integral_mb"], -1, "integral_mb"),
+    ],
+)
+def test_bad_input_names_its_field(path, value, field):
+    with pytest.raises(InputError) as info:
+        parse_state(mutate(path, value))
+    assert info.value.field == field
+
+
+def test_the_example_round_trips_and_decides():
+    state = parse_state(good())
+    assert state_to_dict(state) == good()
+    decision = decide(state)
+    out = decision_to_dict(decision)
+    assert out["status"] == "solved"
+    assert set(out["shares"]) == {"application", "replication", "vm_image"}
+    assert sum(out["shares"].values()) <= 1 + 1e-9
+    assert len(out["predicted_buffers_mb"]["application"]) == state.config.horizon
+    assert out["integral_mb"] == state.integral_mb + state.measurement.buffers_mb[2]
+    again = parse_state(good() | {"filters": out["filters"]})  # the new filters feed back
+    assert again.filters[0].mean == pytest.approx(decision.filters[0].mean)
+
+
+def test_filters_start_at_the_measured_arrivals_when_absent():
+    data = good()
+    del data["filters"]
+    decision = decide(parse_state(data))
+    assert decision.filters[0].mean[0] == pytest.approx(data["arrived_mb"]["application"])
+
+
+def test_the_command_line_decides_and_reports_bad_input_with_status_2(tmp_path):
+    runner = CliRunner()
+    state = tmp_path / "state.json"
+    assert runner.invoke(app, ["replication", "example", "-o", str(state)]).exit_code == 0
+    out = tmp_path / "shares.json"
+    result = runner.invoke(app, ["replication", "decide", "-i", str(state), "-o", str(out)])
+    assert result.exit_code == 0, result.output
+    assert json.loads(out.read_text())["status"] == "solved"
+    bad = copy.deepcopy(json.loads(state.read_text()))
+    bad["config"]["horizon"] = 0
+    state.write_text(json.dumps(bad))
+    result = runner.invoke(app, ["replication", "decide", "-i", str(state)])
+    assert result.exit_code == 2
+    assert "config.horizon" in result.output and len(result.output.strip().splitlines()) == 1
+    state.write_text("{not json")
+    assert runner.invoke(app, ["replication", "decide", "-i", str(state)]).exit_code == 2
+
+
+def test_the_quick_reproduction_shows_the_papers_pattern(tmp_path):
+    from geoslo.experiments.replication import reproduce
+
+    index = reproduce(tmp_path / "report", quick=True, workers=1)
+    summary = json.loads((index.parent / "summary.json").read_text())
+    assert all(summary["checks"].values()), summary["checks"]
+    mpc = summary["experiment_1"]["MPC"]
+    assert np.isfinite(mpc["transfer_mean_s"]) and mpc["images_done"] >= 16
+    assert summary["mpc_step_ms"]["median"] < 20.0  # a sanity bound; the bench measures it
