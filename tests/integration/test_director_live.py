@@ -11,9 +11,7 @@ import numpy as np
 import pytest
 
 from geoslo.control.director import Action, RunningAction
-from geoslo.errors import DependencyError
 from geoslo.live._backend import key_name
-from geoslo.live._processes import find_program
 from geoslo.live.director import (
     ClusterConfig,
     DirectorCluster,
@@ -26,15 +24,11 @@ from geoslo.live.director import (
 )
 from geoslo.workload import RateTrace
 
-pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
-
-
-@pytest.fixture(autouse=True)
-def _redis():
-    try:
-        find_program("redis-server", "redis-server", install=False)
-    except DependencyError as error:
-        pytest.skip(f"redis-server is not available: {error}")
+pytestmark = [
+    pytest.mark.integration,
+    pytest.mark.usefixtures("needs_redis"),
+    pytest.mark.timeout(120),
+]
 
 
 def running(action: Action) -> RunningAction:

@@ -6,24 +6,19 @@ from __future__ import annotations
 
 import pytest
 
-from geoslo.errors import DependencyError
 from geoslo.experiments.director import (
     LiveSettings,
     check_live,
     run_live_hotspot,
     train_live_models,
 )
-from geoslo.live._processes import find_program
 
-pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(300)]
-
-
-@pytest.fixture(autouse=True)
-def _redis():
-    try:
-        find_program("redis-server", "redis-server", install=False)
-    except DependencyError as error:
-        pytest.skip(f"redis-server is not available: {error}")
+pytestmark = [
+    pytest.mark.integration,
+    pytest.mark.usefixtures("needs_redis"),
+    pytest.mark.slow,
+    pytest.mark.timeout(300),
+]
 
 
 def test_the_director_replicates_the_hot_bin_and_holds_the_p99(tmp_path):

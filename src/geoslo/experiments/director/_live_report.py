@@ -20,7 +20,12 @@ from geoslo.experiments.director._live import (
     run_live_hotspot,
     train_live_models,
 )
-from geoslo.experiments.director._report import PAPER_VALUES, models_section
+from geoslo.experiments.director._report import (
+    PAPER_VALUES,
+    diurnal_rows,
+    models_section,
+    unit_savings,
+)
 from geoslo.experiments.director._workloads import DIURNAL_SOURCE
 from geoslo.live.director import initial_placement
 from geoslo.report import Report, load_paper_values, paper_row
@@ -179,35 +184,11 @@ def _diurnal_section(report: Report, paper: dict, run: LiveRun) -> dict:
     )
     summary = {
         "units": units | {"elastic": total, "elastic serving": serving},
-        "serving_over_ideal": serving / units["ideal"],
-        "saving_vs_fixed100": 1 - total / units["fixed-100%"],
-        "saving_vs_fixed70": 1 - total / units["fixed-70%"],
+        **unit_savings(total, serving, units),
         "percentiles": {str(w): v for w, v in run.percentiles_met().items()},
         "row": _run_row("diurnal", run),
     }
-    report.comparison(
-        "diurnal_live",
-        [
-            paper_row(
-                paper,
-                "diurnal_serving_over_ideal_pct",
-                round(100 * (summary["serving_over_ideal"] - 1), 1),
-                "serving units over the ideal",
-            ),
-            paper_row(
-                paper,
-                "diurnal_saving_vs_fixed100_pct",
-                round(100 * summary["saving_vs_fixed100"], 1),
-                "saving vs fixed-100%",
-            ),
-            paper_row(
-                paper,
-                "diurnal_saving_vs_fixed70_pct",
-                round(100 * summary["saving_vs_fixed70"], 1),
-                "saving vs fixed-70%",
-            ),
-        ],
-    )
+    report.comparison("diurnal_live", diurnal_rows(paper, summary))
     report.table("diurnal_run", [summary["row"]], caption="The replay's latency and actions")
     report.figure(
         "diurnal-live",
