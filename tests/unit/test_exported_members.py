@@ -42,6 +42,7 @@ PACKAGES = {
     "geoslo.control.replication": {"ReplicationConfig", "ReplicationController", "ShareMpc"},
     "geoslo.sim.egress": {"simulate_link", "LinkSettings", "link_metrics", "allocate"},
     "geoslo.experiments.replication": {"reproduce", "check_pattern", "experiment_1"},
+    "geoslo.live.egress": {"EgressLink", "cannot_run_reason", "setup_lines", "change_lines"},
 }
 
 

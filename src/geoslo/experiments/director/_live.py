@@ -83,21 +83,21 @@ class LiveSettings:
     diurnal_charge_interval_s: int = 60  # the hour, 60x faster
     # training (§5.4)
     mixes: tuple[float, ...] = PAPER_MIXES_READ_FRACTION
-    training_rates_rps: tuple[float, ...] = tuple(range(60, 420, 20))
-    training_load_s: float = 3.0
+    training_rates_rps: tuple[float, ...] = tuple(range(80, 420, 20))
+    training_load_s: float = 10.0  # long enough for the queue to settle (3 s: +-25% noise)
     seed: int = 0
 
     @classmethod
     def quick(cls) -> LiveSettings:
         """Minutes: periods of 5 s, a 30 s ramp, two mixes, the day in 6 minutes."""
         return cls(
-            shape=HotspotShape(flat_s=30, ramp_s=30, hold_s=60),
+            shape=HotspotShape(flat_s=25, ramp_s=30, hold_s=45),
             period_s=5.0,
             diurnal_s=360,
             diurnal_period_s=3.0,
             diurnal_charge_interval_s=15,
             mixes=(0.5, 0.95),
-            training_load_s=2.0,
+            training_load_s=5.0,
         )
 
     def cluster_config(self, period_s: float | None = None, servers: int | None = None):
