@@ -344,3 +344,16 @@ def test_number_formatting_ignores_nonfinite_in_comparison(tmp_path):
     assert "| q | nan | 1 |  | nan (×nan) |  |" in md
     with open(tmp_path / "c.csv", newline="", encoding="utf-8") as f:
         assert math.isnan(float(next(csv.DictReader(f))["difference"]))
+
+
+def test_checks_become_a_section_and_a_table(tmp_path):
+    r = Report("T")
+    r.checks({"the bar holds": True, "the other does not": False}, "On this run.")
+    index = r.write(tmp_path)
+    text = index.read_text()
+    assert "## Acceptance checks" in text and "On this run." in text
+    rows = list(csv.DictReader((tmp_path / "checks.csv").open()))
+    assert [(row["check"], row["passed"]) for row in rows] == [
+        ("the bar holds", "True"),
+        ("the other does not", "False"),
+    ]

@@ -85,6 +85,11 @@ class Report:
         numeric = tuple(_all_numbers(values[j] for values in raw) for j in range(len(columns)))
         self._add_table(name, caption, tuple(columns), cells, numeric, tuple(columns), raw)
 
+    def checks(self, checks: dict[str, bool], text: str = "") -> None:
+        """An "Acceptance checks" section: one row per check, passed or not (``checks.csv``)."""
+        self.section("Acceptance checks", text)
+        self.table("checks", [{"check": k, "passed": bool(v)} for k, v in checks.items()])
+
     def comparison(self, name: str, rows: list[dict], caption: str = "") -> None:
         """Add our values beside the paper's, with a "difference" column.
 

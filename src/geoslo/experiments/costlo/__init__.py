@@ -100,8 +100,7 @@ def reproduce(out_dir: str | Path, quick: bool = False, seed: int = 1) -> Path:
         "fig18a": _figures.fig18a(study, report, paper),
     }
     checks = check_done(results)
-    report.section("Acceptance checks", "The issue's checks on this run's numbers.")
-    report.table("checks", [{"check": k, "passed": v} for k, v in checks.items()])
+    report.checks(checks, "The issue's checks on this run's numbers.")
     report.section("Still differs from the paper, and why", DIFFERENCES)
     elapsed_s = time.perf_counter() - started
     report.text(f"Run time: {elapsed_s:.0f} s; seed {seed}; {len(study.world.prefixes)} prefixes.")

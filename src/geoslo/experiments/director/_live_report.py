@@ -84,8 +84,7 @@ def live_report(settings: LiveSettings, out_dir: Path, progress=print) -> Path:
     summary = _hotspot_section(report, paper, directed, fixed)
     summary["diurnal"] = _diurnal_section(report, paper, diurnal)
     checks = check_live(directed)
-    report.section("Acceptance checks")
-    report.table("checks", [{"check": k, "passed": v} for k, v in checks.items()])
+    report.checks(checks)
     report.section("What differs from the paper, and why", DIFFERENCES)
     report.text(
         f"Seed {settings.seed}; periods of {settings.period_s:g} s; "

@@ -115,8 +115,7 @@ def reproduce(out_dir: Path, quick: bool = False, seed: int = 0, workers: int = 
     summary = _diurnal_section(report, paper, scale, models, runs)
     summary["decide_ms_1000_servers"] = _decide_timing(report, paper)
     checks = check_done(summary)
-    report.section("Acceptance checks")
-    report.table("checks", [{"check": k, "passed": v} for k, v in checks.items()])
+    report.checks(checks)
     report.section("What differs from the paper, and why", DIFFERENCES)
     report.text(
         f"Seed {seed}; {'quick' if quick else 'full'} scale; "

@@ -101,8 +101,7 @@ def reproduce(out_dir: Path, quick: bool = False, seed: int = 0, workers: int = 
         summary[f"experiment_{n}"] = {name: m.to_dict() for name, m in metrics.items()}
         checks |= {f"Exp. {n}: {k}": v for k, v in check_pattern(metrics).items()}
     summary["mpc_step_ms"] = _speed_section(report, runs, simulated_s, wall_s, workers)
-    report.section("Acceptance checks")
-    report.table("checks", [{"check": k, "passed": v} for k, v in checks.items()])
+    report.checks(checks)
     report.section("What differs from the paper, and why", DIFFERENCES)
     report.text(
         f"Seed {seed}; steps of {settings.step_s:g} s; "
