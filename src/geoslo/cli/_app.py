@@ -39,6 +39,11 @@ replication_app = typer.Typer(
     help="Geo-replication MPC: egress shares for application, replication and VM images.",
 )
 app.add_typer(replication_app, name="replication")
+placement_app = typer.Typer(
+    no_args_is_help=True,
+    help="Supercloud: where an application's nodes should run (follow the sun).",
+)
+app.add_typer(placement_app, name="placement")
 app.add_typer(reproduce_app, name="reproduce")
 testbed_app = typer.Typer(
     no_args_is_help=True, help="The live testbed: Redis servers per site and the WAN emulator."
@@ -252,6 +257,39 @@ def replication_example(output: OutputOption = None) -> None:
     from geoslo.control.replication.validation import state_to_dict
 
     write_json(state_to_dict(example_state()), output)
+
+
+@placement_app.command("decide")
+@user_errors
+def placement_decide(input: InputOption, output: OutputOption = None) -> None:
+    """One round of the Supercloud scheduler (SoCC 2016 §3; schema: docs/placement.md).
+
+    Scores every placement with the evaluation function, keeps those that maximise it and
+    beat the current one by the threshold, and writes the one needing fewest migrations."""
+    from geoslo.control.placement import decide
+    from geoslo.control.placement.validation import parse_state, plan_to_dict
+
+    write_json(plan_to_dict(decide(parse_state(read_json(input)))), output)
+
+
+@placement_app.command("example")
+@user_errors
+def placement_example(
+    sites: Annotated[int, typer.Option(help="Sites (IBM Cloud regions; 2 = §5.1's).")] = 2,
+    nodes: Annotated[int, typer.Option(help="Nodes of the ensemble.")] = 3,
+    seed: Annotated[int, typer.Option(help="Seed of the front-ends' loads (sites > 2).")] = 0,
+    output: OutputOption = None,
+) -> None:
+    """Write a state.json for `geoslo placement decide` (docs/placement.md): §5.1's
+    ensemble while Tokyo is busier, on measured IBM Cloud RTTs."""
+    from geoslo.control.placement.example import example_state
+    from geoslo.control.placement.validation import state_to_dict
+
+    try:
+        state = example_state(sites, nodes, seed)
+    except InputError as error:
+        raise InputError(f"--{error.field}", error.problem) from None
+    write_json(state_to_dict(state), output)
 
 
 @reproduce_app.command("kurma")

@@ -10,6 +10,7 @@ from geoslo.models._egress import (
     predicted_arrivals,
 )
 from geoslo.models._interference import best_fitting_curve
+from geoslo.models._migration import MigrationCost, MigrationModel
 from geoslo.models._queueing import erlang_c, mmc_sojourn_tail, mmc_violation_surface
 from geoslo.models._residual import residual_from_probes
 from geoslo.models._scads import (
@@ -38,6 +39,8 @@ from geoslo.models._storage_service import (
 )
 
 __all__ = [
+    "MigrationCost",
+    "MigrationModel",
     "ARRIVAL_MODEL_KINDS",
     "ArrivalModel",
     "FilterState",
