@@ -4,8 +4,9 @@ the ground truth the scheduler is judged against.
 Clients connect to a node chosen at random. A read costs the RTT to that node; a write
 also goes to the leader and waits for a majority of the ensemble to acknowledge (the
 leader's ``ceil(m/2)-1``-th fastest follower). Every request adds a log-normal service
-time. Clients block (closed loop): a site's throughput is the smaller of what its users
-offer and ``clients / mean latency``. Nodes move by live migration
+time. Clients block (closed loop), think between requests and stay on the node they
+connected to: each sends ``1 / (think + latency)`` requests per second.
+Nodes move by live migration
 (:class:`~geoslo.models.MigrationModel`): a node serves from its old site until the
 migration ends and is paused for the downtime just before; requests that reach a paused
 node (or write through a paused leader) wait for it.
@@ -25,10 +26,11 @@ __all__ = ["EnsembleSettings", "SimulatedEnsemble", "StepResult"]
 
 @dataclass(frozen=True)
 class EnsembleSettings:
-    """``clients_per_site`` blocking clients per front-end site; ``same_site_rtt_ms`` for
-    two nodes in one data centre (the RTT matrix's zero diagonal)."""
+    """Each active client waits ``think_ms`` between blocking requests, so a site offering
+    r requests/s has ``r x think`` clients; ``same_site_rtt_ms`` for two nodes in one data
+    centre (the RTT matrix's zero diagonal)."""
 
-    clients_per_site: int = 10
+    think_ms: float = 50.0
     same_site_rtt_ms: float = 1.0
     service_median_ms: float = 2.0
     service_sigma: float = 0.5
@@ -114,13 +116,12 @@ class SimulatedEnsemble:
             paused_s[pause, k] = move.ends_s - times_s[pause]
         return sites, paused_s
 
-    def _latency_ms(self, site: np.ndarray, is_write: np.ndarray, times_s: np.ndarray):
+    def _latency_ms(self, site, is_write, times_s, chosen) -> np.ndarray:
         s = self.settings
         m = len(self.placement.nodes)
         leader = [n.name for n in self.placement.nodes].index(self.placement.leader)
         node_sites, paused_s = self._node_sites(times_s)
         rows = np.arange(len(site))
-        chosen = self._rng.integers(0, m, len(site))
         rtt = self.rtt_ms
         read_ms = rtt[site, node_sites[rows, chosen]]
         leader_site = node_sites[:, leader]
@@ -145,14 +146,18 @@ class SimulatedEnsemble:
         site = np.repeat(active, n)
         is_write = self._rng.random(len(site)) >= read_fraction
         times_s = now_s + step_s * self._rng.random(len(site))
-        latency_ms = self._latency_ms(site, is_write, times_s)
+        m = len(self.placement.nodes)
+        chosen = self._rng.integers(0, m, len(site))  # the node each request's client uses
+        latency_ms = self._latency_ms(site, is_write, times_s, chosen)
         sites = len(self.sites)
-        samples = np.bincount(site, minlength=sites)
-        mean_ms = np.bincount(site, latency_ms, minlength=sites) / np.maximum(samples, 1)
-        capacity_rps = self.settings.clients_per_site / np.maximum(mean_ms / 1e3, 1e-6)
-        served = np.minimum(offered_rps, capacity_rps) * step_s
-        served_writes = served * (1 - read_fraction)
-        per_kind = np.where(is_write, served_writes[site], served[site] - served_writes[site])
-        kind = 2 * site + is_write
-        weight = per_kind / np.bincount(kind, minlength=2 * sites)[kind]
-        return StepResult(served - served_writes, served_writes, site, is_write, latency_ms, weight)
+        group = site * m + chosen
+        in_group = np.bincount(group, minlength=sites * m)
+        mean_ms = np.bincount(group, latency_ms, minlength=sites * m) / np.maximum(in_group, 1)
+        think_s = self.settings.think_ms / 1e3
+        clients = offered_rps * think_s  # active clients; each would send 1/think if latency were 0
+        client_rps = 1.0 / (think_s + mean_ms / 1e3)  # a blocking client on that node
+        served_per_group = np.repeat(clients / m, m) * client_rps * step_s
+        weight = served_per_group[group] / in_group[group]
+        served_writes = np.bincount(site, weight * is_write, minlength=sites)
+        served_reads = np.bincount(site, weight * ~is_write, minlength=sites)
+        return StepResult(served_reads, served_writes, site, is_write, latency_ms, weight)
