@@ -8,7 +8,15 @@ from pathlib import Path
 
 from geoslo.errors import InputError
 
-ROLES = ("wan", "kurma-instance", "loadgen", "costlo-relay", "costlo-locks", "costlo-vm")
+ROLES = (
+    "wan",
+    "imagestore",
+    "kurma-instance",
+    "loadgen",
+    "costlo-relay",
+    "costlo-locks",
+    "costlo-vm",
+)
 
 
 def main(argv: list[str]) -> None:
@@ -19,6 +27,10 @@ def main(argv: list[str]) -> None:
         from geoslo.live._wan import WanConfig, serve_wan
 
         asyncio.run(serve_wan(WanConfig.read(config)))
+    elif role == "imagestore":
+        from geoslo.live.imagestore._servers import NodeConfig, serve_node
+
+        asyncio.run(serve_node(NodeConfig.read(config)))
     elif role == "kurma-instance":
         from geoslo.live.kurma import run_instance
 

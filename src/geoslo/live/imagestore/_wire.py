@@ -1,0 +1,73 @@
+"""Messages of the image storage service: a JSON header and an optional payload (a block),
+framed by their two lengths. Every request names the site it comes from, so the server
+can count the bytes that cross the WAN."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import struct
+
+__all__ = ["send", "receive", "Connection"]
+
+_LENGTHS = struct.Struct("!II")
+
+
+async def send(writer: asyncio.StreamWriter, header: dict, payload: bytes = b"") -> int:
+    """Write one message; the bytes it took."""
+    head = json.dumps(header, separators=(",", ":")).encode()
+    writer.write(_LENGTHS.pack(len(head), len(payload)) + head + payload)
+    await writer.drain()
+    return _LENGTHS.size + len(head) + len(payload)
+
+
+async def receive(reader: asyncio.StreamReader) -> tuple[dict, bytes, int]:
+    """One message: header, payload and the bytes it took (IncompleteReadError at EOF)."""
+    head_len, payload_len = _LENGTHS.unpack(await reader.readexactly(_LENGTHS.size))
+    head = await reader.readexactly(head_len)
+    payload = await reader.readexactly(payload_len) if payload_len else b""
+    return json.loads(head), payload, _LENGTHS.size + head_len + payload_len
+
+
+class Connection:
+    """One client connection: requests answered in order (callers take turns)."""
+
+    def __init__(self, port: int) -> None:
+        self.port = port
+        self._lock = asyncio.Lock()
+        self._streams: tuple[asyncio.StreamReader, asyncio.StreamWriter] | None = None
+
+    async def request(self, header: dict, payload: bytes = b"") -> tuple[dict, bytes]:
+        async with self._lock:
+            if self._streams is None:
+                self._streams = await asyncio.open_connection("127.0.0.1", self.port)
+            reader, writer = self._streams
+            await send(writer, header, payload)
+            reply, data, _ = await receive(reader)
+        if "error" in reply:
+            raise RuntimeError(f"image store: {reply['error']}")
+        return reply, data
+
+    async def close(self) -> None:
+        if self._streams is not None:
+            self._streams[1].close()
+            self._streams = None
+
+
+class ConnectionPool:
+    """Connections to one server, one per concurrent caller."""
+
+    def __init__(self, port: int) -> None:
+        self.port = port
+        self._free: list[Connection] = []
+
+    async def request(self, header: dict, payload: bytes = b"") -> tuple[dict, bytes]:
+        connection = self._free.pop() if self._free else Connection(self.port)
+        try:
+            return await connection.request(header, payload)
+        finally:
+            self._free.append(connection)
+
+    async def close(self) -> None:
+        for connection in self._free:
+            await connection.close()
