@@ -4,7 +4,7 @@ site (data store layer: local blocks, remote fetches, proactive propagation), th
 emulator between sites; and §5.3's benchmark of a VM migrating while it runs a DBENCH-like
 workload (``_dbench``)."""
 
-from geoslo.live.imagestore._service import ImageClient, ImageService
 from geoslo.live.imagestore._servers import POLICIES, NodeConfig
+from geoslo.live.imagestore._service import ImageClient, ImageService
 
 __all__ = ["POLICIES", "ImageClient", "ImageService", "NodeConfig"]

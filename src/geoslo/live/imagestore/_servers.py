@@ -114,9 +114,16 @@ class Store(_Server):
         self.peers = {site: ConnectionPool(port) for site, port in config.peer_ports.items()}
         self.transitions = TransitionTable(config.transitions)
         self.rng = np.random.default_rng(config.seed)
-        self.counts = {"local_reads": 0, "remote_reads": 0, "pushes": 0, "pushed_bytes": 0}
+        self.counts = {
+            "local_reads": 0,
+            "remote_reads": 0,
+            "pushes": 0,
+            "pushed_bytes": 0,
+            "failed_pushes": 0,
+        }
         self._pushing = asyncio.Semaphore(config.pushes_in_flight)
         self._wake = asyncio.Event()
+        self._in_flight: set[asyncio.Task] = set()
 
     def _version(self, image: str, block: int) -> int:
         return self.blocks.get((image, block), (0, b""))[0]
@@ -198,6 +205,12 @@ class Store(_Server):
         self.counts["pushes"] += 1
         self.counts["pushed_bytes"] += len(data)
 
+    def _pushed(self, task: asyncio.Task) -> None:
+        self._in_flight.discard(task)
+        self._pushing.release()
+        if not task.cancelled() and task.exception() is not None:
+            self.counts["failed_pushes"] += 1
+
     async def propagate(self) -> None:
         """§4.1.3: push the highest-priority updated block to a site drawn from the
         transition table, a bounded number in flight, for as long as there are any."""
@@ -216,7 +229,8 @@ class Store(_Server):
                 continue
             await self._pushing.acquire()
             task = asyncio.create_task(self._push(site, image, block))
-            task.add_done_callback(lambda _: self._pushing.release())
+            self._in_flight.add(task)  # a task nobody holds may be collected mid-flight
+            task.add_done_callback(self._pushed)
 
 
 async def serve_node(config: NodeConfig) -> None:

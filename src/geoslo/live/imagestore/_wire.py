@@ -64,9 +64,12 @@ class ConnectionPool:
     async def request(self, header: dict, payload: bytes = b"") -> tuple[dict, bytes]:
         connection = self._free.pop() if self._free else Connection(self.port)
         try:
-            return await connection.request(header, payload)
-        finally:
-            self._free.append(connection)
+            answer = await connection.request(header, payload)
+        except (OSError, asyncio.IncompleteReadError):
+            await connection.close()  # a broken connection is not reused
+            raise
+        self._free.append(connection)
+        return answer
 
     async def close(self) -> None:
         for connection in self._free:

@@ -1,0 +1,74 @@
+"""Settings and server layout of the live ZooKeeper migration (Supercloud paper, §5.2.2).
+
+Two sites, "virginia" (A) and "tokyo" (B); every server id N has one global address
+10.78.0.N that every peer and client uses, so dynamic reconfiguration sees one address.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from geoslo.errors import ConfigError
+
+__all__ = [
+    "CLIENT_PORT",
+    "ELECTION_PORT",
+    "PROXIED_PORTS",
+    "QUORUM_PORT",
+    "SITE_A",
+    "SITE_B",
+    "SITES",
+    "ZkLiveSettings",
+    "server_address",
+]
+
+SITE_A, SITE_B = "virginia", "tokyo"  # §5.2.2: EC2 Virginia and Tokyo
+SITES = (SITE_A, SITE_B)
+CLIENT_PORT, QUORUM_PORT, ELECTION_PORT = 2181, 2888, 3888
+PROXIED_PORTS = (CLIENT_PORT, QUORUM_PORT, ELECTION_PORT)
+
+
+def server_address(server_id: int) -> str:
+    """The one address of server ``server_id``, the same in every site."""
+    return f"10.78.0.{server_id}"
+
+
+@dataclass(frozen=True)
+class ZkLiveSettings:
+    """Knobs of one live run. Workload as §5.2.2: one closed-loop client per site, reads
+    get a 1 KB znode, writes overwrite a 1 KB znode, read:write 9:1. The paper does not
+    give the RTT; 100 ms is a round figure below Virginia–Tokyo's ~150 ms. Times are kept
+    short so that a run fits an integration test."""
+
+    rtt_ms: float = 100.0
+    read_fraction: float = 0.9
+    value_bytes: int = 1024
+    threads_per_site: int = 4  # closed-loop workers (one ZooKeeper session each) per site
+    tick_time_ms: int = 200
+    init_limit_ticks: int = 50
+    sync_limit_ticks: int = 20
+    session_timeout_s: float = 4.0
+    op_timeout_s: float = 2.0
+    warmup_s: float = 8.0  # load before the measured window (the servers' JIT warms up)
+    baseline_s: float = 6.0  # measured load before the first step
+    step_gap_s: float = 5.0  # after a step has a serving leader, before the next
+    after_s: float = 10.0  # after the last step
+    step_timeout_s: float = 30.0  # a step not done by then fails the run
+    server_heap_mb: int = 128
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if self.rtt_ms < 0:
+            raise ConfigError("rtt_ms", f"must be >= 0, got {self.rtt_ms}")
+        if not 0.0 <= self.read_fraction <= 1.0:
+            raise ConfigError("read_fraction", f"must be in 0..1, got {self.read_fraction}")
+        for name in ("value_bytes", "threads_per_site", "tick_time_ms", "server_heap_mb"):
+            if getattr(self, name) < 1:
+                raise ConfigError(name, f"must be >= 1, got {getattr(self, name)}")
+        for name in ("baseline_s", "step_gap_s", "after_s", "op_timeout_s"):
+            if getattr(self, name) <= 0:
+                raise ConfigError(name, f"must be > 0 seconds, got {getattr(self, name)}")
+        if self.sync_limit_ticks * self.tick_time_ms < 4 * self.rtt_ms:
+            raise ConfigError(
+                "sync_limit_ticks", "sync_limit_ticks * tick_time_ms must be >= 4 RTTs"
+            )
