@@ -399,6 +399,30 @@ def reproduce_replication(
     typer.echo(f"report: {index}")
 
 
+@reproduce_app.command("supercloud")
+@user_errors
+def reproduce_supercloud(
+    quick: Annotated[
+        bool,
+        typer.Option(help="Two simulated days, 12 s storage runs, no live ZooKeeper (for CI)."),
+    ] = False,
+    output: Annotated[Path | None, typer.Option(help="Report folder [reports/supercloud].")] = None,
+    seed: Annotated[int, typer.Option(help="Seed of every random draw.")] = 0,
+) -> None:
+    """Reproduce the Supercloud's evaluation (SoCC 2016 §5): follow the sun (Figs. 4-5),
+    ZooKeeper reconfiguration on a real ensemble vs VM migration (Fig. 7, needs root and
+    Java), storage under migration on the real image store (Figs. 8-9)."""
+    from geoslo.experiments.supercloud import reproduce
+
+    index = reproduce(
+        output or Path("reports/supercloud"),
+        quick=quick,
+        seed=seed,
+        progress=lambda line: typer.echo(line, err=True),
+    )
+    typer.echo(f"report: {index}")
+
+
 @testbed_app.command("up")
 @user_errors
 def testbed_up(
