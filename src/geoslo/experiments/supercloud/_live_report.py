@@ -109,15 +109,14 @@ def _reconfig_figure(runs):
 
 
 def check_storage(runs: dict[str, StorageRun], block_bytes: int) -> dict[str, bool]:
-    after = {p: r.mean_mb_per_s(block_bytes, r.migration_end_s + 1) for p, r in runs.items()}
-    per_op = {p: r.storage_wan_bytes / len(r.op_end_s) for p, r in runs.items()}
+    """§5.3's claims: proactive propagation is fastest once the VM has moved; on-demand
+    fetching moves the least data over the WAN (the same work in every run)."""
+    after = {p: r.mean_mb_per_s(block_bytes, r.migration_end_s) for p, r in runs.items()}
+    wan = {p: r.storage_wan_bytes for p, r in runs.items()}
     return {
         "proactive propagation: highest throughput after migration": max(after, key=after.get)
         == "proactive",
-        "on-demand: least storage WAN traffic": min(r.storage_wan_bytes for r in runs.values())
-        == runs["on_demand"].storage_wan_bytes,
-        "on-demand: least storage WAN traffic per operation": min(per_op, key=per_op.get)
-        == "on_demand",
+        "on-demand: least storage WAN traffic": min(wan, key=wan.get) == "on_demand",
     }
 
 
@@ -128,21 +127,27 @@ def storage_section(report, settings: DbenchSettings, state_dir: Path, progress)
         f"The image storage service as processes (a controller, a store per site) with "
         f"{settings.rtt_ms:g} ms between {settings.sites[0]} and {settings.sites[1]}; a VM "
         f"runs a DBENCH-like workload ({settings.clients} clients, as fast as they can, "
-        f"{settings.run_s:g} s) and is live-migrated as it starts (pre-copy model: "
+        f"{settings.operations_per_client} file operations each after creating their files, "
+        f"{settings.cpu_ms_per_op:g} ms of the VM's one vCPU per block) and is live-migrated "
+        "as it starts (pre-copy model: "
         f"{settings.migration.memory_bytes / 1e6:g} MB at "
         f"{settings.migration.bandwidth_bytes_per_s / 1e6:g} MB/s, the dirty rate from its "
         "writes). NFS is a store used as the central server.",
     )
     runs = {}
     for policy in POLICIES:
-        progress(f"supercloud: storage benchmark, {policy} (live, {settings.run_s:g} s)")
+        progress(f"supercloud: storage benchmark, {policy} (live)")
         runs[policy] = run_storage_benchmark(policy, settings, state_dir)
     b = settings.block_bytes
     rows = [
         {
             "storage": policy,
+            "benchmark, s": float(run.op_end_s.max()),
             "MB/s": run.mean_mb_per_s(b),
-            "MB/s after migration": run.mean_mb_per_s(b, run.migration_end_s + 1),
+            "MB/s, 5 s after migration": run.mean_mb_per_s(
+                b, run.migration_end_s, run.migration_end_s + 5
+            ),
+            "MB/s after migration": run.mean_mb_per_s(b, run.migration_end_s),
             "migration ends, s": run.migration_end_s,
             "storage WAN, MB": run.storage_wan_bytes / 1e6,
             "WAN per 1000 ops, MB": run.storage_wan_bytes / len(run.op_end_s) * 1e3 / 1e6,
