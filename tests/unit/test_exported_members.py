@@ -43,6 +43,11 @@ PACKAGES = {
     "geoslo.sim.egress": {"simulate_link", "LinkSettings", "link_metrics", "allocate"},
     "geoslo.experiments.replication": {"reproduce", "check_pattern", "experiment_1"},
     "geoslo.live.egress": {"EgressLink", "cannot_run_reason", "setup_lines", "change_lines"},
+    "geoslo.control.placement": {"decide", "PlacementState", "Plan", "score_placement"},
+    "geoslo.sim.ensemble": {"SimulatedEnsemble", "EnsembleSettings"},
+    "geoslo.live.imagestore": {"ImageService", "ImageClient", "POLICIES"},
+    "geoslo.live.zookeeper": {"run_reconfiguration", "ZkLiveSettings", "cannot_run_reason"},
+    "geoslo.experiments.supercloud": {"reproduce", "run_ensemble", "check_sun"},
 }
 
 

@@ -4,6 +4,7 @@ imported only when a run starts."""
 
 from __future__ import annotations
 
+import logging
 import socket
 import time
 
@@ -15,6 +16,9 @@ from geoslo.errors import TestbedError
 from geoslo.live.egress._netns import socket_in
 from geoslo.live.zookeeper._ensemble import ZkServer
 from geoslo.live.zookeeper._settings import CLIENT_PORT, ZkLiveSettings
+
+# kazoo logs every dropped connection as a warning; reconfiguration drops them on purpose.
+logging.getLogger("kazoo").setLevel(logging.ERROR)
 
 __all__ = ["NamespaceHandler", "admin_client", "create_znodes", "reconfig"]
 

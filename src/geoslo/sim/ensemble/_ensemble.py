@@ -110,10 +110,10 @@ class SimulatedEnsemble:
         paused_s = np.zeros(sites.shape)
         for move in self._moves:
             k = names.index(move.node)
-            before = times_s < move.ends_s
-            sites[before, k] = move.old_site
-            pause = before & (times_s >= move.ends_s - move.downtime_s)
-            paused_s[pause, k] = move.ends_s - times_s[pause]
+            pause_starts_s = move.ends_s - move.downtime_s  # paused from here to the end
+            sites[times_s < pause_starts_s, k] = move.old_site
+            pause = (times_s >= pause_starts_s) & (times_s < move.ends_s)
+            paused_s[pause, k] = move.ends_s - times_s[pause]  # served at the new site after
         return sites, paused_s
 
     def _latency_ms(self, site, is_write, times_s, chosen) -> np.ndarray:

@@ -1,0 +1,169 @@
+"""The Supercloud scheduler (SoCC 2016, §3): the evaluation functions against hand
+computations, the search's maximum / threshold / fewest-migrations rules against a brute
+force over labelled placements, the loop's pacing, and the JSON contract (exit 2)."""
+
+from __future__ import annotations
+
+import copy
+import itertools
+import json
+
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+from geoslo.cli import app
+from geoslo.control.placement import (
+    FrontEnd,
+    Node,
+    Placement,
+    PlacementState,
+    candidate_count,
+    decide,
+    score_placement,
+)
+from geoslo.control.placement.example import example_state
+from geoslo.control.placement.loop import PlacementLoop
+from geoslo.control.placement.validation import parse_state, plan_to_dict, state_to_dict
+from geoslo.errors import InputError
+
+SITES = ("a", "b", "c")
+RTT = np.array([[0.0, 10.0, 40.0], [10.0, 0.0, 30.0], [40.0, 30.0, 0.0]])
+
+
+def _state(front_ends, nodes, leader="n1", evaluation="zookeeper", threshold=0.0, **weights):
+    placement = Placement(tuple(Node(f"n{k + 1}", s) for k, s in enumerate(nodes)), leader)
+    return PlacementState(
+        SITES, RTT, tuple(front_ends), placement, evaluation, threshold=threshold, **weights
+    )
+
+
+def test_single_vm_score_is_minus_the_request_weighted_rtt() -> None:
+    state = _state([FrontEnd("a", 3, 1), FrontEnd("c", 2)], ["b"], evaluation="single_vm")
+    assert score_placement(state, state.current) == pytest.approx(-(4 * 10 + 2 * 30))
+
+
+def test_zookeeper_score_follows_the_r_and_w_formulas() -> None:
+    # Leader n1 at a, followers at b and c; one front-end at c: 5 reads, 2 writes.
+    state = _state([FrontEnd("c", 5, 2)], ["a", "b", "c"], read_weight=2.0, write_weight=3.0)
+    read = (40 + 30 + 0) / 3  # R_i = W_i^(1): mean RTT to the three nodes
+    forward = (0 + 10 + 40) / 3  # W_i^(2): mean RTT from a node to the leader
+    broadcast = 2 * np.median([10, 40])  # W_i^(3)
+    expected = -(2.0 * read * 5 + 3.0 * (read + forward + broadcast) * 2)
+    assert score_placement(state, state.current) == pytest.approx(expected)
+
+
+def _brute_force(state: PlacementState):
+    """Every labelled placement: the best score and the fewest moves among the best."""
+    names = [n.name for n in state.current.nodes]
+    best, fewest = -np.inf, None
+    for sites in itertools.product(state.sites, repeat=len(names)):
+        placement = Placement(
+            tuple(Node(n, s) for n, s in zip(names, sites, strict=True)), state.current.leader
+        )
+        score = score_placement(state, placement)
+        moves = sum(
+            a.site != b.site for a, b in zip(state.current.nodes, placement.nodes, strict=True)
+        )
+        if score > best + 1e-9:
+            best, fewest = score, moves
+        elif abs(score - best) <= 1e-9:
+            fewest = min(fewest, moves)
+    return best, fewest
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_search_finds_the_best_score_with_the_fewest_migrations(seed) -> None:
+    rng = np.random.default_rng(seed)
+    front_ends = [
+        FrontEnd(s, float(rng.integers(0, 50)), float(rng.integers(0, 10))) for s in SITES
+    ]
+    nodes = list(rng.choice(SITES, 4))
+    state = _state(front_ends, nodes, leader=f"n{rng.integers(1, 5)}")
+    plan = decide(state)
+    best, fewest = _brute_force(state)
+    assert plan.score == pytest.approx(best)
+    assert len(plan.migrations) == fewest
+    assert score_placement(state, plan.placement) == pytest.approx(plan.score)
+    moved = {m.node for m in plan.migrations}
+    for old, new in zip(state.current.nodes, plan.placement.nodes, strict=True):
+        assert (old.site != new.site) == (old.name in moved)
+
+
+def test_threshold_keeps_the_current_placement_unless_beaten_by_t() -> None:
+    state = _state([FrontEnd("a", 10, 1), FrontEnd("c", 12, 1)], ["a", "a", "a"])
+    free = decide(state)
+    gain = free.score - free.current_score
+    assert gain > 0 and free.migrations
+    assert decide(_state(state.front_ends, ["a"] * 3, threshold=gain * 1.01)).migrations == ()
+    assert decide(_state(state.front_ends, ["a"] * 3, threshold=gain * 0.99)).migrations
+
+
+def test_the_whole_ensemble_follows_the_busier_region() -> None:
+    for busy, other in (("a", "c"), ("c", "a")):
+        state = _state([FrontEnd(busy, 900, 100), FrontEnd(other, 90, 10)], ["a", "a", "c"])
+        plan = decide(state)
+        assert {n.site for n in plan.placement.nodes} == {busy}
+
+
+def test_candidates_are_leader_sites_times_follower_multisets() -> None:
+    assert candidate_count(10, 5) == 10 * 715
+    assert decide(example_state(10, 5)).candidates_evaluated == 7150
+
+
+def test_the_loop_decides_once_a_minute_and_never_during_a_migration() -> None:
+    state = _state([FrontEnd("c", 900, 100)], ["a", "a", "a"])
+    loop = PlacementLoop(state, threshold_fraction=0.0, interval_s=60)
+    assert loop.step(0, state.front_ends, state.current, busy=True) is None
+    plan = loop.step(1, state.front_ends, state.current, busy=False)
+    assert plan is not None and len(plan.migrations) == 3
+    assert loop.step(30, state.front_ends, state.current, busy=False) is None
+    assert loop.step(61, state.front_ends, plan.placement, busy=False) is None  # already best
+
+
+def good() -> dict:
+    return state_to_dict(example_state())
+
+
+@pytest.mark.parametrize(
+    ("change", "field"),
+    [
+        (lambda d: d.update(sites=["x", "x"]), "sites"),
+        (lambda d: d["rtt_ms"][0].append(3), "rtt_ms[0]"),
+        (lambda d: d["rtt_ms"].pop(), "rtt_ms"),
+        (lambda d: d["rtt_ms"][1].__setitem__(0, -1), "rtt_ms[1][0]"),
+        (lambda d: d["workload"][0].update(site="mars"), "workload[0].site"),
+        (lambda d: d["workload"][1].update(reads=-2), "workload[1].reads"),
+        (lambda d: d["placement"].update(leader="zk9"), "placement.leader"),
+        (lambda d: d["placement"]["nodes"][1].update(name="zk1"), "placement.nodes"),
+        (lambda d: d["evaluation"].update(function="cassandra"), "evaluation.function"),
+        (lambda d: d["evaluation"].update(alpha=1), "evaluation.alpha"),
+        (lambda d: d.update(threshold=-1), "threshold"),
+        (lambda d: d.pop("placement"), "placement"),
+        (lambda d: d["evaluation"].update(function="single_vm"), "placement.nodes"),
+    ],
+)
+def test_bad_input_names_its_field(change, field) -> None:
+    data = copy.deepcopy(good())
+    change(data)
+    with pytest.raises(InputError) as raised:
+        parse_state(data)
+    assert raised.value.field == field
+
+
+def test_the_command_line_decides_and_rejects_bad_input_with_exit_2(tmp_path) -> None:
+    runner = CliRunner()
+    state = tmp_path / "state.json"
+    assert runner.invoke(app, ["placement", "example", "-o", str(state)]).exit_code == 0
+    done = runner.invoke(app, ["placement", "decide", "-i", str(state)])
+    assert done.exit_code == 0
+    plan = json.loads(done.stdout)
+    assert plan == plan_to_dict(decide(parse_state(json.loads(state.read_text()))))
+    assert {n["site"] for n in plan["placement"]["nodes"]} == {"Tokyo"}
+    data = json.loads(state.read_text())
+    data["threshold"] = "high"
+    state.write_text(json.dumps(data))
+    bad = runner.invoke(app, ["placement", "decide", "-i", str(state)])
+    assert bad.exit_code == 2
+    assert "threshold" in bad.output and len(bad.output.strip().splitlines()) == 1
+    assert runner.invoke(app, ["placement", "example", "--sites", "40"]).exit_code == 2
