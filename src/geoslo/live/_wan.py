@@ -20,7 +20,7 @@ import numpy as np
 
 from geoslo.topology import BaseRttSchedule
 
-__all__ = ["DelayPath", "WanConfig", "serve_wan"]
+__all__ = ["DelayPath", "WanConfig", "pump_both_ways", "serve_wan"]
 
 CHUNK_BYTES = 65536
 
@@ -142,12 +142,10 @@ class _Pump:
             writer.close()
 
 
-async def _relay(path: DelayPath, epoch: float, rng, reader, writer) -> None:
-    try:
-        up_reader, up_writer = await asyncio.open_connection("127.0.0.1", path.target_port)
-    except OSError:
-        writer.close()  # the destination is down: the client sees the connection drop
-        return
+async def pump_both_ways(path: DelayPath, epoch: float, rng, client, upstream) -> None:
+    """Copy both directions between a client's and the server's (reader, writer) streams,
+    every chunk held for the path's one-way delay."""
+    (reader, writer), (up_reader, up_writer) = client, upstream
     forward, backward = _Pump(path, epoch, rng), _Pump(path, epoch, rng)
     await asyncio.gather(
         forward.read(reader),
@@ -155,6 +153,15 @@ async def _relay(path: DelayPath, epoch: float, rng, reader, writer) -> None:
         backward.read(up_reader),
         backward.write(writer),
     )
+
+
+async def _relay(path: DelayPath, epoch: float, rng, reader, writer) -> None:
+    try:
+        upstream = await asyncio.open_connection("127.0.0.1", path.target_port)
+    except OSError:
+        writer.close()  # the destination is down: the client sees the connection drop
+        return
+    await pump_both_ways(path, epoch, rng, (reader, writer), upstream)
 
 
 async def serve_wan(config: WanConfig) -> None:

@@ -2,7 +2,7 @@
 
 For a server of site S with address A, the proxy listens on A in each site other than S
 and forwards each connection to A inside S's namespace, holding every chunk for half the
-RTT in each direction, in order (the project's :class:`geoslo.live._wan._Pump`). So the
+RTT in each direction, in order (the project's :func:`geoslo.live._wan.pump_both_ways`). So the
 same address is reached directly in-site and across the WAN from elsewhere (§5.2.2).
 Run as ``python -m geoslo.live.zookeeper._proxy <config.json>``; it touches
 ``<config>.ready`` once every listener is bound.
@@ -20,7 +20,7 @@ from pathlib import Path
 
 import numpy as np
 
-from geoslo.live._wan import DelayPath, _Pump
+from geoslo.live._wan import DelayPath, pump_both_ways
 from geoslo.live.egress._netns import socket_in
 from geoslo.topology import BaseRttSchedule
 
@@ -70,18 +70,11 @@ async def _open_upstream(route: ProxyRoute):
 
 async def _relay(route: ProxyRoute, path: DelayPath, rng, reader, writer) -> None:
     try:
-        up_reader, up_writer = await _open_upstream(route)
+        upstream = await _open_upstream(route)
     except OSError:
         writer.close()  # the server is not running: the peer sees the connection drop
         return
-    epoch_s = time.time()
-    forward, backward = _Pump(path, epoch_s, rng), _Pump(path, epoch_s, rng)
-    await asyncio.gather(
-        forward.read(reader),
-        forward.write(up_writer),
-        backward.read(up_reader),
-        backward.write(writer),
-    )
+    await pump_both_ways(path, time.time(), rng, (reader, writer), upstream)
 
 
 async def serve(routes: list[ProxyRoute], rtt_ms: float, ready_path: Path) -> None:
