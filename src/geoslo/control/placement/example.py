@@ -31,8 +31,9 @@ def example_state(sites: int = 2, nodes: int = 3, seed: int = 0) -> PlacementSta
         requests = np.array([300.0, 1200.0])  # Tokyo's daytime: 4x Washington's load
     else:
         requests = np.random.default_rng(seed).uniform(100, 1000, sites).round()
+    requests = [float(n) for n in requests]
     front_ends = tuple(
-        FrontEnd(site, READ_FRACTION * n, (1 - READ_FRACTION) * n)
+        FrontEnd(site, round(READ_FRACTION * n, 6), round((1 - READ_FRACTION) * n, 6))
         for site, n in zip(chosen, requests, strict=True)
     )
     node_sites = [chosen[min(k // 2, sites - 1) if sites > 1 else 0] for k in range(nodes)]

@@ -10,6 +10,8 @@ from pathlib import Path
 import matplotlib.pyplot as plt
 import numpy as np
 
+from geoslo.control.placement import decide
+from geoslo.control.placement.example import example_state
 from geoslo.errors import GeosloError
 from geoslo.live.imagestore import POLICIES
 from geoslo.live.imagestore._dbench import DbenchSettings, StorageRun, run_storage_benchmark
@@ -23,6 +25,16 @@ __all__ = ["migration_section", "storage_section", "check_storage"]
 def migration_section(report, paper, state_dir: Path, progress) -> dict:
     """Fig. 7: 2-step and 3-step reconfiguration measured live; VM migration modelled."""
     report.section("Migration approaches (§5.2.2, Fig. 7)")
+    state = example_state()
+    plan = decide(state)
+    moves = ", ".join(f"{m.node} {m.from_site} -> {m.to_site}" for m in plan.migrations)
+    load = ", ".join(f"{f.site} {f.reads + f.writes:g} requests" for f in state.front_ends)
+    report.text(
+        f"The scheduler, with Tokyo's clients the busier ({load}), "
+        f"plans: {moves or 'no move'}. Reconfiguration carries such a plan out by adding "
+        "servers in Tokyo and removing Virginia's; only the 3-step procedure is sure to "
+        "put the leader there, which is what the plan asks."
+    )
     cost = MigrationModel().cost()
     out: dict = {"vm_model": cost.__dict__}
     reason = cannot_run_reason()
