@@ -2,9 +2,11 @@
 regions 12 hours apart, reads to writes 9:1, served by a 3-node ZooKeeper-like ensemble
 that stays in the US, straddles both regions, or is moved by the scheduler.
 
-The load is the real Twitter trace's first week (per-minute means; the paper used an MSN
-trace we do not have), scaled so that each region's peak is ``peak_rps``; the second
-region replays it shifted by 12 hours (§5.1). RTTs are IBM Cloud's measured
+The load is the first week of the real Wikipedia trace (hourly, smooth like the MSN
+connection counts the paper used, which are not public), scaled so that each region's
+peak is ``peak_rps``; the second region replays it shifted by 12 hours (§5.1). The
+per-minute Twitter trace was tried: its minute-to-minute noise makes two regions of
+nearly equal load trade places hundreds of times a week. RTTs are IBM Cloud's measured
 Washington DC - Tokyo matrix (the paper ran Virginia - Taiwan).
 """
 
