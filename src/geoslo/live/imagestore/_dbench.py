@@ -104,9 +104,12 @@ class _Vm:
         self.running = asyncio.Event()
         self.running.set()
         self.cpu = asyncio.Lock()  # §5.3's VM has one vCPU
+        self.in_flight = 0
 
     async def move(self, destination: str) -> None:
         self.running.clear()
+        while self.in_flight:  # operations already past the gate finish at the source
+            await asyncio.sleep(0.001)
         await self.client.close()  # §4.1.2: flush the metadata at close
         self.here = destination
         store = self.home if self.policy == "nfs" else destination
@@ -142,13 +145,17 @@ async def _client_loop(
 
     async def op(block: int, write: bool) -> None:
         await vm.running.wait()
-        async with vm.cpu:
-            await asyncio.sleep(settings.cpu_ms_per_op / 1e3)
-        if write:
-            await vm.client.write(block, payload)
-            log.writes += 1
-        else:
-            await vm.client.read(block)
+        vm.in_flight += 1
+        try:
+            async with vm.cpu:
+                await asyncio.sleep(settings.cpu_ms_per_op / 1e3)
+            if write:
+                await vm.client.write(block, payload)
+                log.writes += 1
+            else:
+                await vm.client.read(block)
+        finally:
+            vm.in_flight -= 1
         log.ends_s.append(time.monotonic() - start)
 
     for block in range(first, first + count):  # DBENCH creates its files first
