@@ -17,10 +17,9 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from geoslo.control.placement import FrontEnd, Node, Placement, PlacementState
-from geoslo.control.placement.example import FOLLOW_THE_SUN_SITES
+from geoslo.control.placement.example import example_state
 from geoslo.control.placement.loop import PlacementLoop
 from geoslo.sim.ensemble import EnsembleSettings, SimulatedEnsemble
-from geoslo.topology import load_ibm_latency
 from geoslo.workload import load_trace_minutes
 
 __all__ = ["SunSettings", "SunRun", "ENSEMBLES", "run_ensemble", "offered_load_rps"]
@@ -78,11 +77,8 @@ def offered_load_rps(settings: SunSettings) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _template() -> PlacementState:
-    names, rtt_ms = load_ibm_latency()
-    index = [names.index(s) for s in FOLLOW_THE_SUN_SITES]
-    rtt = np.asarray(rtt_ms)[np.ix_(index, index)]
-    start = Placement(tuple(Node(f"zk{k + 1}", s) for k, s in enumerate(_START["Global"])), "zk1")
-    return PlacementState(FOLLOW_THE_SUN_SITES, rtt, (), start)
+    """Sites, RTTs and the Global start of §5.1 (the scheduler's fixed inputs)."""
+    return example_state()
 
 
 def _workload_report(sites, offered_rps: np.ndarray, settings: SunSettings):
