@@ -161,7 +161,7 @@ class Store(_Server):
 
     async def _read(self, image: str, block: int) -> tuple[dict, bytes]:
         latest, site = self.views.get(image, {}).get(block, [0, None])
-        self.queues.setdefault(image, self._queue()).record_read(block)
+        self._queue(image).record_read(block)
         if self._version(image, block) >= latest:
             self.counts["local_reads"] += 1
             return {"version": self._version(image, block)}, self._data(image, block)
@@ -185,7 +185,7 @@ class Store(_Server):
         if self.config.policy == "sync_on_write":
             await asyncio.gather(*(self._push(site, image, block) for site in self.peers))
         elif self.config.policy == "proactive":
-            self.queues.setdefault(image, self._queue()).record_write(block)
+            self._queue(image).record_write(block)
             self._wake.set()
         return {"version": version}, b""
 
@@ -195,8 +195,12 @@ class Store(_Server):
         await self._request(self.controller, {"op": "close", "image": image, "updates": updates})
         return {"flushed": len(updates)}, b""
 
-    def _queue(self) -> PropagationQueue:
-        return PropagationQueue(self.config.k, self.config.s)
+    def _queue(self, image: str) -> PropagationQueue:
+        """The image's propagation queue, made on first use (not on every request)."""
+        queue = self.queues.get(image)
+        if queue is None:
+            queue = self.queues[image] = PropagationQueue(self.config.k, self.config.s)
+        return queue
 
     async def _push(self, site: str, image: str, block: int) -> None:
         version, data = self._version(image, block), self._data(image, block)
