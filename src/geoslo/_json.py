@@ -7,6 +7,7 @@ Each helper takes a decoded JSON value and the JSON path that names it (such as
 
 from __future__ import annotations
 
+import json
 import math
 from typing import Any
 
@@ -15,6 +16,7 @@ import numpy as np
 from geoslo.errors import InputError
 
 __all__ = [
+    "loads",
     "number",
     "as_list",
     "numbers",
@@ -24,17 +26,55 @@ __all__ = [
     "string",
     "number_rows",
     "check_non_negative",
+    "check_range",
     "check_keys",
 ]
 
 
-def number(value: Any, name: str) -> float:
-    """A finite JSON number (``true``/``false`` are not numbers)."""
+def loads(text: str, source: str = "the input") -> Any:
+    """The JSON value in ``text`` (read from ``source``); a key given twice in one object is
+    refused, naming it (Python's json would keep the last silently, so
+    ``{"x": "junk", "x": 5}`` would pass)."""
+
+    def unique(pairs: list[tuple[str, Any]]) -> dict:
+        seen: dict[str, Any] = {}
+        for key, value in pairs:
+            if key in seen:
+                raise InputError(key, f"duplicate key in {source} (each key may appear once)")
+            seen[key] = value
+        return seen
+
+    try:
+        return json.loads(text, object_pairs_hook=unique)
+    except json.JSONDecodeError as error:
+        raise InputError("--input", f"{source} is not valid JSON ({error})") from error
+    except RecursionError:
+        raise InputError("--input", f"{source} is nested too deeply") from None
+
+
+def number(value: Any, name: str, low: float | None = None, high: float | None = None) -> float:
+    """A finite JSON number (``true``/``false`` are not numbers), in [low, high] if given.
+
+    Every field of a contract gives a physically sensible range, so that whatever passes
+    validation is decided in bounded time and memory (no 1e308 demand or interval)."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise InputError(name, f"must be a number, not {type(value).__name__}")
-    if not math.isfinite(value):
+    try:
+        x = float(value)
+    except OverflowError:  # an int too big for a float
+        raise InputError(name, "must be finite (no NaN or infinity)") from None
+    if not math.isfinite(x):
         raise InputError(name, "must be finite (no NaN or infinity)")
-    return float(value)
+    check_range(x, name, low, high)
+    return x
+
+
+def check_range(x: float, name: str, low: float | None, high: float | None) -> None:
+    """InputError naming ``name`` unless ``low <= x <= high`` (a missing bound is open)."""
+    if (low is not None and x < low) or (high is not None and x > high):
+        lo = "-inf" if low is None else f"{low:g}"
+        hi = "inf" if high is None else f"{high:g}"
+        raise InputError(name, f"must be in [{lo}, {hi}], not {x:g}")
 
 
 def as_list(value: Any, name: str, length: int | None = None, each: str | None = None) -> list:
@@ -48,11 +88,18 @@ def as_list(value: Any, name: str, length: int | None = None, each: str | None =
 
 
 def numbers(
-    value: Any, name: str, length: int | None = None, each: str | None = None
+    value: Any,
+    name: str,
+    length: int | None = None,
+    each: str | None = None,
+    low: float | None = None,
+    high: float | None = None,
 ) -> np.ndarray:
-    """A list of finite numbers as a float array."""
+    """A list of finite numbers, each in [low, high] if given, as a float array."""
     items = as_list(value, name, length, each)
-    return np.array([number(x, f"{name}[{k}]") for k, x in enumerate(items)], dtype=float)
+    return np.array(
+        [number(x, f"{name}[{k}]", low, high) for k, x in enumerate(items)], dtype=float
+    )
 
 
 def fraction(value: Any, name: str) -> float:
@@ -63,13 +110,15 @@ def fraction(value: Any, name: str) -> float:
     return x
 
 
-def integer(value: Any, name: str, lowest: int | None = None) -> int:
-    """A JSON integer (``3.0`` is accepted as 3), at least ``lowest`` if given."""
+def integer(value: Any, name: str, lowest: int | None = None, highest: int | None = None) -> int:
+    """A JSON integer (``3.0`` is accepted as 3) in [lowest, highest] if given."""
     x = number(value, name)
     if not x.is_integer():
-        raise InputError(name, f"must be an integer, not {x}")
+        raise InputError(name, f"must be an integer, not {x:g}")
     if lowest is not None and x < lowest:
-        raise InputError(name, f"must be an integer >= {lowest}, not {int(x)}")
+        raise InputError(name, f"must be an integer >= {lowest}, not {x:.0f}")
+    if highest is not None and x > highest:
+        raise InputError(name, f"must be an integer <= {highest}, not {x:.0f}")
     return int(x)
 
 
@@ -86,7 +135,9 @@ def string(value: Any, name: str) -> str:
     return value
 
 
-def number_rows(value: Any, name: str, columns: int) -> np.ndarray:
+def number_rows(
+    value: Any, name: str, columns: int, low: float | None = None, high: float | None = None
+) -> np.ndarray:
     """A list of rows of ``columns`` finite numbers as an (n, columns) float array.
 
     Built for arrays of 10^4 rows: types are checked row by row, finiteness at once; the
@@ -104,6 +155,12 @@ def number_rows(value: Any, name: str, columns: int) -> np.ndarray:
     if bad.size:
         where = "".join(f"[{k}]" for k in bad[0])
         raise InputError(f"{name}{where}", "must be finite (no NaN or infinity)")
+    outside = np.argwhere(
+        (out < (-np.inf if low is None else low)) | (out > (np.inf if high is None else high))
+    )
+    if outside.size:
+        i, j = (int(k) for k in outside[0])
+        check_range(float(out[i, j]), f"{name}[{i}][{j}]", low, high)
     return out
 
 

@@ -13,6 +13,7 @@ from typing import Annotated
 
 import typer
 
+from geoslo._json import loads
 from geoslo.errors import GeosloError, InputError
 
 app = typer.Typer(
@@ -83,6 +84,8 @@ def user_errors(command: Callable) -> Callable:
         except GeosloError as error:
             typer.echo(f"geoslo: error: {error}", err=True)
             raise typer.Exit(1) from None
+        except (typer.Exit, typer.Abort):  # a command's own exit status, not an error
+            raise
         except Exception as error:
             if _state["debug"]:
                 traceback.print_exc()
@@ -99,10 +102,7 @@ def read_json(path: Path) -> dict:
         text = sys.stdin.read() if str(path) == "-" else path.read_text()
     except OSError as error:
         raise InputError("--input", f"cannot read {path}: {error.strerror or error}") from error
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as error:
-        raise InputError("--input", f"{path} is not valid JSON ({error})") from error
+    data = loads(text, source=str(path))
     if not isinstance(data, dict):
         raise InputError("--input", f"{path} must hold a JSON object")
     return data

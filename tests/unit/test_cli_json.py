@@ -1,0 +1,48 @@
+"""What every JSON contract shares: duplicate keys refused by name, exit statuses kept."""
+
+import subprocess
+import sys
+
+import pytest
+
+
+def geoslo(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "geoslo", *args],
+        input=stdin,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+
+
+@pytest.mark.parametrize(
+    "engine",
+    [
+        ("kurma", "solve"),
+        ("costlo", "select"),
+        ("director", "decide"),
+        ("replication", "decide"),
+        ("placement", "decide"),
+    ],
+)
+def test_a_duplicated_key_is_refused_naming_it(engine, tmp_path):
+    out = tmp_path / "answer.json"
+    text = '{"zz_duplicated": "junk", "zz_duplicated": 5}'
+    result = geoslo(*engine, "--input", "-", "--output", str(out), stdin=text)
+    assert result.returncode == 2, result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert lines == [lines[0]] and lines[0].startswith("geoslo: error: zz_duplicated: duplicate")
+    assert not out.exists()
+
+
+def test_a_nested_duplicate_is_refused_too():
+    result = geoslo("placement", "decide", "-i", "-", stdin='{"a": {"b": 1, "b": 1}}')
+    assert result.returncode == 2 and "b: duplicate key" in result.stderr
+
+
+def test_testbed_status_without_a_testbed_is_a_plain_exit_1(tmp_path):
+    result = geoslo("testbed", "status", "--state-dir", str(tmp_path))
+    assert result.returncode == 1
+    assert "internal error" not in result.stderr + result.stdout
+    assert "no testbed recorded" in result.stdout
