@@ -167,3 +167,78 @@ def test_the_command_line_decides_and_rejects_bad_input_with_exit_2(tmp_path) ->
     assert bad.exit_code == 2
     assert "threshold" in bad.output and len(bad.output.strip().splitlines()) == 1
     assert runner.invoke(app, ["placement", "example", "--sites", "40"]).exit_code == 2
+
+
+# --- Single VM (§3.1) against a brute force of its own (issue 15, section 2) ---------------
+
+
+def _random_single_vm_state(seed: int) -> PlacementState:
+    """N sites with a random symmetric RTT matrix, front-ends at some of them, one VM."""
+    rng = np.random.default_rng(seed)
+    n_sites = int(rng.integers(1, 7))
+    sites = tuple(f"s{k}" for k in range(n_sites))
+    rtt_ms = rng.uniform(1.0, 200.0, (n_sites, n_sites))
+    rtt_ms = (rtt_ms + rtt_ms.T) / 2
+    np.fill_diagonal(rtt_ms, rng.uniform(0.0, 2.0, n_sites))
+    front_ends = tuple(
+        FrontEnd(str(site), float(rng.integers(0, 500)), float(rng.integers(0, 100)))
+        for site in rng.choice(sites, int(rng.integers(1, 2 * n_sites + 1)))
+    )
+    current = Placement((Node("vm", str(rng.choice(sites))),), "vm")
+    threshold = float(rng.choice([0.0, rng.uniform(0.0, 5_000.0)]))
+    return PlacementState(sites, rtt_ms, front_ends, current, "single_vm", threshold=threshold)
+
+
+def _single_vm_brute_force(state: PlacementState) -> str:
+    """§3.1 by hand: the site minimising sum_i s_i L(d_i, p), if it beats the current by T."""
+
+    def cost_ms(site: str) -> float:
+        column = state.sites.index(site)
+        return sum(
+            (f.reads + f.writes) * state.rtt_ms[state.sites.index(f.site), column]
+            for f in state.front_ends
+        )
+
+    here = state.current.nodes[0].site
+    best = min(state.sites, key=lambda s: (cost_ms(s), s != here))  # ties: stay put
+    return best if cost_ms(best) <= cost_ms(here) - state.threshold + 1e-9 else here
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_single_vm_decide_matches_a_brute_force_over_sites(seed) -> None:
+    state = _random_single_vm_state(seed)
+    plan = decide(state)
+    expected_site = _single_vm_brute_force(state)
+    assert plan.placement.nodes[0].site == expected_site
+    assert plan.candidates_evaluated == len(state.sites)
+    assert len(plan.migrations) == (plan.placement.nodes[0].site != state.current.nodes[0].site)
+
+
+def test_single_vm_goes_to_the_site_nearest_its_requests() -> None:
+    state = _state([FrontEnd("c", 40, 10), FrontEnd("a", 5)], ["a"], evaluation="single_vm")
+    plan = decide(state)
+    assert plan.placement.nodes[0].site == "c"
+    assert plan.score == pytest.approx(-(5 * 40))
+    assert plan.current_score == pytest.approx(-(50 * 40))
+    assert [(m.node, m.from_site, m.to_site) for m in plan.migrations] == [("n1", "a", "c")]
+
+
+def test_single_vm_through_the_command_line(tmp_path) -> None:
+    data = good()
+    data["evaluation"] = {"function": "single_vm"}
+    data["placement"] = {"nodes": [{"name": "vm", "site": "Washington DC"}]}
+    state = tmp_path / "single.json"
+    state.write_text(json.dumps(data))
+    done = CliRunner().invoke(app, ["placement", "decide", "-i", str(state)])
+    assert done.exit_code == 0, done.output
+    plan = json.loads(done.stdout)
+    assert plan["placement"]["nodes"] == [{"name": "vm", "site": "Tokyo"}]  # the busier region
+    assert plan["migrations"] == [{"node": "vm", "from": "Washington DC", "to": "Tokyo"}]
+    assert plan["candidates_evaluated"] == len(data["sites"])
+
+
+def test_a_one_node_zookeeper_ensemble_is_searched_too() -> None:
+    state = _state([FrontEnd("b", 7, 3), FrontEnd("c", 1)], ["c"])
+    plan = decide(state)
+    best, fewest = _brute_force(state)
+    assert plan.score == pytest.approx(best) and len(plan.migrations) == fewest == 1

@@ -32,8 +32,10 @@ def candidate_count(sites: int, nodes: int) -> int:
 
 @lru_cache(maxsize=16)
 def _candidates(sites: int, nodes: int) -> tuple[np.ndarray, np.ndarray]:
+    # Shaped by count, not -1: one node has one empty follower multiset, shape (1, 0).
+    count = comb(sites + nodes - 2, nodes - 1)
     multisets = np.array(list(combinations_with_replacement(range(sites), nodes - 1)), dtype=int)
-    multisets = multisets.reshape(-1, nodes - 1)
+    multisets = multisets.reshape(count, nodes - 1)
     leader = np.repeat(np.arange(sites), len(multisets))
     followers = np.tile(multisets, (sites, 1))
     return leader, followers
@@ -50,9 +52,8 @@ def _migration_counts(state: PlacementState, leader: np.ndarray, followers: np.n
     """Nodes that must move from the current placement to each candidate."""
     current = state.current
     current_leader = state.site_index(current.site_of(current.leader))
-    current_counts = np.bincount(
-        [state.site_index(s) for s in current.follower_sites()], minlength=len(state.sites)
-    )
+    follower_sites = [state.site_index(s) for s in current.follower_sites()]
+    current_counts = np.bincount(np.array(follower_sites, dtype=int), minlength=len(state.sites))
     staying = np.minimum(_site_counts(followers, len(state.sites)), current_counts).sum(axis=1)
     return (leader != current_leader).astype(int) + followers.shape[1] - staying
 
