@@ -15,12 +15,15 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import os
+import tempfile
 import time
+import weakref
 from dataclasses import dataclass, field
 
 import numpy as np
 
-from geoslo.errors import TestbedError
+from geoslo.errors import ConfigError, TestbedError
 from geoslo.live._backend import get_payload, put_payload
 from geoslo.live._policies import RoutingPolicy, make_policy
 from geoslo.live._resp import RedisConnection
@@ -71,24 +74,79 @@ class IntervalCounters:
         }
 
 
-@dataclass
-class RequestLog:
-    """Every request's issue time (Unix s), destination site, response (ms), outcome."""
+_RECORD = np.dtype(
+    [
+        ("issued_unix_s", "<f8"),
+        ("site", "<i2"),
+        ("response_ms", "<f8"),
+        ("ok", "?"),
+        ("write", "?"),
+    ]
+)
 
-    issued_unix_s: list[float] = field(default_factory=list)
-    site: list[int] = field(default_factory=list)
-    response_ms: list[float] = field(default_factory=list)
-    ok: list[bool] = field(default_factory=list)
-    write: list[bool] = field(default_factory=list)
+
+class RequestLog:
+    """Every request's issue time (Unix s), destination site, response (ms) and outcome.
+
+    At most ``capacity`` records are held in memory: a full buffer is appended to an
+    anonymous temporary file (20 bytes a request), which :meth:`arrays` reads back whole,
+    so a run of any length keeps bounded memory while the load generator's output stays
+    complete. Running counts per destination (requests, failures, SLO violations) are
+    exact at every moment without reading anything back.
+    """
+
+    def __init__(self, n_sites: int, slo_ms: float, capacity: int = 65_536) -> None:
+        if capacity < 1:
+            raise ConfigError("capacity", f"must be >= 1 record, not {capacity}")
+        self.slo_ms = slo_ms
+        self.capacity = capacity
+        self.requests = np.zeros(n_sites, dtype=np.int64)
+        self.failures = np.zeros(n_sites, dtype=np.int64)
+        self.violations = np.zeros(n_sites, dtype=np.int64)  # failed, or over the SLO
+        self.writes = 0
+        self._buffer = np.empty(capacity, dtype=_RECORD)
+        self._buffered = 0
+        self._spool = None  # made when the buffer first fills
+
+    def append(
+        self, issued_unix_s: float, site: int, response_ms: float, ok: bool, write: bool
+    ) -> None:
+        """Record one request and count it."""
+        self._buffer[self._buffered] = (issued_unix_s, site, response_ms, ok, write)
+        self._buffered += 1
+        self.requests[site] += 1
+        self.writes += bool(write)
+        if not ok:
+            self.failures[site] += 1
+        if not ok or response_ms > self.slo_ms:
+            self.violations[site] += 1
+        if self._buffered == self.capacity:
+            self._flush()
+
+    @property
+    def buffered(self) -> int:
+        """Records held in memory now (never more than ``capacity``)."""
+        return self._buffered
+
+    def __len__(self) -> int:
+        return int(self.requests.sum())
+
+    def _flush(self) -> None:
+        if self._spool is None:
+            self._spool = tempfile.TemporaryFile()
+            weakref.finalize(self, self._spool.close)
+        self._spool.seek(0, os.SEEK_END)
+        self._spool.write(self._buffer[: self._buffered].tobytes())
+        self._buffered = 0
 
     def arrays(self) -> dict[str, np.ndarray]:
-        return {
-            "issued_unix_s": np.array(self.issued_unix_s),
-            "site": np.array(self.site, dtype=np.int16),
-            "response_ms": np.array(self.response_ms),
-            "ok": np.array(self.ok, dtype=bool),
-            "write": np.array(self.write, dtype=bool),
-        }
+        """Every record so far, one array per field (read back from the spool file)."""
+        records = self._buffer[: self._buffered]
+        if self._spool is not None:
+            self._spool.seek(0)
+            spooled = np.frombuffer(self._spool.read(), dtype=_RECORD)
+            records = np.concatenate([spooled, records])
+        return {name: np.array(records[name]) for name in _RECORD.names}
 
 
 class SiteClient:
@@ -120,7 +178,7 @@ class SiteClient:
         self.work = testbed.spec.work
         self.rng = np.random.default_rng(seed)
         self.counters = IntervalCounters(len(self.sites))
-        self.log = RequestLog()
+        self.log = RequestLog(len(self.sites), slo_ms)
         self.plans_received = 0
         self._connections: dict[tuple[int, int], RedisConnection] = {}
         self._background: set[asyncio.Future] = set()
@@ -184,11 +242,7 @@ class SiteClient:
             self.policy.mark_down(site, server, _now_ms() + DOWN_BACKOFF_MS)
         response_ms = (time.perf_counter() - start) * 1e3
         self._count(site, server, payload, reply, response_ms, issued)
-        self.log.issued_unix_s.append(issued)
-        self.log.site.append(site)
-        self.log.response_ms.append(response_ms)
-        self.log.ok.append(reply is not None)
-        self.log.write.append(write)
+        self.log.append(issued, site, response_ms, reply is not None, write)
         return reply
 
     def _count(self, site, server, payload, reply, response_ms: float, issued: float) -> None:
