@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import re
 import shutil
+import socket
+import subprocess
+import sys
 
 import pytest
 from typer.testing import CliRunner
@@ -20,6 +24,26 @@ def run(*args: str):
     return CliRunner().invoke(app, list(args))
 
 
+def run_geoslo(*args: str) -> subprocess.CompletedProcess:
+    """The command line as a user runs it: its own process, its real exit status."""
+    command = [sys.executable, "-m", "geoslo", *args]
+    return subprocess.run(command, capture_output=True, text=True, timeout=60)
+
+
+def printed_ports(output: str) -> list[int]:
+    """Every port the status lines name: each process's, and each site's Redis list."""
+    ports = [int(p) for p in re.findall(r" port (\d+)", output)]
+    for listed in re.findall(r": redis ([\d,]+)", output):
+        ports += [int(p) for p in listed.split(",")]
+    return ports
+
+
+def answers(port: int) -> bool:
+    with socket.socket() as s:
+        s.settimeout(5.0)
+        return s.connect_ex(("127.0.0.1", port)) == 0
+
+
 def test_up_status_down(tmp_path):
     state = str(tmp_path / "bed")
     try:
@@ -29,13 +53,22 @@ def test_up_status_down(tmp_path):
         assert "redis-london-0" in up.output and "wan" in up.output
         status = run("testbed", "status", "--state-dir", state)
         assert status.exit_code == 0 and status.output.count(" up") == 3
+        # nothing is printed that nothing serves (the agents' metrics ports were)
+        for output in (up.output, status.output):
+            assert "metrics" not in output
+            ports = printed_ports(output)
+            assert len(ports) == 5  # 3 processes, 2 Redis servers listed by site
+            assert [p for p in ports if not answers(p)] == []
         again = run("testbed", "up", "--state-dir", state)
         assert again.exit_code == 1 and "testbed down" in again.output
     finally:
         down = run("testbed", "down", "--state-dir", state)
     assert down.exit_code == 0 and "stopped 3" in down.output
     assert not Testbed.load(tmp_path / "bed").running()
-    assert run("testbed", "status", "--state-dir", state).exit_code == 1
+    after = run_geoslo("testbed", "status", "--state-dir", state)
+    assert after.returncode == 1, after
+    assert "not (fully) running" in after.stderr
+    assert "internal error" not in after.stdout + after.stderr
 
 
 @pytest.mark.parametrize(

@@ -480,9 +480,8 @@ def _print_status(testbed) -> None:
     for p in testbed.status():
         state = "up" if p["alive"] else "DOWN"
         typer.echo(f"  {p['name']:<20} pid {p['pid']:<8} port {p['port']:<6} {state}")
-    for site, ends in testbed.sites.items():
-        ports = ",".join(map(str, ends.servers))
-        typer.echo(f"  {site}: redis {ports}; metrics {ends.metrics_port}")
+    for site, ends in testbed.sites.items():  # no metrics port: only a site agent serves it
+        typer.echo(f"  {site}: redis {','.join(map(str, ends.servers))}")
 
 
 def main() -> None:
