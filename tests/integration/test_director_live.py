@@ -4,7 +4,10 @@ the copy throttle, the sampled workload statistics (docs/director-live.md)."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
+import os
+import signal
 import time
 
 import numpy as np
@@ -303,3 +306,51 @@ def test_the_benchmarks_return_a_crossing_and_copy_factors(tmp_path):
     copies = copy_benchmark(tmp_path / "copy", [400_000, 800_000], 200, 20, config=config)
     assert copies.factor.shape == (2,)
     assert np.all((copies.factor > 0.3) & (copies.factor <= 1.05))
+
+
+@contextlib.contextmanager
+def paused(cluster: DirectorCluster, *names: str):
+    """SIGSTOP this cluster's own servers ``names`` (a hang: the connection stays open);
+    SIGCONT them on the way out, whatever happened."""
+    pids = [cluster.pool.servers[name].pid for name in names]
+    for pid in pids:
+        os.kill(pid, signal.SIGSTOP)
+    try:
+        yield pids
+    finally:
+        for pid in pids:
+            os.kill(pid, signal.SIGCONT)
+
+
+def test_cancelling_a_copy_that_waits_for_puts_leaves_the_puts_unharmed(tmp_path):
+    """The copy waits for puts in flight to its bin (its source hangs); cancelling it then
+    must not cancel those puts: each is acked once the source answers."""
+    config = ClusterConfig(keys=400, bins=4, value_bytes=100, servers=2, standbys=1, seed=7)
+
+    async def scenario():
+        async with await DirectorCluster.up(tmp_path / "cluster", config) as cluster:
+            copy = Action("copy", (0,), source="server-0", target="server-2")
+            with paused(cluster, "server-0"):
+                puts = [
+                    asyncio.create_task(cluster.client.put(i, b"during-copy-%d" % i))
+                    for i in cluster.layout.indices(0)[:20]
+                ]
+                await asyncio.sleep(0.05)  # every put sent; none answered by server-0
+                cluster.start(running(copy))
+                await asyncio.sleep(0.2)
+                waiting = "server-2" in cluster.router.copy_targets(0) and cluster.running()
+                cancelling = asyncio.create_task(cluster.cancel(copy))
+                await asyncio.sleep(0.2)
+            results = await asyncio.wait_for(asyncio.gather(*puts, return_exceptions=True), 20)
+            await asyncio.wait_for(cancelling, 20)
+            left = await cluster.read_bin("server-2", 0)
+            return waiting, results, finished_of(cluster, copy), left, cluster.deaths
+
+    waiting, results, cancelled, left, deaths = asyncio.run(scenario())
+    assert waiting, "the copy was not waiting for the puts when it was cancelled"
+    errors = [r for r in results if isinstance(r, BaseException)]
+    assert not errors, errors[:3]
+    assert all(r is not None for r in results)
+    assert not cancelled.ok and cancelled.detail == "cancelled"
+    assert all(v is None for v in left.values()), "the cancelled copy left keys on its target"
+    assert deaths == []

@@ -249,9 +249,11 @@ class ActionExecutor:
             self.client.server_failed(name)
 
     async def _drain_puts(self, bins: tuple[int, ...]) -> None:
+        """Wait until the puts to ``bins`` in flight now have ended. ``asyncio.wait``, not
+        ``gather``: cancelling this wait (a cancelled copy) must leave the puts running."""
         tokens = self.router.puts_in_flight(bins)
         if tokens:
-            await asyncio.gather(*tokens)
+            await asyncio.wait(tokens)
 
     # --- copy and move ------------------------------------------------------------------
     def _check_copy(self, action: Action) -> None:
