@@ -161,6 +161,9 @@ def test_a_failed_site_is_excluded_within_two_intervals_and_readmitted(testbed, 
             assert metrics[("geoslo_kurma_solve_seconds_count", ())] > 10
 
 
+OVERLOADED_LATE_MS = 50.0  # generators this late mean the machine, not Kurma, was measured
+
+
 @pytest.mark.slow
 def test_quick_live_reproduction_meets_the_issue(tmp_path):
     """KurmaPerf clearly below AllLocal, KurmaCost near its bound with fewer redirects, and
@@ -168,7 +171,19 @@ def test_quick_live_reproduction_meets_the_issue(tmp_path):
     from geoslo.experiments.kurma import reproduce_live
     from geoslo.experiments.kurma._live_report import check_done
 
-    index = reproduce_live(tmp_path / "live", quick=True, seed=1, progress=lambda line: None)
-    results = json.loads((tmp_path / "live" / "results.json").read_text())
-    assert index.exists()
-    assert check_done(results) == []
+    def run(name: str) -> tuple[dict, list[str]]:
+        index = reproduce_live(tmp_path / name, quick=True, seed=1, progress=lambda line: None)
+        assert index.exists()
+        results = json.loads((tmp_path / name / "results.json").read_text())
+        return results, [check for check, ok in check_done(results).items() if not ok]
+
+    results, failed = run("live")
+    if failed and results["max_late_ms"] > OVERLOADED_LATE_MS:
+        # The machine could not keep the open-loop schedule: the run measured the machine's
+        # load, not Kurma. Retry once and say so (shown with -rP or on failure).
+        print(
+            f"overloaded run (generators {results['max_late_ms']:.0f} ms late), "
+            f"failed {failed}; retrying once"
+        )
+        results, failed = run("live-retry")
+    assert failed == [], f"{failed} (generators up to {results['max_late_ms']:.0f} ms late)"

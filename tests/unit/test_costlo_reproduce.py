@@ -18,3 +18,53 @@ def test_quick_reproduction_writes_the_report_and_passes_every_check(tmp_path):
     assert checks == {name: True for name in checks}, checks
     results = json.loads((tmp_path / "results.json").read_text())
     assert check_done(results) == checks  # the file agrees with the numbers it reports
+
+
+def test_the_differences_prose_states_this_runs_numbers():
+    """No number in the prose is fixed text: change the results and the prose follows."""
+    from geoslo.experiments.costlo import differences
+
+    strategies = ["S1: one copy", "S2: relays", "S3: copies", "S4: region", "CosTLO"]
+    results = {
+        "fig13": {
+            "rows": [
+                {
+                    "met_fraction": 0.37,
+                    "within_5ms_fraction": 0.81,
+                    "median_measured_minus_estimated_ms": 2.3,
+                },
+                {
+                    "met_fraction": 0.44,
+                    "within_5ms_fraction": 0.9,
+                    "median_measured_minus_estimated_ms": -0.4,
+                },
+            ],
+            "margin_rows": [
+                {"slo_margin_ms": 0.0, "met_fraction": 0.4, "total_overhead_pct": 6.0},
+                {"slo_margin_ms": 3.0, "met_fraction": 0.77, "total_overhead_pct": 8.25},
+            ],
+        },
+        "fig16": {"rows": [{"slo_ms": 70.0, "total_overhead_pct": 3.3}]},
+        "fig17": {
+            "rows_a": [
+                {"strategy": s, "slo_met_fraction": f}
+                for s, f in zip(strategies, [0.57, 0.58, 0.61, 0.93, 1.0], strict=True)
+            ],
+            "rows_b": [{"overhead_without_pct": 30.0, "overhead_with_pct": 4.5}],
+        },
+        "headline": {"cost_increase_fraction": 0.075},
+    }
+    text = differences(results)
+    for shown in (
+        "37%-44%",
+        "81%",
+        "-0.4 to +2.3 ms",
+        "77%",
+        "8.2%",
+        "7.5%",
+        "3.3%",
+        "25.5",
+        "57%",
+        "93%",
+    ):
+        assert shown in text, shown

@@ -26,7 +26,15 @@ EVIL = "<script>alert('x')</script> & | *"
 
 def test_exported_names():
     assert sorted(report_pkg.__all__) == sorted(
-        ["Progress", "Report", "format_number", "load_paper_values", "paper_row", "progress"]
+        [
+            "Progress",
+            "Report",
+            "failed_checks",
+            "format_number",
+            "load_paper_values",
+            "paper_row",
+            "progress",
+        ]
     )
 
 
@@ -357,3 +365,35 @@ def test_checks_become_a_section_and_a_table(tmp_path):
         ("the bar holds", "True"),
         ("the other does not", "False"),
     ]
+
+
+def test_failed_checks_are_read_back_and_a_stale_verdict_is_removed(tmp_path):
+    from geoslo.report import failed_checks
+
+    report = Report("t")
+    report.checks({"holds": True, "misses": False})
+    report.write(tmp_path)
+    assert failed_checks(tmp_path) == ["misses"]
+    Report("a later report without checks").write(tmp_path)
+    assert failed_checks(tmp_path) == []
+
+
+def test_reproduce_exits_3_and_lists_each_failed_check(tmp_path, capsys):
+    import typer
+
+    from geoslo.cli._app import CHECK_FAILED_EXIT, _finish_reproduction
+
+    report = Report("t")
+    report.checks({"holds": True, "misses one": False, "misses two": False})
+    index = report.write(tmp_path)
+    with pytest.raises(typer.Exit) as exit_info:
+        _finish_reproduction(index)
+    assert exit_info.value.exit_code == CHECK_FAILED_EXIT == 3
+    err = capsys.readouterr().err.splitlines()
+    assert err == [
+        "geoslo: acceptance check failed: misses one",
+        "geoslo: acceptance check failed: misses two",
+    ]
+    passing = Report("t")
+    passing.checks({"holds": True})
+    _finish_reproduction(passing.write(tmp_path / "ok"))  # no exit

@@ -241,11 +241,20 @@ def replication_decide(input: InputOption, output: OutputOption = None) -> None:
     docs/replication.md).
 
     Writes the shares for the next interval, the planned shares and predicted buffers over
-    the horizon, and the arrival filters' new state."""
-    from geoslo.control.replication.decide import decide
+    the horizon, and the arrival filters' new state. A solve that did not reach an optimum
+    still writes them (the shares in force kept) and exits with status 3."""
+    from geoslo.control.replication.decide import SOLVE_FAILED_EXIT, decide
     from geoslo.control.replication.validation import decision_to_dict, parse_state
 
-    write_json(decision_to_dict(decide(parse_state(read_json(input)))), output)
+    decision = decide(parse_state(read_json(input)))
+    write_json(decision_to_dict(decision), output)
+    if decision.held:
+        typer.echo(
+            f"geoslo: error: the MPC's solve ended {decision.status} (OSQP: "
+            f"{decision.solver_status}); the shares in force are kept",
+            err=True,
+        )
+        raise typer.Exit(SOLVE_FAILED_EXIT)
 
 
 @replication_app.command("example")
@@ -316,7 +325,7 @@ def reproduce_kurma(
         from geoslo.experiments.kurma import reproduce
 
         index = reproduce(output or Path("reports/kurma"), quick=quick, seed=seed)
-    typer.echo(f"report: {index}")
+    _finish_reproduction(index)
 
 
 @reproduce_app.command("costlo")
@@ -343,7 +352,7 @@ def reproduce_costlo(
         index = live_report(settings, out, seed, progress=lambda line: typer.echo(line, err=True))
     else:
         index = reproduce(output or Path("reports/costlo"), quick=quick, seed=seed)
-    typer.echo(f"report: {index}")
+    _finish_reproduction(index)
 
 
 @reproduce_app.command("director")
@@ -377,7 +386,7 @@ def reproduce_director(
         index = live_report(settings, out, progress=lambda line: typer.echo(line, err=True))
     else:
         index = reproduce(output or Path("reports/director"), quick=quick, seed=seed)
-    typer.echo(f"report: {index}")
+    _finish_reproduction(index)
 
 
 @reproduce_app.command("replication")
@@ -396,7 +405,7 @@ def reproduce_replication(
     from geoslo.experiments.replication import reproduce
 
     index = reproduce(output or Path("reports/replication"), quick=quick, seed=seed)
-    typer.echo(f"report: {index}")
+    _finish_reproduction(index)
 
 
 @reproduce_app.command("supercloud")
@@ -420,7 +429,7 @@ def reproduce_supercloud(
         seed=seed,
         progress=lambda line: typer.echo(line, err=True),
     )
-    typer.echo(f"report: {index}")
+    _finish_reproduction(index)
 
 
 @testbed_app.command("up")
@@ -473,6 +482,21 @@ def testbed_down(state_dir: StateDirOption = None) -> None:
     testbed = Testbed.load(state_dir)
     stopped = 0 if testbed is None else testbed.down()
     typer.echo(f"stopped {stopped} process(es)")
+
+
+CHECK_FAILED_EXIT = 3  # documented in the README: a reproduction ran but a check failed
+
+
+def _finish_reproduction(index: Path) -> None:
+    """Say where the report is; list failed acceptance checks on stderr and exit 3."""
+    from geoslo.report import failed_checks
+
+    typer.echo(f"report: {index}")
+    failed = failed_checks(index.parent)
+    for check in failed:
+        typer.echo(f"geoslo: acceptance check failed: {check}", err=True)
+    if failed:
+        raise typer.Exit(CHECK_FAILED_EXIT)
 
 
 def _print_status(testbed) -> None:

@@ -25,6 +25,7 @@ from ._jsonable import dumps_readable, to_jsonable
 from ._render import to_html, to_markdown
 
 FIGURE_DPI = 110
+CHECKS = "checks"  # the table (and file stem) that holds a report's acceptance checks
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$")
 _COMPARISON_KEYS = ("quantity", "ours", "paper", "unit", "where", "note")
 COMPARISON_CSV_COLUMNS = (
@@ -86,9 +87,12 @@ class Report:
         self._add_table(name, caption, tuple(columns), cells, numeric, tuple(columns), raw)
 
     def checks(self, checks: dict[str, bool], text: str = "") -> None:
-        """An "Acceptance checks" section: one row per check, passed or not (``checks.csv``)."""
+        """An "Acceptance checks" section: one row per check, passed or not (``checks.csv``).
+
+        ``geoslo reproduce`` reads the written ``checks.csv`` back (:func:`failed_checks`) and
+        exits non-zero when any check failed."""
         self.section("Acceptance checks", text)
-        self.table("checks", [{"check": k, "passed": bool(v)} for k, v in checks.items()])
+        self.table(CHECKS, [{"check": k, "passed": bool(v)} for k, v in checks.items()])
 
     def comparison(self, name: str, rows: list[dict], caption: str = "") -> None:
         """Add our values beside the paper's, with a "difference" column.
@@ -152,6 +156,8 @@ class Report:
         """
         out = Path(out_dir)
         out.mkdir(parents=True, exist_ok=True)
+        if f"{CHECKS}.csv" not in self._files:  # no stale verdict of an earlier run
+            (out / f"{CHECKS}.csv").unlink(missing_ok=True)
         for block in self.blocks:
             _write_block(block, out)
         (out / "index.html").write_text(to_html(self.title, self.intro, self.blocks), "utf-8")
@@ -192,6 +198,16 @@ class Report:
             n += 1
             anchor = f"{base}-{n}"
         return anchor
+
+
+def failed_checks(out_dir: str | Path) -> list[str]:
+    """The acceptance checks that failed in the report written to ``out_dir`` (empty when
+    every check passed or the report has none)."""
+    path = Path(out_dir) / f"{CHECKS}.csv"
+    if not path.exists():
+        return []
+    with path.open(newline="", encoding="utf-8") as handle:
+        return [row["check"] for row in csv.DictReader(handle) if row["passed"] != "True"]
 
 
 def _text_arg(field: str, value: Any) -> str:
