@@ -157,7 +157,8 @@ def test_plan_to_dict_splits_long_copies_and_predicts_each():
     config = DirectorConfig(max_action_s=5.0)
     plan = decide(state, model, config)
     answer = plan_to_dict(plan, state, model, copy_model, config)
-    assert set(answer) == {"actions", "servers", "threshold", "all_meet_slo", "unplaced_bins"}
+    keys = {"actions", "servers", "threshold", "all_meet_slo", "limited_by", "unplaced_bins"}
+    assert set(answer) == keys
     actions = answer["actions"]
     assert len(actions) > len(plan.actions)  # some moves were split
     for action in actions:

@@ -3,6 +3,8 @@ the action scheduler and the control loop, on small hand-built clusters; no proc
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -23,6 +25,8 @@ from geoslo.control.director import (
 from geoslo.control.director.controller import replicas_needed, work_capacity
 from geoslo.control.director.example import example_state
 from geoslo.control.director.scheduler import copy_duration_s, overdue, runnable, split_long
+from geoslo.control.director.validation import parse_state, plan_to_dict, state_to_dict
+from geoslo.errors import ConfigError
 from geoslo.models import CopyDurationModel, SteadyStateModel
 
 # A server alone handles 1,000 gets/s or 250 puts/s: work = gets/100 + puts/25 < 10.
@@ -249,6 +253,53 @@ def test_the_example_cluster_ends_under_the_threshold_with_replicas_apart(seed):
         counts[list(s.bins)] += 1
     assert counts.min() >= cfg.replicas
     assert sum(not s.bins for s in plan.servers) == cfg.standbys
+
+
+# ---------------------------------------------------------------- the plan's bound
+
+
+@pytest.mark.timeout(60)  # the unbounded plan took minutes; a bounded one well under 1 s
+def test_a_model_that_wants_hundreds_of_times_the_cluster_gets_a_bounded_plan():
+    """Issue 15: intercept -1 (a legal value) leaves a server room for a sliver of one
+    bin, so every bin wants dozens of dedicated servers (22,434 add-server for 40
+    servers). The plan adds at most ``max_servers_added``, says the bound stopped it and
+    that the SLO is not met, and all of it through the JSON contract."""
+    state, model, copy_model, cfg = example_state()
+    model = dataclasses.replace(model, intercept=-1.0)
+    state, model, copy_model, cfg = parse_state(state_to_dict(state, model, copy_model, cfg))
+    plan = decide(state, model, cfg)
+    assert plan.count("add-server") == cfg.max_servers_added
+    assert plan.limited_by == "max_servers_added"
+    assert apply(state, plan.actions) == layout(plan)
+    answer = plan_to_dict(plan, state, model, copy_model, cfg)
+    assert answer["limited_by"] == "config.max_servers_added"
+    assert answer["all_meet_slo"] is False
+
+
+def test_max_servers_caps_the_servers_leased_after_the_plan():
+    """The hot bin wants two more replicas (the standby and a new server) and a new
+    standby; a budget of the three servers it has allows the standby's replica only."""
+    cfg = config(replicas=2, read_fanout=2, standbys=1, max_servers=3)
+    plan = decide(hot_state(), MODEL, cfg)
+    assert named(plan, "add-server") == []
+    assert plan.limited_by == "max_servers"
+    assert layout(plan) == {"server-0": {0, 1, 2}, "server-1": {0, 1, 2}, "server-2": {0}}
+    # three replicas where four are needed: their servers stay over the threshold
+    assert max(plan.violation_probability.values()) >= 0.5
+
+
+def test_an_unbounded_plan_is_not_limited():
+    plan = decide(hot_state(), MODEL, config(replicas=2, read_fanout=2, standbys=1))
+    assert plan.limited_by is None
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [("max_servers_added", -1), ("max_servers_added", 10_001), ("max_servers", 0)],
+)
+def test_the_plan_bounds_have_ranges(field, value):
+    with pytest.raises(ConfigError, match=field):
+        DirectorConfig(**{field: value})
 
 
 @st.composite

@@ -20,6 +20,12 @@ Steps, in order (§5.3):
    freeing a server). The gap between ``coalesce_below`` and the boundary is the
    hysteresis that keeps a coalesced server from being overloaded by the next uptick.
 5. Add and remove servers so that exactly ``standbys`` empty servers remain.
+
+A plan adds at most ``max_servers_added`` servers and leaves at most ``max_servers``
+leased (ours: a cluster cannot usefully grow by orders of magnitude in one period). A
+step that needs a server beyond that bound is skipped, the plan names the bound in
+``limited_by``, and the servers it could not relieve stay over the SLO: so a decision
+takes bounded time whatever the model says.
 """
 
 from __future__ import annotations
@@ -145,6 +151,11 @@ class _Layout:
             server.dedicated = bool(extra) and all(extra)  # only hot bins' replicas
         self.steps = _Steps()
         self.deleted: set[tuple[int, int]] = set()  # (bin, server): not a target again
+        self.limited_by: str | None = None  # the bound that stopped an add-server
+        self._added = 0
+        self._live = len(self.servers)  # leased after the plan so far
+        self._next_number = _next_server_number(self.index)
+        self._empties = {i for i, s in enumerate(self.servers) if self._is_empty(s)}
         self._sorted = sorted(  # (work, server) of the best-fit targets
             (s.work, i) for i, s in enumerate(self.servers) if self._candidate(s)
         )
@@ -186,6 +197,7 @@ class _Layout:
         if was_candidate:
             self._sorted_remove(i)
         server.bins.add(b)
+        self._empties.discard(i)
         self.holders[b].add(i)
         server.work += self.replica_work[b]
         if self._candidate(server):
@@ -201,6 +213,8 @@ class _Layout:
         if not server.bins:
             server.work = 0.0
             server.dedicated = False  # an empty server is a standby again (or goes)
+            if not server.removed:
+                self._empties.add(i)
         if self._candidate(server):
             bisect.insort(self._sorted, (server.work, i))
 
@@ -226,29 +240,37 @@ class _Layout:
             at -= 1
         return None
 
-    def _empty_server(self, b: int) -> int:
+    @staticmethod
+    def _is_empty(server: _Server) -> bool:
+        """Empty and staying, and not reserved for a hot bin: a standby."""
+        return not server.bins and not server.removed and not server.dedicated
+
+    def _empty_server(self, b: int) -> int | None:
         """An empty server that stays: a ready standby, a booting one, else a new one
-        (not one whose replica of ``b`` this plan deletes)."""
-        empty = [
-            i
-            for i, s in enumerate(self.servers)
-            if not s.bins and not s.removed and not s.dedicated and (b, i) not in self.deleted
-        ]
+        (not one whose replica of ``b`` this plan deletes); None past the plan's bound."""
+        empty = [i for i in self._empties if (b, i) not in self.deleted]
         if empty:
-            return min(empty, key=lambda i: (not self.servers[i].ready, self.servers[i].new))
-        name = self._new_name()
+            return min(empty, key=lambda i: (not self.servers[i].ready, self.servers[i].new, i))
+        return self._new_server()
+
+    def _new_server(self) -> int | None:
+        """An ``add-server``, unless the plan's bound forbids it (then None, and the
+        plan says which bound)."""
+        if self._added >= self.config.max_servers_added:
+            self.limited_by = self.limited_by or "max_servers_added"
+            return None
+        if self._live >= self.config.max_servers:
+            self.limited_by = self.limited_by or "max_servers"
+            return None
+        name = f"server-{self._next_number}"
+        self._next_number += 1
+        self._added += 1
+        self._live += 1
         self.servers.append(_Server(name, set(), ready=False, new=True))
         self.index[name] = len(self.servers) - 1
+        self._empties.add(len(self.servers) - 1)
         self.steps.add("add-server", server=name)
         return len(self.servers) - 1
-
-    def _new_name(self) -> str:
-        numbers = [-1]
-        for name in self.index:
-            head, _, tail = name.rpartition("-")
-            if head == "server" and tail.isdigit():
-                numbers.append(int(tail))
-        return f"server-{max(numbers) + 1}"
 
     def _copy(self, b: int, target: int) -> None:
         sources = self.initial_holders[b]  # a replica that holds the data already
@@ -280,7 +302,11 @@ class _Layout:
             while len(self.holders[b]) < self.config.replicas:
                 self._set_replicas(b, len(self.holders[b]) + 1)
                 target = self._best_fit(b, exclude=set())
-                self._copy(b, target if target is not None else self._empty_server(b))
+                target = target if target is not None else self._empty_server(b)
+                if target is None:
+                    self._set_replicas(b, len(self.holders[b]))  # the plan's bound
+                    break
+                self._copy(b, target)
 
     def fix_hot_bins(self) -> None:
         """Bins too hot for one server: replicas on dedicated servers (§5.3, §6.2); extra
@@ -291,13 +317,27 @@ class _Layout:
             b = int(b)
             have, need = len(self.holders[b]), int(needed[b])
             if have and need > have:
-                self._set_replicas(b, need)
-                for _ in range(need - have):
-                    target = self._empty_server(b)
-                    self.servers[target].dedicated = True
-                    self._copy(b, target)
+                self._add_dedicated_replicas(b, need - have)
             elif need < have:
                 self._drop_replicas(b, have - need)
+
+    def _add_dedicated_replicas(self, b: int, count: int) -> None:
+        """Up to ``count`` new replicas of ``b``, each on its own empty server."""
+        targets = []
+        for _ in range(count):
+            target = self._empty_server(b)
+            if target is None:
+                break  # the plan's bound: fewer replicas than the bin needs
+            self._reserve(target)
+            targets.append(target)
+        self._set_replicas(b, len(self.holders[b]) + len(targets))
+        for target in targets:
+            self._copy(b, target)
+
+    def _reserve(self, i: int) -> None:
+        """Dedicate empty server ``i`` to a hot bin's replica."""
+        self.servers[i].dedicated = True
+        self._empties.discard(i)
 
     def _drop_replicas(self, b: int, count: int) -> None:
         """Delete the replicas whose servers would then be empty first, so they can go."""
@@ -317,7 +357,10 @@ class _Layout:
             while self._overloaded(i) and len(self.servers[i].bins) > 1:
                 b = self._bin_to_move(i)
                 target = self._best_fit(b, exclude={i})
-                self._move(b, i, target if target is not None else self._empty_server(b))
+                target = target if target is not None else self._empty_server(b)
+                if target is None:
+                    break  # the plan's bound: the server stays overloaded
+                self._move(b, i, target)
 
     def _bin_to_move(self, i: int) -> int:
         bins = self.servers[i].bins
@@ -372,6 +415,8 @@ class _Layout:
 
     def _remove(self, i: int) -> None:
         self.servers[i].removed = True
+        self._live -= 1
+        self._empties.discard(i)
         self.steps.add("remove-server", server=self.servers[i].name)
 
     def keep_standbys(self) -> None:
@@ -383,10 +428,8 @@ class _Layout:
         ]
         missing = self.config.standbys - len(empty)
         for _ in range(missing):
-            name = self._new_name()
-            self.servers.append(_Server(name, set(), ready=False, new=True))
-            self.index[name] = len(self.servers) - 1
-            self.steps.add("add-server", server=name)
+            if self._new_server() is None:
+                break  # the plan's bound: fewer standbys
         # Release surplus empty servers, booting ones first: the ready ones can serve now.
         for i in sorted(empty, key=lambda i: self.servers[i].ready)[: max(-missing, 0)]:
             self._remove(i)
@@ -404,4 +447,14 @@ class _Layout:
             gets[s.name] = float(get[bins].sum())
             puts[s.name] = float(put[bins].sum())
             risk[s.name] = float(self.model.violation_probability(gets[s.name], puts[s.name]))
-        return Plan(self.steps.actions(), layout, gets, puts, risk)
+        return Plan(self.steps.actions(), layout, gets, puts, risk, self.limited_by)
+
+
+def _next_server_number(names) -> int:
+    """One past the highest ``server-<n>`` among ``names``: the next new server's number."""
+    numbers = [-1]
+    for name in names:
+        head, _, tail = name.rpartition("-")
+        if head == "server" and tail.isdigit():
+            numbers.append(int(tail))
+    return max(numbers) + 1

@@ -51,6 +51,8 @@ class DirectorConfig:
     cancel_factor: float = 3.0  # cancel an action running this many times its prediction
     coalesce_below: float = 0.9  # underloaded below this fraction of the boundary (ours)
     charge_interval_s: float | None = 3600.0  # release a server only as its paid hour ends
+    max_servers_added: int = 100  # ours: servers one plan may add (a period's growth)
+    max_servers: int = 10_000  # ours: servers leased after a plan, at most
 
     def __post_init__(self) -> None:
         for name in ("period_s", "copy_rate_bytes_per_s", "max_action_s"):
@@ -72,6 +74,17 @@ class DirectorConfig:
                 raise ConfigError(name, f"must be an integer >= {lowest}, got {value!r}")
         if self.read_fanout > self.replicas:
             raise ConfigError("read_fanout", "must not exceed replicas")
+        for name, lowest, highest in _SERVER_BOUNDS:
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise ConfigError(name, f"must be an integer, got {value!r}")
+            if not lowest <= value <= highest:
+                raise ConfigError(name, f"must be in [{lowest}, {highest}], got {value!r}")
+
+
+# Ranges of the bounds on a plan's size (ours): whatever they allow is decided in bounded
+# time, since a plan adds at most ``max_servers_added`` servers.
+_SERVER_BOUNDS = (("max_servers_added", 0, 10_000), ("max_servers", 1, 100_000))
 
 
 @dataclass(frozen=True)
@@ -150,13 +163,17 @@ class Action:
 @dataclass(frozen=True)
 class Plan:
     """The controller's answer: ordered actions and the predicted load of every server
-    after them, as the model's violation probability and (get, put) req/s."""
+    after them, as the model's violation probability and (get, put) req/s.
+    ``limited_by`` names the config field (``max_servers_added`` or ``max_servers``) that
+    kept the plan from adding a server it needed, or is None: a limited plan is the best
+    the bound allows, and some servers may stay over the SLO."""
 
     actions: tuple[Action, ...]
     servers: tuple[ServerState, ...]  # the layout after the actions
     get_rps: dict[str, float] = field(default_factory=dict)  # per server, after
     put_rps: dict[str, float] = field(default_factory=dict)
     violation_probability: dict[str, float] = field(default_factory=dict)
+    limited_by: str | None = None
 
     def count(self, kind: str) -> int:
         return sum(1 for action in self.actions if action.kind == kind)
