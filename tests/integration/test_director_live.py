@@ -226,10 +226,14 @@ def test_a_copy_takes_its_size_over_the_rate_and_a_cancel_leaves_nothing(tmp_pat
     async def older_copy(cluster):
         """A copied value older than the stored one is not written (the version rule)."""
         client, key = cluster.client, key_name(0)
-        connection = await client.open_connection(cluster.pool.get("server-0").port)
+        connection = await client.open_connection("server-0", cluster.pool.get("server-0").port)
         try:
-            newer = await client.write_copied(connection, [key], [encode_value(99, b"new")], 0.0)
-            older = await client.write_copied(connection, [key], [encode_value(98, b"old")], 0.0)
+            newer = await client.write_copied(
+                "server-0", connection, [key], [encode_value(99, b"new")], 0.0
+            )
+            older = await client.write_copied(
+                "server-0", connection, [key], [encode_value(98, b"old")], 0.0
+            )
             return newer, older, await connection.command(b"GET", key)
         finally:
             await connection.close()
@@ -300,7 +304,7 @@ def test_sampled_statistics_estimate_the_offered_rates(tmp_path):
 def test_the_benchmarks_return_a_crossing_and_copy_factors(tmp_path):
     config = ClusterConfig(keys=2000, bins=4, value_bytes=200, copy_batch_bytes=16_384)
     steady = steady_state_benchmark(
-        tmp_path / "steady", 0.9, [100, 800], duration_s=1.5, threshold_ms=30.0, config=config
+        tmp_path / "steady", 0.9, [100, 800], duration_s=1.5, threshold_ms=100.0, config=config
     )
     assert steady.exceeded.tolist() == [False, True] and steady.crossing_rps == 800
     copies = copy_benchmark(tmp_path / "copy", [400_000, 800_000], 200, 20, config=config)
@@ -354,3 +358,56 @@ def test_cancelling_a_copy_that_waits_for_puts_leaves_the_puts_unharmed(tmp_path
     assert not cancelled.ok and cancelled.detail == "cancelled"
     assert all(v is None for v in left.values()), "the cancelled copy left keys on its target"
     assert deaths == []
+
+
+def test_a_hung_server_is_declared_down_and_no_put_waits_forever(tmp_path):
+    """SIGSTOP two of three servers (the connections stay open, nothing answers): within
+    about ``request_timeout_s`` both are declared down, puts to a bin with a live replica
+    are acked by it, puts to the bin that has none fail saying why, and nothing hangs."""
+    timeout_s = 1.0
+    config = ClusterConfig(
+        keys=600, bins=6, value_bytes=100, servers=3, standbys=0, request_timeout_s=timeout_s
+    )
+    # bin b on servers (2b, 2b + 1) mod 3: bin 0 on server-0/1 (both hung), 1 on 2/0, 2 on 1/2
+
+    async def scenario():
+        async with await DirectorCluster.up(tmp_path / "cluster", config) as cluster:
+            keys = [cluster.layout.start(b) + k for b in (0, 1, 2) for k in range(100)]
+            with paused(cluster, "server-0", "server-1"):
+                started = time.monotonic()
+                puts = [cluster.client.put(i, b"while-hung-%d" % i) for i in keys]
+                gets = [cluster.client.get(i) for i in keys[::10]]
+                results = await asyncio.wait_for(asyncio.gather(*puts, *gets), 20.0)
+                elapsed_s = time.monotonic() - started
+                after = await cluster.client.put(keys[0], b"after")
+                names = {s.name for s in cluster.servers()}
+            reasons = dict(cluster.client.down_reasons)
+            return keys, results[: len(keys)], elapsed_s, after, names, reasons, cluster.deaths
+
+    keys, results, elapsed_s, after, names, reasons, deaths = asyncio.run(scenario())
+    assert sorted(deaths) == ["server-0", "server-1"] and names == {"server-2"}
+    assert all("answered nothing" in reasons[n] for n in deaths)
+    assert elapsed_s < 10 * timeout_s  # declared down after ~timeout_s, not never
+    layout_bins = [i * config.bins // config.keys for i in keys]
+    acked = [r is not None for r in results]
+    assert all(a == (b != 0) for a, b in zip(acked, layout_bins, strict=True))
+    assert after is None
+
+
+def test_a_busy_server_that_keeps_answering_is_not_declared_down(tmp_path):
+    """A backlog longer than ``request_timeout_s`` (puts queued behind each other's service
+    times) is load, not a hang: the server answers all along and stays in use."""
+    config = ClusterConfig(
+        keys=200, bins=2, value_bytes=100, servers=2, standbys=0, request_timeout_s=0.3
+    )
+
+    async def scenario():
+        async with await DirectorCluster.up(tmp_path / "cluster", config) as cluster:
+            started = time.monotonic()
+            puts = [cluster.client.put(k % config.keys, b"busy-%d" % k) for k in range(600)]
+            results = await asyncio.wait_for(asyncio.gather(*puts), 30.0)
+            return time.monotonic() - started, results, cluster.deaths
+
+    elapsed_s, results, deaths = asyncio.run(scenario())
+    assert elapsed_s > 2 * config.request_timeout_s  # the backlog outlasted the timeout
+    assert deaths == [] and all(r is not None for r in results)

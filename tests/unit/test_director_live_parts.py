@@ -201,6 +201,7 @@ def test_failed_gets_count_in_the_p99_as_the_timeout():
         ("copy_rate_bytes_per_s", 0),
         ("boot_delay_s", -1),
         ("servers", 0),
+        ("request_timeout_s", 0),
     ],
 )
 def test_config_rejects_bad_values_naming_the_field(field, value):

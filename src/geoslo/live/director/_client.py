@@ -8,8 +8,12 @@
   service time; acked when every one answered, if at least one replica stored it.
 * A request that fails because the connection broke means the server died: the router
   drops it from every set at once (docs/director-live.md, failures).
+* Every request is watched: a server that has answered nothing for ``request_timeout_s``
+  while a request to it waits (hung, e.g. SIGSTOP) is declared down the same way, and
+  every request waiting for it fails with :class:`ServerFailed` saying so.
 
-One pipelined :class:`~geoslo.live.RedisConnection` per server carries the data path.
+One pipelined :class:`~geoslo.live.RedisConnection` per server carries the data path;
+copies and checks open their own (``open_connection``), watched alike.
 """
 
 from __future__ import annotations
@@ -42,8 +46,27 @@ _GUARDED_SHA = script_sha(GUARDED_SET_SCRIPT)
 _COPY_SHA = script_sha(COPY_SET_SCRIPT)
 
 
+# After a request's server looks silent for request_timeout_s, look once more this much
+# later: replies that were waiting in the socket while the event loop itself was stalled
+# (a loaded machine) are read in between, so a busy client never declares a live server down.
+_CONFIRM_DELAY_S = 0.2
+
+
 class ServerFailed(TestbedError):
-    """A server could not be reached: its connection broke (the process died)."""
+    """A server could not be reached: its connection broke (the process died) or it
+    answered nothing for ``request_timeout_s`` (hung); the message says which."""
+
+
+class _Watched:
+    """One request in flight: the caller's future and when it was sent (loop time)."""
+
+    __slots__ = ("name", "future", "sent_s", "suspected")
+
+    def __init__(self, name: str, future: asyncio.Future, sent_s: float) -> None:
+        self.name = name
+        self.future = future
+        self.sent_s = sent_s
+        self.suspected = False
 
 
 class ClusterClient:
@@ -68,28 +91,33 @@ class ClusterClient:
         self._version = 0
         self._connections: dict[str, RedisConnection] = {}
         self._opened: list[RedisConnection] = []
+        self._heard_s: dict[str, float] = {}  # loop time of each server's latest reply
+        self._waiting: dict[str, set[_Watched]] = {}
+        self.down_reasons: dict[str, str] = {}  # servers declared down, and why
 
     # --- connections ------------------------------------------------------------------------
-    async def open_connection(self, port: int) -> RedisConnection:
-        """A new connection with the scripts loaded (the data path's or a copy's own)."""
+    async def open_connection(self, name: str, port: int) -> RedisConnection:
+        """A new connection to server ``name`` with the scripts loaded (the data path's or
+        a copy's own)."""
         connection = await RedisConnection.open(port)
         self._opened.append(connection)
         for script in (GUARDED_SET_SCRIPT, COPY_SET_SCRIPT):
-            await connection.command("SCRIPT", "LOAD", script)
+            await self.call(name, connection, encode_command(b"SCRIPT", b"LOAD", script))
         return connection
 
     async def attach(self, name: str, port: int) -> None:
         """Connect the data path to a server (before it receives anything)."""
-        self._connections[name] = await self.open_connection(port)
+        self._connections[name] = await self.open_connection(name, port)
 
     def detach(self, name: str) -> None:
         """Stop using a server (it is removed or dead); its connection closes at ``close``."""
         self._connections.pop(name, None)
 
-    def server_failed(self, name: str) -> None:
+    def server_failed(self, name: str, reason: str = "") -> None:
         """The server is gone: drop it from every replica set and stop using it."""
         self.router.drop_server(name)
         if name in self._connections:
+            self.down_reasons.setdefault(name, reason or f"{name}: its connection broke")
             self.detach(name)
             self.on_failure(name)
 
@@ -171,43 +199,109 @@ class ClusterClient:
         return work_payload(work_s) + guarded
 
     def _send(self, name: str, payload: bytes) -> asyncio.Future:
-        """Two pipelined commands to ``name``; a broken connection marks it failed."""
+        """Two pipelined commands to ``name`` on the data path, watched."""
         self.stats.record_server(name, self.now_s())
         connection = self._connections.get(name)
         if connection is None:
             future = asyncio.get_running_loop().create_future()
             future.set_exception(ServerFailed(f"{name} is not in use"))
             return future
-        future = connection.send(payload, replies=2)
-        future.add_done_callback(partial(self._after_reply, name))
-        return future
+        return self._watch(name, connection.send(payload, replies=2))
 
-    def _after_reply(self, name: str, future: asyncio.Future) -> None:
-        if future.cancelled():
-            return
-        error = future.exception()
-        if isinstance(error, RedisReplyError):
+    # --- watching requests (a broken connection or a silent server means it is down) ------
+    async def call(self, name: str, connection: RedisConnection, payload: bytes, replies=1):
+        """Send ``payload`` to server ``name`` on ``connection`` and wait for the reply, or
+        :class:`ServerFailed` once the server is declared down."""
+        return await self._watch(name, connection.send(payload, replies))
+
+    def _watch(self, name: str, sent: asyncio.Future) -> asyncio.Future:
+        """A future for ``sent``'s reply that fails if the connection breaks or the server
+        stays silent for ``request_timeout_s``."""
+        loop = asyncio.get_running_loop()
+        watched = _Watched(name, loop.create_future(), loop.time())
+        watched.future.add_done_callback(_retrieve)
+        self._waiting.setdefault(name, set()).add(watched)
+        sent.add_done_callback(partial(self._answered, watched))
+        loop.call_later(self.config.request_timeout_s, self._check_silence, watched)
+        return watched.future
+
+    def _answered(self, watched: _Watched, sent: asyncio.Future) -> None:
+        name = watched.name
+        self._waiting.get(name, set()).discard(watched)
+        error = None if sent.cancelled() else sent.exception()
+        if not sent.cancelled() and (error is None or isinstance(error, RedisReplyError)):
+            self._heard_s[name] = asyncio.get_running_loop().time()
+        if watched.future.done():
+            return  # declared down already, or the caller gave up (its connection closed)
+        if sent.cancelled():
+            watched.future.set_exception(ServerFailed(f"{name}: request abandoned"))
+        elif error is None:
+            watched.future.set_result(sent.result())
+        elif isinstance(error, RedisReplyError):
             self.reply_errors.append(f"{name}: {error}")
-        elif error is not None:
-            self.server_failed(name)
+            watched.future.set_exception(error)
+        else:
+            reason = self.down_reasons.get(name) or f"{name}: its connection broke ({error})"
+            self.server_failed(name, reason)
+            watched.future.set_exception(ServerFailed(reason))
+
+    def _check_silence(self, watched: _Watched) -> None:
+        """At a request's deadline: re-arm while its server still answers (busy, not hung);
+        after ``request_timeout_s`` of silence, confirmed once, declare it down."""
+        if watched.future.done():
+            return
+        loop = asyncio.get_running_loop()
+        timeout_s = self.config.request_timeout_s
+        quiet_since_s = max(self._heard_s.get(watched.name, watched.sent_s), watched.sent_s)
+        silent_s = loop.time() - quiet_since_s
+        if silent_s < timeout_s:
+            watched.suspected = False
+            loop.call_later(timeout_s - silent_s, self._check_silence, watched)
+        elif not watched.suspected:
+            watched.suspected = True
+            loop.call_later(_CONFIRM_DELAY_S, self._check_silence, watched)
+        else:
+            self._declare_down(watched.name, silent_s)
+
+    def _declare_down(self, name: str, silent_s: float) -> None:
+        """The server hangs: drop it like a dead one and fail everything waiting for it."""
+        reason = (
+            f"{name} answered nothing for {silent_s:.1f} s "
+            f"(request_timeout_s={self.config.request_timeout_s:g}); declared down"
+        )
+        self.down_reasons.setdefault(name, reason)
+        self.server_failed(name, reason)
+        for watched in self._waiting.pop(name, set()):
+            if not watched.future.done():
+                watched.future.set_exception(ServerFailed(reason))
 
     # --- copies (on a copy's own connection) ------------------------------------------------
-    @staticmethod
-    async def read_keys(connection: RedisConnection, keys: list[bytes]) -> list[bytes | None]:
-        return await connection.command(b"MGET", *keys)
+    async def read_keys(
+        self, name: str, connection: RedisConnection, keys: list[bytes]
+    ) -> list[bytes | None]:
+        return await self.call(name, connection, encode_command(b"MGET", *keys))
 
-    @staticmethod
     async def write_copied(
-        connection: RedisConnection, keys: list[bytes], values: list[bytes], work_s: float
+        self,
+        name: str,
+        connection: RedisConnection,
+        keys: list[bytes],
+        values: list[bytes],
+        work_s: float,
     ) -> int:
-        """Store copied values unless the target holds a newer version (§5.3's copy);
-        ``work_s`` is the target's service time for this batch."""
+        """Store copied values on server ``name`` unless it holds a newer version (§5.3's
+        copy); ``work_s`` is the target's service time for this batch."""
         command = encode_command(b"EVALSHA", _COPY_SHA, len(keys), *keys, *values)
         if work_s > 0:
-            return (await connection.send(work_payload(work_s) + command, replies=2))[1]
-        return await connection.send(command)
+            return (await self.call(name, connection, work_payload(work_s) + command, 2))[1]
+        return await self.call(name, connection, command)
 
-    @staticmethod
-    async def delete_keys(connection: RedisConnection, keys: list[bytes]) -> None:
+    async def delete_keys(self, name: str, connection: RedisConnection, keys: list[bytes]) -> None:
         if keys:
-            await connection.command(b"UNLINK", *keys)
+            await self.call(name, connection, encode_command(b"UNLINK", *keys))
+
+
+def _retrieve(future: asyncio.Future) -> None:
+    """Mark a watched future's error as seen: a get stops listening after its first answer."""
+    if not future.cancelled():
+        future.exception()

@@ -22,6 +22,7 @@ from geoslo.control.director.types import Action, RunningAction, ServerState
 from geoslo.errors import TestbedError
 from geoslo.live._backend import key_name
 from geoslo.live._processes import find_program, process_alive, stop_recorded
+from geoslo.live._resp import encode_command
 from geoslo.live.director._client import ClusterClient
 from geoslo.live.director._config import ClusterConfig
 from geoslo.live.director._executor import ActionExecutor, FinishedAction
@@ -101,7 +102,7 @@ class DirectorCluster:
         """Every replica of every bin gets the initial values (version 0)."""
         for server in self.pool.in_use():
             bins = self.router.bins_of(server.name)
-            connection = await self.client.open_connection(server.port)
+            connection = await self.client.open_connection(server.name, server.port)
             try:
                 for b in bins:
                     indices = self.layout.indices(b)
@@ -110,7 +111,9 @@ class DirectorCluster:
                         pairs = []
                         for i in range(start, stop):
                             pairs += [key_name(i), encode_value(0, self._initial(i))]
-                        await connection.command(b"MSET", *pairs)
+                        await self.client.call(
+                            server.name, connection, encode_command(b"MSET", *pairs)
+                        )
             finally:
                 await connection.close()
 
@@ -194,10 +197,11 @@ class DirectorCluster:
         process = self.pool.get(server)
         if process is None:
             raise TestbedError(f"{server} is not in use")
-        connection = await self.client.open_connection(process.port)
+        connection = await self.client.open_connection(server, process.port)
         try:
             indices = list(self.layout.indices(b))
-            values = await connection.command(b"MGET", *[key_name(i) for i in indices])
+            keys = [key_name(i) for i in indices]
+            values = await self.client.call(server, connection, encode_command(b"MGET", *keys))
         finally:
             await connection.close()
         return {

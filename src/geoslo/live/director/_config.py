@@ -32,6 +32,7 @@ class ClusterConfig:
     put_sample_fraction: float = 0.4  # §5.5
     latency_threshold_ms: float = 100.0  # the SLO's get threshold (§6)
     get_timeout_s: float = 5.0  # a get still unanswered after this fails
+    request_timeout_s: float = 5.0  # a server silent this long, with requests waiting, is down
     seed: int = 0
 
     def __post_init__(self) -> None:
@@ -46,6 +47,7 @@ class ClusterConfig:
             "period_s",
             "latency_threshold_ms",
             "get_timeout_s",
+            "request_timeout_s",
         ):
             _number(getattr(self, name), name, positive=True)
         for name in ("boot_delay_s", "copy_work_ms_per_mb"):

@@ -233,14 +233,14 @@ class ActionExecutor:
         if server is None:
             return  # dead or gone: nothing to clean
         try:
-            connection = await self.client.open_connection(server.port)
+            connection = await self.client.open_connection(name, server.port)
             try:
                 for b in bins:
                     indices = self.layout.indices(b)
                     for start in range(indices.start, indices.stop, 1000):
                         stop = min(start + 1000, indices.stop)
                         keys = [key_name(i) for i in range(start, stop)]
-                        await self.client.delete_keys(connection, keys)
+                        await self.client.delete_keys(name, connection, keys)
             finally:
                 await connection.close()
         except RedisReplyError:
@@ -298,7 +298,7 @@ class ActionExecutor:
 
     async def _open_target(self, name: str, port: int) -> RedisConnection:
         try:
-            return await self.client.open_connection(port)
+            return await self.client.open_connection(name, port)
         except TestbedError:
             self.client.server_failed(name)
             raise ActionFailed(f"copy: target {name} died") from None
@@ -324,7 +324,11 @@ class ActionExecutor:
             try:
                 if present:
                     await self.client.write_copied(
-                        connection, [k for k, _ in present], [v for _, v in present], work_s
+                        action.target or "",
+                        connection,
+                        [k for k, _ in present],
+                        [v for _, v in present],
+                        work_s,
                     )
             except RedisReplyError:
                 raise
@@ -349,8 +353,8 @@ class ActionExecutor:
                 if server is None:
                     raise TestbedError(f"{name} is gone")
                 if name not in sources:
-                    sources[name] = await self.client.open_connection(server.port)
-                return await self.client.read_keys(sources[name], keys)
+                    sources[name] = await self.client.open_connection(name, server.port)
+                return await self.client.read_keys(name, sources[name], keys)
             except RedisReplyError:
                 raise
             except TestbedError:
