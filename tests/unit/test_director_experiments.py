@@ -89,13 +89,30 @@ def test_models_trained_on_the_simulated_servers_find_their_capacity():
 
 def test_check_done_reads_the_summary():
     summary = {
-        "held_over_ideal": 1.19,
+        "serving_over_ideal": 1.15,
+        "held_over_ideal": 1.1,
         "saving_vs_fixed100": 0.1,
         "saving_vs_fixed70": 0.4,
         "decide_ms_1000_servers": 50.0,
     }
     assert all(check_done(summary).values())
-    assert not all(check_done({**summary, "held_over_ideal": 1.3}).values())
+    assert not all(check_done({**summary, "serving_over_ideal": 1.3}).values())
+
+
+def test_the_units_check_counts_as_the_paper_does_and_shows_both_counts():
+    """§6.3 counts every leased server minus the standbys (issue 15: the full run's 1.208
+    failed the bar while the servers that held data, 1.186, passed it)."""
+    summary = {
+        "serving_over_ideal": 1.208,
+        "held_over_ideal": 1.186,
+        "saving_vs_fixed100": 0.1,
+        "saving_vs_fixed70": 0.4,
+        "decide_ms_1000_servers": 50.0,
+    }
+    checks = check_done(summary)
+    (units,) = [name for name in checks if "ideal" in name]
+    assert checks[units] is False
+    assert "1.208" in units and "1.186" in units
 
 
 def test_the_quick_reproduction_writes_its_report(tmp_path):

@@ -280,7 +280,9 @@ def _diurnal_section(report, paper, scale: Scale, models: Models, runs: dict) ->
                 "elastic 0.1, serving",
             ),
             *diurnal_rows(
-                paper, summary, f"held data: {100 * (summary['held_over_ideal'] - 1):.1f}%"
+                paper,
+                summary,
+                f"servers that held data: {100 * (summary['held_over_ideal'] - 1):.1f}% over",
             ),
         ],
     )
@@ -389,10 +391,18 @@ def _decide_timing(report: Report, paper: dict) -> float:
 
 
 def check_done(summary: dict) -> dict[str, bool]:
-    """The issue's measurable checks on a reproduction's summary."""
-    units = f"elastic 0.1 serving units <= {SERVING_OVER_IDEAL_MAX:g} x ideal (held data)"
+    """The issue's measurable checks on a reproduction's summary. Serving units are counted
+    as §6.3 counts them, every leased server minus the standbys; the name also gives the
+    count of servers that held data, which is lower (a server booting or emptied for
+    release holds none)."""
+    serving, held = summary["serving_over_ideal"], summary["held_over_ideal"]
+    units = (
+        f"elastic 0.1 serving units (leased minus standbys, as §6.3 counts) <= "
+        f"{SERVING_OVER_IDEAL_MAX:g} x ideal: {serving:.3f} x (servers that held data: "
+        f"{held:.3f} x)"
+    )
     return {
-        units: summary["held_over_ideal"] <= SERVING_OVER_IDEAL_MAX,
+        units: serving <= SERVING_OVER_IDEAL_MAX,
         "elastic 0.1 saves against fixed-100%": summary["saving_vs_fixed100"] > 0,
         "elastic 0.1 saves against fixed-70%": summary["saving_vs_fixed70"] > 0,
         "decide for 1,000 servers / 10,000 bins under 200 ms": (
