@@ -123,3 +123,21 @@ def test_follow_the_sun_moves_the_whole_ensemble_twice_a_day(two_days) -> None:
     assert two_days["US"]["whole_moves"] == two_days["Global"]["whole_moves"] == 0
     assert 3 <= two_days["Dynamic"]["whole_moves"] <= 5
     assert all(check_sun(two_days).values()), check_sun(two_days)
+
+
+def test_the_report_compares_each_procedures_final_ensemble_with_the_plan():
+    """Fig. 7's text says whether a procedure ended where the scheduler wanted, from the
+    membership the run ended with (3-step ends 2 + 1, the plan wants 3 in Tokyo)."""
+    from types import SimpleNamespace
+
+    from geoslo.control.placement import decide
+    from geoslo.control.placement.example import example_state
+    from geoslo.experiments.supercloud._live_report import _against_the_plan
+
+    plan = decide(example_state())
+    assert {node.site for node in plan.placement.nodes} == {"Tokyo"}
+    three_step = SimpleNamespace(steps=[{"members": [2, 4, 6]}], leader_site_after="tokyo")
+    all_tokyo = SimpleNamespace(steps=[{"members": [2, 4, 5]}], leader_site_after="tokyo")
+    text = _against_the_plan(plan, {"3-step": three_step, "other": all_tokyo})
+    assert "3-step ended with 2 in tokyo + 1 in virginia, leader in tokyo, which is not" in text
+    assert "other ended with 3 in tokyo, leader in tokyo, which is the plan" in text

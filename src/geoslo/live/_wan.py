@@ -20,7 +20,13 @@ import numpy as np
 
 from geoslo.topology import BaseRttSchedule
 
-__all__ = ["DelayPath", "WanConfig", "pump_both_ways", "serve_wan"]
+__all__ = [
+    "DelayPath",
+    "WanConfig",
+    "measure_throughput_bytes_per_s",
+    "pump_both_ways",
+    "serve_wan",
+]
 
 CHUNK_BYTES = 65536
 
@@ -179,3 +185,56 @@ async def serve_wan(config: WanConfig) -> None:
     finally:
         for s in servers:
             s.close()
+
+
+def measure_throughput_bytes_per_s(
+    rtt_ms: float, size_bytes: int = 64_000_000, timeout_s: float = 120.0
+) -> float:
+    """Bytes per second that one TCP stream carries through the delay pump at ``rtt_ms``,
+    measured on loopback: ``size_bytes`` are sent to a sink, which answers when it has them
+    all (so the time includes the last byte's delay). Bounded in bytes and in time."""
+    return asyncio.run(asyncio.wait_for(_measure(rtt_ms, size_bytes), timeout_s))
+
+
+async def _measure(rtt_ms: float, size_bytes: int) -> float:
+    received = asyncio.get_running_loop().create_future()
+
+    async def sink(reader, writer):
+        got = 0
+        while got < size_bytes and (data := await reader.read(CHUNK_BYTES)):
+            got += len(data)
+        writer.write(b"k")
+        await writer.drain()
+        writer.close()
+        if not received.done():
+            received.set_result(got)
+
+    rtt = BaseRttSchedule(np.array([0.0]), np.array([float(rtt_ms)]))
+    sink_server = await asyncio.start_server(sink, "127.0.0.1", 0)
+    sink_port = sink_server.sockets[0].getsockname()[1]
+    path = DelayPath("a", "b", 0, sink_port, rtt, 0.0)
+
+    relayed = asyncio.get_running_loop().create_future()
+
+    async def relay(reader, writer):
+        await _relay(path, time.time(), np.random.default_rng(0), reader, writer)
+        relayed.set_result(None)
+
+    relay_server = await asyncio.start_server(relay, "127.0.0.1", 0)
+    relay_port = relay_server.sockets[0].getsockname()[1]
+    try:
+        reader, writer = await asyncio.open_connection("127.0.0.1", relay_port)
+        started = time.perf_counter()
+        block = bytes(CHUNK_BYTES)
+        for offset in range(0, size_bytes, CHUNK_BYTES):
+            writer.write(block[: min(CHUNK_BYTES, size_bytes - offset)])
+            await writer.drain()
+        await reader.readexactly(1)
+        elapsed_s = time.perf_counter() - started
+        writer.close()
+        await received
+        await relayed  # both directions drained: nothing is left running
+    finally:
+        for server in (relay_server, sink_server):
+            server.close()
+    return size_bytes / elapsed_s

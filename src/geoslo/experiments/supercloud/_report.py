@@ -98,11 +98,10 @@ def reproduce(
     report.section(
         "Scheduler speed",
         f"`placement decide` for 10 sites and 5 nodes (7,150 candidates): median "
-        f"{decide_ms:.1f} ms on this machine (bar: 100 ms; `benchmarks/bench_placement.py` "
-        "prints it against a baseline).",
+        f"{decide_ms:.1f} ms on this machine, reported, not checked: a time depends on the "
+        "machine's load (`benchmarks/bench_placement.py` prints it against a baseline).",
     )
     summary["decide_10x5_ms"] = decide_ms
-    checks["placement decide, 10 sites x 5 nodes, under 100 ms"] = decide_ms < 100
     report.checks(checks)
     report.section("What differs from the paper, and why", DIFFERENCES)
     report.text(f"Seed {seed}; {time.monotonic() - started:.0f} s on this machine.")
