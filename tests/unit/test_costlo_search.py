@@ -1,13 +1,16 @@
 """CosTLO's estimator step 4 (timeout and probability), cost model and ConfSelector
 (§5.2-§5.3), on hand-made distributions and on a small simulated study."""
 
+import json
 from dataclasses import replace
 
 import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from typer.testing import CliRunner
 
+from geoslo.cli import app
 from geoslo.control.costlo import (
     Configuration,
     GetTuple,
@@ -25,7 +28,9 @@ from geoslo.control.costlo.estimate import (
     quorum_put,
     with_timeout,
 )
+from geoslo.control.costlo.search import _Redundancy, select_configuration
 from geoslo.dist import LatencyDistribution
+from geoslo.experiments.costlo._figures import _social_context
 from geoslo.experiments.costlo._study import Settings, build_study, inflation_ms
 from geoslo.models import StorageServiceModel
 
@@ -395,3 +400,68 @@ def test_quorum_put_matches_a_monte_carlo_of_three_copies(serialised):
             abs(estimate.quantile_ms(q) - np.quantile(second, q))
             <= 0.03 * np.quantile(second, q) + 1.0
         )
+
+
+# ------------------------------------------- page and social SLOs (issue 15, section 2)
+
+PAGE_SLOS_MS = tuple(float(x) for x in range(30, 160, 5))
+SOCIAL_SLOS_MS = (60.0, 80.0, 100.0, 120.0, 140.0)
+
+
+@pytest.fixture(scope="module")
+def application_selections(study):
+    """(application, prefix, SLO) -> (context, selection) for a page and a social update
+    (§6.1), over a fine grid of SLOs."""
+    out = {}
+    for p in study.prefixes:
+        for slo_ms in PAGE_SLOS_MS:
+            context = study.context(p, Slo(get_ms=slo_ms, application="page"))
+            out[("page", p, slo_ms)] = context, select_configuration(context)
+    for p in list(study.prefixes)[:3]:
+        for slo_ms in SOCIAL_SLOS_MS:
+            slo = Slo(get_ms=slo_ms, application="social", followers=40)
+            context = _social_context(study, p, slo)[0]
+            out[("social", p, slo_ms)] = context, select_configuration(context)
+    return out
+
+
+def test_met_never_claims_an_application_slo_its_estimate_misses(application_selections):
+    """A page waits for 50 GETs, a social update for every follower: the tail is not
+    linear in the probability, and ``met`` must agree with the estimate it reports."""
+    for (kind, p, slo_ms), (_, s) in application_selections.items():
+        if s.met:
+            assert s.get.inflation_ms <= slo_ms, (kind, p, slo_ms, s.get, s.configuration)
+    met = sum(s.met for _, s in application_selections.values())
+    assert met >= len(application_selections) // 2  # not vacuous
+
+
+def test_the_solved_probability_is_the_smallest_on_the_grid_that_meets(application_selections):
+    """Checked on the built user-level distribution, not on the solver's own formula: the
+    chosen probability meets the tail target at its timeout, one step less does not."""
+    checked = 0
+    for key, (context, s) in application_selections.items():
+        c = s.configuration
+        if not (s.met and c.get_redundant and 0.0 < c.get_probability):
+            continue
+        redundancy = _Redundancy(context)
+        x_ms, target = redundancy.get_threshold_ms, redundancy.tail_target
+        assert context.get_distribution(c).tail_probability(x_ms) <= target, key
+        less = replace(c, get_probability=round(c.get_probability - 0.1, 9))
+        assert context.get_distribution(less).tail_probability(x_ms) > target, key
+        checked += 1
+    assert checked >= 20
+
+
+def test_prefix_23_page_slo_of_80_ms_through_the_command_line(tmp_path):
+    """The case found outside: ``met: true`` with an inflation of 80.5 ms."""
+    runner = CliRunner()
+    problem = tmp_path / "problem.json"
+    made = runner.invoke(app, ["costlo", "example", "--prefix", "23", "-o", str(problem)])
+    assert made.exit_code == 0, made.output
+    data = json.loads(problem.read_text())
+    data["slo"].update(application="page", get_ms=80.0)
+    problem.write_text(json.dumps(data))
+    done = runner.invoke(app, ["costlo", "select", "-i", str(problem)])
+    assert done.exit_code == 0, done.output
+    answer = json.loads(done.stdout)
+    assert answer["met"] and answer["estimate"]["get"]["inflation_ms"] <= 80.0

@@ -156,11 +156,13 @@ def _timeouts(first: LatencyDistribution, limits: SearchLimits) -> tuple[float, 
 class _Redundancy:
     """For a set of tuples, the cheapest (timeout, probability) that meets the SLO.
 
-    At a fixed timeout the tail at the SLO's threshold is linear in the probability p
-    (the redundant set is issued or not): ``tail(p) = a + p (b - a)`` with ``a`` the
-    baseline tail and ``b`` the tail when always issued. So the smallest p is solved,
-    not searched, and the cost, linear in the share of operations that issue the set,
-    picks the timeout (§5.2's timeout and probability, exactly)."""
+    At a fixed timeout one operation's tail at the SLO's threshold is linear in the
+    probability p (the redundant set is issued or not): ``a + p (b - a)`` with ``a`` the
+    baseline tail and ``b`` the tail when always issued. A page or a social update waits
+    for many operations, ``1 - prod (1 - a_r - p (b_r - a_r))^n_r``, which is not linear
+    in p (concave for a page), so the smallest p on the probability grid is found by
+    bisection on that user-level tail itself. The cost, linear in the share of operations
+    that issue the set, then picks the timeout (§5.2's timeout and probability)."""
 
     def __init__(self, context: PrefixContext) -> None:
         self.context = context
@@ -200,7 +202,8 @@ class _Redundancy:
     # GET ---------------------------------------------------------------------
 
     def _solve_get(self, c: Configuration) -> tuple[Configuration, bool]:
-        return self._cheapest(c, "get", self.get_timeouts, lambda t, p: self._get_tail(c, t, p))
+        parts = {t: self._get_parts(c, t) for t in self.get_timeouts}
+        return self._cheapest(c, "get", self.get_timeouts, lambda t, p: self._compose(parts[t], p))
 
     def _cheapest(self, c: Configuration, op: str, timeouts, tail_at) -> tuple[Configuration, bool]:
         """``c`` with the cheapest (timeout, probability) of ``op`` that meets the target,
@@ -220,12 +223,25 @@ class _Redundancy:
 
     def _get_tail(self, c: Configuration, timeout_ms: float, p: float) -> float:
         """The user-level tail beyond the threshold at probability p."""
+        return self._compose(self._get_parts(c, timeout_ms, always=p > 0), p)
+
+    def _get_parts(
+        self, c: Configuration, timeout_ms: float, always: bool = True
+    ) -> list[tuple[float, float, int]]:
+        """(baseline tail, tail when always issued, count) of every reader's GET at the
+        threshold; without ``always`` the second is the first (p = 0 needs no more)."""
         x = self.get_threshold_ms
-        tails = []
+        parts = []
         for reader in self.context.readers:
             a = float(reader.get.first.tail_probability(x))
-            b = reader.get.always_tail(c, timeout_ms, x) if p > 0 else a
-            tails.append((a + p * (b - a), reader.count))
+            b = reader.get.always_tail(c, timeout_ms, x) if always else a
+            parts.append((a, b, reader.count))
+        return parts
+
+    def _compose(self, parts: list[tuple[float, float, int]], p: float) -> float:
+        """The user-level tail at probability p: one GET, the slowest of a page's
+        ``page_objects`` or of every follower's (§6.1)."""
+        tails = [(a + p * (b - a), n) for a, b, n in parts]
         app = self.context.slo.application
         if app == "page":
             return 1.0 - (1.0 - tails[0][0]) ** self.context.slo.page_objects
@@ -266,21 +282,31 @@ class _Redundancy:
     # -------------------------------------------------------------------------
 
     def _smallest_probability(self, tail_at) -> float | None:
-        """Smallest p in (0, 1] with tail_at(p) <= target (tail is linear in p)."""
+        """Smallest p of the grid (0, the step's multiples, 1) with tail_at(p) <= target;
+        None if even p = 1 misses.
+
+        Bisection is exact here: log(1 - tail) is a sum of logs of functions linear in p,
+        so concave, and the p that meet the target form an interval; it holds p = 1, so
+        along the grid the test fails, then holds."""
         target = self.tail_target
-        always = tail_at(1.0)
-        if always > target:
+        if tail_at(1.0) > target:
             return None
         if self.fixed_probability:
             return 1.0
-        never = tail_at(0.0)
-        if never <= target:
-            return 0.0
-        p = (never - target) / (never - always)
         grain = self.context.limits.probability_step
-        return float(
-            min(1.0, round(np.ceil(p / grain - 1e-9) * grain, 9))
-        )  # rounded up: some slack
+        steps = int(np.ceil(1.0 / grain - 1e-9))  # grid: k x step for k < steps, then 1
+
+        def grid(k: int) -> float:
+            return 1.0 if k >= steps else round(k * grain, 9)
+
+        low, high = -1, steps  # grid(high) meets the target; grid(low), if any, does not
+        while high - low > 1:
+            middle = (low + high) // 2
+            if tail_at(grid(middle)) <= target:
+                high = middle
+            else:
+                low = middle
+        return grid(high)
 
 
 # -------------------------------------------------------------------- the search
@@ -302,21 +328,23 @@ def select_configuration(context: PrefixContext) -> Selection:
         heapq.heappush(pool, (context.cost(config).total_usd, next(tie), state, config, meets))
 
     push(space.start())
-    chosen, met, missed = None, False, []
+    chosen, missed = None, []
     while pool and len(seen) < context.limits.max_evaluations:
         _, _, state, config, meets = heapq.heappop(pool)
-        if meets:
-            chosen, met = config, True
+        # The estimate reported is the judge of "met": a tail computed at the threshold
+        # and a quantile read off the built distribution must not disagree at the edge.
+        if meets and _judge(context, config)[2] <= 0.0:
+            chosen = config
             break
         missed.append(config)
         for neighbour in space.neighbours(state):
             push(neighbour)
     if chosen is None:
         chosen = min(missed, key=redundancy.shortfall)
-    get_estimate, put_estimate, _ = _judge(context, chosen)
+    get_estimate, put_estimate, excess_ms = _judge(context, chosen)
     return Selection(
         configuration=chosen,
-        met=met,
+        met=excess_ms <= 0.0,
         get=get_estimate,
         put=put_estimate,
         cost=context.cost(chosen),

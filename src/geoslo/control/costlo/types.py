@@ -246,8 +246,8 @@ class SearchLimits:
     max_requests_per_copy: int = 4
     # Timeouts are the baseline first-request latency at these percentiles (and 0):
     # the timeout then picks the share of operations that get redundancy (our choice).
-    # For each timeout the search takes the smallest probability that meets the SLO
-    # (the tail is linear in the probability, so this is solved, not stepped).
+    # For each timeout the search takes the smallest probability on the step's grid that
+    # meets the SLO (by bisection on the user-level tail, which is monotone there).
     timeout_percentiles: tuple[float, ...] = (50, 60, 70, 80, 90, 95, 97, 98, 99, 99.5)
     probability_step: float = 0.1  # §5.2's example uses 70%: probabilities in 10% steps
     # Aim this far under the SLO, for the error of estimating a p99 from samples (ours;
