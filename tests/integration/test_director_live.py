@@ -85,11 +85,11 @@ class Writer:
         return int(self.rng.integers(layout.keys))
 
     async def _put(self, index: int, payload: bytes) -> None:
-        version = await self.cluster.client.put(index, payload)
-        if version is None:
+        result = await self.cluster.client.put(index, payload)
+        if not result.acked:
             self.failed += 1
-        elif version > self.acked.get(index, (-1, b""))[0]:
-            self.acked[index] = (version, payload)
+        elif result.version > self.acked.get(index, (-1, b""))[0]:
+            self.acked[index] = (result.version, payload)
 
 
 def expected_bin(cluster: DirectorCluster, writer: Writer, b: int) -> dict:
@@ -354,7 +354,7 @@ def test_cancelling_a_copy_that_waits_for_puts_leaves_the_puts_unharmed(tmp_path
     assert waiting, "the copy was not waiting for the puts when it was cancelled"
     errors = [r for r in results if isinstance(r, BaseException)]
     assert not errors, errors[:3]
-    assert all(r is not None for r in results)
+    assert all(r.acked for r in results)
     assert not cancelled.ok and cancelled.detail == "cancelled"
     assert all(v is None for v in left.values()), "the cancelled copy left keys on its target"
     assert deaths == []
@@ -389,9 +389,10 @@ def test_a_hung_server_is_declared_down_and_no_put_waits_forever(tmp_path):
     assert all("answered nothing" in reasons[n] for n in deaths)
     assert elapsed_s < 10 * timeout_s  # declared down after ~timeout_s, not never
     layout_bins = [i * config.bins // config.keys for i in keys]
-    acked = [r is not None for r in results]
-    assert all(a == (b != 0) for a, b in zip(acked, layout_bins, strict=True))
-    assert after is None
+    for result, b in zip(results, layout_bins, strict=True):
+        assert result.acked == (b != 0), (b, result)
+        assert b != 0 or "answered nothing" in result.detail, result
+    assert not after.acked and "no live replica" in after.detail
 
 
 def test_a_busy_server_that_keeps_answering_is_not_declared_down(tmp_path):
@@ -410,4 +411,40 @@ def test_a_busy_server_that_keeps_answering_is_not_declared_down(tmp_path):
 
     elapsed_s, results, deaths = asyncio.run(scenario())
     assert elapsed_s > 2 * config.request_timeout_s  # the backlog outlasted the timeout
-    assert deaths == [] and all(r is not None for r in results)
+    assert deaths == [] and all(r.acked for r in results)
+
+
+def test_two_clients_writing_the_same_keys_never_share_a_version(tmp_path):
+    """Two clients put to the same keys, turn by turn and all at once: every version is
+    unique, each acked put is read back until the next one, and a put the guard refuses
+    (a newer version is stored) is reported as refused, never as acked."""
+    config = ClusterConfig(keys=200, bins=2, value_bytes=50, servers=2, standbys=0, seed=9)
+
+    async def scenario():
+        async with await DirectorCluster.up(tmp_path / "cluster", config) as cluster:
+            clients = [cluster.client, await cluster.open_client()]
+            turns, read_back = [], []
+            for k in range(20):
+                client = clients[k % 2]
+                turns.append(await client.put(7, b"turn-%d" % k))
+                read_back.append(await clients[(k + 1) % 2].get(7))
+            together = await asyncio.gather(
+                *(c.put(i % 10, b"both-%d" % i) for i in range(200) for c in clients)
+            )
+            newest = encode_value(cluster.client.next_version() + 10**9, b"far-future")
+            for name in ("server-0", "server-1"):
+                port = cluster.pool.get(name).port
+                connection = await cluster.client.open_connection(name, port)
+                await connection.command(b"SET", key_name(3), newest)
+            refused = await clients[1].put(3, b"older")
+            return turns, read_back, together, refused, await cluster.client.get(3)
+
+    turns, read_back, together, refused, stored = asyncio.run(scenario())
+    versions = [r.version for r in turns + together]
+    assert len(set(versions)) == len(versions), "two puts share a version"
+    assert all(r.acked for r in turns)
+    assert [v for v, _ in read_back] == [r.version for r in turns]
+    assert [p for _, p in read_back] == [b"turn-%d" % k for k in range(20)]
+    assert all(r.acked != r.refused for r in together)
+    assert not refused.acked and refused.refused and "newer version" in refused.detail
+    assert stored[1] == b"far-future"

@@ -9,9 +9,11 @@ import pytest
 import geoslo.live.director as live_director
 from geoslo.errors import ConfigError
 from geoslo.live.director import (
+    CLIENT_SLOTS,
     BinLayout,
     ClusterConfig,
     Router,
+    VersionClock,
     WorkloadStats,
     batch_key_count,
     decode_value,
@@ -20,6 +22,7 @@ from geoslo.live.director import (
     pace_delay_s,
     rates_from_samples,
     should_write,
+    version_of,
 )
 
 
@@ -121,6 +124,27 @@ def test_puts_in_flight_are_a_snapshot_per_bin():
 def test_a_write_applies_only_if_newer(current, incoming, write):
     stored = None if current is None else encode_value(*current)
     assert should_write(stored, encode_value(*incoming)) is write
+
+
+def test_versions_of_different_clients_never_collide_and_follow_the_ticks():
+    versions = {version_of(tick, client) for tick in (1, 2, 3) for client in (0, 1, 7)}
+    assert len(versions) == 9
+    assert max(version_of(1, c) for c in range(CLIENT_SLOTS)) < version_of(2, 0)
+
+
+@pytest.mark.parametrize("client_id", [-1, CLIENT_SLOTS])
+def test_a_client_id_outside_the_slots_is_refused(client_id):
+    with pytest.raises(ConfigError) as error:
+        version_of(1, client_id)
+    assert error.value.field == "client_id"
+
+
+def test_the_version_clock_never_repeats_and_keeps_up_with_the_wall_clock():
+    clock = VersionClock()
+    ticks = [clock.next_tick(now_ms) for now_ms in (100, 100, 100, 50, 200)]
+    assert ticks == [100, 101, 102, 103, 200]
+    year_2200_ms = 7_258_118_400_000
+    assert version_of(year_2200_ms, CLIENT_SLOTS - 1) < 2**53  # exact in the servers' Lua
 
 
 def test_values_round_trip_with_colons_in_the_payload():

@@ -13,7 +13,7 @@ from geoslo.live.director._bench import (
     copy_benchmark,
     steady_state_benchmark,
 )
-from geoslo.live.director._client import ClusterClient, ServerFailed
+from geoslo.live.director._client import ClusterClient, PutResult, ServerFailed
 from geoslo.live.director._cluster import (
     STATE_FILE,
     DirectorCluster,
@@ -28,11 +28,14 @@ from geoslo.live.director._executor import (
     FinishedAction,
 )
 from geoslo.live.director._layout import (
+    CLIENT_SLOTS,
     BinLayout,
+    VersionClock,
     decode_value,
     encode_value,
     initial_placement,
     should_write,
+    version_of,
 )
 from geoslo.live.director._loadgen import LoadResult, LoadSpec, put_payload_for, replay_load
 from geoslo.live.director._router import Router
@@ -40,6 +43,7 @@ from geoslo.live.director._stats import PeriodStats, WorkloadStats, rates_from_s
 from geoslo.live.director._throttle import batch_key_count, pace_delay_s
 
 __all__ = [
+    "CLIENT_SLOTS",
     "STATE_FILE",
     "ActionExecutor",
     "ActionFailed",
@@ -53,9 +57,11 @@ __all__ = [
     "LoadResult",
     "LoadSpec",
     "PeriodStats",
+    "PutResult",
     "Router",
     "ServerFailed",
     "SteadyStateBenchmark",
+    "VersionClock",
     "WorkloadStats",
     "batch_key_count",
     "copy_benchmark",
@@ -70,4 +76,5 @@ __all__ = [
     "should_write",
     "steady_state_benchmark",
     "stop_recorded_in",
+    "version_of",
 ]

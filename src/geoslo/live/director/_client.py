@@ -3,9 +3,11 @@
 * ``get(index)``: ``DEBUG SLEEP`` + ``GET`` to ``read_fanout`` replicas of the key's bin;
   the first answer counts (§6.1). If none of them has the key (a replica being deleted),
   the other replicas are asked once.
-* ``put(index, payload)``: a new version, ``DEBUG SLEEP`` + guarded ``SET`` (a Lua script
-  that writes only if newer) to every server of the bin's write set, each with its own
-  service time; acked when every one answered, if at least one replica stored it.
+* ``put(index, payload)``: a new version (unique across clients: ``version_of``),
+  ``DEBUG SLEEP`` + guarded ``SET`` (a Lua script that writes only if newer) to every
+  server of the bin's write set, each with its own service time. When every one has
+  answered, a :class:`PutResult`: acked if at least one replica stored it; refused if
+  none did because each already held a newer version; failed otherwise.
 * A request that fails because the connection broke means the server died: the router
   drops it from every set at once (docs/director-live.md, failures).
 * Every request is watched: a server that has answered nothing for ``request_timeout_s``
@@ -21,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from functools import partial
 
 import numpy as np
@@ -33,14 +36,16 @@ from geoslo.live.director._layout import (
     COPY_SET_SCRIPT,
     GUARDED_SET_SCRIPT,
     BinLayout,
+    VersionClock,
     decode_value,
     encode_value,
     script_sha,
+    version_of,
 )
 from geoslo.live.director._router import Router
 from geoslo.live.director._stats import WorkloadStats
 
-__all__ = ["ClusterClient", "ServerFailed"]
+__all__ = ["ClusterClient", "PutResult", "ServerFailed"]
 
 _GUARDED_SHA = script_sha(GUARDED_SET_SCRIPT)
 _COPY_SHA = script_sha(COPY_SET_SCRIPT)
@@ -55,6 +60,18 @@ _CONFIRM_DELAY_S = 0.2
 class ServerFailed(TestbedError):
     """A server could not be reached: its connection broke (the process died) or it
     answered nothing for ``request_timeout_s`` (hung); the message says which."""
+
+
+@dataclass(frozen=True)
+class PutResult:
+    """How a put ended. ``acked``: a replica stored ``version``. ``refused``: no replica
+    stored it because each one already held a newer version (another client's later put);
+    the put did not happen. ``detail`` names the replicas that failed or refused, and why."""
+
+    version: int
+    acked: bool
+    refused: bool = False
+    detail: str = ""
 
 
 class _Watched:
@@ -78,7 +95,12 @@ class ClusterClient:
         router: Router,
         stats: WorkloadStats,
         on_failure: Callable[[str], None] = lambda name: None,
+        client_id: int = 0,
+        clock: VersionClock | None = None,
     ) -> None:
+        """``client_id`` makes this client's versions unique among the clients of one
+        cluster; clients in one process share ``clock`` (``DirectorCluster.open_client``)."""
+        version_of(0, client_id)  # validates the id
         self.config = config
         self.layout = BinLayout(config.keys, config.bins)
         self.router = router
@@ -87,8 +109,10 @@ class ClusterClient:
         self.get_work = ServiceWork(config.get_service_mean_ms)
         self.put_work = ServiceWork(config.put_service_mean_ms)
         self.reply_errors: list[str] = []  # Redis error replies: a bug, never expected
-        self._rng = np.random.default_rng(config.seed)
-        self._version = 0
+        self.client_id = client_id
+        self.clock = clock or VersionClock()
+        seed = config.seed if client_id == 0 else [config.seed, client_id]
+        self._rng = np.random.default_rng(seed)
         self._connections: dict[str, RedisConnection] = {}
         self._opened: list[RedisConnection] = []
         self._heard_s: dict[str, float] = {}  # loop time of each server's latest reply
@@ -166,12 +190,12 @@ class ClusterClient:
 
     # --- puts -------------------------------------------------------------------------------
     def next_version(self) -> int:
-        self._version += 1
-        return self._version
+        """A version no other client of the cluster uses, newer than every earlier one."""
+        return version_of(self.clock.next_tick(time.time_ns() // 1_000_000), self.client_id)
 
-    async def put(self, index: int, payload: bytes) -> int | None:
+    async def put(self, index: int, payload: bytes) -> PutResult:
         """Store ``payload`` under key ``index`` on every server of its bin's write set;
-        the version if acked (at least one replica stored it), else None."""
+        acked, refused or failed (:class:`PutResult`)."""
         b = self.layout.bin_of(index)
         key = key_name(index)
         version = self.next_version()
@@ -187,11 +211,7 @@ class ClusterClient:
             self.router.end_put(b, token)
             token.set_result(None)
         self.stats.record_put(b, self.now_s())
-        acked = any(
-            name in replicas and not isinstance(result, BaseException)
-            for name, result in zip(targets, results, strict=True)
-        )
-        return version if acked else None
+        return _put_result(version, b, targets, replicas, results)
 
     def _put_payload(self, key: bytes, version: int, stored: bytes) -> bytes:
         work_s = self.put_work.draw_s(self._rng)
@@ -299,6 +319,25 @@ class ClusterClient:
     async def delete_keys(self, name: str, connection: RedisConnection, keys: list[bytes]) -> None:
         if keys:
             await self.call(name, connection, encode_command(b"UNLINK", *keys))
+
+
+def _put_result(version: int, b: int, targets, replicas: set[str], results) -> PutResult:
+    """Acked if a replica stored the put (the guard answered 1); refused if the replicas
+    that answered all held a newer version (0); failed if none answered. Copy targets
+    take the put but do not ack it."""
+    stored, refused, failed = [], [], []
+    for name, result in zip(targets, results, strict=True):
+        if name not in replicas:
+            continue
+        if isinstance(result, BaseException):
+            failed.append(str(result) or type(result).__name__)
+        elif result[1] == 1:
+            stored.append(name)
+        else:
+            refused.append(name)
+    problems = [f"{name} holds a newer version" for name in refused] + failed
+    detail = "; ".join(problems) or ("" if stored else f"bin {b} has no live replica")
+    return PutResult(version, bool(stored), refused=bool(refused and not stored), detail=detail)
 
 
 def _retrieve(future: asyncio.Future) -> None:

@@ -26,7 +26,13 @@ from geoslo.live._resp import encode_command
 from geoslo.live.director._client import ClusterClient
 from geoslo.live.director._config import ClusterConfig
 from geoslo.live.director._executor import ActionExecutor, FinishedAction
-from geoslo.live.director._layout import BinLayout, decode_value, encode_value, initial_placement
+from geoslo.live.director._layout import (
+    BinLayout,
+    VersionClock,
+    decode_value,
+    encode_value,
+    initial_placement,
+)
 from geoslo.live.director._router import Router
 from geoslo.live.director._servers import ServerPool
 from geoslo.live.director._stats import PeriodStats, WorkloadStats
@@ -60,7 +66,10 @@ class DirectorCluster:
             failed_get_ms=config.get_timeout_s * 1e3,
         )
         self.pool = ServerPool(self.state_dir, redis_path)
-        self.client = ClusterClient(config, self.router, self.stats, self._server_died)
+        self.clock = VersionClock()  # shared by this cluster's clients (unique versions)
+        self.client = ClusterClient(
+            config, self.router, self.stats, self._server_died, client_id=0, clock=self.clock
+        )
         self.executor = ActionExecutor(config, self.router, self.client, self.pool, self.save)
         self.deaths: list[str] = []  # servers the router dropped because they died
 
@@ -120,12 +129,30 @@ class DirectorCluster:
     def _initial(self, index: int) -> bytes:
         return initial_payload(index, self.config.value_bytes)
 
+    async def open_client(self) -> ClusterClient:
+        """Another client of this cluster (its own connections, the next client id, the
+        shared version clock): several writers of the same keys (docs/director-live.md)."""
+        client = ClusterClient(
+            self.config,
+            self.router,
+            self.stats,
+            self._server_died,
+            client_id=len(self.executor.clients),
+            clock=self.clock,
+        )
+        self.executor.clients.append(client)
+        for server in self.pool.in_use():
+            if server.pid is not None:
+                await client.attach(server.name, server.port)
+        return client
+
     async def down(self) -> int:
-        """Cancel running actions, close the client, stop every recorded PID; how many ran."""
+        """Cancel running actions, close the clients, stop every recorded PID; how many ran."""
         try:
             await self.executor.close()
         finally:
-            await self.client.close()
+            for client in self.executor.clients:
+                await client.close()
             stopped = await asyncio.to_thread(stop_recorded, self.pool.records)
             self.pool.records = []
             self.save()

@@ -82,6 +82,7 @@ class ActionExecutor:
         self.client = client
         self.pool = pool
         self.on_change = on_change
+        self.clients = [client]  # every client of the cluster: each reaches new servers
         self._running: dict[Action, tuple[RunningAction, asyncio.Task]] = {}
         self._finished: list[FinishedAction] = []
 
@@ -172,7 +173,7 @@ class ActionExecutor:
         elif action.kind == "add-server" and action.server:
             server = self.pool.get(action.server)
             if server is not None and not server.ready:
-                self.client.detach(action.server)
+                self._detach(action.server)
                 await self.pool.stop(action.server)
 
     # --- add and remove servers ---------------------------------------------------------
@@ -183,7 +184,8 @@ class ActionExecutor:
         try:
             await self.pool.launch(server)
             self.on_change()
-            await self.client.attach(server.name, server.port)
+            for client in self.clients:
+                await client.attach(server.name, server.port)
         except TestbedError as error:
             self.pool.mark_dead(server.name)
             raise ActionFailed(f"add-server {server.name}: {error}") from None
@@ -197,8 +199,12 @@ class ActionExecutor:
         if self.router.holds_anything(name):
             raise ActionRefused(f"remove-server: {name} still holds bins; move them first")
         self._refuse_if_involved(action, name)
-        self.client.detach(name)
+        self._detach(name)
         await self.pool.stop(name)
+
+    def _detach(self, name: str) -> None:
+        for client in self.clients:
+            client.detach(name)
 
     def _refuse_if_involved(self, action: Action, name: str) -> None:
         for other in self._running:

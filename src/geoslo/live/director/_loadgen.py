@@ -139,8 +139,8 @@ async def _one(
 ) -> None:
     started = time.perf_counter()
     if put:
-        result = await client.put(index, put_payload_for(k, client.config.value_bytes))
+        done = (await client.put(index, put_payload_for(k, client.config.value_bytes))).acked
     else:
-        result = await client.get(index)
+        done = await client.get(index) is not None
     latency_ms[k] = (time.perf_counter() - started) * 1e3
-    ok[k] = result is not None
+    ok[k] = done
