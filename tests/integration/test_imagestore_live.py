@@ -1,5 +1,6 @@
 """The Supercloud's image storage (SoCC 2016, §4.1) on real processes with 75 ms between
-sites: close-to-open consistency across sites, and what proactive propagation buys."""
+sites: close-to-open consistency across sites, a second writer's stale close refused, and
+what proactive propagation buys."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import asyncio
 import numpy as np
 import pytest
 
-from geoslo.live.imagestore import ImageService
+from geoslo.live.imagestore import ImageService, StaleCloseError
 from geoslo.live.imagestore._dbench import DbenchSettings, run_storage_benchmark
 
 pytestmark = pytest.mark.integration
@@ -66,3 +67,74 @@ def test_proactive_propagation_is_faster_after_migration_and_on_demand_moves_les
         assert 0 < run.migration_end_s < run.op_end_s.max() < settings.max_run_s
         assert np.all(np.diff(run.op_end_s) >= 0)
         assert run.server_stats["store-california"]["local_reads"] > 0
+
+
+def _content(writer: int, block: int) -> bytes:
+    return bytes([writer, block % 251]) * 2048
+
+
+async def _two_writers(service: ImageService, writer_sites: tuple[str, str], blocks: int):
+    """Two writers open the image, both write every block (reading each back, so that
+    proactive propagation pushes them), then close at once. Returns the close outcomes
+    and, per site, what a later open reads."""
+    writers = [service.client(site) for site in writer_sites]
+    for writer in writers:
+        await writer.open()
+    for round_ in range(2):  # each block twice: a session's newer write supersedes its own
+        for k, writer in enumerate(writers):
+            for block in range(blocks):
+                await writer.write(block, _content(k + 1 + 2 * round_, block))
+                assert await writer.read(block) == _content(k + 1 + 2 * round_, block)
+    await asyncio.sleep(0.5)  # proactive pushes of both writers' blocks reach the other site
+    outcomes = await asyncio.gather(*(w.close() for w in writers), return_exceptions=True)
+    return outcomes, await _read_everywhere(service, blocks)
+
+
+async def _read_everywhere(service: ImageService, blocks: int) -> dict[str, list[bytes]]:
+    seen = {}
+    for site in SITES:
+        reader = service.client(site)
+        await reader.open()
+        seen[site] = [await reader.read(block) for block in range(blocks)]
+        await reader.close()
+    return seen
+
+
+@pytest.mark.parametrize(
+    "policy, writer_sites",
+    [
+        ("on_demand", SITES),
+        ("proactive", SITES),
+        ("sync_on_write", SITES),
+        ("on_demand", (SITES[0], SITES[0])),
+    ],
+)
+def test_of_two_concurrent_writers_one_close_wins_and_the_stale_one_is_refused(
+    policy, writer_sites, tmp_path
+) -> None:
+    """§4.1.2 assumes one writer at a time; a second one must not lose an update silently:
+    its close is refused with StaleCloseError, and every site then reads the winner's."""
+    blocks = 12
+    with ImageService.up(SITES, policy, 20.0, tmp_path) as service:
+        outcomes, seen = asyncio.run(_two_writers(service, writer_sites, blocks))
+        refused = [k for k, o in enumerate(outcomes) if isinstance(o, StaleCloseError)]
+        assert len(refused) == 1, outcomes
+        winner = 1 - refused[0]
+        assert outcomes[winner] is None
+        assert "reopen" in str(outcomes[refused[0]])
+        final = [_content(winner + 3, block) for block in range(blocks)]
+        for site in SITES:
+            assert seen[site] == final, f"{site} does not read the winning writer's image"
+
+        async def retry() -> dict[str, list[bytes]]:  # the refused writer reopens: it wins
+            writer = service.client(writer_sites[refused[0]])
+            await writer.open()
+            for block in range(0, blocks, 2):
+                await writer.write(block, _content(9, block))
+            await writer.close()
+            return await _read_everywhere(service, blocks)
+
+        seen = asyncio.run(retry())
+    for block in range(0, blocks, 2):
+        final[block] = _content(9, block)
+    assert all(seen[site] == final for site in SITES)

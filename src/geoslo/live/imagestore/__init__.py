@@ -6,5 +6,6 @@ workload (``_dbench``)."""
 
 from geoslo.live.imagestore._servers import POLICIES, NodeConfig
 from geoslo.live.imagestore._service import ImageClient, ImageService
+from geoslo.live.imagestore._wire import StaleCloseError
 
-__all__ = ["POLICIES", "ImageClient", "ImageService", "NodeConfig"]
+__all__ = ["POLICIES", "ImageClient", "ImageService", "NodeConfig", "StaleCloseError"]

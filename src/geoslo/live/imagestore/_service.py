@@ -24,28 +24,36 @@ __all__ = ["ImageService", "ImageClient"]
 
 
 class ImageClient:
-    """A VM's view of its image: open, read and write 4 KB blocks, close (§4.1.2)."""
+    """A VM's view of its image: open, read and write 4 KB blocks, close (§4.1.2).
+
+    ``close`` raises :class:`StaleCloseError` when another writer closed the image after
+    this client opened it: this client's writes are then not applied anywhere."""
 
     def __init__(self, site: str, port: int, image: str = "vm-image") -> None:
         self.site, self.image = site, image
         self._pool = ConnectionPool(port)
+        self._session: str | None = None
 
     async def _call(self, op: str, payload: bytes = b"", **fields) -> tuple[dict, bytes]:
         header = {"op": op, "image": self.image, "site": self.site, **fields}
         return await self._pool.request(header, payload)
 
     async def open(self) -> None:
-        await self._call("open")
+        self._session = (await self._call("open"))[0]["session"]
 
     async def read(self, block: int) -> bytes:
-        return (await self._call("read", block=block))[1]
+        return (await self._call("read", block=block, session=self._session))[1]
 
-    async def write(self, block: int, data: bytes) -> int:
-        return (await self._call("write", data, block=block))[0]["version"]
+    async def write(self, block: int, data: bytes) -> list:
+        """Write a block; its version, [generation, session, sequence]."""
+        return (await self._call("write", data, block=block, session=self._session))[0]["version"]
 
     async def close(self) -> None:
-        await self._call("close")
-        await self._pool.close()
+        try:
+            await self._call("close", session=self._session)
+        finally:
+            self._session = None
+            await self._pool.close()
 
 
 @dataclass

@@ -8,9 +8,14 @@ import asyncio
 import json
 import struct
 
-__all__ = ["send", "receive", "Connection"]
+__all__ = ["send", "receive", "Connection", "StaleCloseError"]
 
 _LENGTHS = struct.Struct("!II")
+
+
+class StaleCloseError(RuntimeError):
+    """A close refused because another writer closed the image since this one opened it
+    (§4.1.2 assumes one writer at a time; the second one's updates are not applied)."""
 
 
 async def send(writer: asyncio.StreamWriter, header: dict, payload: bytes = b"") -> int:
@@ -45,7 +50,8 @@ class Connection:
             await send(writer, header, payload)
             reply, data, _ = await receive(reader)
         if "error" in reply:
-            raise RuntimeError(f"image store: {reply['error']}")
+            kind = StaleCloseError if reply.get("stale") else RuntimeError
+            raise kind(f"image store: {reply['error']}")
         return reply, data
 
     async def close(self) -> None:
@@ -65,6 +71,9 @@ class ConnectionPool:
         connection = self._free.pop() if self._free else Connection(self.port)
         try:
             answer = await connection.request(header, payload)
+        except RuntimeError:  # the server's error reply: the connection itself is fine
+            self._free.append(connection)
+            raise
         except (OSError, asyncio.IncompleteReadError):
             await connection.close()  # a broken connection is not reused
             raise
