@@ -91,3 +91,14 @@ def test_estimate_for_redirected_requests_is_within_half_a_point():
     measured = np.array([r["measured_pct"] for r in rows])
     assert measured.min() < 2.0 and measured.max() > 7.0  # the sweep covers 1-10%
     assert np.max(np.abs([r["error_pp"] for r in rows])) <= 0.5
+
+
+def test_the_checks_hold_and_the_prose_states_this_runs_numbers(quick_report):
+    from geoslo.experiments.kurma import check_done
+    from geoslo.report import failed_checks
+
+    out, index, results = quick_report
+    assert (out / "checks.csv").exists() and failed_checks(out) == []
+    assert all(check_done(results).values())
+    c3 = {r["policy"]: r for r in results["fig8_10"]["fig8a"]}["C3"]["global_violations_pct"]
+    assert f"{c3:.2f}%" in index.read_text()
