@@ -158,6 +158,7 @@ def test_plan_to_dict_splits_long_copies_and_predicts_each():
     plan = decide(state, model, config)
     answer = plan_to_dict(plan, state, model, copy_model, config)
     keys = {"actions", "servers", "threshold", "all_meet_slo", "limited_by", "unplaced_bins"}
+    keys |= {"moved_bytes"}
     assert set(answer) == keys
     actions = answer["actions"]
     assert len(actions) > len(plan.actions)  # some moves were split

@@ -20,6 +20,7 @@ from geoslo.control.director import (
     ServerState,
     Smoother,
     decide,
+    replica_loads,
     smooth,
 )
 from geoslo.control.director.controller import replicas_needed, work_capacity
@@ -172,6 +173,63 @@ def test_a_hot_bin_gets_the_replicas_its_gets_need_standbys_first_then_new_serve
     assert layout(plan)["server-2"] == layout(plan)["server-3"] == {0}  # dedicated
     assert layout(plan)["server-4"] == set()
     assert max(plan.violation_probability.values()) < 0.5
+
+
+def test_a_hot_bin_moves_off_the_servers_it_overloads_instead_of_their_other_bins():
+    """Algorithm 1, line 5: bin 0 (1,800 gets/s, 10 MB) needs 4 replicas of 900 gets/s
+    each (work 9), and s0 and s1 also hold three 150 gets/s bins (work 1.5 each): 13.5,
+    overloaded. Bin 0 leaves them for dedicated servers and gets two more replicas; the
+    other bins stay. Data moved: 4 x 10 MB (issue 15: the other bins used to move)."""
+    servers = [server("s0", 0, 1, 2, 3), server("s1", 0, 1, 2, 3)]
+    get = np.array([1800.0, 150.0, 150.0, 150.0])
+    size = np.array([10e6, 4e6, 4e6, 4e6])
+    state = ClusterState(tuple(servers), get, np.zeros(4), size)
+    plan = decide(state, MODEL, config(replicas=2, read_fanout=2))
+    moved = moves(plan) + moves(plan, "copy")
+    assert {b for b, _, _ in moved} == {0}
+    assert sorted(source for _, source, _ in moves(plan)) == ["s0", "s1"]
+    assert layout(plan)["s0"] == layout(plan)["s1"] == {1, 2, 3}
+    assert sum(bins == {0} for bins in layout(plan).values()) == 4  # dedicated
+    assert plan.moved_bytes == pytest.approx(4 * 10e6)
+    assert max(plan.violation_probability.values()) < 0.5
+    assert apply(state, plan.actions) == layout(plan)
+
+
+def test_the_copies_of_a_hot_bin_wait_for_no_replica_that_moves_away():
+    """Both original replicas move, so the new copies come from where a move lands (the
+    scheduler starts them after it), never from a server the bin is leaving."""
+    servers = [server("s0", 0, 1, 2, 3), server("s1", 0, 1, 2, 3)]
+    state = cluster(servers, [1800.0, 150.0, 150.0, 150.0])
+    plan = decide(state, MODEL, config(replicas=2, read_fanout=2))
+    landed = {target for _, _, target in moves(plan)}
+    assert {source for _, source, _ in moves(plan, "copy")} <= landed
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_the_example_s_hot_bin_costs_its_own_size_per_replica(seed):
+    """Issue 15: on the example (seed 0) the hot bin's two servers shed it, not 27 other
+    bins (224 MB against 56 MB). Nothing but the hot bin leaves a server that its other
+    bins alone do not overload."""
+    state, model, _, cfg = example_state(seed=seed)
+    hot = int(np.argmax(state.get_rps))
+    scale = 1.0 + cfg.overprovisioning
+    get, put = replica_loads(
+        state.get_rps * scale, state.put_rps * scale, state.replica_counts(), cfg.read_fanout
+    )
+    work = model.get_coefficient * get + model.put_coefficient * put
+    fine_without = {
+        s.name
+        for s in state.servers
+        if hot in s.bins and work[[b for b in s.bins if b != hot]].sum() < work_capacity(model)
+    }
+    assert seed != 0 or len(fine_without) == 2  # the issue's case: both
+    plan = decide(state, model, cfg)
+    from_them = [a for a in plan.actions if a.copies_data and a.source in fine_without]
+    assert all(a.bins == (hot,) for a in from_them)
+    hot_copies = sum(a.bins.count(hot) for a in plan.actions if a.copies_data)
+    replicas = sum(hot in s.bins for s in plan.servers)
+    assert hot_copies <= replicas  # each replica copied at most once
+    assert max(plan.violation_probability.values()) < model.threshold
 
 
 def test_extra_replicas_are_deleted_when_the_hot_bin_cools_and_their_servers_go():

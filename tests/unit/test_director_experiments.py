@@ -124,3 +124,7 @@ def test_the_quick_reproduction_writes_its_report(tmp_path):
     assert summary["ideal_units"] > 0
     assert summary["diurnal-0.1"]["units"] < summary["diurnal-0.3"]["units"]
     assert summary["saving_vs_fixed70"] > summary["saving_vs_fixed100"]
+    moved = summary["hotspot_data_moved"]  # per decision, in the report's hotspot section
+    assert "Data moved per decision" in text
+    assert 0 < moved["hot_bin_mb"] <= moved["total_mb"]
+    assert moved["largest_decision_mb"] <= moved["total_mb"]

@@ -76,7 +76,7 @@ def replicas_needed(
     (capacity - b_put * put)``."""
     room = np.maximum(capacity - model.put_coefficient * np.asarray(put_rps, float), 1e-12)
     share = model.get_coefficient * np.asarray(get_rps, float) * config.read_fanout / room
-    needed = np.floor(share).astype(np.int64) + 1
+    needed = np.floor(np.minimum(share, MAX_REPLICAS)).astype(np.int64) + 1  # no overflow
     return np.clip(needed, config.replicas, MAX_REPLICAS)
 
 
@@ -136,6 +136,7 @@ class _Layout:
         self.capacity = work_capacity(model)
         scale = 1.0 + config.overprovisioning
         self.get_rps = np.asarray(state.get_rps, dtype=float) * scale
+        self.bin_bytes = np.asarray(state.bin_bytes, dtype=float)
         self.put_rps = np.asarray(state.put_rps, dtype=float) * scale
         self.servers = [_Server(s.name, set(s.bins), s.ready) for s in state.servers]
         self.index = {server.name: i for i, server in enumerate(self.servers)}
@@ -250,8 +251,12 @@ class _Layout:
         (not one whose replica of ``b`` this plan deletes); None past the plan's bound."""
         empty = [i for i in self._empties if (b, i) not in self.deleted]
         if empty:
-            return min(empty, key=lambda i: (not self.servers[i].ready, self.servers[i].new, i))
+            return min(empty, key=self._standby_rank)
         return self._new_server()
+
+    def _standby_rank(self, i: int) -> tuple:
+        """Empty servers in the order they are taken: ready, then booting, then new."""
+        return (not self.servers[i].ready, self.servers[i].new, i)
 
     def _new_server(self) -> int | None:
         """An ``add-server``, unless the plan's bound forbids it (then None, and the
@@ -272,8 +277,10 @@ class _Layout:
         self.steps.add("add-server", server=name)
         return len(self.servers) - 1
 
-    def _copy(self, b: int, target: int) -> None:
-        sources = self.initial_holders[b]  # a replica that holds the data already
+    def _copy(self, b: int, target: int, sources: list[int] | None = None) -> None:
+        """A new replica of ``b`` on ``target``, copied from the least loaded of
+        ``sources`` (by default the servers that held it before the plan)."""
+        sources = sources or list(self.initial_holders[b])
         source = min(sources, key=lambda i: self.servers[i].work)
         self._attach(b, target)
         self.servers[target].touched = True
@@ -309,30 +316,60 @@ class _Layout:
                 self._copy(b, target)
 
     def fix_hot_bins(self) -> None:
-        """Bins too hot for one server: replicas on dedicated servers (§5.3, §6.2); extra
-        replicas of bins that cooled down are deleted."""
+        """Bins too hot for one server go to dedicated servers (Alg. 1, line 5; §6.2): as
+        many replicas as their gets need, and a replica that overloads the server it
+        shares with other bins moves to a dedicated server of its own, rather than the
+        other bins moving away (a hot bin is one bin's data; its neighbours are many).
+        Extra replicas of bins that cooled down are deleted."""
         counts = np.array([len(h) for h in self.holders])
         needed = replicas_needed(self.get_rps, self.put_rps, self.model, self.config, self.capacity)
-        for b in np.flatnonzero(needed != np.maximum(counts, self.config.replicas)):
+        hot = needed > self.config.replicas
+        for b in np.flatnonzero(hot | (needed != np.maximum(counts, self.config.replicas))):
             b = int(b)
             have, need = len(self.holders[b]), int(needed[b])
-            if have and need > have:
-                self._add_dedicated_replicas(b, need - have)
-            elif need < have:
+            if not have:
+                continue  # no copy survives to copy from
+            if need < have:
                 self._drop_replicas(b, have - need)
+            new = self._reserve_empty(b, need - have)
+            self._set_replicas(b, len(self.holders[b]) + len(new))
+            moving = self._overloaded_shared(b) if hot[b] else []
+            for_moves = self._reserve_empty(b, len(moving))
+            # Past the plan's bound some replicas stay; fix_overloaded then moves others.
+            self._place_hot_replicas(b, moving[: len(for_moves)], new + for_moves)
 
-    def _add_dedicated_replicas(self, b: int, count: int) -> None:
-        """Up to ``count`` new replicas of ``b``, each on its own empty server."""
+    def _overloaded_shared(self, b: int) -> list[int]:
+        """The servers that share a replica of ``b`` with other bins and are overloaded
+        (Alg. 1, lines 4-5: that replica moves to a dedicated server), most loaded first."""
+        shared = [i for i in self.holders[b] if not self.servers[i].dedicated]
+        return sorted(
+            (i for i in shared if self._overloaded(i)), key=lambda i: (-self.servers[i].work, i)
+        )
+
+    def _place_hot_replicas(self, b: int, moving: list[int], reserved: list[int]) -> None:
+        """Move ``b`` off ``moving`` and copy it to the rest of the servers ``reserved``
+        for it. The moves take the ready standbys first: they relieve overloaded servers.
+        Copies come from a server that keeps its replica; if every one moved, from where
+        the moves land (the scheduler starts such a copy once its move has landed)."""
+        pool = sorted(reserved, key=self._standby_rank)
+        for source, target in zip(moving, pool, strict=False):
+            self._move(b, source, target)
+        kept = [i for i in self.initial_holders[b] if i in self.holders[b]]
+        sources = kept or list(self.holders[b])
+        for target in pool[len(moving) :]:
+            self._copy(b, target, sources)
+
+    def _reserve_empty(self, b: int, count: int) -> list[int]:
+        """Up to ``count`` empty servers for replicas of ``b`` (fewer past the plan's
+        bound)."""
         targets = []
         for _ in range(count):
             target = self._empty_server(b)
             if target is None:
-                break  # the plan's bound: fewer replicas than the bin needs
+                break
             self._reserve(target)
             targets.append(target)
-        self._set_replicas(b, len(self.holders[b]) + len(targets))
-        for target in targets:
-            self._copy(b, target)
+        return targets
 
     def _reserve(self, i: int) -> None:
         """Dedicate empty server ``i`` to a hot bin's replica."""
@@ -352,7 +389,8 @@ class _Layout:
     def fix_overloaded(self) -> None:
         """Move bins off each overloaded server to the most loaded servers that can take
         them (Alg. 1, 4-10), as little data as relieves it (§2.2): the smallest bin whose
-        departure is enough, else the hottest and look again. Hot bins' replicas go last."""
+        departure is enough, else the hottest and look again. Hot bins left their shared
+        servers in ``fix_hot_bins``; a replica still here (the plan's bound) goes last."""
         for i in sorted(range(len(self.servers)), key=lambda i: -self.servers[i].work):
             while self._overloaded(i) and len(self.servers[i].bins) > 1:
                 b = self._bin_to_move(i)
@@ -447,7 +485,10 @@ class _Layout:
             gets[s.name] = float(get[bins].sum())
             puts[s.name] = float(put[bins].sum())
             risk[s.name] = float(self.model.violation_probability(gets[s.name], puts[s.name]))
-        return Plan(self.steps.actions(), layout, gets, puts, risk, self.limited_by)
+        actions = self.steps.actions()
+        copied = [b for a in actions if a.copies_data for b in a.bins]
+        moved_bytes = float(self.bin_bytes[copied].sum())
+        return Plan(actions, layout, gets, puts, risk, self.limited_by, moved_bytes)
 
 
 def _next_server_number(names) -> int:

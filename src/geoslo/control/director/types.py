@@ -174,6 +174,7 @@ class Plan:
     put_rps: dict[str, float] = field(default_factory=dict)
     violation_probability: dict[str, float] = field(default_factory=dict)
     limited_by: str | None = None
+    moved_bytes: float = 0.0  # data the copies and moves carry
 
     def count(self, kind: str) -> int:
         return sum(1 for action in self.actions if action.kind == kind)

@@ -240,5 +240,6 @@ def plan_to_dict(
         "threshold": float(model.threshold),
         "all_meet_slo": all(s["violation_probability"] < model.threshold for s in servers),
         "limited_by": None if plan.limited_by is None else f"config.{plan.limited_by}",
+        "moved_bytes": float(plan.moved_bytes),
         "unplaced_bins": [int(b) for b in lost],
     }

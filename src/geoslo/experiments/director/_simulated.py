@@ -44,6 +44,9 @@ __all__ = [
     "diurnal_allocations",
     "percentiles_met",
     "server_units",
+    "hot_bin",
+    "DecisionMoves",
+    "decision_moves",
 ]
 
 
@@ -137,12 +140,17 @@ def run_diurnal(scale: Scale, models: Models, overprovisioning: float, replicas:
     return _run(workload, scale, models, config, ServerPerformance(), start)
 
 
+def hot_bin(scale: Scale) -> int:
+    """The hotspot's bin: a cold one, so that only the spike makes it hot (§6.2)."""
+    popularity, _ = bin_popularity(scale.keys, scale.bins, scale.seed)
+    return int(np.argmin(popularity))
+
+
 def run_hotspot(scale: Scale, models: Models, overprovisioning: float, replicas: int = 2):
     """Flat load, then a linear doubling onto one key (§6.2)."""
     popularity, _ = bin_popularity(scale.keys, scale.bins, scale.seed)
     base, hot = hotspot_rates(scale.hotspot_flat_rps, scale.hotspot)
-    hot_bin = int(np.argmin(popularity))  # a cold bin: only the spike makes it hot
-    workload = Workload(base, popularity, scale.read_fraction, hot, hot_bin)
+    workload = Workload(base, popularity, scale.read_fraction, hot, hot_bin(scale))
     config = _config(scale, overprovisioning, replicas)
     start = _start_servers(workload, models, config)
     return _run(workload, scale, models, config, ServerPerformance(), start)
@@ -184,6 +192,27 @@ def server_units(result: SimResult, interval_s: int, duration_s: int) -> int:
         last = min(int(np.ceil(end / interval_s)) - 1, intervals - 1)
         units += max(last - first + 1, 1 if end > start else 0)
     return units
+
+
+@dataclass(frozen=True)
+class DecisionMoves:
+    """The data one decision's plan copies and moves: the bins (once per copy) and bytes."""
+
+    time_s: float
+    bins: tuple[int, ...]
+    moved_bytes: float
+
+
+def decision_moves(loop: DirectorLoop) -> list[DecisionMoves]:
+    """Per decision of a run, the data its plan moves (copies and moves)."""
+    return [
+        DecisionMoves(
+            d.time_s,
+            tuple(b for a in d.plan.actions if a.copies_data for b in a.bins),
+            d.plan.moved_bytes,
+        )
+        for d in loop.decisions
+    ]
 
 
 def percentiles_met(result: SimResult, windows_s=(20, 60, 300)) -> dict[int, dict]:
