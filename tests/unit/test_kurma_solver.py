@@ -273,3 +273,21 @@ def test_time_limit_is_kept_on_a_large_problem() -> None:
     if not plan.optimal:
         assert plan.status == "limit" and plan.gap > 0
     assert np.allclose(plan.rates_rps.sum(axis=1), problem.demand_rps)
+
+
+def test_many_senders_do_not_overflow_the_state_count() -> None:
+    """Ten senders of 100 quanta: 101^10 DP states overflow int64. The count is a Python
+    int, so the partition is left to the bound instead of crashing (issue 15's fuzz)."""
+    n_send, n_recv = 10, 3
+    n = n_send + n_recv
+    problem = KurmaProblem(
+        sites=tuple(f"s{k}" for k in range(n)),
+        demand_rps=np.array([1000.0] * n_send + [0.0] * n_recv),
+        capacity_rps=np.full(n, 1000.0),
+        load_grid_rps=np.array([0.0, 500.0, 1000.0, 1200.0]),
+        violation=np.tile(np.array([0.0, 0.01, 0.5, 1.0]), (n, n, 1)),
+        quantum_fraction=0.01,
+    )
+    plan = solve(problem, "perf", time_limit_s=5.0)
+    assert np.isfinite(plan.gap) and plan.gap >= 0
+    assert np.allclose(plan.rates_rps.sum(axis=1), problem.demand_rps)

@@ -88,10 +88,47 @@ CASES = [
     ("duplicate sites", mutate(["sites"], ["fra", "fra"]), "sites"),
     ("empty site name", mutate(["sites", 1], ""), r"sites\[1\]"),
     ("not an object", ["fra"], "problem"),
+    # Ranges (issue 15): docs and code agree, and nothing accepted overflows the solver.
+    ("capacity zero", mutate(["capacity_rps", 1], 0.0), r"capacity_rps\[1\]"),
+    ("rho zero", mutate(["slo_violation_target"], 0.0), "slo_violation_target"),
+    ("rho one", mutate(["slo_violation_target"], 1.0), "slo_violation_target"),
+    ("one-point grid", mutate(["curves", "load_rps"], [0.0]), "curves.load_rps"),
+    ("huge demand", mutate(["demand_rps", 0], 1e308), r"demand_rps\[0\]"),
+    ("int too big for a float", mutate(["demand_rps", 1], 10**400), r"demand_rps\[1\]"),
+    ("huge capacity", mutate(["capacity_rps", 0], 1e308), r"capacity_rps\[0\]"),
+    ("huge grid load", mutate(["curves", "load_rps", 2], 1e308), r"curves.load_rps\[2\]"),
+    ("too many quanta", mutate(["demand_rps", 0], 1e9), r"demand_rps\[0\]"),
+    ("too many sites", mutate(["sites"], [f"s{k}" for k in range(21)]), "sites"),
+    ("too many loads", mutate(["curves", "load_rps"], list(range(1001))), "curves.load_rps"),
 ]  # fmt: skip
 
 
 @pytest.mark.parametrize(("kind", "data", "field"), CASES, ids=[c[0] for c in CASES])
 def test_bad_input_names_the_field(kind: str, data, field: str) -> None:
     with pytest.raises(InputError, match=f"^{field}"):
+        parse_problem(data)
+
+
+def test_capacity_zero_was_a_receiver_and_is_now_refused() -> None:
+    """docs/kurma.md: capacity > 0. A site of capacity 0 once passed and took traffic."""
+    data = mutate(["capacity_rps", 1], 0.0)
+    with pytest.raises(InputError, match=r"^capacity_rps\[1\]: must be in \[1, "):
+        parse_problem(data)
+
+
+def test_largest_accepted_problem_parses() -> None:
+    """At the bounds (20 sites, 10,000 quanta per site) the problem is accepted."""
+    from geoslo.control.kurma.validation import MAX_QUANTA_PER_SITE, MAX_SITES
+
+    n = MAX_SITES
+    data = {
+        "sites": [f"s{k}" for k in range(n)],
+        "demand_rps": [MAX_QUANTA_PER_SITE * 10.0] * n,
+        "capacity_rps": [1000.0] * n,
+        "quantum_fraction": 0.01,
+        "curves": {"load_rps": [0.0, 1000.0], "violation": [[[0.0, 1.0]] * n] * n},
+    }
+    assert parse_problem(data).n_sites == n
+    data["demand_rps"][3] *= 1.001
+    with pytest.raises(InputError, match=r"^demand_rps\[3\]: .*quanta"):
         parse_problem(data)

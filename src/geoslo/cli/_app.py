@@ -134,6 +134,8 @@ def kurma_solve(
 
     if objective not in ("perf", "cost"):
         raise InputError("--objective", f"must be 'perf' or 'cost', not {objective!r}")
+    if not 0 < time_limit_s <= 3600:  # also NaN; an hour bounds any accepted solve
+        raise InputError("--time-limit-s", f"must be in (0, 3600] seconds, not {time_limit_s}")
     problem = parse_problem(read_json(input))
     write_json(solve(problem, objective, time_limit_s=time_limit_s).to_dict(), output)
 

@@ -301,7 +301,7 @@ class _Search:
             if not self._double(senders, receivers, upper, own):
                 self.unfinished.append(root)
             return
-        n_states = int(np.prod(upper + 1))
+        n_states = math.prod(int(u) + 1 for u in upper)  # Python ints: no int64 overflow
         if n_states > MAX_STATES or self._out_of_time():
             self.unfinished.append(root)
             return
