@@ -448,3 +448,101 @@ def test_two_clients_writing_the_same_keys_never_share_a_version(tmp_path):
     assert all(r.acked != r.refused for r in together)
     assert not refused.acked and refused.refused and "newer version" in refused.detail
     assert stored[1] == b"far-future"
+
+
+def test_a_copy_amid_bursts_from_two_clients_keeps_every_acked_version(tmp_path):
+    """Copy bin 0 from server-0 to server-3 amid bursts of puts (docs/director-live.md).
+    Burst 1 (client A, keys 0-19 of the bin) is in flight when the copy starts; it goes
+    to server-0/1 only, so the copy must wait for it (the drain) or read values it later
+    overwrites. Burst 2 (client A, keys 20-39) is sent once server-3 takes writes: server-3
+    applies it while server-0 still works through burst 1, so the copy reads older values
+    of those keys, which its version guard must not write over burst 2. Clients A and B
+    both write keys 40-59: their puts reach the replicas in different orders, which only
+    the put guard reconciles. Afterwards all three copies hold, for every key, the newest
+    acked version."""
+    config = ClusterConfig(
+        keys=600, bins=6, value_bytes=200, servers=3, standbys=1, boot_delay_s=0.0, seed=11
+    )
+    copy = Action("copy", (0,), source="server-0", target="server-3")
+
+    async def scenario():
+        async with await DirectorCluster.up(tmp_path / "cluster", config) as cluster:
+            clients = [cluster.client, await cluster.open_client()]
+            puts: list[tuple[int, bytes, asyncio.Task]] = []
+
+            def send(first_key: int, count: int, both_clients: bool) -> None:
+                for i in range(count):
+                    key, payload = first_key + i % 20, b"p%d-%d" % (first_key, i)
+                    client = clients[i // 20 % 2 if both_clients else 0]
+                    puts.append((key, payload, asyncio.create_task(client.put(key, payload))))
+
+            send(0, 400, both_clients=False)  # burst 1
+            send(40, 200, both_clients=True)
+            await asyncio.sleep(0)  # every put above sent, none answered yet
+            cluster.start(running(copy))
+            while "server-3" not in cluster.router.copy_targets(0):
+                await asyncio.sleep(0)
+            send(20, 400, both_clients=False)  # burst 2
+            await asyncio.wait_for(asyncio.wait([task for _, _, task in puts]), 30.0)
+            assert await cluster.wait_idle(30.0)
+            done = finished_of(cluster, copy)
+            stored = {name: await cluster.read_bin(name, 0) for name in cluster.router.replicas(0)}
+            return done, stored, [(key, payload, task.result()) for key, payload, task in puts]
+
+    done, stored, puts = asyncio.run(scenario())
+    assert done.ok, done
+    assert set(stored) == {"server-0", "server-1", "server-3"}
+    newest = {i: (0, initial_payload(i, config.value_bytes)) for i in stored["server-0"]}
+    for key, payload, result in puts:
+        assert result.acked or result.refused, result
+        if result.acked and result.version > newest[key][0]:
+            newest[key] = (result.version, payload)
+    for name, values in stored.items():
+        wrong = sorted(i for i in values if values[i] != newest[i])
+        assert not wrong, f"{name}: {len(wrong)} keys not at their newest acked version: {wrong}"
+
+
+def test_a_copy_batch_read_behind_a_backlog_does_not_undo_newer_puts(tmp_path):
+    """The copy's version guard: server-0 (the source) works through a backlog of puts to
+    another bin, so each copy batch's read waits there while new puts to bin 0 are applied
+    at once on the idle target, server-3. The batch then carries older values to the
+    target, which must keep the newer ones (docs/director-live.md)."""
+    config = ClusterConfig(
+        keys=600,
+        bins=6,
+        value_bytes=200,
+        servers=3,
+        standbys=1,
+        boot_delay_s=0.0,
+        copy_batch_bytes=2048,
+        copy_rate_bytes_per_s=20_000,
+        seed=12,
+    )
+    copy = Action("copy", (0,), source="server-0", target="server-3")
+
+    async def scenario():
+        async with await DirectorCluster.up(tmp_path / "cluster", config) as cluster:
+            acked: dict[int, tuple[int, bytes]] = {}
+
+            async def put(key: int, payload: bytes) -> None:
+                result = await cluster.client.put(key, payload)
+                assert result.acked, result
+                if result.version > acked.get(key, (-1, b""))[0]:
+                    acked[key] = (result.version, payload)
+
+            bin_1 = cluster.layout.indices(1)  # on server-2 and server-0: the backlog
+            tasks = [asyncio.create_task(put(bin_1[i % 100], b"bg-%d" % i)) for i in range(600)]
+            cluster.start(running(copy))
+            for i in range(300):
+                tasks.append(asyncio.create_task(put(i % 100, b"w-%d" % i)))
+                await asyncio.sleep(0.004)
+            await asyncio.wait_for(asyncio.gather(*tasks), 30.0)
+            assert await cluster.wait_idle(30.0)
+            stored = await cluster.read_bin("server-3", 0)
+            return finished_of(cluster, copy), stored, acked
+
+    done, stored, acked = asyncio.run(scenario())
+    assert done.ok, done
+    newest = {i: acked.get(i, (0, initial_payload(i, config.value_bytes))) for i in stored}
+    wrong = sorted(i for i in stored if stored[i] != newest[i])
+    assert not wrong, f"server-3: {len(wrong)} keys older than their newest acked put: {wrong}"
