@@ -4,7 +4,9 @@ kind of bad input named by its JSON path, the example's round trip, and the comm
 from __future__ import annotations
 
 import copy
+import dataclasses
 import json
+import re
 
 import numpy as np
 import pytest
@@ -15,6 +17,13 @@ from geoslo.control.director import ACTION_KINDS, DirectorConfig, decide
 from geoslo.control.director.example import example_state
 from geoslo.control.director.scheduler import scheduled_actions
 from geoslo.control.director.validation import (
+    CONFIG_RANGES,
+    MAX_BIN_BYTES,
+    MAX_BIN_RPS,
+    MAX_BINS,
+    MAX_NAME_CHARS,
+    MAX_PLACEMENTS,
+    MAX_SERVERS,
     parse_state,
     plan_to_dict,
     state_to_dict,
@@ -226,3 +235,156 @@ def test_cli_example_rejects_too_few_servers():
     result = run("director", "example", "--servers", "3")
     assert result.exit_code == 2
     assert result.stderr.strip().startswith("geoslo: error: --servers: ")
+
+
+# ---------------------------------------------------------------- ranges and bounds
+# Issue 15: magnitudes such as 1e308 passed validation and then hung the standby loop or
+# crashed; every number has a range and every list a bound, and whatever passes is decided.
+
+HUGE = 1e308
+
+
+def numeric_leaves(data, path=""):
+    """JSON paths of the numbers in ``data`` (each list's first entry stands for the rest)."""
+    if isinstance(data, dict):
+        for key, value in data.items():
+            yield from numeric_leaves(value, f"{path}.{key}" if path else key)
+    elif isinstance(data, list) and data:
+        yield from numeric_leaves(data[0], f"{path}[0]")
+    elif isinstance(data, int | float) and not isinstance(data, bool):
+        yield path
+
+
+def set_at(data: dict, path: str, value) -> dict:
+    """A copy of ``data`` with the number at JSON path ``path`` replaced."""
+    out = copy.deepcopy(data)
+    keys = [
+        int(k) if k.isdigit() else k for k in path.replace("[", ".").replace("]", "").split(".")
+    ]
+    node = out
+    for key in keys[:-1]:
+        node = node[key]
+    node[keys[-1]] = value
+    return out
+
+
+def every_field() -> dict:
+    """The example state with every config field given (each a number)."""
+    data = state_to_dict(*example_state(servers=12, bins=60, seed=0))
+    assert set(data["config"]) == {f.name for f in dataclasses.fields(DirectorConfig)}
+    return data
+
+
+@pytest.mark.parametrize("sign", [1, -1])
+@pytest.mark.parametrize("path", sorted(set(numeric_leaves(every_field()))))
+def test_every_number_out_of_its_range_is_refused_by_name(path, sign):
+    with pytest.raises(InputError) as caught:
+        parse_state(set_at(every_field(), path, sign * HUGE))
+    assert caught.value.field == path, caught.value
+    assert re.search(r"in \[[-\d.e+]+, [-\d.e+]+\]", caught.value.problem), caught.value
+
+
+def test_every_config_field_has_a_range():
+    assert {f.name for f in dataclasses.fields(DirectorConfig)} <= set(CONFIG_RANGES)
+
+
+def many_servers(count: int, bins_each: int = 1) -> dict:
+    data = good()
+    bins = len(data["bins"]["get_rps"])
+    data["servers"] = [
+        {"name": f"s{k}", "bins": [(k + j) % bins for j in range(bins_each)]} for k in range(count)
+    ]
+    return data
+
+
+def many_bins(count: int) -> dict:
+    data = good()
+    data["bins"] = {"get_rps": [1.0] * count, "put_rps": [0.0] * count, "bytes": [1.0] * count}
+    return data
+
+
+def long_lists(servers: int, bins: int, bins_each: int) -> dict:
+    """``servers`` servers holding ``bins_each`` of ``bins`` bins each."""
+    data = many_bins(bins)
+    data["servers"] = [
+        {"name": f"s{k}", "bins": [(k * bins_each + j) % bins for j in range(bins_each)]}
+        for k in range(servers)
+    ]
+    return data
+
+
+COUNTS = [  # (state, the field named): one case per bounded count
+    (lambda: many_servers(MAX_SERVERS + 1), "servers"),
+    (lambda: many_bins(MAX_BINS + 1), "bins.get_rps"),
+    (lambda: long_lists(MAX_SERVERS, MAX_BINS, MAX_PLACEMENTS // MAX_SERVERS + 1), None),
+    (lambda: set_at(good(), "servers[1].name", "server-" + "9" * 5000), "servers[1].name"),
+    (lambda: set_at(good(), "config.replicas", 6), "config.replicas"),
+    (lambda: set_at(good(), "config.standbys", 101), "config.standbys"),
+]
+
+
+@pytest.mark.parametrize(("make", "field"), COUNTS)
+def test_counts_over_their_bound_are_refused_by_name(make, field):
+    with pytest.raises(InputError) as caught:
+        parse_state(make())
+    expected = field or r"servers\[\d+\]\.bins"  # the list that takes the total past it
+    assert re.fullmatch(re.escape(field) if field else expected, caught.value.field), caught.value
+    assert re.search(r"at most|in \[", caught.value.problem), caught.value
+
+
+def test_null_charge_interval_means_release_at_once():
+    assert (
+        parse_state(set_at(good(), "config.charge_interval_s", None))[3].charge_interval_s is None
+    )
+
+
+CLI_HUGE = [  # hung (standbys, put_coefficient) or crashed (overprovisioning) before
+    "config.standbys",
+    "config.replicas",
+    "config.overprovisioning",
+    "model.steady_state.put_coefficient",
+]
+
+
+@pytest.mark.parametrize("path", CLI_HUGE)
+def test_cli_refuses_a_huge_number_in_one_line_and_writes_nothing(path, tmp_path):
+    state_file, answer = tmp_path / "state.json", tmp_path / "actions.json"
+    state_file.write_text(json.dumps(set_at(good(), path, HUGE)))
+    result = run("director", "decide", "-i", str(state_file), "-o", str(answer))
+    assert result.exit_code == 2
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"geoslo: error: {path}: "), result.stderr
+    assert not answer.exists()
+
+
+def largest_state() -> dict:
+    """Every count at its bound and every number at the end of its range that makes the
+    most work: all bins hot, the slowest copies, the most replicas and standbys."""
+    servers, bins = MAX_SERVERS, MAX_BINS
+    each = MAX_PLACEMENTS // servers
+    data = long_lists(servers, bins, each)
+    width = MAX_NAME_CHARS - 1
+    for k, server in enumerate(data["servers"]):
+        server["name"] = f"s{k:0{width}d}"
+    data["bins"] = {
+        "get_rps": [MAX_BIN_RPS] * bins,
+        "put_rps": [MAX_BIN_RPS] * bins,
+        "bytes": [MAX_BIN_BYTES] * bins,
+    }
+    data["model"] = {
+        "steady_state": {"intercept": -700.0, "get_coefficient": 1e3, "put_coefficient": 1e3},
+        "copy_duration": {"coefficients": [1e6, -1e6] * 3 + [1e6], "min_factor": 1e-3},
+    }
+    fields = {f.name for f in dataclasses.fields(DirectorConfig)}
+    config = {key: high for key, (_, high) in CONFIG_RANGES.items() if key in fields}
+    low_is_more_work = ("max_action_s", "copy_rate_bytes_per_s")
+    config |= {key: CONFIG_RANGES[key][0] for key in low_is_more_work}
+    data["config"] = config
+    return data
+
+
+def test_the_largest_accepted_state_is_decided():
+    state, model, copy_model, config = parse_state(largest_state())
+    answer = plan_to_dict(decide(state, model, config), state, model, copy_model, config)
+    json.dumps(answer, allow_nan=False)
+    assert answer["actions"] and len(answer["servers"]) >= MAX_SERVERS - config.standbys

@@ -7,7 +7,9 @@ plan: the ordered actions, long copies split by the copy-duration model (§5.3),
 with its predicted duration, and every server's predicted load after them.
 
 Every bad input raises :class:`~geoslo.errors.InputError` naming the field by its JSON
-path (``servers[3].bins[7]``, ``bins.get_rps[12]``). Schema: docs/director.md.
+path (``servers[3].bins[7]``, ``bins.get_rps[12]``). Every number has a range and every
+list a length bound (the tables below, docs/director.md "Ranges"), so that whatever passes
+is decided in bounded time and memory. Schema: docs/director.md.
 """
 
 from __future__ import annotations
@@ -21,7 +23,6 @@ from geoslo._json import (
     as_list,
     boolean,
     check_keys,
-    check_non_negative,
     fraction,
     integer,
     number,
@@ -43,6 +44,10 @@ __all__ = [
     "parse_state",
     "state_to_dict",
     "plan_to_dict",
+    "CONFIG_RANGES",
+    "MAX_SERVERS",
+    "MAX_BINS",
+    "MAX_PLACEMENTS",
 ]
 
 _TOP_KEYS = {"servers", "bins", "model", "config"}
@@ -53,19 +58,63 @@ _STEADY_KEYS = {"intercept", "get_coefficient", "put_coefficient", "threshold"}
 _COPY_KEYS = {"coefficients", "min_factor"}
 _COPY_TERMS = 7  # [1, r, r^2, g, g^2, p, p^2] (§5.4)
 
+# Counts (ours): twice the 1,000 servers and 10,000 bins the decision is benchmarked at,
+# so that the slowest accepted state is decided in seconds (docs/director.md, "Ranges").
+MAX_SERVERS = 2_000
+MAX_BINS = 20_000
+MAX_PLACEMENTS = 10 * MAX_BINS  # entries of all servers' bins lists: 10 replicas a bin
+MAX_NAME_CHARS = 100
+
+# Per bin: more than a whole cluster of MAX_SERVERS serves, and more than a server stores.
+MAX_BIN_RPS = 1e8
+MAX_BIN_BYTES = 1e13
+# The logistic model (§5.4): e^700 is near the largest float, so P(violation) stays finite
+# at any load; a coefficient of 1,000 logits per req/s is beyond any fitted server.
+INTERCEPT_RANGE = (-700.0, 700.0)
+COEFFICIENT_RANGE = (0.0, 1e3)
+# The copy-rate regression: every term stays finite at the largest rates and loads.
+COPY_COEFFICIENT_RANGE = (-1e6, 1e6)
+MIN_FACTOR_RANGE = (1e-3, 1.0)  # a copy runs at 0.1% of the specified rate at worst
+
+# [low, high] of every DirectorConfig field (DirectorConfig refuses the open ends);
+# the reason for each is in docs/director.md's parameters table.
+CONFIG_RANGES: dict[str, tuple[float, float]] = {
+    "period_s": (0.1, 86_400.0),  # up to one decision a day
+    "alpha_up": (0.0, 1.0),
+    "alpha_down": (0.0, 1.0),
+    "standbys": (0, 100),
+    "overprovisioning": (0.0, 10.0),  # the paper uses 0.1 and 0.3
+    "copy_rate_bytes_per_s": (1e3, 1e11),  # 1 kB/s to 100 GB/s (an 800 Gb/s NIC)
+    "replicas": (1, 5),
+    "read_fanout": (1, 5),
+    "max_action_s": (0.1, 86_400.0),
+    "cancel_factor": (1.0, 1_000.0),
+    "coalesce_below": (0.0, 1.0),
+    "charge_interval_s": (1.0, 31_536_000.0),  # per-second billing to a year; null: none
+    "max_servers_added": (0, 10_000),
+    "max_servers": (1, 100_000),
+}
+
 
 # ---------------------------------------------------------------------------- parse
+
+
+def _at_most(value: Any, name: str, most: int, what: str) -> list:
+    """A JSON list of at most ``most`` entries (``what`` names them)."""
+    items = as_list(value, name)
+    if len(items) > most:
+        raise InputError(name, f"has {len(items)} {what}; at most {most} are accepted")
+    return items
 
 
 def _bins(value: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Columnar per-bin arrays of equal length: get and put req/s and size in bytes."""
     check_keys(value, _BIN_KEYS, _BIN_KEYS, "bins")
-    get_rps = check_non_negative(numbers(value["get_rps"], "bins.get_rps"), "bins.get_rps")
-    count = len(get_rps)
-    put_rps = numbers(value["put_rps"], "bins.put_rps", count, "bin, as bins.get_rps")
-    size_bytes = numbers(value["bytes"], "bins.bytes", count, "bin, as bins.get_rps")
-    check_non_negative(put_rps, "bins.put_rps")
-    check_non_negative(size_bytes, "bins.bytes")
+    count = len(_at_most(value["get_rps"], "bins.get_rps", MAX_BINS, "bins"))
+    each = "bin, as bins.get_rps"
+    get_rps = numbers(value["get_rps"], "bins.get_rps", low=0.0, high=MAX_BIN_RPS)
+    put_rps = numbers(value["put_rps"], "bins.put_rps", count, each, 0.0, MAX_BIN_RPS)
+    size_bytes = numbers(value["bytes"], "bins.bytes", count, each, 0.0, MAX_BIN_BYTES)
     return get_rps, put_rps, size_bytes
 
 
@@ -74,10 +123,11 @@ def _server_bins(value: Any, where: str, bins: int) -> tuple[int, ...]:
     seen: dict[int, int] = {}
     for j, item in enumerate(as_list(value, where)):
         path = f"{where}[{j}]"
-        b = integer(item, path, 0)
-        if b >= bins:
-            problem = f"bin {b} is out of range: there are {bins} bins (0..{bins - 1})"
+        x = number(item, path)
+        if not 0 <= x < bins:
+            problem = f"bin {x:g} is out of range: there are {bins} bins, in [0, {bins - 1}]"
             raise InputError(path, problem)
+        b = integer(x, path)
         if b in seen:
             raise InputError(path, f"bin {b} is already {where}[{seen[b]}]")
         seen[b] = j
@@ -87,22 +137,32 @@ def _server_bins(value: Any, where: str, bins: int) -> tuple[int, ...]:
 def _server(value: Any, where: str, bins: int) -> ServerState:
     check_keys(value, _SERVER_KEYS, {"name", "bins"}, where)
     ready = boolean(value["ready"], f"{where}.ready") if "ready" in value else True
+    name = string(value["name"], f"{where}.name")
+    if len(name) > MAX_NAME_CHARS:
+        raise InputError(f"{where}.name", f"has {len(name)} characters; at most {MAX_NAME_CHARS}")
     return ServerState(
-        name=string(value["name"], f"{where}.name"),
+        name=name,
         bins=_server_bins(value["bins"], f"{where}.bins", bins),
         ready=ready,
     )
 
 
 def _servers(value: Any, bins: int) -> tuple[ServerState, ...]:
-    """Servers with unique names."""
+    """Servers with unique names, listing at most ``MAX_PLACEMENTS`` replicas in all."""
     seen: dict[str, int] = {}
     out = []
-    for k, item in enumerate(as_list(value, "servers")):
-        server = _server(item, f"servers[{k}]", bins)
+    placements = 0
+    for k, item in enumerate(_at_most(value, "servers", MAX_SERVERS, "servers")):
+        where = f"servers[{k}]"
+        if isinstance(item, dict) and isinstance(item.get("bins"), list):
+            placements += len(item["bins"])  # counted before the entries are read
+            if placements > MAX_PLACEMENTS:
+                problem = f"brings the replicas listed to {placements}; at most {MAX_PLACEMENTS}"
+                raise InputError(f"{where}.bins", problem)
+        server = _server(item, where, bins)
         if server.name in seen:
             raise InputError(
-                f"servers[{k}].name", f"{server.name!r} is already servers[{seen[server.name]}]"
+                f"{where}.name", f"{server.name!r} is already servers[{seen[server.name]}]"
             )
         seen[server.name] = k
         out.append(server)
@@ -113,16 +173,15 @@ def _steady_state(value: Any) -> SteadyStateModel:
     """The logistic model (§5.4); its boundary must leave room for some load."""
     where = "model.steady_state"
     check_keys(value, _STEADY_KEYS, _STEADY_KEYS - {"threshold"}, where)
-    get = number(value["get_coefficient"], f"{where}.get_coefficient")
-    put = number(value["put_coefficient"], f"{where}.put_coefficient")
+    get = number(value["get_coefficient"], f"{where}.get_coefficient", *COEFFICIENT_RANGE)
+    put = number(value["put_coefficient"], f"{where}.put_coefficient", *COEFFICIENT_RANGE)
     if get <= 0:
         raise InputError(f"{where}.get_coefficient", f"must be > 0 (gets add load), not {get}")
-    if put < 0:
-        raise InputError(f"{where}.put_coefficient", f"must be >= 0, not {put}")
     threshold = fraction(value.get("threshold", 0.5), f"{where}.threshold")
     if not 0.0 < threshold < 1.0:
         raise InputError(f"{where}.threshold", f"must be in (0, 1), not {threshold}")
-    model = SteadyStateModel(number(value["intercept"], f"{where}.intercept"), get, put, threshold)
+    intercept = number(value["intercept"], f"{where}.intercept", *INTERCEPT_RANGE)
+    model = SteadyStateModel(intercept, get, put, threshold)
     try:
         work_capacity(model)
     except InputError as error:
@@ -135,12 +194,9 @@ def _copy_duration(value: Any) -> CopyDurationModel:
     where = "model.copy_duration"
     check_keys(value, _COPY_KEYS, {"coefficients"}, where)
     path = f"{where}.coefficients"
-    coefficients = numbers(
-        value["coefficients"], path, _COPY_TERMS, "term [1, r, r^2, g, g^2, p, p^2]"
-    )
-    min_factor = fraction(value.get("min_factor", 0.05), f"{where}.min_factor")
-    if min_factor <= 0:
-        raise InputError(f"{where}.min_factor", "must be > 0 (a copy always progresses)")
+    terms = "term [1, r, r^2, g, g^2, p, p^2]"
+    coefficients = numbers(value["coefficients"], path, _COPY_TERMS, terms, *COPY_COEFFICIENT_RANGE)
+    min_factor = number(value.get("min_factor", 0.05), f"{where}.min_factor", *MIN_FACTOR_RANGE)
     return CopyDurationModel(tuple(float(c) for c in coefficients), min_factor)
 
 
@@ -150,16 +206,22 @@ def _model(value: Any) -> tuple[SteadyStateModel, CopyDurationModel]:
 
 
 def _config(value: Any) -> DirectorConfig:
-    """Each field optional, read by the type of its default (int or float)."""
+    """Each field optional, read by the type of its default (int or float) within its
+    range (``CONFIG_RANGES``); ``charge_interval_s`` may be null (release at once)."""
     names = [f.name for f in dataclasses.fields(DirectorConfig)]
     check_keys(value, set(names), set(), "config")
     defaults = DirectorConfig()
     kwargs: dict[str, Any] = {}
     for key in names:
-        if key in value:
-            path = f"config.{key}"
-            is_int = isinstance(getattr(defaults, key), int)
-            kwargs[key] = integer(value[key], path) if is_int else number(value[key], path)
+        if key not in value:
+            continue
+        path, (low, high) = f"config.{key}", CONFIG_RANGES[key]
+        if key == "charge_interval_s" and value[key] is None:
+            kwargs[key] = None
+        elif isinstance(getattr(defaults, key), int):  # the range first: 1e308 prints short
+            kwargs[key] = integer(number(value[key], path, low, high), path)
+        else:
+            kwargs[key] = number(value[key], path, low, high)
     try:
         return DirectorConfig(**kwargs)
     except InputError as error:
