@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import copy
 import json
+import re
 
 import numpy as np
 import pytest
@@ -14,7 +15,13 @@ from typer.testing import CliRunner
 from geoslo.cli import app
 from geoslo.control.replication.decide import decide
 from geoslo.control.replication.example import example_state
-from geoslo.control.replication.validation import decision_to_dict, parse_state, state_to_dict
+from geoslo.control.replication.validation import (
+    MAX_HORIZON,
+    RANGES,
+    decision_to_dict,
+    parse_state,
+    state_to_dict,
+)
 from geoslo.errors import InputError
 
 
@@ -109,3 +116,110 @@ def test_the_quick_reproduction_shows_the_papers_pattern(tmp_path):
     mpc = summary["experiment_1"]["MPC"]
     assert np.isfinite(mpc["transfer_mean_s"]) and mpc["images_done"] >= 16
     assert summary["mpc_step_ms"]["median"] < 20.0  # a sanity bound; the bench measures it
+
+
+# ---------------------------------------------------------------- ranges and bounds
+# Issue 15: 1e308 in the link, the interval, the noise or a weight crashed the step, and a
+# horizon of 10^9 grew the process to 23 GB; every number has a range, the horizon a bound.
+
+HUGE = 1e308
+
+
+def numeric_leaves(data, path=""):
+    """JSON paths of the numbers in ``data`` (each list's first entry stands for the rest)."""
+    if isinstance(data, dict):
+        for key, value in data.items():
+            yield from numeric_leaves(value, f"{path}.{key}" if path else key)
+    elif isinstance(data, list) and data:
+        yield from numeric_leaves(data[0], f"{path}[0]")
+    elif isinstance(data, int | float) and not isinstance(data, bool):
+        yield path
+
+
+def set_at(data: dict, path: str, value) -> dict:
+    """A copy of ``data`` with the value at JSON path ``path`` replaced."""
+    out = copy.deepcopy(data)
+    keys = [
+        int(k) if k.isdigit() else k for k in path.replace("[", ".").replace("]", "").split(".")
+    ]
+    node = out
+    for key in keys[:-1]:
+        node = node[key]
+    node[keys[-1]] = value
+    return out
+
+
+def every_field() -> dict:
+    """The example with every field given as a number (buffer limits too)."""
+    return set_at(good(), "config.buffer_limits_mb", [500.0, 300.0, 2000.0])
+
+
+@pytest.mark.parametrize("sign", [1, -1])
+@pytest.mark.parametrize("path", sorted(set(numeric_leaves(every_field()))))
+def test_every_number_out_of_its_range_is_refused_by_name(path, sign):
+    with pytest.raises(InputError) as caught:
+        parse_state(set_at(every_field(), path, sign * HUGE))
+    assert caught.value.field == path, caught.value
+    assert re.search(r"in \[[-\d.e+]+, [-\d.e+]+\]", caught.value.problem), caught.value
+
+
+BOUNDS = [  # (path, value): one case per bound that a merely positive check let through
+    ("config.horizon", MAX_HORIZON + 1),
+    ("config.horizon", 10**9),
+    ("config.capacity_mbps", 1e-300),
+    ("config.arrival_model.process_noise_mb", 1e-300),
+    ("config.buffer_limits_mb[1]", 1e-300),
+]
+
+
+@pytest.mark.parametrize(("path", "value"), BOUNDS)
+def test_values_past_a_bound_are_refused_by_name(path, value):
+    with pytest.raises(InputError) as caught:
+        parse_state(set_at(every_field(), path, value))
+    assert caught.value.field == path and "must be in [" in caught.value.problem
+
+
+CLI_HUGE = [  # crashed (an internal error, exit 1) or ran out of memory before
+    ("config.capacity_mbps", HUGE),
+    ("config.arrival_model.measurement_noise_mb", HUGE),
+    ("config.weights.integral", HUGE),
+    ("config.horizon", 10**9),
+]
+
+
+@pytest.mark.parametrize(("path", "value"), CLI_HUGE)
+def test_cli_refuses_a_huge_number_in_one_line_and_writes_nothing(path, value, tmp_path):
+    state, answer = tmp_path / "state.json", tmp_path / "shares.json"
+    state.write_text(json.dumps(set_at(good(), path, value)))
+    result = CliRunner().invoke(app, ["replication", "decide", "-i", str(state), "-o", str(answer)])
+    assert result.exit_code == 2
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"geoslo: error: {path}: "), result.stderr
+    assert not answer.exists()
+
+
+def largest_state() -> dict:
+    """The longest horizon, with buffer limits (slacks: the largest QP), the widest
+    spread of weights and every magnitude at its maximum."""
+    data = every_field()
+    data["config"].update(
+        horizon=MAX_HORIZON,
+        capacity_mbps=RANGES["capacity_mbps"][0],
+        interval_s=RANGES["interval_s"][1],
+        image_mb=RANGES["image_mb"][1],
+        image_period_s=RANGES["image_period_s"][0],
+        weights={"buffer": [0.0, 1e9, 0.0], "moves": [1e9, 0.0, 1e9], "integral": 1e9},
+    )
+    most = RANGES["buffers_mb"][1]
+    data["buffers_mb"] = {"application": most, "replication": 0.0, "vm_image": most}
+    data["arrived_mb"] = {"application": most, "replication": -most, "vm_image": most}
+    data["integral_mb"] = RANGES["integral_mb"][1]
+    data["now_s"] = RANGES["now_s"][1]
+    return data
+
+
+def test_the_largest_accepted_state_is_decided():
+    out = decision_to_dict(decide(parse_state(largest_state())))
+    json.dumps(out, allow_nan=False)
+    assert len(out["planned_shares"]["application"]) == MAX_HORIZON
+    assert sum(out["shares"].values()) <= 1 + 1e-9

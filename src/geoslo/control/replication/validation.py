@@ -2,7 +2,9 @@
 al., CDC 2016, §IV). Per-stream values are objects keyed by ``application``,
 ``replication`` and ``vm_image``; trajectories are such objects of lists over the horizon.
 Every bad input raises :class:`~geoslo.errors.InputError` naming the field by its JSON
-path. Schema: docs/replication.md.
+path. Every number has a range (``RANGES``) and the horizon a bound (``MAX_HORIZON``), so
+that whatever passes is decided in bounded time and memory (docs/replication.md,
+"Ranges"). Schema: docs/replication.md.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from geoslo.control.replication.types import (
 from geoslo.errors import InputError
 from geoslo.models import ARRIVAL_MODEL_KINDS, ArrivalModel, FilterState
 
-__all__ = ["parse_state", "state_to_dict", "decision_to_dict"]
+__all__ = ["parse_state", "state_to_dict", "decision_to_dict", "RANGES", "MAX_HORIZON"]
 
 _TOP = {
     "config",
@@ -50,6 +52,30 @@ _WEIGHTS = {"buffer", "moves", "integral"}
 _MODEL = {"kind", "process_noise_mb", "measurement_noise_mb"}
 _FILTERED = STREAMS[:2]
 
+# H_p (ours): half an hour of the paper's 10 s intervals (three image periods), six times
+# its 30. The QP grows with H and OSQP stops at its iteration limit, so the slowest step
+# is bounded: about 1.6 s at 180 on a busy 2-core machine, 4 s at 360 (docs).
+MAX_HORIZON = 180
+_MB = 1e9  # 1 PB: more than any buffer, image or interval's data on one link
+# [low, high] of every number, by the name of its field (docs/replication.md, "Ranges").
+RANGES: dict[str, tuple[float, float]] = {
+    "capacity_mbps": (1e-3, 1e6),  # 1 kb/s to 1 Tb/s
+    "interval_s": (0.1, 3_600.0),
+    "weights": (0.0, 1e9),  # the paper's largest is r = 1e6
+    "buffer_limits_mb": (1e-3, _MB),
+    "noise_mb": (1e-3, _MB),
+    "image_mb": (1e-3, 1e7),  # 1 kB to 10 TB
+    "image_period_s": (1.0, 1e7),  # a second to four months
+    "now_s": (0.0, 1e10),  # Unix time until the year 2286
+    "buffers_mb": (0.0, _MB),
+    "sent_mb": (0.0, _MB),
+    "arrived_mb": (-_MB, _MB),  # (3) from noisy measurements may come out negative
+    "shares": (0.0, 1.0),
+    "integral_mb": (0.0, 1e12),  # MB x intervals
+    "filter_mean_mb": (-_MB, _MB),
+    "filter_covariance_mb2": (-(_MB**2), _MB**2),
+}
+
 
 def parse_state(data: Any) -> ReplicationState:
     """A checked :class:`ReplicationState` from decoded JSON."""
@@ -58,28 +84,23 @@ def parse_state(data: Any) -> ReplicationState:
     measurement = Measurement(
         _per_stream(data["buffers_mb"], "buffers_mb"),
         _per_stream(data["sent_mb"], "sent_mb"),
-        _per_stream(data["arrived_mb"], "arrived_mb", non_negative=False),
+        _per_stream(data["arrived_mb"], "arrived_mb"),
     )
     shares = _per_stream(data.get("shares", dict.fromkeys(STREAMS, 1 / 3)), "shares")
-    if shares.max() > 1 or shares.sum() > 1 + 1e-9:
+    if shares.sum() > 1 + 1e-9:
         raise InputError("shares", f"must be fractions that sum to at most 1, sum {shares.sum()}")
     filters = None
     if data.get("filters") is not None:
         filters = _filters(data["filters"], config.arrival_model)
-    integral = number(data.get("integral_mb", 0.0), "integral_mb")
-    if integral < 0:
-        raise InputError("integral_mb", f"must be >= 0, not {integral}")
-    now_s = number(data["now_s"], "now_s")
+    integral = number(data.get("integral_mb", 0.0), "integral_mb", *RANGES["integral_mb"])
+    now_s = number(data["now_s"], "now_s", *RANGES["now_s"])
     return ReplicationState(config, now_s, measurement, shares, filters, integral)
 
 
-def _per_stream(value: Any, name: str, non_negative: bool = True) -> np.ndarray:
+def _per_stream(value: Any, name: str) -> np.ndarray:
+    """One number per stream, in ``RANGES[name]``."""
     check_keys(value, set(STREAMS), set(STREAMS), name)
-    out = np.array([number(value[s], f"{name}.{s}") for s in STREAMS])
-    for s, x in zip(STREAMS, out, strict=True):
-        if non_negative and x < 0:
-            raise InputError(f"{name}.{s}", f"must be >= 0, not {x}")
-    return out
+    return np.array([number(value[s], f"{name}.{s}", *RANGES[name]) for s in STREAMS])
 
 
 def _config(value: Any) -> ReplicationConfig:
@@ -88,9 +109,10 @@ def _config(value: Any) -> ReplicationConfig:
     kwargs: dict[str, Any] = {}
     for key in ("capacity_mbps", "interval_s", "image_mb", "image_period_s"):
         if key in value:
-            kwargs[key] = _positive(value[key], f"config.{key}")
-    if "horizon" in value:
-        kwargs["horizon"] = integer(value["horizon"], "config.horizon", lowest=1)
+            kwargs[key] = number(value[key], f"config.{key}", *RANGES[key])
+    if "horizon" in value:  # the range first, so that 1e308 is refused by its short form
+        horizon = number(value["horizon"], "config.horizon", 1, MAX_HORIZON)
+        kwargs["horizon"] = integer(horizon, "config.horizon")
     if "weights" in value:
         kwargs["weights"] = _weights(value["weights"], defaults.weights)
     if "buffer_limits_mb" in value:
@@ -100,28 +122,16 @@ def _config(value: Any) -> ReplicationConfig:
     return ReplicationConfig(**kwargs)
 
 
-def _positive(value: Any, name: str) -> float:
-    x = number(value, name)
-    if x <= 0:
-        raise InputError(name, f"must be > 0, not {x}")
-    return x
-
-
 def _weights(value: Any, defaults: Weights) -> Weights:
     check_keys(value, _WEIGHTS, set(), "config.weights")
+    low, high = RANGES["weights"]
     out = {}
     for key in ("buffer", "moves"):
         if key in value:
-            v = numbers(value[key], f"config.weights.{key}", 3, "stream")
-            for k, x in enumerate(v):
-                if x < 0:
-                    raise InputError(f"config.weights.{key}[{k}]", f"must be >= 0, not {x}")
+            v = numbers(value[key], f"config.weights.{key}", 3, "stream", low, high)
             out[key] = tuple(float(x) for x in v)
     if "integral" in value:
-        x = number(value["integral"], "config.weights.integral")
-        if x < 0:
-            raise InputError("config.weights.integral", f"must be >= 0, not {x}")
-        out["integral"] = x
+        out["integral"] = number(value["integral"], "config.weights.integral", low, high)
     return Weights(
         **{"buffer": defaults.buffer, "moves": defaults.moves, "integral": defaults.integral} | out
     )
@@ -129,9 +139,11 @@ def _weights(value: Any, defaults: Weights) -> Weights:
 
 def _limits(value: Any) -> tuple[float, float, float]:
     items = as_list(value, "config.buffer_limits_mb", 3, "stream")
+    low, high = RANGES["buffer_limits_mb"]
     out = []
     for k, x in enumerate(items):
-        out.append(math.inf if x is None else _positive(x, f"config.buffer_limits_mb[{k}]"))
+        limit = None if x is None else number(x, f"config.buffer_limits_mb[{k}]", low, high)
+        out.append(math.inf if limit is None else limit)
     return tuple(out)
 
 
@@ -143,7 +155,7 @@ def _model(value: Any) -> ArrivalModel:
     kwargs = {"kind": kind}
     for key in ("process_noise_mb", "measurement_noise_mb"):
         if key in value:
-            kwargs[key] = _positive(value[key], f"config.arrival_model.{key}")
+            kwargs[key] = number(value[key], f"config.arrival_model.{key}", *RANGES["noise_mb"])
     return ArrivalModel(**kwargs)
 
 
@@ -153,10 +165,16 @@ def _filters(value: Any, model: ArrivalModel) -> tuple[FilterState, FilterState]
     for stream in _FILTERED:
         where = f"filters.{stream}"
         check_keys(value[stream], {"mean", "covariance"}, {"mean", "covariance"}, where)
-        mean = numbers(value[stream]["mean"], f"{where}.mean", model.order, "state")
-        rows = as_list(value[stream]["covariance"], f"{where}.covariance", model.order, "state")
+        order = model.order
+        mean_range = RANGES["filter_mean_mb"]
+        mean = numbers(value[stream]["mean"], f"{where}.mean", order, "state", *mean_range)
+        rows = as_list(value[stream]["covariance"], f"{where}.covariance", order, "state")
+        low, high = RANGES["filter_covariance_mb2"]
         covariance = np.array(
-            [numbers(r, f"{where}.covariance[{k}]", model.order) for k, r in enumerate(rows)]
+            [
+                numbers(r, f"{where}.covariance[{k}]", order, "state", low, high)
+                for k, r in enumerate(rows)
+            ]
         )
         if not np.allclose(covariance, covariance.T) or np.linalg.eigvalsh(covariance).min() < 0:
             raise InputError(f"{where}.covariance", "must be symmetric positive semi-definite")
