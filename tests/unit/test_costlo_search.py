@@ -1,6 +1,7 @@
 """CosTLO's estimator step 4 (timeout and probability), cost model and ConfSelector
 (§5.2-§5.3), on hand-made distributions and on a small simulated study."""
 
+import itertools
 import json
 from dataclasses import replace
 
@@ -28,7 +29,7 @@ from geoslo.control.costlo.estimate import (
     quorum_put,
     with_timeout,
 )
-from geoslo.control.costlo.search import _Redundancy, select_configuration
+from geoslo.control.costlo.search import _judge, _Redundancy, _Space, select_configuration
 from geoslo.dist import LatencyDistribution
 from geoslo.experiments.costlo._figures import _social_context
 from geoslo.experiments.costlo._study import Settings, build_study, inflation_ms
@@ -465,3 +466,55 @@ def test_prefix_23_page_slo_of_80_ms_through_the_command_line(tmp_path):
     assert done.exit_code == 0, done.output
     answer = json.loads(done.stdout)
     assert answer["met"] and answer["estimate"]["get"]["inflation_ms"] <= 80.0
+
+
+# ------------------------------------- ConfSelector is exact (issue 15, section 2)
+
+
+def _exhaustive_cost_usd(context) -> float:
+    """The cheapest configuration of the space that meets the SLO by the estimate the
+    answer reports: every tuple state solved (inf if none meets)."""
+    space, redundancy = _Space.build(context), _Redundancy(context)
+    states = {space.canonical(s) for s in itertools.product(*map(range, map(len, space.values)))}
+    best = np.inf
+    for state in states:
+        config, meets = redundancy.solve(space.configuration(state))
+        cost = context.cost(config).total_usd
+        if meets and cost < best and _judge(context, config)[2] <= 0.0:
+            best = cost
+    return best
+
+
+def test_the_benchmark_case_a_relay_one_step_beyond_a_dearer_answer():
+    """bench_costlo_selector.py's prefix 23 at 30 ms: relaying three requests costs less
+    than sending them directly, so taking candidates in increasing cost stopped at the
+    direct answer before reaching the relayed one."""
+    context = build_study(Settings(prefixes=40)).context(23, Slo(get_ms=30.0))
+    s = select_configuration(context)
+    assert s.met
+    assert s.cost.total_usd == pytest.approx(_exhaustive_cost_usd(context), rel=1e-9)
+    assert s.configuration.serving.relay_vm
+
+
+def test_best_first_finds_the_exhaustive_optimum_on_random_small_spaces(study):
+    rng = np.random.default_rng(0)
+    for _ in range(40):
+        p = int(rng.integers(0, PREFIXES))
+        slo = Slo(
+            get_ms=float(rng.choice([20, 30, 40, 50, 60, 80, 100, 120])),
+            put_ms=None if rng.random() < 0.5 else float(rng.choice([60, 100, 150, 200])),
+            application=str(rng.choice(["operation", "page"])),
+        )
+        percentiles = rng.choice([50, 70, 90, 95, 99], 3, replace=False)
+        limits = SearchLimits(
+            max_copies=int(rng.integers(1, 3)),
+            max_requests_per_copy=int(rng.integers(1, 5)),
+            timeout_percentiles=tuple(sorted(float(q) for q in percentiles)),
+        )
+        s = select_configuration(study.context(p, slo, limits))
+        optimum = _exhaustive_cost_usd(study.context(p, slo, limits))
+        case = (p, slo, limits)
+        if np.isfinite(optimum):
+            assert s.met and s.cost.total_usd == pytest.approx(optimum, rel=1e-9), case
+        else:
+            assert not s.met, case

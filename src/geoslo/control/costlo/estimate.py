@@ -15,6 +15,7 @@ own overhead is not measured by the agents and so not modelled (§4.2: "some ove
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
+from functools import cached_property
 
 import numpy as np
 
@@ -119,7 +120,7 @@ class GetEstimator:
     _parts: dict = field(default_factory=dict, repr=False)
     _dists: dict = field(default_factory=dict, repr=False)
 
-    @property
+    @cached_property
     def first(self) -> LatencyDistribution:
         """One request to the serving region: the baseline (no CosTLO)."""
         return self._part(self.serving, GetTuple(1, 1), skip_first=False)
@@ -177,16 +178,28 @@ class GetEstimator:
         """P(latency > x_ms) when the redundant set of ``c``'s tuples is always issued
         at ``timeout_ms`` (probability 1): a point of step 4 without building the
         distribution."""
-        timed = replace(c, get_timeout_ms=timeout_ms)
-        with_first, parts = self._groups(timed)
-        tail = float(with_first.tail_probability(x_ms))
-        if timeout_ms == 0.0:
+        return float(self.always_tails(c, (timeout_ms,), x_ms)[0])
+
+    def always_tails(self, c: Configuration, timeouts_ms, x_ms: float) -> np.ndarray:
+        """:meth:`always_tail` at each of ``timeouts_ms`` (one array lookup per part)."""
+        timeouts = np.asarray(timeouts_ms, dtype=float)
+        tails = np.empty(timeouts.size)
+        zero = timeouts == 0.0
+        if zero.any():
+            with_first, parts = self._groups(replace(c, get_timeout_ms=0.0))
+            tail = float(with_first.tail_probability(x_ms))
             for part in parts:
                 tail *= float(part.tail_probability(x_ms))
-        elif x_ms > timeout_ms:
+            tails[zero] = tail
+        if not zero.all():
+            with_first, parts = self._groups(replace(c, get_timeout_ms=1.0))  # any timeout > 0
+            later = np.full(int((~zero).sum()), float(with_first.tail_probability(x_ms)))
+            since_ms = x_ms - timeouts[~zero]
+            helps = since_ms > 0.0  # the redundant set has started by x
             for part in parts:
-                tail *= float(part.tail_probability(x_ms - timeout_ms))
-        return tail
+                later[helps] *= np.asarray(part.tail_probability(since_ms[helps]), dtype=float)
+            tails[~zero] = later
+        return tails
 
 
 @dataclass(eq=False)

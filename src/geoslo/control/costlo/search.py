@@ -1,10 +1,15 @@
 """ConfSelector: best-first search through configurations in increasing cost (§5.2).
 
 The search starts at the baseline (one request, no copies) and keeps a pool of
-candidates; each step takes the cheapest, returns it if its estimated latency meets the
-SLO, and otherwise adds its neighbours, the configurations that differ from it in
-exactly one parameter (one step along one dimension). Latency estimates are cached per
-GET and per PUT part, so neighbours mostly cost a table lookup.
+candidates, the configurations that differ from one already evaluated in exactly one
+parameter (one step along one dimension). The paper takes candidates in increasing cost
+and returns the first that meets the SLO; but cost is not monotone along a step (a relay
+VM saves bandwidth, one more request can lower the probability a configuration needs), so
+that order can stop at a dearer answer than one a step beyond. Here the pool is ordered
+by a floor on what each candidate can cost once it meets the SLO (:class:`_CostFloor`),
+and the search stops when the lowest floor reaches the cheapest answer found: the
+cheapest configuration of the space, within ``max_evaluations``. Latency estimates are
+cached per GET and per PUT part, so candidates mostly cost table lookups.
 """
 
 from __future__ import annotations
@@ -16,7 +21,7 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 from geoslo.control.costlo.cost import CostModel
-from geoslo.control.costlo.estimate import GetEstimator, PutEstimator, slowest
+from geoslo.control.costlo.estimate import GetEstimator, PutEstimator, RegionView, slowest
 from geoslo.control.costlo.types import (
     Configuration,
     CostBreakdown,
@@ -202,7 +207,7 @@ class _Redundancy:
     # GET ---------------------------------------------------------------------
 
     def _solve_get(self, c: Configuration) -> tuple[Configuration, bool]:
-        parts = {t: self._get_parts(c, t) for t in self.get_timeouts}
+        parts = self._get_parts_by_timeout(c)
         return self._cheapest(c, "get", self.get_timeouts, lambda t, p: self._compose(parts[t], p))
 
     def _cheapest(self, c: Configuration, op: str, timeouts, tail_at) -> tuple[Configuration, bool]:
@@ -237,6 +242,17 @@ class _Redundancy:
             b = reader.get.always_tail(c, timeout_ms, x) if always else a
             parts.append((a, b, reader.count))
         return parts
+
+    def _get_parts_by_timeout(self, c: Configuration) -> dict[float, list]:
+        """:meth:`_get_parts` at every timeout of the search."""
+        x = self.get_threshold_ms
+        columns = []
+        for reader in self.context.readers:
+            a = float(reader.get.first.tail_probability(x))
+            columns.append((a, reader.get.always_tails(c, self.get_timeouts, x), reader.count))
+        return {
+            t: [(a, float(b[k]), n) for a, b, n in columns] for k, t in enumerate(self.get_timeouts)
+        }
 
     def _compose(self, parts: list[tuple[float, float, int]], p: float) -> float:
         """The user-level tail at probability p: one GET, the slowest of a page's
@@ -312,35 +328,117 @@ class _Redundancy:
 # -------------------------------------------------------------------- the search
 
 
+class _CostFloor:
+    """A floor on what a tuple state costs at any timeout and probability that meet the
+    SLO, without estimating its latency.
+
+    A redundant set helps at the threshold x only if it starts before x, so at probability
+    p each reader's tail is at least a_r (1 - p), a_r being its first request's tail at x,
+    so meeting the SLO needs p >= p_min, where the user-level tail of a_r (1 - p) meets
+    the target. The share of GETs that issue the set, p P(T1 > timeout) (p at a zero
+    timeout), is then at least p_min times the least P(T1 > t) over the search's timeouts
+    t < x; the cost, non-decreasing in each share, is at least its value there (PUTs
+    alike). Along the path from the baseline that switches each relay on while its
+    tuple has one request and then only adds copies and requests, the floor never
+    decreases: so no candidate is reached only through dearer floors than its own cost."""
+
+    def __init__(self, context: PrefixContext, redundancy: _Redundancy) -> None:
+        self.context = context
+        target = redundancy.tail_target
+        readers = context.readers
+        self.get_shares = [0.0] * len(readers)
+        if redundancy.get_on:
+            x_ms, timeouts = redundancy.get_threshold_ms, redundancy.get_timeouts
+            tails = [float(r.get.first.tail_probability(x_ms)) for r in readers]
+            parts = [(a, 0.0, r.count) for a, r in zip(tails, readers, strict=True)]
+            least = _least_probability(lambda p: redundancy._compose(parts, p), target)
+            # A redundant request answers no sooner than the lowest RTT to a region it uses.
+            rtt_ms = min(_lowest_rtt_ms(r.get.serving, r.get.second) for r in readers)
+            late = [_late_share(r.get.first, timeouts, x_ms - rtt_ms) for r in readers]
+            self.get_shares = [least * share for share in late]
+        self.put_share = 0.0
+        if redundancy.put_on:
+            first, x_ms = context.put.first, redundancy.put_threshold_ms
+            a = float(first.tail_probability(x_ms))
+            least = _least_probability(lambda p: a * (1.0 - p), target)
+            latest_ms = x_ms - _lowest_rtt_ms(context.put.serving, None)
+            self.put_share = least * _late_share(first, redundancy.put_timeouts, latest_ms)
+
+    def __call__(self, c: Configuration) -> float:
+        put_share = self.put_share if c.put_redundant else 0.0
+        total = 0.0
+        for reader, share in zip(self.context.readers, self.get_shares, strict=True):
+            get_share = share if c.get_redundant else 0.0
+            total += reader.cost.monthly(c, get_share, put_share).total_usd
+        return total
+
+
+def _lowest_rtt_ms(serving: RegionView, second: RegionView | None) -> float:
+    """The lowest RTT measured to either region, one lattice step under (a request's
+    latency is its region's RTT plus a service time >= 0)."""
+    regions = [serving] if second is None else [serving, second]
+    return min(r.ping.offset_ms - r.ping.step_ms for r in regions)
+
+
+def _late_share(first: LatencyDistribution, timeouts, latest_ms: float) -> float:
+    """The least share of operations still unanswered at a timeout whose redundant set can
+    answer by the threshold, one RTT after it (``latest_ms``): P(T1 > timeout) for
+    0 < timeout <= latest_ms; all operations (1) at a zero timeout."""
+    shares = [
+        1.0 if t == 0.0 else float(first.tail_probability(t)) for t in timeouts if t <= latest_ms
+    ]
+    return min(shares, default=1.0)
+
+
+def _least_probability(tail_at, target: float, iterations: int = 50) -> float:
+    """A p no larger than the smallest with tail_at(p) <= target (tail_at decreasing,
+    tail_at(1) = 0): the lower end of a bisection."""
+    if tail_at(0.0) <= target:
+        return 0.0
+    low, high = 0.0, 1.0
+    for _ in range(iterations):
+        middle = (low + high) / 2
+        if tail_at(middle) <= target:
+            high = middle
+        else:
+            low = middle
+    return low
+
+
 def select_configuration(context: PrefixContext) -> Selection:
-    """Best-first search in increasing cost until the SLO is met (§5.2)."""
+    """The cheapest configuration that meets the SLO, best-first in increasing cost floor
+    (§5.2); the best found (``met`` false) if none does within ``max_evaluations``."""
     space = _Space.build(context)
     redundancy = _Redundancy(context)
+    floor = _CostFloor(context, redundancy)
     pool: list = []
     tie = itertools.count()
     seen: set = set()
 
     def push(state):
-        if state in seen:
-            return
-        seen.add(state)
-        config, meets = redundancy.solve(space.configuration(state))
-        heapq.heappush(pool, (context.cost(config).total_usd, next(tie), state, config, meets))
+        if state not in seen:
+            seen.add(state)
+            heapq.heappush(pool, (floor(space.configuration(state)), next(tie), state))
 
     push(space.start())
-    chosen, missed = None, []
-    while pool and len(seen) < context.limits.max_evaluations:
-        _, _, state, config, meets = heapq.heappop(pool)
-        # The estimate reported is the judge of "met": a tail computed at the threshold
-        # and a quantile read off the built distribution must not disagree at the edge.
-        if meets and _judge(context, config)[2] <= 0.0:
-            chosen = config
-            break
-        missed.append(config)
+    best, missed, evaluated = None, [], 0
+    while pool and evaluated < context.limits.max_evaluations:
+        bound, _, state = heapq.heappop(pool)
+        if best is not None and bound >= best[0]:
+            break  # nothing left can cost less than the answer
+        evaluated += 1
+        config, meets = redundancy.solve(space.configuration(state))
+        cost = context.cost(config).total_usd
+        if best is None or cost < best[0]:
+            # The estimate reported is the judge of "met": a tail computed at the threshold
+            # and a quantile read off the built distribution must not disagree at the edge.
+            if meets and _judge(context, config)[2] <= 0.0:
+                best = (cost, config)
+            else:
+                missed.append(config)
         for neighbour in space.neighbours(state):
             push(neighbour)
-    if chosen is None:
-        chosen = min(missed, key=redundancy.shortfall)
+    chosen = best[1] if best is not None else min(missed, key=redundancy.shortfall)
     get_estimate, put_estimate, excess_ms = _judge(context, chosen)
     return Selection(
         configuration=chosen,
@@ -349,7 +447,7 @@ def select_configuration(context: PrefixContext) -> Selection:
         put=put_estimate,
         cost=context.cost(chosen),
         baseline_cost=context.cost(Configuration()),
-        evaluated=len(seen),
+        evaluated=evaluated,
         serving_region=context.readers[0].get.serving.name,
         second_region=context.readers[0].get.second.name if context.readers[0].get.second else "",
     )
