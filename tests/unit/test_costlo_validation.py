@@ -218,12 +218,53 @@ CASES = [
      "limits.timeout_percentiles"),
     ("limits percentile NaN", mutate(["limits", "timeout_percentiles", 1], math.nan),
      r"limits.timeout_percentiles\[1\]"),
+    # Ranges (issue 15): nothing accepted crashes or hangs the selector.
+    ("huge max_copies", mutate(["limits", "max_copies"], 1e308), "limits.max_copies"),
+    ("max_copies above 5", mutate(["limits", "max_copies"], 6), "limits.max_copies"),
+    ("huge requests per copy", mutate(["limits", "max_requests_per_copy"], 10**400),
+     "limits.max_requests_per_copy"),
+    ("huge evaluations", mutate(["limits", "max_evaluations"], 10**12),
+     "limits.max_evaluations"),
+    ("tiny probability step", mutate(["limits", "probability_step"], 1e-308),
+     "limits.probability_step"),
+    ("huge margin", mutate(["limits", "slo_margin_ms"], 1e308), "limits.slo_margin_ms"),
+    ("too many timeouts", mutate(["limits", "timeout_percentiles"], [50.0] * 101),
+     "limits.timeout_percentiles"),
+    ("huge ping", mutate([*R1, "ping_ms", 3], 1e308), r"regions\[1\].ping_ms\[3\]"),
+    ("ping over 5 s", mutate([*R1, "ping_ms", 3], 5000.5), r"regions\[1\].ping_ms\[3\]"),
+    ("too many pings", mutate([*R1, "ping_ms"], [10.0] * 100_001), r"regions\[1\].ping_ms"),
+    ("huge service", mutate([*GSO, "service_ms", 2, 0], 1e308),
+     r"regions\[1\].storage.get_same_object.service_ms\[2\]\[0\]"),
+    ("huge arrival", mutate([*GSO, "arrival_ms", 2, 1], 1e300),
+     r"regions\[1\].storage.get_same_object.arrival_ms\[2\]\[1\]"),
+    ("too many pairs", mutate([*GSO, "network_ms"], [[1.0, 1.0]] * 100_001),
+     r"regions\[1\].storage.get_same_object.network_ms"),
+    ("huge gets", mutate(["workload", "gets_per_month"], 1e308), "workload.gets_per_month"),
+    ("huge object", mutate(["workload", "object_bytes"], 1e13), "workload.object_bytes"),
+    ("huge peak", mutate(["workload", "peak_get_rps"], 10**400), "workload.peak_get_rps"),
+    ("huge price", mutate([*R1, "prices", "vm_usd_per_hour"], 1e308),
+     r"regions\[1\].prices.vm_usd_per_hour"),
+    ("tiny relay rate", mutate([*R1, "relay_rps"], 1e-300), r"regions\[1\].relay_rps"),
+    ("huge SLO", mutate(["slo", "get_ms"], 1e308), "slo.get_ms"),
+    ("huge page", mutate(["slo", "page_objects"], 10**9), "slo.page_objects"),
+    ("too many regions", mutate(["regions"], [region(f"r{k}", 20.0) for k in range(33)]),
+     "regions"),
 ]  # fmt: skip
 
 
 @pytest.mark.parametrize(("kind", "data", "field"), CASES, ids=[c[0] for c in CASES])
 def test_bad_input_names_the_field(kind: str, data, field: str) -> None:
     with pytest.raises(InputError, match=f"^{field}: "):
+        parse_problem(data)
+
+
+def test_more_pairs_than_the_problem_bound_name_the_region(monkeypatch) -> None:
+    from geoslo.control.costlo import validation
+
+    data = good()
+    per_region = 4 * len(data["regions"][0]["storage"]["get_same_object"]["network_ms"])
+    monkeypatch.setattr(validation, "MAX_PAIRS", 2 * per_region + 1)  # region 2 crosses it
+    with pytest.raises(InputError, match=r"^regions\[2\].storage: .*pairs in all"):
         parse_problem(data)
 
 

@@ -125,6 +125,17 @@ def good() -> dict:
     return state_to_dict(example_state())
 
 
+def _ensemble(data: dict, nodes: int, more_sites: int) -> None:
+    """``nodes`` nodes in Tokyo, and ``more_sites`` more sites 1 ms from everything."""
+    data["placement"] = {
+        "nodes": [{"name": f"n{k}", "site": "Tokyo"} for k in range(nodes)],
+        "leader": "n0",
+    }
+    data["sites"] += [f"extra{k}" for k in range(more_sites)]
+    n = len(data["sites"])
+    data["rtt_ms"] = [[1.0] * n for _ in range(n)]
+
+
 @pytest.mark.parametrize(
     ("change", "field"),
     [
@@ -141,6 +152,18 @@ def good() -> dict:
         (lambda d: d.update(threshold=-1), "threshold"),
         (lambda d: d.pop("placement"), "placement"),
         (lambda d: d["evaluation"].update(function="single_vm"), "placement.nodes"),
+        # Ranges (issue 15): huge numbers are refused by name instead of crashing the search.
+        (lambda d: d["rtt_ms"][0].__setitem__(1, 1e308), "rtt_ms[0][1]"),
+        (lambda d: d["rtt_ms"][1].__setitem__(0, 1000.5), "rtt_ms[1][0]"),
+        (lambda d: d["workload"][0].update(reads=1e308), "workload[0].reads"),
+        (lambda d: d["workload"][1].update(writes=10**400), "workload[1].writes"),
+        (lambda d: d["evaluation"].update(read_weight=1e308), "evaluation.read_weight"),
+        (lambda d: d["evaluation"].update(write_weight=-1), "evaluation.write_weight"),
+        (lambda d: d.update(threshold=1e308), "threshold"),
+        (lambda d: d.update(workload=d["workload"] * 51), "workload"),
+        (lambda d: d.update(sites=[f"s{k}" for k in range(101)]), "sites"),
+        (lambda d: _ensemble(d, nodes=10, more_sites=0), "placement.nodes"),
+        (lambda d: _ensemble(d, nodes=9, more_sites=20), "placement.nodes"),  # 8.8e8 candidates
     ],
 )
 def test_bad_input_names_its_field(change, field) -> None:

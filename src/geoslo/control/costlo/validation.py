@@ -6,6 +6,8 @@ prefix, and the rate one relay VM sustains; plus the SLO and the search's limits
 config.json is the selected configuration with its estimated latency and monthly cost.
 Every bad input raises :class:`~geoslo.errors.InputError` naming the field by its JSON
 path (``regions[1].storage.get_same_object.network_ms[3][0]``). Schema: docs/costlo.md.
+Every number has a range and every list a length bound (the constants below, also in the
+docs' table), so that whatever is accepted is selected in bounded time and memory.
 """
 
 from __future__ import annotations
@@ -46,10 +48,39 @@ __all__ = [
     "selection_to_dict",
     "tail_key",
     "MIN_SAMPLES",
+    "MAX_SAMPLES",
+    "MAX_PAIRS",
+    "MAX_REGIONS",
     "JSON_APPLICATIONS",
 ]
 
 MIN_SAMPLES = 10  # pairs per kind and pings per region; §6.5 uses 10K
+MAX_SAMPLES = 100_000  # ten times §6.5's 10K, per kind and for the pings
+MAX_PAIRS = 1_000_000  # pairs of every kind and region of one problem (the example: 160K)
+MAX_REGIONS = 32  # the paper's two providers had 21 regions
+# A latency sample over 5 s is a failed request, not a tail (the simulated clouds' slowest
+# PUT takes 2 s, the paper's medians are under 100 ms). The bound also bounds the width of
+# the estimator's distributions (10,000 points at 0.5 ms), and so an evaluation's cost.
+MAX_LATENCY_MS = 5_000.0
+MAX_SLO_MS = 60_000.0  # SLOs and margins: a minute
+MAX_ARRIVAL_MS = 1e13  # arrival times on any origin; Unix time in ms reaches 1e13 in 2286
+MAX_RATE_RPS = 1e9  # more than one prefix's clients send
+MIN_RELAY_RPS = 1.0  # a relay VM moves at least one request a second
+MAX_PER_MONTH = 1e16  # operations a month: 1e9 req/s for a month is 2.6e15
+MAX_OBJECT_BYTES = 5e12  # S3's largest object, 5 TB
+MAX_STORED_GB = 1e9  # an exabyte
+MAX_PRICE_USD = 1e4  # per unit of each price; list prices are cents
+MAX_PAGE_OBJECTS = 10_000  # §2's pages have 50
+# The search: best-first over copies x requests per copy in two regions and the PUT tuple.
+# One evaluation takes up to a few ms at these bounds (measured; docs/costlo.md).
+LIMITS_RANGES: dict[str, tuple[float, float]] = {
+    "max_copies": (1, 5),  # §5.2's default space goes to 3
+    "max_requests_per_copy": (1, 5),  # and to 4
+    "max_evaluations": (1, 10_000),  # twice the default
+    "probability_step": (0.001, 1.0),
+    "slo_margin_ms": (0.0, MAX_SLO_MS),
+}
+MAX_TIMEOUT_PERCENTILES = 100
 JSON_APPLICATIONS = ("operation", "page")
 _SOCIAL = (
     "'social' needs every follower prefix's regions and is available from the Python API "
@@ -77,10 +108,24 @@ def _build(cls, kwargs: dict, where: str):
 # ---------------------------------------------------------------------------- parse
 
 
+_WORKLOAD_HIGH = {
+    "gets_per_month": MAX_PER_MONTH,
+    "puts_per_month": MAX_PER_MONTH,
+    "object_bytes": MAX_OBJECT_BYTES,
+    "stored_gb": MAX_STORED_GB,
+    "peak_get_rps": MAX_RATE_RPS,
+    "peak_put_rps": MAX_RATE_RPS,
+}
+
+
 def _workload(value: Any) -> PrefixWorkload:
     names = _names(PrefixWorkload)
     check_keys(value, set(names), {"gets_per_month"}, "workload")
-    kwargs = {key: number(value[key], f"workload.{key}") for key in names if key in value}
+    kwargs = {
+        key: number(value[key], f"workload.{key}", 0.0, _WORKLOAD_HIGH[key])
+        for key in names
+        if key in value
+    }
     return _build(PrefixWorkload, kwargs, "workload")
 
 
@@ -90,7 +135,7 @@ def _slo(value: Any) -> Slo:
     for key in ("get_ms", "put_ms"):
         if key in value:
             raw = value[key]
-            kwargs[key] = None if raw is None else number(raw, f"slo.{key}")
+            kwargs[key] = None if raw is None else number(raw, f"slo.{key}", 0.0, MAX_SLO_MS)
     if "percentile" in value:
         kwargs["percentile"] = number(value["percentile"], "slo.percentile")
     if "application" in value:
@@ -101,7 +146,9 @@ def _slo(value: Any) -> Slo:
             raise InputError("slo.application", f"must be one of {list(JSON_APPLICATIONS)}")
         kwargs["application"] = application
     if "page_objects" in value:
-        kwargs["page_objects"] = integer(value["page_objects"], "slo.page_objects", 1)
+        kwargs["page_objects"] = integer(
+            value["page_objects"], "slo.page_objects", 1, MAX_PAGE_OBJECTS
+        )
     return _build(Slo, kwargs, "slo")
 
 
@@ -115,22 +162,41 @@ def _limits(value: Any) -> SearchLimits:
         if key not in value:
             continue
         raw, path, default = value[key], f"limits.{key}", getattr(defaults, key)
+        low, high = LIMITS_RANGES.get(key, (None, None))
         if isinstance(default, bool):
             kwargs[key] = boolean(raw, path)
         elif isinstance(default, int):
-            kwargs[key] = integer(raw, path)
+            kwargs[key] = integer(raw, path, low, high)
         elif isinstance(default, tuple):
-            kwargs[key] = tuple(float(x) for x in numbers(raw, path))
+            kwargs[key] = tuple(float(x) for x in _timeout_percentiles(raw, path))
         else:
-            kwargs[key] = number(raw, path)
+            kwargs[key] = number(raw, path, low, high)
     return _build(SearchLimits, kwargs, "limits")
+
+
+def _timeout_percentiles(value: Any, path: str) -> np.ndarray:
+    out = numbers(value, path, low=0.0, high=100.0)
+    if out.size > MAX_TIMEOUT_PERCENTILES:
+        raise InputError(path, f"must hold at most {MAX_TIMEOUT_PERCENTILES} percentiles")
+    return out
 
 
 def _prices(value: Any, where: str) -> StoragePrices:
     names = _names(StoragePrices)
     check_keys(value, set(names), set(names), where)
-    kwargs = {key: number(value[key], f"{where}.{key}") for key in names}
+    kwargs = {key: number(value[key], f"{where}.{key}", 0.0, MAX_PRICE_USD) for key in names}
     return _build(StoragePrices, kwargs, where)
+
+
+def _count(value: Any, path: str, what: str) -> list:
+    """A list of MIN_SAMPLES to MAX_SAMPLES entries (checked before its entries are)."""
+    items = as_list(value, path)
+    if not MIN_SAMPLES <= len(items) <= MAX_SAMPLES:
+        raise InputError(path, f"must hold {MIN_SAMPLES} to {MAX_SAMPLES} {what}, has {len(items)}")
+    return items
+
+
+_PAIR_HIGH = {"network_ms": MAX_LATENCY_MS, "service_ms": MAX_LATENCY_MS}
 
 
 def _pairs(value: Any, where: str) -> PairSamples:
@@ -138,10 +204,10 @@ def _pairs(value: Any, where: str) -> PairSamples:
     arrays = {}
     for key in ("network_ms", "service_ms", "arrival_ms"):
         path = f"{where}.{key}"
-        arrays[key] = check_non_negative(number_rows(value[key], path, 2), path)
+        rows = _count(value[key], path, "pairs [a, b]")
+        high = _PAIR_HIGH.get(key, MAX_ARRIVAL_MS)
+        arrays[key] = check_non_negative(number_rows(rows, path, 2, high=high), path)
         count = arrays[key].shape[0]
-        if count < MIN_SAMPLES:
-            raise InputError(path, f"must hold at least {MIN_SAMPLES} pairs [a, b], has {count}")
         first = arrays["network_ms"].shape[0]
         if count != first:
             raise InputError(path, f"must have as many pairs as network_ms ({first}), has {count}")
@@ -156,19 +222,18 @@ def _storage(value: Any, where: str) -> StorageMeasurements:
 
 
 def _ping(value: Any, where: str) -> np.ndarray:
-    out = check_non_negative(numbers(value, where), where)
-    if out.size < MIN_SAMPLES:
-        raise InputError(where, f"must hold at least {MIN_SAMPLES} RTT samples, has {out.size}")
-    return out
+    items = _count(value, where, "RTT samples")
+    return check_non_negative(numbers(items, where, high=MAX_LATENCY_MS), where)
+
+
+def _relay_rps(value: Any, where: str) -> float:
+    """Requests/s one VM relays; it divides the peak rate into VMs, so at least 1."""
+    return number(value, where, MIN_RELAY_RPS, MAX_RATE_RPS)
 
 
 def _region(value: Any, where: str) -> RegionInput:
     check_keys(value, _REGION_KEYS, _REGION_KEYS, where)
-    relay_rps = number(value["relay_rps"], f"{where}.relay_rps")
-    if relay_rps <= 0:
-        raise InputError(
-            f"{where}.relay_rps", f"must be > 0 (requests/s one VM relays), not {relay_rps}"
-        )
+    relay_rps = _relay_rps(value["relay_rps"], f"{where}.relay_rps")
     return RegionInput(
         name=string(value["name"], f"{where}.name"),
         prices=_prices(value["prices"], f"{where}.prices"),
@@ -178,14 +243,24 @@ def _region(value: Any, where: str) -> RegionInput:
     )
 
 
+def _pair_count(problem_regions: list[RegionInput]) -> int:
+    """Pairs of every kind in ``problem_regions`` (what MAX_PAIRS bounds)."""
+    kinds = _names(StorageMeasurements)
+    return sum(getattr(r.storage, k).network_ms.shape[0] for r in problem_regions for k in kinds)
+
+
 def _regions(value: Any) -> list[RegionInput]:
     items = as_list(value, "regions")
-    if not items:
-        raise InputError("regions", "must hold at least the serving region")
+    if not 1 <= len(items) <= MAX_REGIONS:
+        raise InputError("regions", f"must hold 1 to {MAX_REGIONS} regions, not {len(items)}")
     seen: dict[str, int] = {}
     out = []
     for k, item in enumerate(items):
         region = _region(item, f"regions[{k}]")
+        if _pair_count([*out, region]) > MAX_PAIRS:
+            raise InputError(
+                f"regions[{k}].storage", f"the regions hold more than {MAX_PAIRS} pairs in all"
+            )
         if region.name in seen:
             raise InputError(
                 f"regions[{k}].name", f"{region.name!r} is already regions[{seen[region.name]}]"
