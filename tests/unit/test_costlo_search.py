@@ -447,7 +447,8 @@ def test_the_solved_probability_is_the_smallest_on_the_grid_that_meets(applicati
         redundancy = _Redundancy(context)
         x_ms, target = redundancy.get_threshold_ms, redundancy.tail_target
         assert context.get_distribution(c).tail_probability(x_ms) <= target, key
-        less = replace(c, get_probability=round(c.get_probability - 0.1, 9))
+        step = context.limits.probability_step
+        less = replace(c, get_probability=max(0.0, round(c.get_probability - step, 9)))
         assert context.get_distribution(less).tail_probability(x_ms) > target, key
         checked += 1
     assert checked >= 20
