@@ -9,11 +9,14 @@ from __future__ import annotations
 
 import json
 import math
+import sys
 from typing import Any
 
 import numpy as np
 
 from geoslo.errors import InputError
+
+_FLOAT_MAX = sys.float_info.max
 
 __all__ = [
     "loads",
@@ -150,6 +153,8 @@ def number_rows(
         for j, x in enumerate(row):
             if isinstance(x, bool) or not isinstance(x, (int, float)):
                 raise InputError(f"{name}[{i}][{j}]", f"must be a number, not {type(x).__name__}")
+            if isinstance(x, int) and not -_FLOAT_MAX <= x <= _FLOAT_MAX:  # 10**400
+                raise InputError(f"{name}[{i}][{j}]", "must be finite (no NaN or infinity)")
     out = np.array(rows, dtype=float).reshape(len(rows), columns)
     bad = np.argwhere(~np.isfinite(out))
     if bad.size:
