@@ -119,9 +119,9 @@ def integer(value: Any, name: str, lowest: int | None = None, highest: int | Non
     if not x.is_integer():
         raise InputError(name, f"must be an integer, not {x:g}")
     if lowest is not None and x < lowest:
-        raise InputError(name, f"must be an integer >= {lowest}, not {x:.0f}")
+        raise InputError(name, f"must be an integer >= {lowest}, not {x:.15g}")
     if highest is not None and x > highest:
-        raise InputError(name, f"must be an integer <= {highest}, not {x:.0f}")
+        raise InputError(name, f"must be an integer <= {highest}, not {x:.15g}")
     return int(x)
 
 

@@ -96,12 +96,24 @@ def user_errors(command: Callable) -> Callable:
     return wrapper
 
 
+MAX_COSTLO_PROBLEMS = 1_000  # prefixes in one `costlo select` (each under a minute)
+MAX_INPUT_BYTES = 2**30  # ~20 CosTLO prefixes of 10,000 samples (47 MB each); split more
+
+
 def read_json(path: Path) -> dict:
-    """The JSON object in ``path`` (``-`` = stdin); InputError naming the file otherwise."""
+    """The JSON object in ``path`` (``-`` = stdin); InputError naming the file otherwise.
+    Inputs over MAX_INPUT_BYTES are refused before they are parsed (bounded memory)."""
     try:
-        text = sys.stdin.read() if str(path) == "-" else path.read_text()
-    except OSError as error:
-        raise InputError("--input", f"cannot read {path}: {error.strerror or error}") from error
+        if str(path) == "-":
+            text = sys.stdin.read(MAX_INPUT_BYTES + 1)
+        else:
+            with path.open(encoding="utf-8") as handle:
+                text = handle.read(MAX_INPUT_BYTES + 1)
+    except (OSError, UnicodeDecodeError) as error:
+        reason = getattr(error, "strerror", None) or error
+        raise InputError("--input", f"cannot read {path}: {reason}") from error
+    if len(text) > MAX_INPUT_BYTES:
+        raise InputError("--input", f"{path} is over {MAX_INPUT_BYTES // 2**20} MiB")
     data = loads(text, source=str(path))
     if not isinstance(data, dict):
         raise InputError("--input", f"{path} must hold a JSON object")
@@ -164,6 +176,8 @@ def costlo_select(
     items = data["problems"] if many else [data]
     if many and (not isinstance(items, list) or not items):
         raise InputError("problems", "must be a non-empty list of problem objects")
+    if many and len(items) > MAX_COSTLO_PROBLEMS:
+        raise InputError("problems", f"must hold at most {MAX_COSTLO_PROBLEMS:,} problems")
     problems = []
     for k, item in enumerate(items):
         try:
@@ -227,8 +241,11 @@ def director_example(
 
     A seeded cluster with a hot bin, underloaded servers and illustrative models."""
     from geoslo.control.director.example import example_state
-    from geoslo.control.director.validation import state_to_dict
+    from geoslo.control.director.validation import MAX_BINS, MAX_SERVERS, state_to_dict
 
+    for option, value, most in (("--servers", servers, MAX_SERVERS), ("--bins", bins, MAX_BINS)):
+        if value > most:  # what `director decide` would refuse
+            raise InputError(option, f"must be at most {most:,}, not {value:,}")
     try:
         example = example_state(servers, bins, seed)
     except InputError as error:
