@@ -15,6 +15,7 @@ import pytest
 
 from geoslo.control.director import Action, RunningAction
 from geoslo.live._backend import key_name
+from geoslo.live._resp import RedisConnection
 from geoslo.live.director import (
     ClusterConfig,
     DirectorCluster,
@@ -451,15 +452,14 @@ def test_two_clients_writing_the_same_keys_never_share_a_version(tmp_path):
 
 
 def test_a_copy_amid_bursts_from_two_clients_keeps_every_acked_version(tmp_path):
-    """Copy bin 0 from server-0 to server-3 amid bursts of puts (docs/director-live.md).
-    Burst 1 (client A, keys 0-19 of the bin) is in flight when the copy starts; it goes
-    to server-0/1 only, so the copy must wait for it (the drain) or read values it later
-    overwrites. Burst 2 (client A, keys 20-39) is sent once server-3 takes writes: server-3
-    applies it while server-0 still works through burst 1, so the copy reads older values
-    of those keys, which its version guard must not write over burst 2. Clients A and B
-    both write keys 40-59: their puts reach the replicas in different orders, which only
-    the put guard reconciles. Afterwards all three copies hold, for every key, the newest
-    acked version."""
+    """The put guard while a copy runs (docs/director-live.md, the version rule). Copy bin
+    0 from server-0 to server-3 amid bursts of puts. Clients A and B both write keys 40-59
+    of the bin; A's puts wait on its connections behind a burst of 400 puts to keys 0-19,
+    B's do not, and Redis reads a bounded chunk of each connection per turn of its event
+    loop, so B's later puts reach the replicas before A's earlier ones: only the put guard
+    keeps the newer. A second burst (keys 20-39) goes to server-3 too. Afterwards all
+    three copies hold, for every key, the newest acked version. (The pre-copy drain and
+    the copy's version guard have tests of their own below, which need them every run.)"""
     config = ClusterConfig(
         keys=600, bins=6, value_bytes=200, servers=3, standbys=1, boot_delay_s=0.0, seed=11
     )
@@ -502,47 +502,120 @@ def test_a_copy_amid_bursts_from_two_clients_keeps_every_acked_version(tmp_path)
         assert not wrong, f"{name}: {len(wrong)} keys not at their newest acked version: {wrong}"
 
 
-def test_a_copy_batch_read_behind_a_backlog_does_not_undo_newer_puts(tmp_path):
-    """The copy's version guard: server-0 (the source) works through a backlog of puts to
-    another bin, so each copy batch's read waits there while new puts to bin 0 are applied
-    at once on the idle target, server-3. The batch then carries older values to the
-    target, which must keep the newer ones (docs/director-live.md)."""
-    config = ClusterConfig(
-        keys=600,
-        bins=6,
-        value_bytes=200,
-        servers=3,
-        standbys=1,
-        boot_delay_s=0.0,
-        copy_batch_bytes=2048,
-        copy_rate_bytes_per_s=20_000,
-        seed=12,
-    )
+@contextlib.asynccontextmanager
+async def writes_held(cluster: DirectorCluster, name: str):
+    """``CLIENT PAUSE WRITE`` on this cluster's server ``name``: it still answers reads (a
+    copy's ``MGET``) but holds back every put it receives, as if each were still on its
+    way; the puts are applied, in order, when the block ends (``CLIENT UNPAUSE``)."""
+    connection = await RedisConnection.open(cluster.pool.get(name).port)
+    try:
+        assert await connection.command(b"CLIENT", b"PAUSE", 60_000, b"WRITE") == b"OK"
+        yield
+    finally:
+        await connection.command(b"CLIENT", b"UNPAUSE")
+        await connection.close()
+
+
+_HELD_CONFIG = ClusterConfig(
+    keys=600,
+    bins=6,
+    value_bytes=100,
+    servers=3,
+    standbys=1,
+    boot_delay_s=0.0,
+    request_timeout_s=60.0,  # server-0 answers no put while its writes are held
+    seed=12,
+)
+_HELD_KEYS = range(20)  # of bin 0, on server-0 and server-1; the copy goes to server-3
+
+
+def newest_acked(config: ClusterConfig, puts) -> dict[int, tuple[int, bytes]]:
+    """Each key of bin 0 at its newest acked put, or at its initial value."""
+    newest = {i: (0, initial_payload(i, config.value_bytes)) for i in range(100)}
+    for key, payload, result in puts:
+        assert result.acked, result
+        if result.version > newest[key][0]:
+            newest[key] = (result.version, payload)
+    return newest
+
+
+def stale_keys(stored: dict, newest: dict) -> dict[str, list[int]]:
+    return {
+        name: sorted(i for i in values if values[i] != newest[i])
+        for name, values in stored.items()
+        if any(values[i] != newest[i] for i in values)
+    }
+
+
+def test_a_copy_waits_for_the_puts_sent_before_it_began(tmp_path):
+    """The pre-copy drain (docs/director-live.md, copy step 2). Puts to bin 0 are sent
+    while server-0 (the copy's source) holds writes back, so they reach server-1 but are
+    still on their way to server-0; then the copy to server-3 starts. These puts do not go
+    to server-3, so the copy must not read server-0 before they land there: it waits for
+    them. Without that wait it reads the old values at once and server-3 keeps them. The
+    writes are released once the copy has ended or after ``hold_s``: the copy cannot end
+    before, if it waits, so the test passes however slow the machine; ``hold_s`` only
+    gives a copy that does not wait the time to show it (a few ms are enough)."""
+    config, hold_s = _HELD_CONFIG, 2.0
     copy = Action("copy", (0,), source="server-0", target="server-3")
 
     async def scenario():
         async with await DirectorCluster.up(tmp_path / "cluster", config) as cluster:
-            acked: dict[int, tuple[int, bytes]] = {}
-
-            async def put(key: int, payload: bytes) -> None:
-                result = await cluster.client.put(key, payload)
-                assert result.acked, result
-                if result.version > acked.get(key, (-1, b""))[0]:
-                    acked[key] = (result.version, payload)
-
-            bin_1 = cluster.layout.indices(1)  # on server-2 and server-0: the backlog
-            tasks = [asyncio.create_task(put(bin_1[i % 100], b"bg-%d" % i)) for i in range(600)]
-            cluster.start(running(copy))
-            for i in range(300):
-                tasks.append(asyncio.create_task(put(i % 100, b"w-%d" % i)))
-                await asyncio.sleep(0.004)
-            await asyncio.wait_for(asyncio.gather(*tasks), 30.0)
+            async with writes_held(cluster, "server-0"):
+                puts = []
+                for i in _HELD_KEYS:
+                    payload = b"before-copy-%d" % i
+                    puts.append((i, payload, asyncio.create_task(cluster.client.put(i, payload))))
+                while len(cluster.router.puts_in_flight((0,))) < len(_HELD_KEYS):
+                    await asyncio.sleep(0)  # every put sent, to server-0 and server-1
+                cluster.start(running(copy))
+                copied_while_held = await cluster.wait_idle(hold_s)
+            results = await asyncio.wait_for(asyncio.gather(*(t for _, _, t in puts)), 30.0)
             assert await cluster.wait_idle(30.0)
-            stored = await cluster.read_bin("server-3", 0)
-            return finished_of(cluster, copy), stored, acked
+            stored = {name: await cluster.read_bin(name, 0) for name in cluster.router.replicas(0)}
+            puts = [(key, payload, r) for (key, payload, _), r in zip(puts, results, strict=True)]
+            return finished_of(cluster, copy), copied_while_held, stored, puts
 
-    done, stored, acked = asyncio.run(scenario())
+    done, copied_while_held, stored, puts = asyncio.run(scenario())
     assert done.ok, done
-    newest = {i: acked.get(i, (0, initial_payload(i, config.value_bytes))) for i in stored}
-    wrong = sorted(i for i in stored if stored[i] != newest[i])
-    assert not wrong, f"server-3: {len(wrong)} keys older than their newest acked put: {wrong}"
+    assert set(stored) == {"server-0", "server-1", "server-3"}
+    stale = stale_keys(stored, newest_acked(config, puts))
+    assert not stale, (
+        f"older than an acked put (copy ended while held: {copied_while_held}): {stale}"
+    )
+
+
+def test_a_copy_batch_read_before_a_put_landed_does_not_undo_it_on_the_target(tmp_path):
+    """The copy's version guard (docs/director-live.md, the version rule). The copy from
+    server-0 to server-3 has begun (server-3 takes writes) when puts to bin 0 are sent;
+    server-0 holds them back while server-1 and server-3 apply them, and the copy, which
+    does not wait for puts sent after it began, reads server-0's older values and writes
+    them to server-3 after the puts (they reach server-3 before the copy has opened its
+    connection there). server-3 must keep the puts' newer versions."""
+    config = _HELD_CONFIG
+    copy = Action("copy", (0,), source="server-0", target="server-3")
+
+    async def scenario():
+        async with await DirectorCluster.up(tmp_path / "cluster", config) as cluster:
+            puts = []
+            async with writes_held(cluster, "server-0"):
+                cluster.start(running(copy))
+                while "server-3" not in cluster.router.copy_targets(0):
+                    await asyncio.sleep(0)
+                for i in _HELD_KEYS:
+                    payload = b"during-copy-%d" % i
+                    puts.append((i, payload, asyncio.create_task(cluster.client.put(i, payload))))
+                assert await cluster.wait_idle(30.0)  # the copy ends while server-0 holds them
+                held = {name: await cluster.read_bin(name, 0) for name in ("server-0", "server-3")}
+            results = await asyncio.wait_for(asyncio.gather(*(t for _, _, t in puts)), 30.0)
+            stored = {name: await cluster.read_bin(name, 0) for name in cluster.router.replicas(0)}
+            puts = [(key, payload, r) for (key, payload, _), r in zip(puts, results, strict=True)]
+            return finished_of(cluster, copy), held, stored, puts
+
+    done, held, stored, puts = asyncio.run(scenario())
+    assert done.ok, done
+    assert all(held["server-0"][i][0] == 0 for i in _HELD_KEYS)  # the copy read old values
+    assert set(stored) == {"server-0", "server-1", "server-3"}
+    newest = newest_acked(config, puts)
+    stale = stale_keys({"server-3 when the copy ended": held["server-3"], **stored}, newest)
+    assert not stale, f"older than an acked put: {stale}"
