@@ -73,7 +73,7 @@ def test_the_example_round_trips_and_decides():
     assert state_to_dict(state) == good()
     decision = decide(state)
     out = decision_to_dict(decision)
-    assert out["status"] == "solved"
+    assert out["status"] == "optimal"
     assert set(out["shares"]) == {"application", "replication", "vm_image"}
     assert sum(out["shares"].values()) <= 1 + 1e-9
     assert len(out["predicted_buffers_mb"]["application"]) == state.config.horizon
@@ -96,7 +96,7 @@ def test_the_command_line_decides_and_reports_bad_input_with_status_2(tmp_path):
     out = tmp_path / "shares.json"
     result = runner.invoke(app, ["replication", "decide", "-i", str(state), "-o", str(out)])
     assert result.exit_code == 0, result.output
-    assert json.loads(out.read_text())["status"] == "solved"
+    assert json.loads(out.read_text())["status"] == "optimal"
     bad = copy.deepcopy(json.loads(state.read_text()))
     bad["config"]["horizon"] = 0
     state.write_text(json.dumps(bad))

@@ -6,11 +6,14 @@ from __future__ import annotations
 from geoslo.control.replication.loop import ReplicationController
 from geoslo.control.replication.types import Decision, ReplicationState
 
-__all__ = ["decide"]
+__all__ = ["decide", "SOLVE_FAILED_EXIT"]
+
+SOLVE_FAILED_EXIT = 3  # the CLI's exit status when the solve failed (docs/replication.md)
 
 
 def decide(state: ReplicationState) -> Decision:
-    """The shares for the interval that starts at ``state.now_s``."""
+    """The shares for the interval that starts at ``state.now_s``; when the solve fails
+    (``Decision.held``), the shares in ``state.shares``."""
     filters = state.filters
     if filters is None:
         model = state.config.arrival_model

@@ -1,8 +1,12 @@
 """The controller across intervals (Dürango et al., CDC 2016, §IV): each interval, fold
 the measured arrivals into the Kalman filters, predict the horizon's arrivals (VM images
-from their schedule), solve the MPC and apply its first shares."""
+from their schedule), solve the MPC and apply its first shares. A solve that fails
+(status other than ``optimal``) changes nothing: the shares in force stay, with a warning
+in the log and ``Decision.held`` set."""
 
 from __future__ import annotations
+
+import logging
 
 import numpy as np
 
@@ -13,6 +17,7 @@ from geoslo.models import FilterState, image_arrivals, kalman_step, predicted_ar
 __all__ = ["ReplicationController", "EQUAL_SHARES", "next_integral"]
 
 EQUAL_SHARES = np.full(3, 1.0 / 3.0)
+_log = logging.getLogger(__name__)
 
 
 def next_integral(integral_mb: float, image_backlog_mb: float) -> float:
@@ -57,7 +62,16 @@ class ReplicationController:
         )
         self.integral_mb = next_integral(self.integral_mb, float(measurement.buffers_mb[2]))
         plan = self._mpc.solve(measurement.buffers_mb, arrivals, self.shares, self.integral_mb)
-        self.shares = plan.shares[0].copy()
+        if plan.held:
+            _log.warning(
+                "replication MPC at t=%.0f s: %s (OSQP: %s); keeping the shares in force %s",
+                now_s,
+                plan.status,
+                plan.solver_status,
+                np.round(self.shares, 4).tolist(),
+            )
+        else:
+            self.shares = plan.shares[0].copy()
         return Decision(
             shares=self.shares.copy(),
             planned_shares=plan.shares,
@@ -66,6 +80,7 @@ class ReplicationController:
             filters=self.filters,
             integral_mb=self.integral_mb,
             status=plan.status,
+            solver_status=plan.solver_status,
             objective=plan.objective,
             solve_ms=plan.solve_ms,
         )

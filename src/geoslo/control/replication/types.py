@@ -114,7 +114,12 @@ class ReplicationState:
 class Decision:
     """One MPC step: the shares to apply now, the planned shares and predicted buffers over
     the horizon (rows: intervals; columns: ``STREAMS``), the solver's status and time, and
-    the arrival filters after this interval's measurement."""
+    the arrival filters after this interval's measurement.
+
+    ``status`` is ``optimal`` when OSQP solved the QP; otherwise (``inaccurate``,
+    ``max_iter``, ``time_limit``, ``infeasible``, ``failed``) ``shares`` are the shares
+    that were in force, kept (``held``), and ``solver_status`` is OSQP's own word.
+    ``objective`` is the whole cost J (7) of the plan reported, buffers in units of C."""
 
     shares: np.ndarray
     planned_shares: np.ndarray
@@ -123,12 +128,18 @@ class Decision:
     filters: tuple[FilterState, FilterState]  # application, replication
     integral_mb: float  # the image integral i_vm after this interval (MB x intervals)
     status: str
+    solver_status: str
     objective: float
     solve_ms: float
 
     @property
     def success(self) -> bool:
-        return self.status in ("solved", "solved inaccurate")
+        return self.status == "optimal"
+
+    @property
+    def held(self) -> bool:
+        """The solve failed and the shares in force were kept."""
+        return not self.success
 
 
 def _finite(value: object) -> bool:

@@ -234,10 +234,13 @@ def state_to_dict(state: ReplicationState) -> dict:
 
 
 def decision_to_dict(decision: Decision) -> dict:
-    """shares.json: the shares, the plan over the horizon, the new filter state."""
+    """shares.json: the shares (held when the solve failed), the status, J, the plan over the
+    horizon, the new filter state."""
     return {
         "shares": _streams(decision.shares),
         "status": decision.status,
+        "solver_status": decision.solver_status,
+        "held": decision.held,
         "objective": decision.objective,
         "solve_ms": decision.solve_ms,
         "planned_shares": _trajectories(decision.planned_shares),

@@ -209,7 +209,7 @@ def _speed_section(report, runs: list[LinkRun], simulated_s: float, wall_s: floa
     median, p95 = float(np.median(steps)), float(np.percentile(steps, 95))
     report.section(
         "Speed",
-        f"MPC step (Kalman filters, predictions, the QP with H = 30: 210 variables, warm "
+        f"MPC step (Kalman filters, predictions, the QP with H = 30: 180 variables, warm "
         f"started): median {median:.2f} ms, 95th percentile {p95:.2f} ms, max "
         f"{steps.max():.2f} ms over {steps.size} steps (the issue's bar: well under 5 ms), "
         f"timed while {workers} runs shared the machine. Simulator: "
