@@ -141,3 +141,35 @@ def test_the_report_compares_each_procedures_final_ensemble_with_the_plan():
     text = _against_the_plan(plan, {"3-step": three_step, "other": all_tokyo})
     assert "3-step ended with 2 in tokyo + 1 in virginia, leader in tokyo, which is not" in text
     assert "other ended with 3 in tokyo, leader in tokyo, which is the plan" in text
+
+
+def test_an_image_store_request_that_gets_no_answer_fails_naming_it(monkeypatch):
+    """A silent server (hung, stopped) turns into an error, never a hang."""
+    import asyncio
+
+    from geoslo.errors import TestbedError
+    from geoslo.live.imagestore import _wire
+
+    monkeypatch.setattr(_wire, "REQUEST_TIMEOUT_S", 0.3)
+
+    async def scenario():
+        handled = asyncio.Event()
+
+        async def silent(reader, writer):
+            await reader.read()  # reads the request, never answers, until the client leaves
+            writer.close()
+            await writer.wait_closed()
+            handled.set()
+
+        server = await asyncio.start_server(silent, "127.0.0.1", 0)
+        connection = _wire.Connection(server.sockets[0].getsockname()[1])
+        try:
+            with pytest.raises(TestbedError, match="no answer to 'read'"):
+                await connection.request({"op": "read"})
+        finally:
+            await connection.close()
+            await handled.wait()
+            server.close()
+            await server.wait_closed()
+
+    asyncio.run(scenario())

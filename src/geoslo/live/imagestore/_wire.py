@@ -8,9 +8,12 @@ import asyncio
 import json
 import struct
 
+from geoslo.errors import TestbedError
+
 __all__ = ["send", "receive", "Connection", "StaleCloseError"]
 
 _LENGTHS = struct.Struct("!II")
+REQUEST_TIMEOUT_S = 60.0  # one request, even a block across the WAN, takes well under this
 
 
 class StaleCloseError(RuntimeError):
@@ -47,11 +50,25 @@ class Connection:
             if self._streams is None:
                 self._streams = await asyncio.open_connection("127.0.0.1", self.port)
             reader, writer = self._streams
-            await send(writer, header, payload)
-            reply, data, _ = await receive(reader)
+            try:
+                reply, data = await asyncio.wait_for(
+                    self._exchange(reader, writer, header, payload), REQUEST_TIMEOUT_S
+                )
+            except TimeoutError:
+                await self.close()  # the reply may still come: never read it as another's
+                raise TestbedError(
+                    f"image store on port {self.port}: no answer to {header.get('op')!r} "
+                    f"within {REQUEST_TIMEOUT_S:g} s"
+                ) from None
         if "error" in reply:
             kind = StaleCloseError if reply.get("stale") else RuntimeError
             raise kind(f"image store: {reply['error']}")
+        return reply, data
+
+    @staticmethod
+    async def _exchange(reader, writer, header: dict, payload: bytes) -> tuple[dict, bytes]:
+        await send(writer, header, payload)
+        reply, data, _ = await receive(reader)
         return reply, data
 
     async def close(self) -> None:
