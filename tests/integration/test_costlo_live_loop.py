@@ -52,3 +52,11 @@ def test_two_requests_to_one_copy_cost_double_and_help_little(live):
     same_copy = rows["same_copy"]
     assert same_copy["storage_requests_per_get"] == pytest.approx(2.0)
     assert same_copy["inflation_ms"] >= 0.5 * rows["baseline"]["inflation_ms"]
+
+
+def test_the_reports_acceptance_checks_hold(live):
+    from geoslo.experiments.costlo._live import check_live
+    from geoslo.report import failed_checks
+
+    index, results = live
+    assert all(check_live(results).values()) and failed_checks(index.parent) == []

@@ -258,8 +258,29 @@ def live_report(settings: LiveSettings, out_dir: Path, seed: int = 1, progress=p
         f"(lognormal); {settings.rate_rps:g} GETs/s for {settings.replay_s:g} s per replay; "
         f"seed {seed}."
     )
+    report.checks(check_live(results), "The live loop's results, measured on this run.")
     report.data("live_results", {k: v for k, v in results.items() if k != "selection"})
     return report.write(out_dir)
+
+
+def check_live(results: dict) -> dict[str, bool]:
+    """The live loop's acceptance checks: the stalls make a tail, CosTLO's choice cuts the
+    measured inflation for few extra requests, two requests to one copy do not (§2.2)."""
+    rows = {r["configuration"]: r for r in results["rows"]}
+    baseline, costlo, same = rows["baseline"], rows["costlo"], rows["same_copy"]
+    return {
+        "the injected stalls make a tail (baseline inflation over 5 ms)": (
+            baseline["inflation_ms"] > 5.0
+        ),
+        "CosTLO's configuration cuts the measured inflation to 0.6 of the baseline or less": (
+            costlo["inflation_ms"] <= 0.6 * baseline["inflation_ms"]
+        ),
+        "... for under 1.5 storage requests per GET": costlo["storage_requests_per_get"] < 1.5,
+        "two requests to one copy keep at least half the baseline's inflation": (
+            same["inflation_ms"] >= 0.5 * baseline["inflation_ms"]
+        ),
+        "every GET found its object": costlo["not_found"] == 0 and baseline["not_found"] == 0,
+    }
 
 
 LIVE_INTRO = (
