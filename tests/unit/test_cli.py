@@ -1,23 +1,13 @@
 """The command line: JSON in and out, one clear line and exit status 2 for bad input."""
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
+from _cli import geoslo
+
 EXAMPLE = Path(__file__).parents[2] / "examples" / "kurma-problem.json"
-
-
-def geoslo(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "geoslo", *args],
-        input=stdin,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
 
 
 def test_kurma_solve_writes_an_optimal_plan(tmp_path):

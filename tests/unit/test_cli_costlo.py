@@ -4,23 +4,13 @@ and exit status 2 for bad input (docs/costlo.md)."""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
+from _cli import geoslo
+
 SAMPLES = "2000"  # enough for the inference, small enough to keep the test fast
-
-
-def geoslo(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "geoslo", *args],
-        input=stdin,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
 
 
 @pytest.fixture(scope="module")

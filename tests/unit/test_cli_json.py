@@ -1,19 +1,8 @@
 """What every JSON contract shares: duplicate keys refused by name, exit statuses kept."""
 
-import subprocess
-import sys
-
 import pytest
 
-
-def geoslo(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "geoslo", *args],
-        input=stdin,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+from _cli import geoslo
 
 
 @pytest.mark.parametrize(
