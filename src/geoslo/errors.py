@@ -13,6 +13,8 @@ __all__ = [
     "DataError",
     "TestbedError",
     "DependencyError",
+    "WriteRefusedError",
+    "LockTimeoutError",
 ]
 
 
@@ -50,3 +52,24 @@ class TestbedError(GeosloError, RuntimeError):
 class DependencyError(TestbedError):
     """A program the live testbed needs is missing and could not be installed; the message
     says which Debian package provides it."""
+
+
+class WriteRefusedError(TestbedError):
+    """A storage copy refused a versioned write: it holds a newer version, or the same
+    version with another value. The write did not happen and is never acknowledged;
+    ``stored_version`` is what the copy holds."""
+
+    def __init__(self, key: str, copy: str, version: int, stored_version: int) -> None:
+        self.key = key
+        self.copy = copy
+        self.version = version
+        self.stored_version = stored_version
+        super().__init__(
+            f"write of {key!r} version {version} refused by copy {copy}, which holds version "
+            f"{stored_version}; retry the PUT (it will take a newer version)"
+        )
+
+
+class LockTimeoutError(TestbedError, TimeoutError):
+    """A lock was not granted within its timeout; the message names the lock and its
+    holder. The holder's lease expires if it stopped renewing it: retry later."""

@@ -11,7 +11,7 @@ import pytest
 
 from geoslo.control.costlo import configuration_from_dict, configuration_to_dict
 from geoslo.control.costlo.types import Configuration, GetTuple, PutTuple
-from geoslo.errors import InputError, TestbedError
+from geoslo.errors import InputError, LockTimeoutError, TestbedError
 from geoslo.live.costlo import (
     SECOND,
     SERVING,
@@ -38,7 +38,7 @@ from geoslo.live.costlo import (
     workload_value,
 )
 from geoslo.live.costlo._jsonlines import serve_json_lines
-from geoslo.live.costlo._locks import read_json_lines
+from geoslo.live.costlo._locks import initialise_backup, read_json_lines
 
 
 def config(
@@ -345,8 +345,9 @@ def test_lock_client_speaks_json_lines_to_the_service(tmp_path):
             assert await first.release("S", "o", "a", 7) == 7
             assert await waiting == 7
             assert await second.version("o") == 7
-            with pytest.raises(TestbedError, match="does not hold"):
-                await first.release("S", "o", "a", 8)
+            # "a" lost the lock: the release frees nothing, but its version is noted.
+            assert await first.release_lock("S", "o", "a", 8) == (8, False)
+            assert await first.holder("S", "o") == "b"
             with pytest.raises(TestbedError, match="unknown"):
                 await first._connection.request({"op": "steal"})
         finally:
@@ -357,6 +358,117 @@ def test_lock_client_speaks_json_lines_to_the_service(tmp_path):
             service.close()
 
     asyncio.run(scenario())
+
+
+# --- leases, timeouts and lost state (issue 15) -------------------------------------------------
+def test_an_expired_l_s_raises_a_known_version_by_one_and_l_a_does_not():
+    table = LockTable()
+    table.acquire("S", "o", "a")
+    table.release("S", "o", "a", 4)
+    table.acquire("S", "o", "dead")
+    table.acquire("A", "o", "dead")
+    assert table.expire("S", "o") == "dead" and table.version("o") == 5  # it may have written 5
+    assert table.expire("A", "o") == "dead" and table.version("o") == 5
+    assert table.expire("S", "o") is None and table.version("o") == 5  # nobody held it
+
+
+def test_a_table_with_lost_state_knows_only_the_versions_it_has_seen_since():
+    table = LockTable(complete=False)
+    assert not table.known("o") and table.version("o") == 0
+    table.acquire("S", "o", "dead")
+    table.expire("S", "o")
+    assert not table.known("o")  # an unknown version is not guessed
+    table.note_version("o", 7)
+    assert table.known("o") and table.version("o") == 7
+    again = LockTable()
+    again.apply(json.loads(json.dumps(table.snapshot())))
+    assert not again.complete and again.known("o") and not again.known("p")
+    again.apply({"op": "version", "key": "p", "version": 2})
+    again.apply({"op": "grant", "kind": "S", "key": "p", "owner": "x"})
+    again.apply({"op": "expire", "kind": "S", "key": "p"})
+    assert again.version("p") == 3 and again.holder("S", "p") is None
+
+
+def test_a_service_without_a_backup_says_its_state_was_lost(tmp_path):
+    async def scenario():
+        lost = LockService(tmp_path / "lost.jsonl")
+        initialise_backup(tmp_path / "new.jsonl")
+        new = LockService(tmp_path / "new.jsonl")
+        message = {"op": "acquire", "kind": "S", "key": "o", "owner": "a"}
+        replies = [await lost.handle(message), await new.handle(message)]
+        lost.close()
+        new.close()
+        return replies
+
+    lost, new = asyncio.run(scenario())
+    assert lost == {"version": 0, "known": False} and new == {"version": 0, "known": True}
+
+
+def test_a_holder_that_stops_renewing_loses_the_lock_to_a_waiter(tmp_path):
+    async def scenario():
+        service = LockService(tmp_path / "locks.jsonl", lease_s=0.2)
+        service.table.complete = True
+        await service.acquire("S", "o", "a")
+        service.release("S", "o", "a", 3)
+        await service.acquire("S", "o", "dead")  # never renewed, never released
+        version = await service.acquire("S", "o", "waiter", timeout_s=30.0)
+        holder = service.table.holder("S", "o")
+        late = service.release("S", "o", "dead", 4)  # the dead holder's late release
+        service.close()
+        return version, holder, late, read_json_lines(tmp_path / "locks.jsonl")
+
+    version, holder, late, records = asyncio.run(scenario())
+    assert version == 4 and holder == "waiter"  # 3 + 1: the dead holder may have written 4
+    assert late == (4, False)  # frees nothing
+    assert {"op": "expire", "kind": "S", "key": "o"} in records
+
+
+def test_a_renewed_lease_keeps_the_lock_and_the_waiter_times_out(tmp_path):
+    async def scenario():
+        service = LockService(tmp_path / "locks.jsonl", lease_s=60.0)
+        await service.acquire("S", "o", "a")
+        with pytest.raises(LockTimeoutError, match="held by 'a'"):
+            await service.acquire("S", "o", "b", timeout_s=0.05)
+        assert service.renew("S", "o", "a") and not service.renew("S", "o", "b")
+        service.release("S", "o", "a", 1)
+        holder = service.table.holder("S", "o")  # the waiter that gave up is skipped
+        service.close()
+        return holder
+
+    assert asyncio.run(scenario()) is None
+
+
+def test_the_lock_client_times_out_and_asks_a_restarted_service_again(tmp_path):
+    from geoslo.live._processes import free_ports
+
+    async def scenario():
+        (port,) = free_ports(1)
+        backup = tmp_path / "locks.jsonl"
+        initialise_backup(backup)
+        service = LockService(backup)
+        server = await serve_json_lines(service.handle, port)
+        client = await LockClient.open(port)
+        try:
+            grant = await client.grant("S", "o", "a", lease_s=60.0, timeout_s=5.0)
+            with pytest.raises(LockTimeoutError):
+                await client.grant("S", "o", "b", lease_s=60.0, timeout_s=0.05)
+            server.close()  # the service dies: its listener and its connections go
+            client._connection._writer.transport.abort()
+            await server.wait_closed()
+            service.close()
+            service = LockService(backup)  # restarted from its backup: "a" still holds
+            server = await serve_json_lines(service.handle, port)
+            again = await client.grant("S", "o", "a", lease_s=60.0, timeout_s=5.0)
+            released = await client.release_lock("S", "o", "a", 1)
+        finally:
+            await client.close()
+            server.close()
+            await server.wait_closed()
+            service.close()
+        return grant, again, released
+
+    grant, again, released = asyncio.run(scenario())
+    assert grant.known and again.version == 0 and released == (1, True)
 
 
 # --- the VM log and its replay -----------------------------------------------------------------

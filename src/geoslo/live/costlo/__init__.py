@@ -7,6 +7,7 @@ from geoslo.live.costlo._client import CostloClient, GetRecord
 from geoslo.live.costlo._cluster import CostloCluster
 from geoslo.live.costlo._locks import (
     LockClient,
+    LockGrant,
     LockService,
     LockServiceConfig,
     LockTable,
@@ -39,7 +40,7 @@ from geoslo.live.costlo._plan import (
     storage_request_count,
 )
 from geoslo.live.costlo._relay import RelayConfig, run_relay, serve_relay
-from geoslo.live.costlo._storage import RegionStore
+from geoslo.live.costlo._storage import RegionStore, WriteOutcome
 from geoslo.live.costlo._vm import PutRecord, VmLibrary
 from geoslo.live.costlo._vm_process import (
     VmProcessConfig,
@@ -58,6 +59,7 @@ __all__ = [
     "GetPlan",
     "GetRecord",
     "LockClient",
+    "LockGrant",
     "LockService",
     "LockServiceConfig",
     "LockTable",
@@ -72,6 +74,7 @@ __all__ = [
     "VmLibrary",
     "VmLog",
     "VmProcessConfig",
+    "WriteOutcome",
     "copy_key",
     "decode_value",
     "encode_value",

@@ -10,6 +10,8 @@ records every PID in ``cluster.json``; ``down`` stops only those PIDs.
 from __future__ import annotations
 
 import json
+import os
+import signal
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -26,7 +28,7 @@ from geoslo.live._processes import (
     wait_for_port,
 )
 from geoslo.live._wan import DelayPath, WanConfig
-from geoslo.live.costlo._locks import LockServiceConfig
+from geoslo.live.costlo._locks import DEFAULT_LEASE_S, LockServiceConfig, initialise_backup
 from geoslo.live.costlo._objects import REGIONS, SECOND, SERVING, RegionEndpoints, Regions
 from geoslo.live.costlo._relay import RelayConfig
 from geoslo.live.costlo._vm_process import VmProcessConfig
@@ -47,6 +49,7 @@ class CostloCluster:
     wan_servers: list[int]  # WAN ports to the second region's servers, in order
     wan_relay: int  # WAN port to the second region's relay
     processes: list[dict] = field(default_factory=list)
+    lease_s: float = DEFAULT_LEASE_S  # the lock services' default lease
 
     # --- endpoints ---------------------------------------------------------------------------
     def regions(self) -> Regions:
@@ -75,8 +78,10 @@ class CostloCluster:
         second_rtt_ms: float = 10.0,
         residual_rtt_mean_ms: float = 0.5,
         seed: int = 0,
+        lease_s: float = DEFAULT_LEASE_S,
     ) -> CostloCluster:
-        """Start every process (all at once, then wait for their ports)."""
+        """Start every process (all at once, then wait for their ports). The lock services
+        start from a new, empty backup (their state is complete, not lost)."""
         redis = find_program("redis-server", "redis-server")
         state_dir = Path(state_dir)
         state_dir.mkdir(parents=True, exist_ok=True)
@@ -89,7 +94,10 @@ class CostloCluster:
             {r: next(ports) for r in REGIONS},
             [next(ports) for _ in range(servers_per_region)],
             next(ports),
+            lease_s=lease_s,
         )
+        for region in REGIONS:
+            initialise_backup(Path(cluster._locks_config(region).backup_path))
         try:
             cluster._start_all(redis, residual_rtt_mean_ms, seed)
         except BaseException:
@@ -119,7 +127,7 @@ class CostloCluster:
 
     def _locks_config(self, region: str) -> LockServiceConfig:
         backup = self.state_dir / f"locks-{region}.jsonl"
-        return LockServiceConfig(self.locks[region], str(backup))
+        return LockServiceConfig(self.locks[region], str(backup), self.lease_s)
 
     def _wan_config(self, residual_rtt_mean_ms: float, seed: int) -> WanConfig:
         rtt = BaseRttSchedule.constant(self.second_rtt_ms)
@@ -152,6 +160,37 @@ class CostloCluster:
         command = python_module_command("geoslo.live", "costlo-vm", str(path))
         self.processes = [p for p in self.processes if p["name"] != name or process_alive(p["pid"])]
         return self._launch(name, command, None)
+
+    def kill(self, name: str) -> None:
+        """SIGKILL one recorded process (``redis-serving-0``, ``locks-serving``, ...) by its
+        PID and wait until it is gone: a crash, for tests."""
+        (record,) = [p for p in self.processes if p["name"] == name]
+        if process_alive(record["pid"]):
+            os.kill(record["pid"], signal.SIGKILL)
+        deadline = time.monotonic() + 10.0
+        while process_alive(record["pid"]):
+            if time.monotonic() > deadline:
+                raise TestbedError(f"{name} (pid {record['pid']}) did not die after SIGKILL")
+            time.sleep(0.01)
+        self.processes.remove(record)
+        self.save()
+
+    def restart_lock_service(
+        self, region: str = SERVING, lose_state: bool = False, old_backup: Path | None = None
+    ) -> None:
+        """Kill a region's lock service and start it again on its port: from its backup,
+        with the backup deleted (``lose_state``: every version and lock forgotten), or from
+        a copy of an earlier backup (``old_backup``: stale versions)."""
+        name = f"locks-{region}"
+        self.kill(name)
+        config = self._locks_config(region)
+        if lose_state:
+            Path(config.backup_path).unlink(missing_ok=True)
+        elif old_backup is not None:
+            Path(config.backup_path).write_bytes(Path(old_backup).read_bytes())
+        self._launch_module("costlo-locks", name, config, config.port)
+        (record,) = [p for p in self.processes if p["name"] == name]
+        wait_for_port(config.port, 15.0, pid=record["pid"])
 
     def down(self) -> int:
         """Stop every process this cluster started (by PID); how many were running."""

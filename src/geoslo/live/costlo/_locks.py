@@ -2,15 +2,21 @@
 
 Per object it holds the latest version number and two locks: L_S ("S", synchronous PUTs
 to the local storage service) and L_A ("A", asynchronous propagation to the remaining
-copies), each held by an owner id. State lives in memory with a persistent backup: an
-append-only JSON-lines file, flushed and fsync'd before a request is answered, replayed
-(and rewritten as one snapshot) on start. ``acquire`` waits until the lock is free, in
-arrival order; an owner that already holds the lock gets it at once, which is how a VM
-library that restarted takes back the locks of its unfinished operations.
+copies), each held by an owner id under a lease. State lives in memory with a persistent
+backup: an append-only JSON-lines file, flushed and fsync'd before a request is answered,
+replayed (and rewritten as one snapshot) on start. ``acquire`` waits until the lock is
+free, in arrival order, up to a timeout; an owner that already holds the lock gets it at
+once, which is how a VM library that restarted takes back the locks of its unfinished
+operations. A holder renews its lease; a lease not renewed in time expires when someone
+waits for the lock, and an expired L_S raises the object's version by one (the holder may
+have written version v+1). A service started without a backup has lost its state: it says
+so (``known: false``) for every object it has not seen since, and the VM library then
+learns the version from storage.
 
-Protocol (JSON lines, see ``_jsonlines``): ``acquire`` (kind, key, owner) -> version;
-``release`` (kind, key, owner, version or null) -> version; ``version`` (key);
-``holder`` (kind, key) -> owner.
+Protocol (JSON lines, see ``_jsonlines``): ``acquire`` (kind, key, owner, lease_s,
+timeout_s) -> version, known (or timed_out, holder); ``renew`` (kind, key, owner,
+lease_s) -> held; ``release`` (kind, key, owner, version or null) -> version, held;
+``version`` (key); ``holder`` (kind, key) -> owner.
 """
 
 from __future__ import annotations
@@ -18,11 +24,12 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import time
 from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
 
-from geoslo.errors import InputError
+from geoslo.errors import InputError, LockTimeoutError, TestbedError
 from geoslo.live._processes import JsonConfigFile
 from geoslo.live.costlo._jsonlines import JsonLineClient, run_until_sigterm, serve_until
 
@@ -31,13 +38,16 @@ __all__ = [
     "LockTable",
     "LockService",
     "LockClient",
+    "LockGrant",
     "LockServiceConfig",
     "serve_lock_service",
     "run_lock_service",
     "read_json_lines",
+    "initialise_backup",
 ]
 
 LOCK_KINDS = ("S", "A")  # §5.4: L_S for synchronous PUTs, L_A for asynchronous ones
+DEFAULT_LEASE_S = 5.0  # ours: §5.4 assumes a dead VM restarts; a lease bounds the wait if not
 
 
 def _check_kind(kind: str) -> None:
@@ -50,14 +60,21 @@ class LockTable:
 
     :meth:`acquire` answers ``"granted"`` (the state changed), ``"held"`` (the owner
     already holds it) or ``"busy"``; :meth:`apply` replays a record of the backup.
+    ``complete`` is False when the state was lost: then only the objects in ``versions``
+    have a known version (:meth:`known`).
     """
 
-    def __init__(self) -> None:
+    def __init__(self, complete: bool = True) -> None:
         self.versions: dict[str, int] = {}
         self.holders: dict[tuple[str, str], str] = {}
+        self.complete = complete
 
     def version(self, key: str) -> int:
         return self.versions.get(key, 0)
+
+    def known(self, key: str) -> bool:
+        """Whether the version of ``key`` is known (always, unless the state was lost)."""
+        return self.complete or key in self.versions
 
     def holder(self, kind: str, key: str) -> str | None:
         return self.holders.get((kind, key))
@@ -79,26 +96,46 @@ class LockTable:
         if current != owner:
             raise InputError("owner", f"{owner!r} does not hold L_{kind} of {key!r} ({current!r})")
         del self.holders[(kind, key)]
+        self.note_version(key, version)
+
+    def note_version(self, key: str, version: int | None) -> None:
+        """Raise the object's version to ``version`` (a written version is never above it)."""
         if version is not None:
             self.versions[key] = max(self.version(key), int(version))
+
+    def expire(self, kind: str, key: str) -> str | None:
+        """Take the lock from a holder whose lease ran out; the former holder. An expired
+        L_S raises a known version by one: its holder may have written v+1 (§5.4)."""
+        _check_kind(kind)
+        owner = self.holders.pop((kind, key), None)
+        if owner is not None and kind == "S" and self.known(key):
+            self.versions[key] = self.version(key) + 1
+        return owner
 
     def snapshot(self) -> dict:
         return {
             "op": "snapshot",
             "versions": dict(self.versions),
             "holders": [[kind, key, owner] for (kind, key), owner in self.holders.items()],
+            "complete": self.complete,
         }
 
     def apply(self, record: dict) -> None:
-        """Replay one backup record (``grant``, ``release`` or ``snapshot``)."""
+        """Replay one backup record (``grant``, ``release``, ``version``, ``expire`` or
+        ``snapshot``)."""
         op = record.get("op")
         if op == "grant":
             self.holders[(record["kind"], record["key"])] = record["owner"]
         elif op == "release":
             self.release(record["kind"], record["key"], record["owner"], record.get("version"))
+        elif op == "version":
+            self.note_version(record["key"], record["version"])
+        elif op == "expire":
+            self.expire(record["kind"], record["key"])
         elif op == "snapshot":
             self.versions = {k: int(v) for k, v in record["versions"].items()}
             self.holders = {(kind, key): owner for kind, key, owner in record["holders"]}
+            self.complete = bool(record.get("complete", True))
         else:
             raise InputError("op", f"unknown lock record {record!r}")
 
@@ -126,17 +163,36 @@ def fsync_append(file, record: dict) -> None:
     os.fsync(file.fileno())
 
 
-class LockService:
-    """The in-memory service with its persistent backup (one per region)."""
+def initialise_backup(backup_path: Path) -> None:
+    """Write the backup of a new deployment: no object, state complete. A service that
+    starts without any backup treats its state as lost (``LockTable.complete`` False)."""
+    path = Path(backup_path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w") as file:
+        fsync_append(file, LockTable().snapshot())
 
-    def __init__(self, backup_path: Path) -> None:
-        self.table = LockTable()
+
+class LockService:
+    """The in-memory service with its persistent backup (one per region).
+
+    Leases are kept in memory, on the monotonic clock: a holder found in the backup at
+    start gets a fresh lease of ``lease_s``.
+    """
+
+    def __init__(self, backup_path: Path, lease_s: float = DEFAULT_LEASE_S) -> None:
         self.backup_path = Path(backup_path)
-        for record in read_json_lines(self.backup_path):
+        records = read_json_lines(self.backup_path)
+        self.table = LockTable(complete=any(r.get("op") == "snapshot" for r in records))
+        for record in records:
             self.table.apply(record)
+        self.lease_s = lease_s
         self._rewrite_backup()
         self._backup = open(self.backup_path, "a")  # noqa: SIM115 (closed by close())
-        self._waiters: dict[tuple[str, str], deque[tuple[str, asyncio.Future]]] = {}
+        self._waiters: dict[tuple[str, str], deque[tuple[str, asyncio.Future, float]]] = {}
+        now = time.monotonic()
+        self._expires_at: dict[tuple[str, str], float] = {
+            lock: now + lease_s for lock in self.table.holders
+        }
 
     def _rewrite_backup(self) -> None:
         """Compact the backup into one snapshot record (atomically: write, fsync, rename)."""
@@ -152,37 +208,100 @@ class LockService:
     def _persist(self, record: dict) -> None:
         fsync_append(self._backup, record)
 
-    async def acquire(self, kind: str, key: str, owner: str) -> int:
-        """Wait until ``owner`` holds the lock; the object's version."""
+    def _grant(self, kind: str, key: str, owner: str, lease_s: float) -> bool:
+        """Grant (or renew for its holder) if the lock is free; False if it is busy."""
         outcome = self.table.acquire(kind, key, owner)
+        if outcome == "busy":
+            return False
         if outcome == "granted":
             self._persist({"op": "grant", "kind": kind, "key": key, "owner": owner})
-        if outcome != "busy":
+        self._expires_at[(kind, key)] = time.monotonic() + lease_s
+        return True
+
+    async def acquire(
+        self,
+        kind: str,
+        key: str,
+        owner: str,
+        lease_s: float | None = None,
+        timeout_s: float | None = None,
+    ) -> int:
+        """Wait until ``owner`` holds the lock; the object's version. A holder whose lease
+        ran out loses the lock to the oldest waiter; after ``timeout_s`` the request gives
+        up with :class:`LockTimeoutError` (its place in the queue is dropped)."""
+        lease_s = self.lease_s if lease_s is None else float(lease_s)
+        if self._grant(kind, key, owner, lease_s):
             return self.table.version(key)
+        give_up = None if timeout_s is None else time.monotonic() + float(timeout_s)
         future = asyncio.get_running_loop().create_future()
-        self._waiters.setdefault((kind, key), deque()).append((owner, future))
-        await future  # cancelled (client gone): the hand-over skips it
+        self._waiters.setdefault((kind, key), deque()).append((owner, future, lease_s))
+        try:
+            while not future.done():
+                now = time.monotonic()
+                expires = self._expires_at.get((kind, key), now)
+                if expires <= now:
+                    self._expire(kind, key)
+                    continue
+                if give_up is not None and now >= give_up:
+                    holder = self.table.holder(kind, key)
+                    raise LockTimeoutError(
+                        f"L_{kind} of {key!r} not granted to {owner!r} within {timeout_s:.3g} s "
+                        f"(held by {holder!r})"
+                    )
+                wake = expires if give_up is None else min(expires, give_up)
+                await asyncio.wait({future}, timeout=wake - now)
+        finally:
+            if not future.done():
+                future.cancel()  # timed out or cancelled (client gone): the hand-over skips it
         return self.table.version(key)
 
-    def release(self, kind: str, key: str, owner: str, version: int | None = None) -> int:
+    def _expire(self, kind: str, key: str) -> None:
+        former = self.table.expire(kind, key)
+        self._expires_at.pop((kind, key), None)
+        if former is not None:
+            self._persist({"op": "expire", "kind": kind, "key": key})
+        self._hand_over(kind, key)
+
+    def renew(self, kind: str, key: str, owner: str, lease_s: float | None = None) -> bool:
+        """Extend the holder's lease; False if ``owner`` does not hold the lock (any more)."""
+        _check_kind(kind)
+        if self.table.holder(kind, key) != owner:
+            return False
+        self._expires_at[(kind, key)] = time.monotonic() + (
+            self.lease_s if lease_s is None else float(lease_s)
+        )
+        return True
+
+    def release(
+        self, kind: str, key: str, owner: str, version: int | None = None
+    ) -> tuple[int, bool]:
+        """Free the lock and set the version; ``(version, held)``. An owner that lost the
+        lock (lease expired, state lost) frees nothing, but the version it wrote is noted:
+        the service's version is never below a written one."""
+        _check_kind(kind)
+        if self.table.holder(kind, key) != owner:
+            if version is not None and int(version) > self.table.version(key):
+                self.table.note_version(key, version)
+                self._persist({"op": "version", "key": key, "version": int(version)})
+            return self.table.version(key), False
         self.table.release(kind, key, owner, version)
+        self._expires_at.pop((kind, key), None)
         self._persist(
             {"op": "release", "kind": kind, "key": key, "owner": owner, "version": version}
         )
         self._hand_over(kind, key)
-        return self.table.version(key)
+        return self.table.version(key), True
 
     def _hand_over(self, kind: str, key: str) -> None:
         """Grant a freed lock to the oldest live waiter (and its owner's other waiters)."""
         queue = self._waiters.get((kind, key))
         while queue:
-            owner, future = queue.popleft()
+            owner, future, lease_s = queue.popleft()
             if future.done():
                 continue
-            self.table.acquire(kind, key, owner)
-            self._persist({"op": "grant", "kind": kind, "key": key, "owner": owner})
+            self._grant(kind, key, owner, lease_s)
             future.set_result(None)
-            for other_owner, other in queue:
+            for other_owner, other, _ in queue:
                 if other_owner == owner and not other.done():
                     other.set_result(None)
             break
@@ -193,11 +312,20 @@ class LockService:
         op = message.get("op")
         if op == "acquire":
             kind, key, owner = message["kind"], message["key"], message["owner"]
-            return {"version": await self.acquire(kind, key, owner)}
+            lease_s, timeout_s = message.get("lease_s"), message.get("timeout_s")
+            try:
+                version = await self.acquire(kind, key, owner, lease_s, timeout_s)
+            except LockTimeoutError as error:
+                return {"timed_out": str(error)}
+            return {"version": version, "known": self.table.known(key)}
+        if op == "renew":
+            args = (message["kind"], message["key"], message["owner"], message.get("lease_s"))
+            return {"held": self.renew(*args)}
         if op == "release":
             version = message.get("version")
             args = (message["kind"], message["key"], message["owner"], version)
-            return {"version": self.release(*args)}
+            version, held = self.release(*args)
+            return {"version": version, "held": held}
         if op == "version":
             return {"version": self.table.version(message["key"])}
         if op == "holder":
@@ -206,33 +334,114 @@ class LockService:
         raise InputError("op", f"unknown lock-service operation {op!r}")
 
 
-class LockClient:
-    """A VM library's connection to its region's lock service (local: no WAN delay)."""
+@dataclass(frozen=True)
+class LockGrant:
+    """A granted lock: the object's version, and whether the service knows it (False
+    after the service lost its state: then the VM library learns it from storage)."""
 
-    def __init__(self, connection: JsonLineClient) -> None:
+    version: int
+    known: bool = True
+
+
+class LockClient:
+    """A VM library's connection to its region's lock service (local: no WAN delay).
+
+    A lost connection (the service restarted) is reopened on the next request; a waiting
+    ``acquire`` asks again, as the same owner, until its timeout.
+    """
+
+    def __init__(self, port: int, connection: JsonLineClient | None = None) -> None:
+        self.port = port
         self._connection = connection
 
     @classmethod
     async def open(cls, port: int) -> LockClient:
-        return cls(await JsonLineClient.open(port, "lock service"))
+        return cls(port, await JsonLineClient.open(port, "lock service"))
 
     async def close(self) -> None:
-        await self._connection.close()
+        if self._connection is not None:
+            await self._connection.close()
+        self._connection = None
 
-    async def acquire(self, kind: str, key: str, owner: str) -> int:
-        """Wait for the lock; the object's current version."""
+    async def _request(self, message: dict) -> dict:
+        if self._connection is None or self._connection.closed:
+            if self._connection is not None:
+                await self._connection.close()
+            self._connection = None
+            self._connection = await JsonLineClient.open(self.port, "lock service")
+        return await self._connection.request(message)
+
+    async def grant(
+        self,
+        kind: str,
+        key: str,
+        owner: str,
+        lease_s: float | None = None,
+        timeout_s: float | None = None,
+    ) -> LockGrant:
+        """Wait for the lock (at most ``timeout_s``: then LockTimeoutError)."""
         message = {"op": "acquire", "kind": kind, "key": key, "owner": owner}
-        return int((await self._connection.request(message))["version"])
+        message.update(lease_s=lease_s, timeout_s=timeout_s)
+        if timeout_s is None:
+            reply = await self._request(message)
+        else:
+            reply = await self._grant_within(message, float(timeout_s))
+        if "timed_out" in reply:
+            raise LockTimeoutError(f"lock service: {reply['timed_out']}")
+        return LockGrant(int(reply["version"]), bool(reply.get("known", True)))
+
+    async def _grant_within(self, message: dict, timeout_s: float) -> dict:
+        """Ask until granted or ``timeout_s`` passed; a lost service is asked again."""
+        loop = asyncio.get_running_loop()
+        give_up = loop.time() + timeout_s
+        while True:
+            left_s = give_up - loop.time()
+            try:
+                # The service answers timed_out itself; the margin covers a mute service.
+                return await asyncio.wait_for(
+                    self._request(dict(message, timeout_s=max(left_s, 0.0))), left_s + 1.0
+                )
+            except TimeoutError:
+                raise LockTimeoutError(
+                    f"lock service at port {self.port}: no answer within {timeout_s} s"
+                ) from None
+            except TestbedError:
+                if loop.time() >= give_up:
+                    raise
+                await asyncio.sleep(0.05)  # the service is restarting: ask again
+
+    async def acquire(
+        self,
+        kind: str,
+        key: str,
+        owner: str,
+        lease_s: float | None = None,
+        timeout_s: float | None = None,
+    ) -> int:
+        """Wait for the lock; the object's current version."""
+        return (await self.grant(kind, key, owner, lease_s, timeout_s)).version
+
+    async def renew(self, kind: str, key: str, owner: str, lease_s: float | None = None) -> bool:
+        """Extend the lease; False if ``owner`` no longer holds the lock."""
+        message = {"op": "renew", "kind": kind, "key": key, "owner": owner, "lease_s": lease_s}
+        return bool((await self._request(message))["held"])
+
+    async def release_lock(
+        self, kind: str, key: str, owner: str, version: int | None = None
+    ) -> tuple[int, bool]:
+        """Release; ``(version, held)``, held False if the lock had been lost."""
+        message = {"op": "release", "kind": kind, "key": key, "owner": owner, "version": version}
+        reply = await self._request(message)
+        return int(reply["version"]), bool(reply.get("held", True))
 
     async def release(self, kind: str, key: str, owner: str, version: int | None = None) -> int:
-        message = {"op": "release", "kind": kind, "key": key, "owner": owner, "version": version}
-        return int((await self._connection.request(message))["version"])
+        return (await self.release_lock(kind, key, owner, version))[0]
 
     async def version(self, key: str) -> int:
-        return int((await self._connection.request({"op": "version", "key": key}))["version"])
+        return int((await self._request({"op": "version", "key": key}))["version"])
 
     async def holder(self, kind: str, key: str) -> str | None:
-        reply = await self._connection.request({"op": "holder", "kind": kind, "key": key})
+        reply = await self._request({"op": "holder", "kind": kind, "key": key})
         return reply["owner"]
 
 
@@ -242,11 +451,12 @@ class LockServiceConfig(JsonConfigFile):
 
     port: int
     backup_path: str
+    lease_s: float = DEFAULT_LEASE_S
 
 
 async def serve_lock_service(config: LockServiceConfig, stop: asyncio.Event | None = None):
     """Serve until ``stop`` is set (or SIGTERM when run as a process)."""
-    service = LockService(Path(config.backup_path))
+    service = LockService(Path(config.backup_path), config.lease_s)
 
     async def close() -> None:
         service.close()

@@ -5,19 +5,53 @@ through the WAN emulator for a remote region); a dropped connection is reopened 
 next request. A write carries its version and is applied by a small Lua script only if
 the copy does not already hold that version or a newer one, so an older version never
 overwrites a newer one, whatever order the requests arrive in (§5.4; see
-docs/costlo-live.md, "Consistency").
+docs/costlo-live.md, "Consistency"). The script says which of three things happened:
+the copy took the write, already held exactly this version and value (a repeated
+request), or refused it; the VM library never counts a refusal as a completed PUT.
 """
 
 from __future__ import annotations
 
 import asyncio
+from dataclasses import dataclass
 
 from geoslo.errors import TestbedError
 from geoslo.live._resp import RedisConnection, RedisReplyError, encode_command
 from geoslo.live._versions import GUARDED_SET_SCRIPT
 from geoslo.live.costlo._objects import copy_key, decode_value, encode_value, server_index
 
-__all__ = ["RegionStore", "GUARDED_SET_SCRIPT"]
+__all__ = ["RegionStore", "GUARDED_SET_SCRIPT", "CHECKED_SET_SCRIPT", "WriteOutcome"]
+
+# KEYS[1] = key, ARGV[1] = version, ARGV[2] = "<version>:<payload>". Returns {status,
+# stored version}: 1 written; 2 the copy already holds exactly ARGV[2]; 0 refused (it
+# holds that version with another value, or a newer one). GUARDED_SET_SCRIPT's rule.
+CHECKED_SET_SCRIPT = """
+local current = redis.call('GET', KEYS[1])
+if current then
+  if current == ARGV[2] then return {2, tonumber(ARGV[1])} end
+  local version = tonumber(string.match(current, '^(%d+):'))
+  if version and version >= tonumber(ARGV[1]) then return {0, version} end
+end
+redis.call('SET', KEYS[1], ARGV[2])
+return {1, tonumber(ARGV[1])}
+"""
+
+
+@dataclass(frozen=True)
+class WriteOutcome:
+    """What one guarded write did: ``"written"``, ``"present"`` (the copy already held
+    this version and value) or ``"refused"``; ``stored_version`` is the copy's version."""
+
+    status: str
+    stored_version: int
+
+    @property
+    def accepted(self) -> bool:
+        """The copy holds the written version and value now."""
+        return self.status != "refused"
+
+
+_STATUS = {0: "refused", 1: "written", 2: "present"}
 
 
 class RegionStore:
@@ -60,33 +94,41 @@ class RegionStore:
         stored = await connection.send(encode_command("GET", copy_key(key, copy)))
         return None if stored is None else decode_value(stored)
 
-    async def write(self, key: str, copy: int, version: int, payload: bytes) -> bool:
-        """Write one version of a copy unless it holds that version or a newer one;
-        True if this request stored it."""
+    async def write_checked(
+        self, key: str, copy: int, version: int, payload: bytes
+    ) -> WriteOutcome:
+        """Write one version of a copy unless it holds that version or a newer one."""
         connection = await self._connection(self.server_for(key, copy))
         command = encode_command(
             "EVAL",
-            GUARDED_SET_SCRIPT,
+            CHECKED_SET_SCRIPT,
             1,
             copy_key(key, copy),
             version,
             encode_value(version, payload),
         )
-        return bool(await connection.send(command))
+        status, stored = await connection.send(command)
+        return WriteOutcome(_STATUS[int(status)], int(stored))
+
+    async def write(self, key: str, copy: int, version: int, payload: bytes) -> bool:
+        """:meth:`write_checked`; True if this request stored the version."""
+        return (await self.write_checked(key, copy, version, payload)).status == "written"
 
     async def write_retrying(
         self, key: str, copy: int, version: int, payload: bytes, deadline_s: float = 5.0
-    ) -> bool:
-        """:meth:`write`, retried every 50 ms while the server is unreachable, up to
-        ``deadline_s``; then TestbedError."""
+    ) -> WriteOutcome:
+        """:meth:`write_checked`, retried every 50 ms while the server is unreachable, up
+        to ``deadline_s`` (a server that does not answer counts as unreachable); then
+        TestbedError. A refusal is returned, not retried."""
         loop = asyncio.get_running_loop()
         give_up = loop.time() + deadline_s
         while True:
+            attempt = self.write_checked(key, copy, version, payload)
             try:
-                return await self.write(key, copy, version, payload)
+                return await asyncio.wait_for(attempt, max(give_up - loop.time(), 0.05))
             except RedisReplyError:
                 raise
-            except TestbedError as error:
+            except (TestbedError, TimeoutError) as error:
                 if loop.time() >= give_up:
                     raise TestbedError(
                         f"{self.name}: cannot write {copy_key(key, copy)}: {error}"

@@ -7,10 +7,17 @@
    then, if it has not completed within ``put_timeout_ms``, the rest of the PUT tuple with
    probability ``put_probability`` (the ones left out are logged as skipped);
 3. log each request's completion; return v+1 as soon as any one request completes;
-4. in the background, once every synchronous request completed, release L_S with v+1;
+4. in the background, once every synchronous request ended, release L_S with v+1;
 5. then acquire L_A; if the version is still v+1, write every copy no synchronous request
    wrote (the serving region's others and all of the second region's, through the WAN);
    release L_A. If the version moved on, a newer PUT's propagation covers those copies.
+
+A request completes only if its copy took the version (or already held exactly it): a
+copy that refuses it (it holds a newer version, or this version with another value) makes
+the PUT fail with :class:`WriteRefusedError`, never acknowledged. Locks are leased and
+renewed while held; acquiring gives up after ``lock_timeout_s`` (LockTimeoutError); a
+failed PUT still releases L_S, with the highest version it wrote or saw, and propagates
+what it wrote.
 
 ``strong=True`` (§7): one request to every copy goes out at once, all complete before
 L_S is released, ``put`` returns when a majority of the copies hold v+1
@@ -21,6 +28,7 @@ L_S is released, ``put`` returns when a majority of the copies hold v+1
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import random
 import sys
@@ -30,8 +38,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from geoslo.control.costlo.types import Configuration
-from geoslo.errors import TestbedError
-from geoslo.live.costlo._locks import LockClient
+from geoslo.errors import TestbedError, WriteRefusedError
+from geoslo.live.costlo._locks import DEFAULT_LEASE_S, LockClient, LockGrant
 from geoslo.live.costlo._log import LoggedOp, VmLog, replay_log
 from geoslo.live.costlo._objects import SECOND, SERVING, CopyRef, Regions, object_copies
 from geoslo.live.costlo._objects import quorum_size as majority
@@ -72,6 +80,8 @@ class _Put:
     ack_ms: float | None = None
     told_quorum: bool = False
     told_all: bool = False
+    refused_version: int = 0  # the newest version a copy refusing this one held
+    renewal: asyncio.Task | None = None  # keeps the L_S lease while the PUT holds it
 
     def on_written(self, copy: CopyRef) -> None:
         self.written.add(copy)
@@ -103,6 +113,9 @@ class VmLibrary:
     the WAN); ``lock_port`` is the serving region's lock service; ``owner_id`` names this
     VM: a lock is held by ``<owner_id>/<boot>/<n>``, one owner per operation, and a
     restarted VM takes its operations' locks back under the names in its log.
+    ``lease_s`` is how long a lock outlives a holder that stops renewing it;
+    ``lock_timeout_s`` how long a PUT waits for a lock; ``write_deadline_s`` how long a
+    request retries an unreachable storage server.
     """
 
     def __init__(
@@ -115,6 +128,8 @@ class VmLibrary:
         strong: bool = False,
         seed: int = 0,
         write_deadline_s: float = 5.0,
+        lease_s: float = DEFAULT_LEASE_S,
+        lock_timeout_s: float = 15.0,
     ) -> None:
         self.configuration = configuration
         self.regions = regions
@@ -123,6 +138,8 @@ class VmLibrary:
         self.owner_id = owner_id
         self.strong = strong
         self.write_deadline_s = write_deadline_s
+        self.lease_s = lease_s
+        self.lock_timeout_s = lock_timeout_s
         self.plan: PutPlan = put_plan(configuration, strong)
         self.copies = len(object_copies(configuration))
         self.records: list[PutRecord] = []
@@ -196,6 +213,50 @@ class VmLibrary:
             raise TestbedError("the VM library is not started (call start())")
         return self._locks
 
+    # --- locks: leases, timeouts, releases that survive a restarting service ---------------
+    async def _grant(self, kind: str, key: str, op: str) -> LockGrant:
+        return await self.locks.grant(kind, key, op, self.lease_s, self.lock_timeout_s)
+
+    def _keep_lease(self, kind: str, key: str, op: str) -> asyncio.Task:
+        """Renew a held lock's lease every third of it until cancelled or lost."""
+
+        async def renew() -> None:
+            while True:
+                await asyncio.sleep(self.lease_s / 3)
+                with contextlib.suppress(TestbedError):  # the service restarts: try again
+                    if not await self.locks.renew(kind, key, op, self.lease_s):
+                        return
+
+        return asyncio.create_task(renew())
+
+    @contextlib.asynccontextmanager
+    async def _holding(self, kind: str, key: str, op: str):
+        """Renew the lease of a lock granted just before, for the block's duration."""
+        renewal = self._keep_lease(kind, key, op)
+        try:
+            yield
+        finally:
+            await _stop(renewal)
+
+    async def _release(self, kind: str, key: str, op: str, version: int | None = None) -> None:
+        """Release, asking again while the service is unreachable (up to the lock
+        timeout). A lock lost meanwhile (lease, service state) is reported, not fatal:
+        the service still records the version, and the storage guard keeps the order."""
+        loop = asyncio.get_running_loop()
+        give_up = loop.time() + self.lock_timeout_s
+        while True:
+            try:
+                _, held = await self.locks.release_lock(kind, key, op, version)
+                break
+            except TestbedError:
+                if loop.time() >= give_up:
+                    raise
+                await asyncio.sleep(0.05)
+        if not held:
+            print(
+                f"costlo vm: {op} had lost L_{kind} of {key!r} before releasing it", file=sys.stderr
+            )
+
     # --- PUT ---------------------------------------------------------------------------------
     async def put(
         self,
@@ -205,11 +266,25 @@ class VmLibrary:
         all_puts_done: Callback | None = None,
     ) -> int:
         """Write ``value`` as the object's next version; return that version once any one
-        PUT request completed (strong: once a majority of the copies hold it)."""
+        PUT request completed (strong: once a majority of the copies hold it). Raises
+        WriteRefusedError if a copy refused it first, LockTimeoutError if L_S was not
+        granted in time, TestbedError if no request could complete."""
         started = time.perf_counter()  # the ack time counts the lock and the log too
         op = f"{self.owner_id}/{self._boot}/{next(self._op_ids)}"
         self.log.begin(op, key)
-        version = await self.locks.acquire("S", key, op) + 1
+        try:
+            grant = await self._grant("S", key, op)
+        except BaseException:
+            self.log.finished(op)  # nothing held, nothing written
+            raise
+        renewal = self._keep_lease("S", key, op)
+        try:
+            version = await self._next_version(key, grant)
+        except BaseException:
+            await _stop(renewal)
+            await self._release("S", key, op)
+            self.log.finished(op)
+            raise
         self.log.update(op, key, version, value, self.plan.requests)
         state = _Put(
             op,
@@ -222,31 +297,81 @@ class VmLibrary:
             quorum_puts_done,
             all_puts_done,
             started=started,
+            renewal=renewal,
         )
         self._spawn(self._synchronous(state))
         return await state.acked
 
-    async def _write(self, state: _Put, copy: CopyRef) -> None:
+    async def _next_version(self, key: str, grant: LockGrant) -> int:
+        """v+1. If the service lost its state, v is learned from storage, plus one for a
+        version the lost state may have given a PUT still in flight."""
+        if grant.known:
+            return grant.version + 1
+        return max(grant.version, await self._stored_version(key) + 1) + 1
+
+    async def _stored_version(self, key: str) -> int:
+        """The newest version among the copies that hold the latest released one: copy
+        0 and the serving region's (eventual), or a majority of all copies (strong, §7)."""
+        copies = [
+            ref for ref in object_copies(self.configuration) if self.strong or ref.region == SERVING
+        ]
+        needed = majority(len(copies)) if self.strong else 1
+        reads = [
+            asyncio.wait_for(self._stores[ref.region].read(key, ref.copy), self.write_deadline_s)
+            for ref in copies
+        ]
+        replies = await asyncio.gather(*reads, return_exceptions=True)
+        found = [r for r in replies if not isinstance(r, BaseException)]
+        if len(found) < needed:
+            raise TestbedError(
+                f"PUT of {key!r}: the lock service lost its state and only {len(found)} of "
+                f"{needed} copies could be read to learn the version; retry later"
+            )
+        return max((f[0] for f in found if f is not None), default=0)
+
+    async def _write(self, state: _Put, copy: CopyRef, synchronous: bool = True) -> None:
+        """One guarded write. A refusal fails the PUT at once (before any later request
+        can acknowledge it) when the request is synchronous, or when the copy holds this
+        version with another value; propagation may find a newer version: that is fine."""
         store = self._stores[copy.region]
-        await store.write_retrying(
+        outcome = await store.write_retrying(
             state.key, copy.copy, state.version, state.value, self.write_deadline_s
         )
-        state.on_written(copy)
+        if outcome.accepted:
+            state.on_written(copy)
+            return
+        state.refused_version = max(state.refused_version, outcome.stored_version)
+        if synchronous or outcome.stored_version == state.version:
+            error = WriteRefusedError(state.key, str(copy), state.version, outcome.stored_version)
+            state.fail(error)
+            raise error
 
-    async def _request(self, state: _Put, request_id: int, request: StorageRequest) -> None:
-        await self._write(state, request.copy_ref)
+    async def _request(
+        self, state: _Put, request_id: int, request: StorageRequest, synchronous: bool = True
+    ) -> None:
+        await self._write(state, request.copy_ref, synchronous)
         self.log.done(state.op, request_id)
 
     async def _synchronous(self, state: _Put) -> None:
-        """Steps 2-5: the synchronous requests, L_S, then propagation."""
+        """Steps 2-5: the synchronous requests, L_S, then propagation. A failed PUT
+        releases L_S too, and propagates if some copy took its version."""
+        failure: BaseException | None = None
         try:
             await self._synchronous_requests(state)
-        except BaseException as error:
+        except Exception as error:
+            failure = error
             state.fail(error)  # the caller, if still waiting, gets the error
-            raise
-        await self.locks.release("S", state.key, state.op, state.version)
+        finally:
+            if state.renewal is not None:
+                await _stop(state.renewal)
+        await self._release("S", state.key, state.op, max(state.version, state.refused_version))
         self.log.released(state.op)
+        if failure is not None and not state.written:
+            self.log.finished(state.op)
+            raise failure
         await self._propagate(state)
+        if failure is not None:
+            raise failure
 
     async def _synchronous_requests(self, state: _Put) -> None:
         plan = self.plan
@@ -262,6 +387,9 @@ class VmLibrary:
         results = await asyncio.gather(*tasks, return_exceptions=True)
         failures = [r for r in results if isinstance(r, BaseException)]
         if failures:
+            refused = [f for f in failures if isinstance(f, WriteRefusedError)]
+            if refused:
+                raise refused[0]
             raise TestbedError(f"PUT {state.op} of {state.key!r}: {failures[0]}; recover() later")
         ack_ms = state.ack_ms if state.ack_ms is not None else float("nan")
         self.records.append(PutRecord(state.key, state.version, ack_ms, len(tasks), redundant))
@@ -280,15 +408,21 @@ class VmLibrary:
 
     async def _propagate(self, state: _Put) -> None:
         """Step 5: under L_A, write the copies no synchronous request wrote, unless a
-        newer version exists (then its own propagation covers them)."""
+        newer version exists (then its own propagation covers them). A service that lost
+        its state does not know the version: then the storage guard decides."""
         targets = propagation_targets(self.configuration, frozenset(state.written))
         if targets:
-            current = await self.locks.acquire("A", state.key, state.op)
+            grant = await self._grant("A", state.key, state.op)
             try:
-                if current == state.version:
-                    await asyncio.gather(*(self._write(state, copy) for copy in targets))
+                async with self._holding("A", state.key, state.op):
+                    if grant.version == state.version or not grant.known:
+                        writes = [self._write(state, copy, synchronous=False) for copy in targets]
+                        results = await asyncio.gather(*writes, return_exceptions=True)
+                        failures = [r for r in results if isinstance(r, BaseException)]
+                        if failures:
+                            raise failures[0]
             finally:
-                await self.locks.release("A", state.key, state.op)
+                await self._release("A", state.key, state.op)
         self.log.finished(state.op)
         state.tell_all()
 
@@ -314,8 +448,8 @@ class VmLibrary:
     async def _recover_one(self, logged: LoggedOp) -> None:
         if logged.version is None:
             # L_S asked for, maybe given: take it (as its owner) and give it back.
-            await self.locks.acquire("S", logged.key, logged.op)
-            await self.locks.release("S", logged.key, logged.op)
+            await self._grant("S", logged.key, logged.op)
+            await self._release("S", logged.key, logged.op)
             self.log.finished(logged.op)
             return
         state = self._recovered_state(logged)
@@ -340,12 +474,24 @@ class VmLibrary:
         )
 
     async def _finish_synchronous(self, logged: LoggedOp, state: _Put) -> None:
-        current = await self.locks.acquire("S", logged.key, logged.op)
-        if current >= state.version:
-            # L_S was released (with this version) before the crash: all requests done.
-            await self.locks.release("S", logged.key, logged.op)
-        else:
-            missing = [(i, logged.requests[i]) for i in logged.missing]
-            await asyncio.gather(*(self._request(state, i, r) for i, r in missing))
-            await self.locks.release("S", logged.key, logged.op, state.version)
+        """Re-issue the requests not logged as done, unless L_S was released (with this
+        version) before the crash or its lease expired (the service then raised the
+        version past it). A copy holding a newer version means a newer PUT: not an error."""
+        grant = await self._grant("S", logged.key, logged.op)
+        async with self._holding("S", logged.key, logged.op):
+            if grant.known and grant.version >= state.version:
+                release_version = None
+            else:
+                missing = [(i, logged.requests[i]) for i in logged.missing]
+                await asyncio.gather(
+                    *(self._request(state, i, r, synchronous=False) for i, r in missing)
+                )
+                release_version = max(state.version, state.refused_version)
+        await self._release("S", logged.key, logged.op, release_version)
         self.log.released(logged.op)
+
+
+async def _stop(task: asyncio.Task) -> None:
+    """Cancel a helper task and wait for it to end."""
+    task.cancel()
+    await asyncio.gather(task, return_exceptions=True)

@@ -20,7 +20,7 @@ from pathlib import Path
 from geoslo.control.costlo.types import configuration_from_dict
 from geoslo.errors import InputError
 from geoslo.live._processes import JsonConfigFile
-from geoslo.live.costlo._locks import fsync_append, read_json_lines
+from geoslo.live.costlo._locks import DEFAULT_LEASE_S, fsync_append, read_json_lines
 from geoslo.live.costlo._objects import Regions
 from geoslo.live.costlo._vm import VmLibrary
 
@@ -44,6 +44,7 @@ class VmProcessConfig(JsonConfigFile):
     strong: bool = False
     seed: int = 0
     value_bytes: int = 64
+    lease_s: float = DEFAULT_LEASE_S
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "keys", tuple(self.keys))
@@ -71,6 +72,7 @@ async def run_vm_workload(config: VmProcessConfig) -> int:
         config.owner_id,
         strong=config.strong,
         seed=config.seed + already,
+        lease_s=config.lease_s,
     )
     await library.start()
     acks = open(acks_path, "a")  # noqa: SIM115 (closed below)
