@@ -436,6 +436,19 @@ def test_copies_that_would_leave_a_bin_without_a_free_replica_do_not_run_togethe
     assert runnable([second], [], servers) == [second]
 
 
+def test_a_copy_that_can_never_meet_the_constraint_runs_alone_rather_than_never():
+    """§5.6 executes the list to its end. Moving bin 1 from a to b leaves bin 0 (on a and
+    b only) no free replica even with nothing else running: it waits for the copy that
+    meets the constraint, then runs alone, and nothing copies beside it."""
+    servers = [server("a", 0, 1), server("b", 0, 2), server("c", 1), server("d", 2), server("e")]
+    move = Action("move", (1,), source="a", target="b")
+    other = Action("copy", (2,), source="d", target="e")
+    assert runnable([move], [], servers) == [move]
+    assert runnable([move, other], [], servers) == [other]
+    assert runnable([move], [RunningAction(other, 0.0, 1.0)], servers) == []
+    assert runnable([other], [RunningAction(move, 0.0, 1.0)], servers) == []
+
+
 def test_a_copy_to_a_booting_server_waits_until_it_is_ready():
     copy = Action("copy", (0,), source="a", target="new")
     booting = [server("a", 0), server("b", 0), server("new", ready=False)]

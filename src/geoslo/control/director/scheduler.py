@@ -4,7 +4,11 @@
   copy or move of many bins becomes several of at most ``max_action_s`` each (§5.3).
 * Concurrency: an action may start only if every bin keeps at least one replica on a
   ready server that no running copy involves (§5.6). The scheduler walks its list in
-  order and starts everything that passes; it walks again when an action ends.
+  order and starts everything that passes; it walks again when an action ends. A copy
+  that cannot pass even with nothing else running (its source and target share a bin
+  that has no third replica) runs alone once no copy runs: §5.6 executes the list to its
+  end ("repeats this process with the remaining unscheduled actions"), one at a time
+  where it must, so no action waits forever.
 * Actions that run far past their prediction are cancelled (§5.3).
 """
 
@@ -91,6 +95,8 @@ def runnable(
         for b in server.bins:
             holders.setdefault(b, []).append(server.name)
     busy = {name for r in running if r.action.copies_data for name in r.action.servers}
+    if not _bins_keep_a_free_replica(busy, by_name, holders, busy):
+        busy = set(by_name)  # a copy runs alone: no other copy starts beside it
     involved = {name for r in running for name in r.action.servers}
     chosen: list[Action] = []
     for action in pending:
@@ -103,7 +109,21 @@ def runnable(
             busy = trial
         involved |= set(action.servers)
         chosen.append(action)
-    return chosen
+    if busy or any(a.copies_data for a in chosen):
+        return chosen
+    alone = _first_copy_that_can_start(pending, by_name, involved)
+    return chosen + ([alone] if alone is not None else [])
+
+
+def _first_copy_that_can_start(
+    pending: Sequence[Action], by_name: dict[str, ServerState], involved: set[str]
+) -> Action | None:
+    """With no copy running and none able to start beside others, the first copy whose
+    servers are ready runs alone (§5.6: the list is executed to its end)."""
+    for action in pending:
+        if action.copies_data and _can_start(action, by_name, involved):
+            return action
+    return None
 
 
 def _can_start(action: Action, by_name: dict[str, ServerState], involved: set[str]) -> bool:
@@ -129,7 +149,20 @@ def _every_bin_has_a_free_replica(
 ) -> bool:
     """Each bin on the action's servers keeps a replica on a ready server outside ``busy``
     (bins with a single replica are exempt: they have no other)."""
-    for name in (action.source, action.target):
+    return _bins_keep_a_free_replica(
+        {action.source or "", action.target or ""}, by_name, holders, busy
+    )
+
+
+def _bins_keep_a_free_replica(
+    names: set[str],
+    by_name: dict[str, ServerState],
+    holders: dict[int, list[str]],
+    busy: set[str],
+) -> bool:
+    """Each bin on the servers ``names`` keeps a replica on a ready server outside
+    ``busy`` (bins with a single replica are exempt)."""
+    for name in names:
         for b in by_name[name].bins if name in by_name else ():
             copies = holders.get(b, [])
             if len(copies) < 2:
