@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
+from _json_paths import numeric_leaves, set_at
 from geoslo.cli import app
 from geoslo.control.director import ACTION_KINDS, DirectorConfig, decide
 from geoslo.control.director.example import example_state
@@ -242,30 +243,6 @@ def test_cli_example_rejects_too_few_servers():
 # crashed; every number has a range and every list a bound, and whatever passes is decided.
 
 HUGE = 1e308
-
-
-def numeric_leaves(data, path=""):
-    """JSON paths of the numbers in ``data`` (each list's first entry stands for the rest)."""
-    if isinstance(data, dict):
-        for key, value in data.items():
-            yield from numeric_leaves(value, f"{path}.{key}" if path else key)
-    elif isinstance(data, list) and data:
-        yield from numeric_leaves(data[0], f"{path}[0]")
-    elif isinstance(data, int | float) and not isinstance(data, bool):
-        yield path
-
-
-def set_at(data: dict, path: str, value) -> dict:
-    """A copy of ``data`` with the number at JSON path ``path`` replaced."""
-    out = copy.deepcopy(data)
-    keys = [
-        int(k) if k.isdigit() else k for k in path.replace("[", ".").replace("]", "").split(".")
-    ]
-    node = out
-    for key in keys[:-1]:
-        node = node[key]
-    node[keys[-1]] = value
-    return out
 
 
 def every_field() -> dict:

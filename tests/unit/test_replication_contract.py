@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
+from _json_paths import numeric_leaves, set_at
 from geoslo.cli import app
 from geoslo.control.replication.decide import decide
 from geoslo.control.replication.example import example_state
@@ -123,30 +124,6 @@ def test_the_quick_reproduction_shows_the_papers_pattern(tmp_path):
 # horizon of 10^9 grew the process to 23 GB; every number has a range, the horizon a bound.
 
 HUGE = 1e308
-
-
-def numeric_leaves(data, path=""):
-    """JSON paths of the numbers in ``data`` (each list's first entry stands for the rest)."""
-    if isinstance(data, dict):
-        for key, value in data.items():
-            yield from numeric_leaves(value, f"{path}.{key}" if path else key)
-    elif isinstance(data, list) and data:
-        yield from numeric_leaves(data[0], f"{path}[0]")
-    elif isinstance(data, int | float) and not isinstance(data, bool):
-        yield path
-
-
-def set_at(data: dict, path: str, value) -> dict:
-    """A copy of ``data`` with the value at JSON path ``path`` replaced."""
-    out = copy.deepcopy(data)
-    keys = [
-        int(k) if k.isdigit() else k for k in path.replace("[", ".").replace("]", "").split(".")
-    ]
-    node = out
-    for key in keys[:-1]:
-        node = node[key]
-    node[keys[-1]] = value
-    return out
 
 
 def every_field() -> dict:
