@@ -224,13 +224,15 @@ async def _wait_exit(process, timeout_s=30.0) -> None:
         await asyncio.sleep(0.05)
 
 
-async def _get_loop(cluster, stop: asyncio.Event) -> list[tuple[str, tuple[int, bytes] | None]]:
+async def _get_loop(cluster, stop: asyncio.Event) -> list[tuple[float, str, tuple | None]]:
+    """GETs in a loop: (wall-clock start of the GET, key, what it returned)."""
     seen = []
     async with CostloClient(CRASH_CONFIGURATION, cluster.regions(), seed=5) as client:
         i = 0
         while not stop.is_set():
             key = CRASH_KEYS[i % len(CRASH_KEYS)]
-            seen.append((key, await client.get(key)))
+            started = time.time()
+            seen.append((started, key, await client.get(key)))
             i += 1
             await asyncio.sleep(0.005)
     return seen
@@ -305,7 +307,11 @@ def test_a_vm_killed_mid_put_recovers_and_loses_no_acknowledged_put(cluster, tmp
             f"{key}|".encode()
         )
         assert lock_state[key] == (version, None, None)
-    found = [(key, value) for key, value in seen if value is not None]  # None: not written yet
+    first_ack_t = {key: min(a["t"] for a in acks if a["key"] == key) for key in CRASH_KEYS}
+    not_found = [(t, key) for t, key, value in seen if value is None]
+    # None only for a GET that started before the key's first acknowledged PUT.
+    assert all(t < first_ack_t[key] for t, key in not_found), "an acknowledged key read as None"
+    found = [(key, value) for _, key, value in seen if value is not None]
     assert len(found) > 20
     for key, (version, payload) in found:
         assert payload.startswith(f"{key}|".encode())
