@@ -36,7 +36,6 @@ from geoslo.live.costlo import (
     RegionStore,
     VmLibrary,
     VmProcessConfig,
-    object_copies,
     replay_log,
     server_index,
 )
@@ -76,20 +75,6 @@ def vm(cluster, configuration, log_path, owner, strong=False, lease_s=LEASE_S) -
         lease_s=lease_s,
         lock_timeout_s=20.0,
     )
-
-
-async def copies_of(cluster, configuration, key) -> dict[str, tuple[int, bytes] | None]:
-    """Every copy of ``key``, read straight from its server (no WAN)."""
-    direct = cluster.direct_regions()
-    stores = {r: RegionStore(direct.region(r).server_ports) for r in (SERVING, SECOND)}
-    try:
-        return {
-            str(ref): await stores[ref.region].read(key, ref.copy)
-            for ref in object_copies(configuration)
-        }
-    finally:
-        for store in stores.values():
-            await store.close()
 
 
 # --- the guard says what it did ----------------------------------------------------------------
@@ -141,10 +126,10 @@ def test_a_write_refused_by_every_copy_raises_and_is_never_acknowledged(cluster,
             except WriteRefusedError as error:
                 refused = error
             await library.drain()
-            before = await copies_of(cluster, EVENTUAL, key)
+            before = await cluster.read_copies(EVENTUAL, key)
             version = await asyncio.wait_for(library.put(key, b"stale:k|4"), PUT_BOUND_S)
             await library.drain()
-        after = await copies_of(cluster, EVENTUAL, key)
+        after = await cluster.read_copies(EVENTUAL, key)
         return refused, before, version, after
 
     refused, before, version, after = asyncio.run(scenario())
@@ -174,7 +159,7 @@ def test_after_the_lock_service_lost_its_state_a_put_is_acknowledged_only_if_rea
             version = await asyncio.wait_for(library.put(key, b"lost:k|new"), PUT_BOUND_S)
             await library.drain()
             read = await reader.get(key)
-        return version, read, await copies_of(cluster, EVENTUAL, key)
+        return version, read, await cluster.read_copies(EVENTUAL, key)
 
     version, read, copies = asyncio.run(scenario())
     assert version > 3

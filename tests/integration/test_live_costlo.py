@@ -21,7 +21,6 @@ from geoslo.errors import DependencyError
 from geoslo.live._processes import find_program, process_alive
 from geoslo.live._resp import RedisConnection
 from geoslo.live.costlo import (
-    SECOND,
     SERVING,
     CostloClient,
     CostloCluster,
@@ -30,7 +29,6 @@ from geoslo.live.costlo import (
     VmLibrary,
     VmLog,
     VmProcessConfig,
-    object_copies,
     put_plan,
     replay_log,
     server_index,
@@ -69,20 +67,6 @@ async def fill(cluster, configuration, keys, log_path) -> dict[str, tuple[int, b
     return written
 
 
-async def read_all_copies(cluster, configuration, key) -> dict[str, tuple[int, bytes] | None]:
-    """Every copy of ``key``, read straight from its server (no WAN)."""
-    direct = cluster.direct_regions()
-    stores = {r: RegionStore(direct.region(r).server_ports) for r in (SERVING, SECOND)}
-    try:
-        return {
-            str(ref): await stores[ref.region].read(key, ref.copy)
-            for ref in object_copies(configuration)
-        }
-    finally:
-        for store in stores.values():
-            await store.close()
-
-
 async def gets(cluster, configuration, keys, count, seed=0):
     async with CostloClient(configuration, cluster.regions(), seed=seed) as client:
         results = [await client.get(keys[i % len(keys)]) for i in range(count)]
@@ -97,7 +81,7 @@ def test_a_redundant_get_issues_every_request_and_returns_the_value(cluster, tmp
     async def scenario():
         written = await fill(cluster, configuration, keys, tmp_path / "vm.log")
         results, records = await gets(cluster, configuration, keys, 12)
-        copies = await read_all_copies(cluster, configuration, keys[0])
+        copies = await cluster.read_copies(configuration, keys[0])
         return written, results, records, copies
 
     written, results, records, copies = asyncio.run(scenario())
@@ -241,7 +225,7 @@ async def _get_loop(cluster, stop: asyncio.Event) -> list[tuple[float, str, tupl
 async def _converged(cluster, key, timeout_s=5.0) -> dict:
     deadline = time.monotonic() + timeout_s
     while True:
-        copies = await read_all_copies(cluster, CRASH_CONFIGURATION, key)
+        copies = await cluster.read_copies(CRASH_CONFIGURATION, key)
         if len(set(copies.values())) == 1 or time.monotonic() > deadline:
             return copies
         await asyncio.sleep(0.05)
@@ -350,7 +334,7 @@ def test_after_quorum_puts_done_a_quorum_get_returns_the_new_version(cluster, tm
                 outcomes.append((version, value, await reader.get(key)))
                 await asyncio.wait_for(every.wait(), 5.0)
             records = list(vm.records)
-        copies = await read_all_copies(cluster, configuration, key)
+        copies = await cluster.read_copies(configuration, key)
         return outcomes, records, copies, reader.records
 
     outcomes, records, copies, reads = asyncio.run(scenario())
@@ -394,7 +378,7 @@ def test_recovery_finishes_an_operation_whose_release_missed_the_log(cluster, tm
             state = (await locks.version(key), await locks.holder("S", key))
         finally:
             await locks.close()
-        return recovered, state, await read_all_copies(cluster, configuration, key)
+        return recovered, state, await cluster.read_copies(configuration, key)
 
     recovered, state, copies = asyncio.run(scenario())
     assert recovered == 2 and state == (1, None)

@@ -30,7 +30,9 @@ from geoslo.live._processes import (
 from geoslo.live._wan import DelayPath, WanConfig
 from geoslo.live.costlo._locks import DEFAULT_LEASE_S, LockServiceConfig, initialise_backup
 from geoslo.live.costlo._objects import REGIONS, SECOND, SERVING, RegionEndpoints, Regions
+from geoslo.live.costlo._plan import object_copies
 from geoslo.live.costlo._relay import RelayConfig
+from geoslo.live.costlo._storage import RegionStore
 from geoslo.live.costlo._vm_process import VmProcessConfig
 from geoslo.topology import BaseRttSchedule
 
@@ -65,6 +67,20 @@ class CostloCluster:
             RegionEndpoints(tuple(self.servers[SERVING]), self.relays[SERVING]),
             RegionEndpoints(tuple(self.servers[SECOND]), self.relays[SECOND]),
         )
+
+    async def read_copies(self, configuration, key: str) -> dict[str, tuple[int, bytes] | None]:
+        """Every copy of ``key`` that ``configuration`` keeps, read straight from its server
+        (no WAN, no relay): ``{"serving/0": (version, value) or None, ...}``."""
+        direct = self.direct_regions()
+        stores = {r: RegionStore(direct.region(r).server_ports) for r in (SERVING, SECOND)}
+        try:
+            return {
+                str(ref): await stores[ref.region].read(key, ref.copy)
+                for ref in object_copies(configuration)
+            }
+        finally:
+            for store in stores.values():
+                await store.close()
 
     def lock_port(self, region: str = SERVING) -> int:
         return self.locks[region]
