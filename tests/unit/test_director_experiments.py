@@ -128,3 +128,8 @@ def test_the_quick_reproduction_writes_its_report(tmp_path):
     assert "Data moved per decision" in text
     assert 0 < moved["hot_bin_mb"] <= moved["total_mb"]
     assert moved["largest_decision_mb"] <= moved["total_mb"]
+    gap = summary["gap"]  # elastic 0.1's units above the ideal, term by term, adding up
+    terms = ("overprovisioning", "controller_view", "packing", "no_data_beyond_standbys")
+    assert gap["ideal"] + sum(gap[t] for t in terms) == summary["diurnal-0.1"]["serving"]
+    assert gap["overprovisioning"] > 0 and gap["clock_units"] >= summary["diurnal-0.1"]["units"]
+    assert f"{gap['serving'] - gap['ideal']} serving units above the ideal" in text

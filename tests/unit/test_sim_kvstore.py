@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from geoslo.control.director import Action, RunningAction, ServerState, Step
-from geoslo.experiments.director._simulated import percentiles_met, server_units
+from geoslo.experiments.director._simulated import clock_units, percentiles_met, server_units
 from geoslo.sim.kvstore import ServerPerformance, SimResult, SimSettings, Workload, simulate
 from geoslo.sim.kvstore._engine import _late, _sampled
 
@@ -119,8 +119,21 @@ def test_same_seed_same_run_and_server_units_count_leases_per_interval():
     first, second = _run(_Script(script)), _run(_Script(script))
     assert np.array_equal(first.late_fraction, second.late_fraction)
     # a and b all along (2 intervals each), c from 0 to 70 s: intervals 0 and 1.
-    assert server_units(first, 60, 120) == 6
+    assert server_units(first, 60) == 6
     assert first.serving_units == 4  # c never held data
+
+
+def test_a_lease_is_charged_whole_intervals_from_its_start_not_per_clock_interval():
+    """§6.3: a server unit is one server for one charge interval, billed from the lease's
+    start (the loop releases a server as an interval it paid for ends). A lease from 30 s
+    to 85 s is one 60 s interval paid, though it touches two clock intervals."""
+    leases = [("a", 0.0, 120.0), ("c", 30.0, 85.0), ("d", 50.0, 170.0)]
+    result = SimResult(
+        np.zeros(180), np.ones(180), *([np.zeros(180)] * 2), np.zeros(9), leases,
+        0, np.zeros(180), {}, 0.0, 0,
+    )  # fmt: skip
+    assert server_units(result, 60) == 2 + 1 + 2
+    assert clock_units(result, 60, 180) == 2 + 2 + 3
 
 
 def test_percentiles_met_takes_the_worst_window():

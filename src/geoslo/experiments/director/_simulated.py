@@ -44,6 +44,9 @@ __all__ = [
     "diurnal_allocations",
     "percentiles_met",
     "server_units",
+    "clock_units",
+    "ViewRecorder",
+    "view_ideal_servers",
     "hot_bin",
     "DecisionMoves",
     "decision_moves",
@@ -105,6 +108,20 @@ def initial_layout(bins: int, servers: int, replicas: int, standbys: int) -> lis
     return layout
 
 
+class ViewRecorder(DirectorLoop):
+    """A director loop that keeps, for every period, the smoothed per-bin workload it sees
+    (§5.5): what its decisions are based on, for the report's account of its units."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.views: list[tuple[np.ndarray, np.ndarray]] = []  # (get_rps, put_rps) per period
+
+    def observe(self, raw_get_rps: np.ndarray, raw_put_rps: np.ndarray) -> None:
+        super().observe(raw_get_rps, raw_put_rps)
+        assert self.smoother.get_rps is not None and self.smoother.put_rps is not None
+        self.views.append((self.smoother.get_rps.copy(), self.smoother.put_rps.copy()))
+
+
 def _run(workload, scale: Scale, models: Models, config: DirectorConfig, perf, start_servers):
     settings = SimSettings(
         read_fanout=config.read_fanout,
@@ -114,7 +131,7 @@ def _run(workload, scale: Scale, models: Models, config: DirectorConfig, perf, s
         charge_interval_s=scale.charge_interval_s,
     )
     bin_bytes = np.full(scale.bins, scale.bin_bytes)
-    loop = DirectorLoop(models.steady, models.copy, config, bin_bytes)
+    loop = ViewRecorder(models.steady, models.copy, config, bin_bytes)
     layout = initial_layout(scale.bins, start_servers, config.replicas, config.standbys)
     result = simulate(workload, layout, bin_bytes, loop, settings, config.copy_rate_bytes_per_s)
     return result, loop
@@ -172,10 +189,14 @@ def _peaks_per_interval(total_rps: np.ndarray, interval_s: int, period_s: int = 
     return padded.reshape(count, per_interval).max(axis=1)
 
 
-def diurnal_allocations(scale: Scale, models: Models, replicas: int = 2) -> Allocations:
-    """Ideal, fixed-100% and fixed-70% for the diurnal day (§6.3)."""
+def diurnal_allocations(
+    scale: Scale, models: Models, replicas: int = 2, load_factor: float = 1.0
+) -> Allocations:
+    """Ideal, fixed-100% and fixed-70% for the diurnal day (§6.3); ``load_factor`` scales
+    the workload (``1 + overprovisioning``: the ideal of what an overprovisioned
+    controller provisions for)."""
     popularity, _ = bin_popularity(scale.keys, scale.bins, scale.seed)
-    peaks = _peaks_per_interval(
+    peaks = load_factor * _peaks_per_interval(
         diurnal_rates(scale.diurnal_peak_rps, scale.diurnal_s), scale.charge_interval_s
     )
     gets = peaks[:, None] * popularity[None, :] * scale.read_fraction
@@ -183,8 +204,16 @@ def diurnal_allocations(scale: Scale, models: Models, replicas: int = 2) -> Allo
     return allocations(gets, puts, models.steady, _config(scale, 0.0, replicas))
 
 
-def server_units(result: SimResult, interval_s: int, duration_s: int) -> int:
-    """Servers charged: each counts once per charge interval in which it was leased."""
+def server_units(result: SimResult, interval_s: int) -> int:
+    """Server units paid (§6.3: one server for one charge interval): a lease is charged
+    from its start in whole intervals, as EC2 bills an instance, and as the loop assumes
+    when it releases a server at the end of an interval it has paid for."""
+    return sum(int(np.ceil((end - start) / interval_s)) for _, start, end in result.leases)
+
+
+def clock_units(result: SimResult, interval_s: int, duration_s: int) -> int:
+    """(server, clock interval) pairs in which the server was leased: a lease that
+    straddles a clock interval's edge counts in both, although it paid for one."""
     intervals = -(-duration_s // interval_s)
     units = 0
     for _, start, end in result.leases:
@@ -192,6 +221,23 @@ def server_units(result: SimResult, interval_s: int, duration_s: int) -> int:
         last = min(int(np.ceil(end / interval_s)) - 1, intervals - 1)
         units += max(last - first + 1, 1 if end > start else 0)
     return units
+
+
+def view_ideal_servers(
+    loop: ViewRecorder, models: Models, scale: Scale, overprovisioning: float
+) -> np.ndarray:
+    """Per charge interval, the most servers an ideal packing of the loop's own smoothed
+    view (times ``1 + overprovisioning``) needed in any period: the ideal of what the
+    controller saw, rather than of the workload."""
+    config = _config(scale, 0.0, loop.config.replicas)
+    per_interval = max(scale.charge_interval_s // int(loop.config.period_s), 1)
+    count = -(-len(loop.views) // per_interval)
+    servers = np.zeros(count, dtype=np.int64)
+    factor = 1.0 + overprovisioning
+    for period, (get, put) in enumerate(loop.views):
+        needed = minimum_servers(get * factor, put * factor, models.steady, config)
+        servers[period // per_interval] = max(servers[period // per_interval], needed)
+    return servers
 
 
 @dataclass(frozen=True)

@@ -66,7 +66,7 @@ class SimResult:
     servers_serving: np.ndarray  # holding data
     p99_ms: np.ndarray  # per period
     leases: list[tuple[str, float, float]]  # (server, from s, to s)
-    serving_units: int  # (server, charge interval) pairs in which the server held data
+    serving_units: int  # (server, paid charge interval) pairs in which it held data
     replicas_of_hot_bin: np.ndarray
     actions: dict[str, int]
     copied_bytes: float
@@ -309,8 +309,10 @@ class _Outputs:
         self.leased[t] = len(names)
         holding = [name for name in names if cluster.bins[name]]
         self.serving[t] = len(holding)
-        interval = t // self.charge_interval_s
-        self.held.update((name, interval) for name in holding)
+        self.held.update(  # the lease's own charge intervals, counted from its start
+            (name, int((t - cluster.leased_from[name]) // self.charge_interval_s))
+            for name in holding
+        )
 
     def record_p99(self, period, get, membership, grid, fanout) -> None:
         """The p99 of the period from the tails on a latency grid at its last second."""
