@@ -278,22 +278,28 @@ def test_sampled_statistics_estimate_the_offered_rates(tmp_path):
                 max_duration_s=duration_s,
                 seed=6,
             )
-            cluster.stats.restart(cluster.client.now_s())
-            result = await replay_load(cluster.client, spec)
-            await asyncio.sleep(max(0.0, duration_s + 0.2 - result.issue_s.max()))
+            started_s = cluster.client.now_s()
+            cluster.stats.restart(started_s)
+            result = await replay_load(cluster.client, spec)  # every request answered
+            # wait for the end of the period holding the last answer, however late the
+            # generator ran on a busy machine: every request is then in a collected period
+            elapsed_s = cluster.client.now_s() - started_s
+            periods_spanned = np.floor(elapsed_s / config.period_s) + 1
+            await asyncio.sleep(periods_spanned * config.period_s - elapsed_s + 0.05)
             return result, cluster.collect_stats()
 
     result, periods = asyncio.run(scenario())
-    assert len(periods) == duration_s // config.period_s
-    assert result.ok.all() and result.max_late_ms < 100
-    get_rps = np.mean([p.get_rps for p in periods], axis=0)
-    put_rps = np.mean([p.put_rps for p in periods], axis=0)
-    true_get = np.bincount(result.bin[~result.is_put], minlength=4) / duration_s
-    true_put = np.bincount(result.bin[result.is_put], minlength=4) / duration_s
-    assert get_rps.sum() == pytest.approx(true_get.sum(), rel=0.2)
-    assert put_rps.sum() == pytest.approx(true_put.sum(), rel=0.25)
-    assert get_rps[0] == pytest.approx(true_get[0], rel=0.35)  # the hot bin
-    assert np.argmax(get_rps) == 0
+    assert len(periods) >= duration_s // config.period_s
+    assert result.ok.all()
+    # sampled counts (rate x period, summed) against what was issued: no clock in it
+    sampled_gets = np.sum([p.get_rps for p in periods], axis=0) * config.period_s
+    sampled_puts = np.sum([p.put_rps for p in periods], axis=0) * config.period_s
+    true_get = np.bincount(result.bin[~result.is_put], minlength=4).astype(float)
+    true_put = np.bincount(result.bin[result.is_put], minlength=4).astype(float)
+    assert sampled_gets.sum() == pytest.approx(true_get.sum(), rel=0.2)
+    assert sampled_puts.sum() == pytest.approx(true_put.sum(), rel=0.25)
+    assert sampled_gets[0] == pytest.approx(true_get[0], rel=0.35)  # the hot bin
+    assert np.argmax(sampled_gets) == 0
     for period in periods:
         assert 0 < period.get_p99_ms < config.latency_threshold_ms
         assert period.failed_gets == 0
