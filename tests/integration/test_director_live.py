@@ -243,8 +243,9 @@ def test_a_copy_takes_its_size_over_the_rate_and_a_cancel_leaves_nothing(tmp_pat
     assert rule == (1, 0, b"99:new")
     expected_s = size_bytes / rate_bytes_per_s
     assert done.ok and done.copied_bytes == size_bytes
-    assert 0.9 * expected_s <= elapsed_s <= 1.5 * expected_s + 0.3
-    assert 0.7 * rate_bytes_per_s <= done.observed_bytes_per_s <= 1.05 * rate_bytes_per_s
+    # never faster than the throttle; slower only by what a busy machine can add
+    assert 0.9 * expected_s <= elapsed_s <= 2.5 * expected_s + 1.0
+    assert 0.4 * rate_bytes_per_s <= done.observed_bytes_per_s <= 1.05 * rate_bytes_per_s
     assert not cancelled.ok and cancelled.detail == "cancelled"
     assert 0 < cancelled.copied_bytes < size_bytes
     assert all(v is None for values in left for v in values.values())
