@@ -1,6 +1,11 @@
 """Walk a contract's JSON by path: the numbers in it, and a copy with one value replaced."""
 
 import copy
+import re
+
+import pytest
+
+from geoslo.errors import InputError
 
 
 def numeric_leaves(data, path=""):
@@ -25,3 +30,11 @@ def set_at(data: dict, path: str, value) -> dict:
         node = node[key]
     node[keys[-1]] = value
     return out
+
+
+def assert_refused_by_name(parse, data: dict, path: str, value) -> None:
+    """``parse`` refuses ``data`` with ``value`` at ``path``, naming that path and its range."""
+    with pytest.raises(InputError) as caught:
+        parse(set_at(data, path, value))
+    assert caught.value.field == path, caught.value
+    assert re.search(r"in \[[-\d.e+]+, [-\d.e+]+\]", caught.value.problem), caught.value
