@@ -32,9 +32,9 @@ import redis
 import redis.asyncio
 
 from geoslo.live._backend import get_payload, key_name
-from geoslo.live._client import SiteClient
 from geoslo.live._resp import RedisConnection
-from geoslo.live._testbed import Testbed, TestbedSpec
+from geoslo.live.kurma._client import SiteClient
+from geoslo.live.kurma._testbed import Testbed, TestbedSpec
 
 SITE = "London"
 KEY = key_name(0)

@@ -2,7 +2,7 @@
 
     python benchmarks/bench_placement.py [--sites 10] [--nodes 5] [--repeats 20]
 
-``geoslo.control.placement.decide`` scores (leader site, follower multiset) candidates:
+``geoslo.control.supercloud.decide`` scores (leader site, follower multiset) candidates:
 N x C(N+m-2, m-1) of them. The baseline, measured in the same run, scores every labelled
 placement (N^m) with the same vectorised evaluation function, as a search that ignores
 that f depends only on the leader's site and the other nodes' multiset would. The issue's
@@ -17,8 +17,8 @@ import time
 
 import numpy as np
 
-from geoslo.control.placement import decide, score_candidates
-from geoslo.control.placement.example import example_state
+from geoslo.control.supercloud import decide, score_candidates
+from geoslo.control.supercloud.example import example_state
 
 TARGET_MS = 100.0
 

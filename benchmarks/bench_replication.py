@@ -21,7 +21,7 @@ import numpy as np
 
 from geoslo.control.replication import FifoPolicy, MpcPolicy, ReplicationController
 from geoslo.experiments.replication import experiment_1
-from geoslo.sim.egress import LinkSettings, LinkWorkload, simulate_link
+from geoslo.sim.replication import LinkSettings, LinkWorkload, simulate_link
 
 TARGET_MS = 5.0
 

@@ -17,14 +17,14 @@ import time
 
 import numpy as np
 
-from geoslo.sim import (
+from geoslo.sim.kurma import (
     BackendParams,
     RequestLevelSim,
     calibrate_backend,
     measure_crossings,
     residual_wan_samples_ms,
 )
-from geoslo.sim._reference import reference_kernels
+from geoslo.sim.kurma._reference import reference_kernels
 
 RTT_MS = np.array([[0.0, 10.0, 12.0], [10.0, 0.0, 22.0], [12.0, 22.0, 0.0]])  # Table 2
 FRACTIONS = np.array([[0.9, 0.05, 0.05], [0.1, 0.85, 0.05], [0.05, 0.05, 0.9]])

@@ -12,7 +12,7 @@ import pytest
 from typer.testing import CliRunner
 
 from geoslo.cli import app
-from geoslo.live import Testbed
+from geoslo.live.kurma import Testbed
 
 pytestmark = [
     pytest.mark.integration,

@@ -9,8 +9,8 @@ import asyncio
 import numpy as np
 import pytest
 
-from geoslo.live.imagestore import ImageService, StaleCloseError
-from geoslo.live.imagestore._dbench import DbenchSettings, run_storage_benchmark
+from geoslo.live.supercloud.imagestore import ImageService, StaleCloseError
+from geoslo.live.supercloud.imagestore._dbench import DbenchSettings, run_storage_benchmark
 
 pytestmark = pytest.mark.integration
 

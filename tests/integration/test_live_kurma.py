@@ -18,10 +18,9 @@ import pytest
 
 from geoslo.control.kurma import KurmaModel
 from geoslo.dist import LatencyDistribution
-from geoslo.live import Testbed, TestbedSpec
-from geoslo.live._loadgen import LoadgenConfig, read_loadgen_result, start_loadgen
 from geoslo.live._processes import stop_pid
-from geoslo.live.kurma import InstanceConfig, start_instance
+from geoslo.live.kurma import InstanceConfig, Testbed, TestbedSpec, start_instance
+from geoslo.live.kurma._loadgen import LoadgenConfig, read_loadgen_result, start_loadgen
 from geoslo.models import SloSurface, mmc_violation_surface
 
 pytestmark = [

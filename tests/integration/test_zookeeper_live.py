@@ -10,7 +10,7 @@ import math
 import pytest
 
 from geoslo.errors import InputError
-from geoslo.live.zookeeper import (
+from geoslo.live.supercloud.zookeeper import (
     SITE_A,
     SITE_B,
     ZkLiveSettings,

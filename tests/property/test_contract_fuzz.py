@@ -88,15 +88,15 @@ def _replication_decide(data: dict) -> dict:
 
 
 def _placement() -> dict:
-    from geoslo.control.placement.example import example_state
-    from geoslo.control.placement.validation import state_to_dict
+    from geoslo.control.supercloud.example import example_state
+    from geoslo.control.supercloud.validation import state_to_dict
 
     return state_to_dict(example_state())
 
 
 def _placement_decide(data: dict) -> dict:
-    from geoslo.control.placement import decide
-    from geoslo.control.placement.validation import parse_state, plan_to_dict
+    from geoslo.control.supercloud import decide
+    from geoslo.control.supercloud.validation import parse_state, plan_to_dict
 
     return plan_to_dict(decide(parse_state(data)))
 
@@ -106,7 +106,7 @@ CONTRACTS: dict[str, tuple[Callable[[], dict], Callable[[dict], dict], list[str]
     "costlo": (_costlo, _costlo_decide, ["costlo", "select"]),
     "director": (_director, _director_decide, ["director", "decide"]),
     "replication": (_replication, _replication_decide, ["replication", "decide"]),
-    "placement": (_placement, _placement_decide, ["placement", "decide"]),
+    "supercloud": (_placement, _placement_decide, ["supercloud", "decide"]),
 }
 
 # Defects another part of issue 15 owns, by (contract, field path); none known now.

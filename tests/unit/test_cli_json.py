@@ -12,7 +12,7 @@ from _cli import geoslo
         ("costlo", "select"),
         ("director", "decide"),
         ("replication", "decide"),
-        ("placement", "decide"),
+        ("supercloud", "decide"),
     ],
 )
 def test_a_duplicated_key_is_refused_naming_it(engine, tmp_path):
@@ -26,7 +26,7 @@ def test_a_duplicated_key_is_refused_naming_it(engine, tmp_path):
 
 
 def test_a_nested_duplicate_is_refused_too():
-    result = geoslo("placement", "decide", "-i", "-", stdin='{"a": {"b": 1, "b": 1}}')
+    result = geoslo("supercloud", "decide", "-i", "-", stdin='{"a": {"b": 1, "b": 1}}')
     assert result.returncode == 2 and "b: duplicate key" in result.stderr
 
 

@@ -16,7 +16,7 @@ from geoslo.models._storage_service import (
     ks_distance,
     server_loads,
 )
-from geoslo.sim.cloud import build_world, completion_ms, measure_storage, storage_requests
+from geoslo.sim.costlo import build_world, completion_ms, measure_storage, storage_requests
 
 STEP_MS = 0.5
 AGENT_PAIRS = 10_000

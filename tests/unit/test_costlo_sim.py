@@ -7,7 +7,7 @@ import pytest
 
 from geoslo.control.costlo import Configuration, GetTuple, PutTuple
 from geoslo.models._storage_service import ks_distance
-from geoslo.sim.cloud import (
+from geoslo.sim.costlo import (
     build_world,
     completion_ms,
     get_operations,
@@ -15,7 +15,7 @@ from geoslo.sim.cloud import (
     put_operations,
     storage_requests,
 )
-from geoslo.sim.cloud._requests import fifo_service_ms
+from geoslo.sim.costlo._requests import fifo_service_ms
 
 OPERATIONS = 20_000
 KB = 1024

@@ -23,7 +23,7 @@ from geoslo.control.director import (
     replica_loads,
     smooth,
 )
-from geoslo.control.director.controller import replicas_needed, work_capacity
+from geoslo.control.director.decide import replicas_needed, work_capacity
 from geoslo.control.director.example import example_state
 from geoslo.control.director.scheduler import copy_duration_s, overdue, runnable, split_long
 from geoslo.control.director.validation import parse_state, plan_to_dict, state_to_dict

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from geoslo.control.director import DirectorConfig, work_capacity
-from geoslo.control.director.controller import MAX_REPLICAS, replicas_needed
+from geoslo.control.director.decide import MAX_REPLICAS, replicas_needed
 from geoslo.experiments.director import check_done, minimum_servers, reproduce
 from geoslo.experiments.director._simulated import initial_layout, train_models
 from geoslo.experiments.director._workloads import (
@@ -17,7 +17,7 @@ from geoslo.experiments.director._workloads import (
     hotspot_rates,
 )
 from geoslo.models import PAPER_MIXES_READ_FRACTION, SteadyStateModel
-from geoslo.sim.kvstore import ServerPerformance
+from geoslo.sim.director import ServerPerformance
 
 MODEL = SteadyStateModel(-10.0, 0.01, 0.03)  # 1000 gets/s or 333 puts/s per server
 

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from geoslo.errors import InputError
-from geoslo.live._policies import (
+from geoslo.live.kurma._policies import (
     POLICY_NAMES,
     GlobalRoundRobin,
     LatencyAware,

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from geoslo.errors import ConfigError
-from geoslo.live import RequestLog
+from geoslo.live.kurma import RequestLog
 
 SLO_MS = 30.0
 

@@ -7,8 +7,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from geoslo.control.placement import Migration, Node, Placement
-from geoslo.control.placement.propagation import (
+from geoslo.control.supercloud import Migration, Node, Placement
+from geoslo.control.supercloud.propagation import (
     PropagationQueue,
     TransitionTable,
     propagation_priority,
@@ -22,7 +22,7 @@ from geoslo.experiments.supercloud import (
     sun_metrics,
 )
 from geoslo.models import MigrationModel
-from geoslo.sim.ensemble import EnsembleSettings, SimulatedEnsemble
+from geoslo.sim.supercloud import EnsembleSettings, SimulatedEnsemble
 
 
 def test_priority_favours_the_read_write_ratio_then_reads() -> None:
@@ -130,8 +130,8 @@ def test_the_report_compares_each_procedures_final_ensemble_with_the_plan():
     membership the run ended with (3-step ends 2 + 1, the plan wants 3 in Tokyo)."""
     from types import SimpleNamespace
 
-    from geoslo.control.placement import decide
-    from geoslo.control.placement.example import example_state
+    from geoslo.control.supercloud import decide
+    from geoslo.control.supercloud.example import example_state
     from geoslo.experiments.supercloud._live_report import _against_the_plan
 
     plan = decide(example_state())
@@ -148,7 +148,7 @@ def test_an_image_store_request_that_gets_no_answer_fails_naming_it(monkeypatch)
     import asyncio
 
     from geoslo.errors import TestbedError
-    from geoslo.live.imagestore import _wire
+    from geoslo.live.supercloud.imagestore import _wire
 
     monkeypatch.setattr(_wire, "REQUEST_TIMEOUT_S", 0.3)
 

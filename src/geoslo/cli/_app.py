@@ -40,11 +40,12 @@ replication_app = typer.Typer(
     help="Geo-replication MPC: egress shares for application, replication and VM images.",
 )
 app.add_typer(replication_app, name="replication")
-placement_app = typer.Typer(
+supercloud_app = typer.Typer(
     no_args_is_help=True,
     help="Supercloud: where an application's nodes should run (follow the sun).",
 )
-app.add_typer(placement_app, name="placement")
+app.add_typer(supercloud_app, name="supercloud")
+app.add_typer(supercloud_app, name="placement", hidden=True)  # the name before 0.2
 app.add_typer(reproduce_app, name="reproduce")
 testbed_app = typer.Typer(
     no_args_is_help=True, help="The live testbed: Redis servers per site and the WAN emulator."
@@ -287,20 +288,20 @@ def replication_example(output: OutputOption = None) -> None:
     write_json(state_to_dict(example_state()), output)
 
 
-@placement_app.command("decide")
+@supercloud_app.command("decide")
 @user_errors
 def placement_decide(input: InputOption, output: OutputOption = None) -> None:
-    """One round of the Supercloud scheduler (SoCC 2016 §3; schema: docs/placement.md).
+    """One round of the Supercloud scheduler (SoCC 2016 §3; schema: docs/supercloud.md).
 
     Scores every placement with the evaluation function, keeps those that maximise it and
     beat the current one by the threshold, and writes the one needing fewest migrations."""
-    from geoslo.control.placement import decide
-    from geoslo.control.placement.validation import parse_state, plan_to_dict
+    from geoslo.control.supercloud import decide
+    from geoslo.control.supercloud.validation import parse_state, plan_to_dict
 
     write_json(plan_to_dict(decide(parse_state(read_json(input)))), output)
 
 
-@placement_app.command("example")
+@supercloud_app.command("example")
 @user_errors
 def placement_example(
     sites: Annotated[int, typer.Option(help="Sites (IBM Cloud regions; 2 = §5.1's).")] = 2,
@@ -308,10 +309,10 @@ def placement_example(
     seed: Annotated[int, typer.Option(help="Seed of the front-ends' loads (sites > 2).")] = 0,
     output: OutputOption = None,
 ) -> None:
-    """Write a state.json for `geoslo placement decide` (docs/placement.md): §5.1's
+    """Write a state.json for `geoslo supercloud decide` (docs/supercloud.md): §5.1's
     ensemble while Tokyo is busier, on measured IBM Cloud RTTs."""
-    from geoslo.control.placement.example import example_state
-    from geoslo.control.placement.validation import state_to_dict
+    from geoslo.control.supercloud.example import example_state
+    from geoslo.control.supercloud.validation import state_to_dict
 
     try:
         state = example_state(sites, nodes, seed)
@@ -463,7 +464,7 @@ def testbed_up(
     state_dir: StateDirOption = None,
 ) -> None:
     """Start Redis servers per site and the WAN emulator on loopback."""
-    from geoslo.live import Testbed, TestbedSpec
+    from geoslo.live.kurma import Testbed, TestbedSpec
 
     spec = TestbedSpec(
         sites=tuple(sites.split(",")),
@@ -479,7 +480,7 @@ def testbed_up(
 @user_errors
 def testbed_status(state_dir: StateDirOption = None) -> None:
     """Each recorded process: alive or not, and the sites' ports."""
-    from geoslo.live import Testbed
+    from geoslo.live.kurma import Testbed
 
     testbed = Testbed.load(state_dir)
     if testbed is None:
@@ -496,7 +497,7 @@ def testbed_status(state_dir: StateDirOption = None) -> None:
 @user_errors
 def testbed_down(state_dir: StateDirOption = None) -> None:
     """Stop every process the testbed started (by PID)."""
-    from geoslo.live import Testbed
+    from geoslo.live.kurma import Testbed
 
     testbed = Testbed.load(state_dir)
     stopped = 0 if testbed is None else testbed.down()

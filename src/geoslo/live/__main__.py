@@ -28,7 +28,7 @@ def main(argv: list[str]) -> None:
 
         asyncio.run(serve_wan(WanConfig.read(config)))
     elif role == "imagestore":
-        from geoslo.live.imagestore._servers import NodeConfig, serve_node
+        from geoslo.live.supercloud.imagestore._servers import NodeConfig, serve_node
 
         asyncio.run(serve_node(NodeConfig.read(config)))
     elif role == "kurma-instance":
@@ -36,7 +36,7 @@ def main(argv: list[str]) -> None:
 
         run_instance(config)
     elif role == "loadgen":
-        from geoslo.live._loadgen import run_loadgen_process
+        from geoslo.live.kurma._loadgen import run_loadgen_process
 
         run_loadgen_process(config)
     elif role == "costlo-relay":

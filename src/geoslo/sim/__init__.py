@@ -1,33 +1,9 @@
-"""Simulation environments: the request-level simulator and its calibrated backend.
+"""Simulation environments, one subpackage per system (DESIGN: geoslo.sim).
 
-The simulator is an environment (Kurma sections 4 and 7.1): a controller calls
-``RequestLevelSim.run(interval_s, rates_fraction)`` and reads ``IntervalStats``;
-the adaptive baselines of section 7.1 (GlobalRR, LatencyAware, DynamicSnitch, C3)
-run inside the kernel as policies.
+``kurma`` (the request-level simulator of sites, servers and WAN, and its calibrated
+backend), ``costlo`` (S3-like and Azure-like clouds and the measurement agents),
+``director`` (the SCADS Director's binned store in 1 s steps), ``replication`` (the shared
+egress link in 0.1 s steps) and ``supercloud`` (a ZooKeeper-like ensemble over sites).
 """
 
-from geoslo.sim._env import DEFAULT_POLICY_PARAMS, POLICIES, IntervalStats, RequestLevelSim
-from geoslo.sim._params import (
-    DEFAULT_RESIDUAL_WAN_MEAN_MS,
-    DEFAULT_RESIDUAL_WAN_SHAPE,
-    BackendParams,
-    ServiceParams,
-    residual_wan_samples_ms,
-)
-from geoslo.sim._profile import Crossings, calibrate_backend, measure_crossings, profile_site
-
-__all__ = [
-    "BackendParams",
-    "ServiceParams",
-    "DEFAULT_RESIDUAL_WAN_MEAN_MS",
-    "DEFAULT_RESIDUAL_WAN_SHAPE",
-    "residual_wan_samples_ms",
-    "RequestLevelSim",
-    "IntervalStats",
-    "POLICIES",
-    "DEFAULT_POLICY_PARAMS",
-    "profile_site",
-    "Crossings",
-    "measure_crossings",
-    "calibrate_backend",
-]
+__all__: list[str] = []

@@ -2,11 +2,11 @@
 store under a 99th-percentile latency SLO.
 
 ``types`` (cluster state, configuration, actions); ``smoothing`` (hysteresis, §5.5);
-``controller`` (``decide``, §5.3); ``scheduler`` (splitting, concurrency and cancelling,
+``decide`` (the pure decision, §5.3); ``scheduler`` (splitting, concurrency and cancelling,
 §5.6); ``loop`` (smoothing, deciding and scheduling every period).
 """
 
-from geoslo.control.director.controller import decide, work_capacity
+from geoslo.control.director.decide import decide, work_capacity
 from geoslo.control.director.loop import Decision, DirectorLoop
 from geoslo.control.director.smoothing import Smoother, smooth
 from geoslo.control.director.types import (

@@ -18,7 +18,7 @@ from functools import lru_cache
 
 import numpy as np
 
-from geoslo.control.director.controller import work_capacity
+from geoslo.control.director.decide import work_capacity
 from geoslo.control.director.types import ClusterState, DirectorConfig, ServerState
 from geoslo.errors import InputError
 from geoslo.models import (

@@ -1,7 +1,7 @@
 """The SCADS Director's control loop (FAST 2011, §5, Fig. 5): smooth the workload every
 period, decide when no copy is in flight, and hand the actions to the scheduler.
 
-Environments (``geoslo.sim.kvcluster``, ``geoslo.live.director``) drive it:
+Environments (``geoslo.sim.director``, ``geoslo.live.director``) drive it:
 
 * once per period, ``observe(raw_get_rps, raw_put_rps)`` with the period's per-bin
   histogram (§5.5);
@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from geoslo.control.director.controller import decide
+from geoslo.control.director.decide import decide
 from geoslo.control.director.scheduler import overdue, runnable, scheduled_actions
 from geoslo.control.director.smoothing import Smoother
 from geoslo.control.director.types import (

@@ -29,7 +29,7 @@ from geoslo._json import (
     numbers,
     string,
 )
-from geoslo.control.director.controller import work_capacity
+from geoslo.control.director.decide import work_capacity
 from geoslo.control.director.scheduler import scheduled_actions
 from geoslo.control.director.types import (
     ClusterState,

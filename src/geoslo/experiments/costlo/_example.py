@@ -13,7 +13,7 @@ from geoslo.control.costlo.decide import CostloProblem, RegionInput
 from geoslo.control.costlo.types import PrefixWorkload, Slo
 from geoslo.control.costlo.validation import problem_to_dict
 from geoslo.errors import InputError
-from geoslo.sim.cloud import DEFAULT_SAMPLES, CloudWorld, build_world, measure_storage, ping_ms
+from geoslo.sim.costlo import DEFAULT_SAMPLES, CloudWorld, build_world, measure_storage, ping_ms
 
 __all__ = ["EXAMPLE_WORKLOAD", "example_problem", "example_dict"]
 

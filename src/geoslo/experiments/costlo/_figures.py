@@ -12,7 +12,7 @@ from geoslo.control.costlo.search import PrefixContext, Reader, select_configura
 from geoslo.dist import LatencyDistribution
 from geoslo.experiments.costlo._study import Study, inflation_ms
 from geoslo.report import Report, paper_row, progress
-from geoslo.sim.cloud import (
+from geoslo.sim.costlo import (
     completion_ms,
     get_operations,
     put_operations,

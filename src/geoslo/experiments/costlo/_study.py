@@ -17,7 +17,7 @@ from geoslo.control.costlo.search import select_configuration
 from geoslo.dist import LatencyDistribution
 from geoslo.models import StorageServiceModel, infer_storage_model
 from geoslo.models._storage_service import DEFAULT_STEP_MS
-from geoslo.sim.cloud import (
+from geoslo.sim.costlo import (
     CloudWorld,
     build_world,
     get_operations,

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from geoslo.control.director import DirectorConfig, replica_loads, work_capacity
-from geoslo.control.director.controller import replicas_needed
+from geoslo.control.director.decide import replicas_needed
 from geoslo.models import SteadyStateModel
 
 __all__ = ["Allocations", "minimum_servers", "allocations"]

@@ -31,7 +31,7 @@ from geoslo.experiments.director._simulated import (
 )
 from geoslo.experiments.director._workloads import DIURNAL_SOURCE
 from geoslo.report import Report, load_paper_values, paper_row
-from geoslo.sim.kvstore import ServerPerformance, SimResult
+from geoslo.sim.director import ServerPerformance, SimResult
 
 __all__ = [
     "reproduce",

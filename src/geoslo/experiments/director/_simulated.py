@@ -24,7 +24,7 @@ from geoslo.models import (
     fit_steady_state,
     mix_crossing_samples,
 )
-from geoslo.sim.kvstore import (
+from geoslo.sim.director import (
     ServerPerformance,
     SimResult,
     SimSettings,

@@ -15,7 +15,7 @@ from geoslo.experiments.kurma._runs import INTERVAL_S, run_policy
 from geoslo.experiments.kurma._scenario import BASE_RTT_RANGE_MS, SLO_MS, Scenario
 from geoslo.models import build_slo_surface, profile_backend, profile_loads
 from geoslo.report import Report, paper_row, progress
-from geoslo.sim import profile_site
+from geoslo.sim.kurma import profile_site
 
 LONDON, FRANKFURT = 0, 2
 LOAD_OF_SATURATION = 10.0 / 55.0  # 10k req/s per site on a 55k req/s cluster, §7.1.4

@@ -9,7 +9,7 @@ import numpy as np
 from geoslo.dist import LatencyDistribution, mixture
 from geoslo.experiments.kurma._scenario import RHO, SLO_MS, Scenario
 from geoslo.report import Report, paper_row, progress
-from geoslo.sim import RequestLevelSim
+from geoslo.sim.kurma import RequestLevelSim
 
 IRELAND, FRANKFURT = 1, 2
 FIG4_RTT_MS = 22.0  # Ireland-Frankfurt at the time of the paper's Fig. 4 measurement, §4

@@ -26,15 +26,16 @@ from geoslo.control.kurma import KurmaModel
 from geoslo.errors import TestbedError
 from geoslo.experiments.kurma._runs import INTERVAL_S
 from geoslo.experiments.kurma._scenario import BASE_RTT_RANGE_MS, RHO, SLO_MS
-from geoslo.live import (
+from geoslo.live import stop_pid
+from geoslo.live.kurma import (
+    InstanceConfig,
     LoadgenConfig,
     Testbed,
     TestbedSpec,
     read_loadgen_result,
+    start_instance,
     start_loadgen,
-    stop_pid,
 )
-from geoslo.live.kurma import InstanceConfig, start_instance
 from geoslo.models import (
     ServiceProfile,
     SloSurface,

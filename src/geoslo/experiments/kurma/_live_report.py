@@ -32,7 +32,7 @@ from geoslo.experiments.kurma._settings import Settings
 from geoslo.experiments.kurma._traces import trace_pair
 from geoslo.live._cgroup import cpu_priority
 from geoslo.report import Report
-from geoslo.sim import BackendParams, ServiceParams
+from geoslo.sim.kurma import BackendParams, ServiceParams
 
 __all__ = ["reproduce_live", "check_done", "LIVE_BUSIEST_OF_5PCT"]
 

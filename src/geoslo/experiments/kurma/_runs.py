@@ -14,7 +14,7 @@ import numpy as np
 
 from geoslo.control.kurma import IntervalMeasurements, KurmaConfig, KurmaController, KurmaModel
 from geoslo.experiments.kurma._scenario import SLO_MS, Scenario
-from geoslo.sim import RequestLevelSim
+from geoslo.sim.kurma import RequestLevelSim
 
 __all__ = ["PolicyRun", "run_policy", "POLICIES", "KERNEL_POLICIES"]
 

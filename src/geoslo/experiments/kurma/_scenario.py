@@ -25,7 +25,7 @@ from geoslo.models import (
     profile_loads,
     residual_from_probes,
 )
-from geoslo.sim import BackendParams, profile_site, residual_wan_samples_ms
+from geoslo.sim.kurma import BackendParams, profile_site, residual_wan_samples_ms
 from geoslo.topology import Topology, kurma_topology
 
 __all__ = ["Scenario", "build_scenario", "SLO_MS", "MMC_SERVERS"]

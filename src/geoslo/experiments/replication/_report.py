@@ -14,7 +14,7 @@ from geoslo.control.replication import FifoPolicy, MpcPolicy, PrioPolicy
 from geoslo.experiments._parallel import run_jobs
 from geoslo.experiments.replication._workloads import Experiment, experiment_1, experiment_2
 from geoslo.report import Report, load_paper_values
-from geoslo.sim.egress import (
+from geoslo.sim.replication import (
     LinkMetrics,
     LinkRun,
     LinkSettings,

@@ -16,10 +16,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from geoslo.control.placement import FrontEnd, Node, Placement, PlacementState
-from geoslo.control.placement.example import example_state
-from geoslo.control.placement.loop import PlacementLoop
-from geoslo.sim.ensemble import EnsembleSettings, SimulatedEnsemble
+from geoslo.control.supercloud import FrontEnd, Node, Placement, PlacementState
+from geoslo.control.supercloud.example import example_state
+from geoslo.control.supercloud.loop import PlacementLoop
+from geoslo.sim.supercloud import EnsembleSettings, SimulatedEnsemble
 from geoslo.workload import load_trace_minutes
 
 __all__ = ["SunSettings", "SunRun", "ENSEMBLES", "run_ensemble", "offered_load_rps"]

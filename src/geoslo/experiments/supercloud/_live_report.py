@@ -11,14 +11,23 @@ from pathlib import Path
 import matplotlib.pyplot as plt
 import numpy as np
 
-from geoslo.control.placement import decide
-from geoslo.control.placement.example import example_state
+from geoslo.control.supercloud import decide
+from geoslo.control.supercloud.example import example_state
 from geoslo.errors import GeosloError
 from geoslo.live._wan import measure_throughput_bytes_per_s
-from geoslo.live.imagestore import POLICIES
-from geoslo.live.imagestore._dbench import DbenchSettings, StorageRun, run_storage_benchmark
-from geoslo.live.zookeeper import PROCEDURES, ZkLiveSettings, cannot_run_reason, run_reconfiguration
-from geoslo.live.zookeeper._procedures import SERVERS
+from geoslo.live.supercloud.imagestore import POLICIES
+from geoslo.live.supercloud.imagestore._dbench import (
+    DbenchSettings,
+    StorageRun,
+    run_storage_benchmark,
+)
+from geoslo.live.supercloud.zookeeper import (
+    PROCEDURES,
+    ZkLiveSettings,
+    cannot_run_reason,
+    run_reconfiguration,
+)
+from geoslo.live.supercloud.zookeeper._procedures import SERVERS
 from geoslo.models import MigrationModel
 from geoslo.report import paper_row
 

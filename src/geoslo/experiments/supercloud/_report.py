@@ -9,8 +9,8 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-from geoslo.control.placement import decide
-from geoslo.control.placement.example import example_state
+from geoslo.control.supercloud import decide
+from geoslo.control.supercloud.example import example_state
 from geoslo.experiments._parallel import run_jobs
 from geoslo.experiments.supercloud._follow_the_sun import ENSEMBLES, SunSettings, run_ensemble
 from geoslo.experiments.supercloud._live_report import (
@@ -19,7 +19,7 @@ from geoslo.experiments.supercloud._live_report import (
     storage_section,
 )
 from geoslo.experiments.supercloud._sun_report import check_sun, sun_section
-from geoslo.live.imagestore._dbench import DbenchSettings
+from geoslo.live.supercloud.imagestore._dbench import DbenchSettings
 from geoslo.report import Report, load_paper_values
 
 __all__ = ["reproduce", "PAPER_VALUES", "decide_time_ms"]

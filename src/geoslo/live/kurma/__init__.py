@@ -1,10 +1,34 @@
-"""Kurma on the live testbed: one instance process per site (Kurma §6)."""
+"""Kurma on the live testbed (Kurma §6, §7): the testbed of Redis servers per site joined
+by the WAN emulator, the client library that routes and measures requests, its routing
+policies, the open-loop load generator and one Kurma instance process per site."""
 
+from geoslo.live.kurma._client import RequestLog, SiteClient
 from geoslo.live.kurma._instance import (
     InstanceConfig,
     measurements_from_states,
     run_instance,
     start_instance,
 )
+from geoslo.live.kurma._loadgen import LoadgenConfig, read_loadgen_result, replay, start_loadgen
+from geoslo.live.kurma._policies import POLICY_NAMES, RoutingPolicy, make_policy
+from geoslo.live.kurma._testbed import Testbed, TestbedSpec, canonical_sites, default_state_dir
 
-__all__ = ["InstanceConfig", "measurements_from_states", "run_instance", "start_instance"]
+__all__ = [
+    "POLICY_NAMES",
+    "InstanceConfig",
+    "LoadgenConfig",
+    "RequestLog",
+    "RoutingPolicy",
+    "SiteClient",
+    "Testbed",
+    "TestbedSpec",
+    "canonical_sites",
+    "default_state_dir",
+    "make_policy",
+    "measurements_from_states",
+    "read_loadgen_result",
+    "replay",
+    "run_instance",
+    "start_instance",
+    "start_loadgen",
+]

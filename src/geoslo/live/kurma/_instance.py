@@ -41,7 +41,7 @@ from geoslo.control.kurma import (
 from geoslo.errors import TestbedError
 from geoslo.live._metrics import MetricsRegistry, serve_metrics
 from geoslo.live._processes import ManagedProcess, python_module_command
-from geoslo.live._testbed import Testbed
+from geoslo.live.kurma._testbed import Testbed
 
 __all__ = ["InstanceConfig", "measurements_from_states", "run_instance", "start_instance"]
 

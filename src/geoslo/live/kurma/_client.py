@@ -1,0 +1,339 @@
+"""The client library application code uses for GET and PUT at one site (asyncio).
+
+Each request is routed by the site's policy to a local server or, through the WAN
+emulator, to a server of another site; its response time is measured from the moment
+it is sent, compared with the SLO, and counted per destination. A site *agent* (the
+Kurma instance) collects those counts at every dissemination point and sends back the
+row of the plan; without an agent, a plan-following policy stays all-local.
+Writes reach every site (eventual consistency): after a PUT is acknowledged, the client
+propagates it to one server of every other site, with the same backend work, and stores
+it on the remaining replicas. Failed or timed-out requests count as SLO violations.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import tempfile
+import time
+import weakref
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from geoslo.errors import ConfigError, TestbedError
+from geoslo.live._backend import get_payload, put_payload
+from geoslo.live._resp import RedisConnection
+from geoslo.live.kurma._policies import RoutingPolicy, make_policy
+from geoslo.live.kurma._testbed import Testbed
+
+__all__ = ["SiteClient", "RequestLog", "IntervalCounters"]
+
+DOWN_BACKOFF_MS = 500.0  # a host that refused a connection is skipped this long
+REPLY_OVERHEAD_BYTES = 16  # RESP framing of a reply, for the WAN byte count
+
+
+@dataclass
+class IntervalCounters:
+    """What the client counted since the agent last collected (Kurma §6 measurements)."""
+
+    n_sites: int
+    arrivals: int = 0
+    writes: int = 0
+    requests: np.ndarray = field(default=None)  # type: ignore[assignment]
+    violations: np.ndarray = field(default=None)  # type: ignore[assignment]
+    errors: np.ndarray = field(default=None)  # type: ignore[assignment]
+    wan_bytes: np.ndarray = field(default=None)  # type: ignore[assignment]
+    min_by_second: dict[int, np.ndarray] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        n = self.n_sites
+        self.requests, self.violations = np.zeros(n, int), np.zeros(n, int)
+        self.errors, self.wan_bytes = np.zeros(n, int), np.zeros(n, int)
+
+    def min_response_ms(self, now_s: float, window_s: float) -> np.ndarray:
+        """Min response per destination over the last ``window_s`` (base RTT, §6)."""
+        mins = np.full(self.n_sites, np.inf)
+        for second, values in self.min_by_second.items():
+            if second >= now_s - window_s - 1:
+                mins = np.minimum(mins, values)
+        return mins
+
+    def to_report(self, now_s: float, window_s: float) -> dict:
+        mins = self.min_response_ms(now_s, window_s)
+        return {
+            "arrivals": self.arrivals,
+            "writes": self.writes,
+            "requests": self.requests.tolist(),
+            "violations": self.violations.tolist(),
+            "errors": self.errors.tolist(),
+            "wan_bytes": self.wan_bytes.tolist(),
+            "min_response_ms": [None if not np.isfinite(m) else float(m) for m in mins],
+        }
+
+
+_RECORD = np.dtype(
+    [
+        ("issued_unix_s", "<f8"),
+        ("site", "<i2"),
+        ("response_ms", "<f8"),
+        ("ok", "?"),
+        ("write", "?"),
+    ]
+)
+
+
+class RequestLog:
+    """Every request's issue time (Unix s), destination site, response (ms) and outcome.
+
+    At most ``capacity`` records are held in memory: a full buffer is appended to an
+    anonymous temporary file (20 bytes a request), which :meth:`arrays` reads back whole,
+    so a run of any length keeps bounded memory while the load generator's output stays
+    complete. Running counts per destination (requests, failures, SLO violations) are
+    exact at every moment without reading anything back.
+    """
+
+    def __init__(self, n_sites: int, slo_ms: float, capacity: int = 65_536) -> None:
+        if capacity < 1:
+            raise ConfigError("capacity", f"must be >= 1 record, not {capacity}")
+        self.slo_ms = slo_ms
+        self.capacity = capacity
+        self.requests = np.zeros(n_sites, dtype=np.int64)
+        self.failures = np.zeros(n_sites, dtype=np.int64)
+        self.violations = np.zeros(n_sites, dtype=np.int64)  # failed, or over the SLO
+        self.writes = 0
+        self._buffer = np.empty(capacity, dtype=_RECORD)
+        self._buffered = 0
+        self._spool = None  # made when the buffer first fills
+
+    def append(
+        self, issued_unix_s: float, site: int, response_ms: float, ok: bool, write: bool
+    ) -> None:
+        """Record one request and count it."""
+        self._buffer[self._buffered] = (issued_unix_s, site, response_ms, ok, write)
+        self._buffered += 1
+        self.requests[site] += 1
+        self.writes += bool(write)
+        if not ok:
+            self.failures[site] += 1
+        if not ok or response_ms > self.slo_ms:
+            self.violations[site] += 1
+        if self._buffered == self.capacity:
+            self._flush()
+
+    @property
+    def buffered(self) -> int:
+        """Records held in memory now (never more than ``capacity``)."""
+        return self._buffered
+
+    def __len__(self) -> int:
+        return int(self.requests.sum())
+
+    def _flush(self) -> None:
+        if self._spool is None:
+            self._spool = tempfile.TemporaryFile()
+            weakref.finalize(self, self._spool.close)
+        self._spool.seek(0, os.SEEK_END)
+        self._spool.write(self._buffer[: self._buffered].tobytes())
+        self._buffered = 0
+
+    def arrays(self) -> dict[str, np.ndarray]:
+        """Every record so far, one array per field (read back from the spool file)."""
+        records = self._buffer[: self._buffered]
+        if self._spool is not None:
+            self._spool.seek(0)
+            spooled = np.frombuffer(self._spool.read(), dtype=_RECORD)
+            records = np.concatenate([spooled, records])
+        return {name: np.array(records[name]) for name in _RECORD.names}
+
+
+class SiteClient:
+    """GET and PUT from one site, routed by ``policy`` (a name or a RoutingPolicy)."""
+
+    def __init__(
+        self,
+        testbed: Testbed,
+        site: str,
+        policy: str | RoutingPolicy = "AllLocal",
+        slo_ms: float = 30.0,
+        seed: int = 0,
+        request_timeout_s: float = 2.0,
+        base_rtt_window_s: float = 1.0,
+        use_agent: bool = True,
+    ) -> None:
+        self.testbed = testbed
+        self.sites = testbed.spec.sites
+        self.site = self.sites.index(site)
+        servers = [len(testbed.sites[s].servers) for s in self.sites]
+        if isinstance(policy, str):
+            rtt = testbed.base_rtt_ms(time.time())[self.site]
+            policy = make_policy(policy, self.site, servers, list(np.argsort(rtt, kind="stable")))
+        self.policy = policy
+        self.slo_ms = slo_ms
+        self.timeout_s = request_timeout_s
+        self.base_rtt_window_s = base_rtt_window_s
+        self.use_agent = use_agent
+        self.work = testbed.spec.work
+        self.rng = np.random.default_rng(seed)
+        self.counters = IntervalCounters(len(self.sites))
+        self.log = RequestLog(len(self.sites), slo_ms)
+        self.plans_received = 0
+        self._connections: dict[tuple[int, int], RedisConnection] = {}
+        self._background: set[asyncio.Future] = set()
+        self._agent_task: asyncio.Task | None = None
+        self._agent_writer: asyncio.StreamWriter | None = None
+
+    # --- lifecycle ---------------------------------------------------------------------------
+    async def start(self) -> SiteClient:
+        if self.use_agent:
+            self._agent_task = asyncio.get_running_loop().create_task(self._agent_loop())
+        return self
+
+    async def close(self) -> None:
+        """Report what the agent has not collected yet, then close every connection."""
+        if self._agent_writer is not None and not self._agent_writer.is_closing():
+            report = self.counters.to_report(time.time(), self.base_rtt_window_s)
+            report.update(type="report", round=None)
+            self._agent_writer.write(json.dumps(report).encode() + b"\n")
+            with contextlib.suppress(OSError, asyncio.TimeoutError):
+                await asyncio.wait_for(self._agent_writer.drain(), 1.0)
+            self.counters = IntervalCounters(len(self.sites))
+        if self._agent_task is not None:
+            self._agent_task.cancel()
+        for connection in self._connections.values():
+            await connection.close()
+        self._connections.clear()
+
+    async def drain(self, timeout_s: float = 5.0) -> None:
+        """Wait for propagated writes still in flight."""
+        if self._background:
+            await asyncio.wait(list(self._background), timeout=timeout_s)
+
+    # --- requests ----------------------------------------------------------------------------
+    async def get(self, key: bytes) -> bytes | None:
+        """Read ``key`` from the site the policy picks; None if it failed (counted)."""
+        self.counters.arrivals += 1
+        site, server = self.policy.choose(self.rng, _now_ms())
+        payload = get_payload(key, self.work.draw_s(self.rng))
+        reply = await self._request(site, server, payload, write=False)
+        return reply[1] if reply is not None else None
+
+    async def put(self, key: bytes, value: bytes) -> bool:
+        """Write ``key`` at the site the policy picks, then propagate it everywhere."""
+        self.counters.arrivals += 1
+        self.counters.writes += 1
+        site, server = self.policy.choose(self.rng, _now_ms())
+        payload = put_payload(key, value, self.work.draw_s(self.rng))
+        ok = await self._request(site, server, payload, write=True) is not None
+        if ok:
+            self._propagate(site, server, key, value)
+        return ok
+
+    async def _request(self, site: int, server: int, payload: bytes, write: bool):
+        issued = time.time()
+        start = time.perf_counter()
+        reply = None
+        try:
+            connection = await self._connection(site, server)
+            reply = await asyncio.wait_for(connection.send(payload, 2), self.timeout_s)
+        except (TimeoutError, TestbedError):
+            self.policy.mark_down(site, server, _now_ms() + DOWN_BACKOFF_MS)
+        response_ms = (time.perf_counter() - start) * 1e3
+        self._count(site, server, payload, reply, response_ms, issued)
+        self.log.append(issued, site, response_ms, reply is not None, write)
+        return reply
+
+    def _count(self, site, server, payload, reply, response_ms: float, issued: float) -> None:
+        c = self.counters
+        c.requests[site] += 1
+        if reply is None:
+            c.errors[site] += 1
+            c.violations[site] += 1
+            return
+        if response_ms > self.slo_ms:
+            c.violations[site] += 1
+        if site != self.site:
+            value = reply[1] if isinstance(reply, list) else b""
+            c.wan_bytes[site] += len(payload) + len(value or b"") + REPLY_OVERHEAD_BYTES
+        second = int(issued)
+        mins = c.min_by_second.setdefault(second, np.full(len(self.sites), np.inf))
+        mins[site] = min(mins[site], response_ms)
+        self.policy.observe(site, server, response_ms, _now_ms())
+
+    def _propagate(self, site: int, server: int, key: bytes, value: bytes) -> None:
+        """Eventual consistency: every other replica gets the write; one server per other
+        site does the backend's work for it (it loads that site as a propagated write)."""
+        for j, name in enumerate(self.sites):
+            n = len(self.testbed.sites[name].servers)
+            worker = -1 if j == site else int(self.rng.integers(n))
+            for s in range(n):
+                if (j, s) == (site, server):
+                    continue
+                work = self.work.draw_s(self.rng) if s == worker else None
+                payload = put_payload(key, value, work)
+                if j != self.site:
+                    self.counters.wan_bytes[j] += len(payload) + REPLY_OVERHEAD_BYTES
+                task = asyncio.ensure_future(self._fire(j, s, payload, 1 if work is None else 2))
+                self._background.add(task)
+                task.add_done_callback(self._background.discard)
+
+    async def _fire(self, site: int, server: int, payload: bytes, replies: int) -> None:
+        try:
+            connection = await self._connection(site, server)
+            await asyncio.wait_for(connection.send(payload, replies), self.timeout_s)
+        except (TimeoutError, TestbedError):
+            pass  # a replica that is down catches up when it is restarted (Testbed)
+
+    async def _connection(self, site: int, server: int) -> RedisConnection:
+        connection = self._connections.get((site, server))
+        if connection is None or connection.closed:
+            if not self.policy.is_up(site, server, _now_ms()):
+                raise TestbedError(f"{self.sites[site]} server {server} is marked down")
+            port = self.testbed.server_port(self.sites[self.site], self.sites[site], server)
+            connection = await RedisConnection.open(port, timeout_s=self.timeout_s)
+            self._connections[(site, server)] = connection
+        return connection
+
+    # --- the site agent ----------------------------------------------------------------------
+    async def _agent_loop(self) -> None:
+        """Stay connected to the local agent: answer its collections, apply its plans."""
+        port = self.testbed.sites[self.sites[self.site]].agent_local_port
+        while True:
+            try:
+                reader, writer = await asyncio.open_connection("127.0.0.1", port)
+            except OSError:
+                self._lost_agent()
+                await asyncio.sleep(0.5)
+                continue
+            self._agent_writer = writer
+            try:
+                while line := await reader.readline():
+                    self._on_agent_message(json.loads(line), writer)
+            except (OSError, ValueError):
+                pass
+            finally:
+                self._agent_writer = None
+                writer.close()
+            self._lost_agent()
+            await asyncio.sleep(0.5)
+
+    def _on_agent_message(self, message: dict, writer: asyncio.StreamWriter) -> None:
+        if message["type"] == "collect":
+            report = self.counters.to_report(time.time(), self.base_rtt_window_s)
+            report.update(type="report", round=message["round"])
+            writer.write(json.dumps(report).encode() + b"\n")
+            self.counters = IntervalCounters(len(self.sites))
+        elif message["type"] == "plan" and self.policy.follows_plan:
+            self.policy.set_fractions(np.asarray(message["fractions"], dtype=float))
+            self.plans_received += 1
+
+    def _lost_agent(self) -> None:
+        """Without its instance a plan-following client keeps its requests local."""
+        if self.policy.follows_plan:
+            self.policy.set_fractions(np.eye(len(self.sites))[self.site])
+
+
+def _now_ms() -> float:
+    return time.monotonic() * 1e3

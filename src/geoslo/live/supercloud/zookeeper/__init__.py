@@ -1,0 +1,18 @@
+"""A live ZooKeeper ensemble moved between two emulated sites by dynamic reconfiguration,
+with a loaded client in each site: the 2-step and 3-step procedures of the Supercloud
+paper's §5.2.2 (Figure 7a, 7b). Needs root, Java and Debian's ``zookeeper`` package."""
+
+from geoslo.live.supercloud.zookeeper._procedures import PROCEDURES
+from geoslo.live.supercloud.zookeeper._results import ReconfigRun
+from geoslo.live.supercloud.zookeeper._run import cannot_run_reason, run_reconfiguration
+from geoslo.live.supercloud.zookeeper._settings import SITE_A, SITE_B, ZkLiveSettings
+
+__all__ = [
+    "PROCEDURES",
+    "SITE_A",
+    "SITE_B",
+    "ReconfigRun",
+    "ZkLiveSettings",
+    "cannot_run_reason",
+    "run_reconfiguration",
+]

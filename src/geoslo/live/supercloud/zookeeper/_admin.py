@@ -1,0 +1,104 @@
+"""The operator's ZooKeeper session, opened from inside a site's namespace: it creates the
+znodes of the workload and issues §5.2.2's ``reconfig`` calls. Imports kazoo, so it is
+imported only when a run starts."""
+
+from __future__ import annotations
+
+import logging
+import socket
+import time
+
+from kazoo.client import KazooClient
+from kazoo.exceptions import KazooException
+from kazoo.handlers.threading import SequentialThreadingHandler
+
+from geoslo.errors import TestbedError
+from geoslo.live._netns import socket_in
+from geoslo.live.supercloud.zookeeper._ensemble import ZkServer
+from geoslo.live.supercloud.zookeeper._settings import CLIENT_PORT, ZkLiveSettings
+
+# kazoo logs every dropped connection as a warning; reconfiguration drops them on purpose.
+logging.getLogger("kazoo").setLevel(logging.ERROR)
+
+__all__ = ["NamespaceHandler", "admin_client", "create_znodes", "reconfig"]
+
+
+class NamespaceHandler(SequentialThreadingHandler):
+    """kazoo's threading handler whose sockets are made inside one namespace."""
+
+    def __init__(self, namespace: str) -> None:
+        super().__init__()
+        self.namespace = namespace
+
+    def create_connection(self, address, hostname=None, timeout=None, **_options):
+        sock = socket_in(self.namespace)
+        sock.settimeout(timeout)
+        try:
+            sock.connect(address)
+        except OSError:
+            sock.close()
+            raise
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        return sock
+
+
+def admin_client(
+    namespace: str, servers: list[ZkServer], settings: ZkLiveSettings, timeout_s: float = 15.0
+) -> KazooClient:
+    """A started kazoo session from ``namespace`` to the first of ``servers`` that answers."""
+    hosts = ",".join(f"{s.address}:{CLIENT_PORT}" for s in servers)
+    client = KazooClient(
+        hosts=hosts,
+        timeout=settings.session_timeout_s,
+        handler=NamespaceHandler(namespace),
+        randomize_hosts=False,
+    )
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            client.start(timeout=max(1.0, deadline - time.monotonic()))
+            return client
+        except Exception as error:  # kazoo raises its own timeout type
+            client.stop()
+            if time.monotonic() >= deadline:
+                raise TestbedError(f"no ZooKeeper session to {hosts}: {error}") from None
+            time.sleep(0.2)
+
+
+def create_znodes(
+    namespace: str, servers: list[ZkServer], settings: ZkLiveSettings, paths: list[str]
+) -> None:
+    """Create each of ``paths`` holding ``settings.value_bytes`` bytes."""
+    client = admin_client(namespace, servers, settings)
+    try:
+        for path in paths:
+            client.create(path, b"x" * settings.value_bytes, makepath=True)
+    finally:
+        client.stop()
+        client.close()
+
+
+def reconfig(
+    namespace: str,
+    servers: list[ZkServer],
+    settings: ZkLiveSettings,
+    joining: list[ZkServer],
+    leaving: tuple[int, ...],
+) -> None:
+    """One incremental ``reconfig`` call, retried while ZooKeeper refuses it (for example
+    while a previous reconfiguration is still in progress) until ``step_timeout_s``."""
+    join = ",".join(s.config_line() for s in joining) or None
+    leave = ",".join(str(i) for i in leaving) or None
+    deadline = time.monotonic() + settings.step_timeout_s
+    while True:
+        client = admin_client(namespace, servers, settings)
+        try:
+            client.reconfig(joining=join, leaving=leave, new_members=None)
+            return
+        except KazooException as error:
+            if time.monotonic() >= deadline:
+                raise TestbedError(f"reconfig join={join} leave={leave}: {error!r}") from None
+        finally:
+            client.stop()
+            client.close()
+        time.sleep(0.2)

@@ -1,0 +1,110 @@
+"""One site's closed-loop client (§5.2.2): ``threads`` workers, one ZooKeeper session
+each, read:write 9:1; a read gets a 1 KB znode, a write overwrites the site's 1 KB znode.
+
+Run inside the site's namespace as ``python -m geoslo.live.supercloud.zookeeper._client <config>``.
+Every operation becomes a line ``[end_unix_s, "r"|"w", latency_ms, ok]`` in the output
+file; the client touches ``<config>.ready`` once every session is up and stops on SIGTERM.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import signal
+import sys
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from geoslo.live._processes import JsonConfigFile
+
+__all__ = ["ClientConfig", "main"]
+
+_BACKOFF_S = 0.02  # after a failed operation (no session yet), so as not to spin
+
+
+@dataclass(frozen=True)
+class ClientConfig(JsonConfigFile):
+    site: str
+    hosts: list[str]  # "address:port", own site's servers first (kazoo tries them in order)
+    threads: int
+    read_fraction: float
+    read_path: str
+    write_path: str
+    value_bytes: int
+    session_timeout_s: float
+    op_timeout_s: float
+    out_path: str
+    seed: int
+
+
+class _Worker(threading.Thread):
+    def __init__(self, config: ClientConfig, index: int, stop: threading.Event, sink) -> None:
+        super().__init__(daemon=True)
+        self.config, self.stop, self.sink = config, stop, sink
+        self.rng = random.Random(config.seed * 1000 + index)
+        self.value = bytes(self.rng.getrandbits(8) for _ in range(config.value_bytes))
+        from kazoo.client import KazooClient  # this module is also imported where kazoo is not
+
+        self.client = KazooClient(
+            hosts=",".join(config.hosts),
+            timeout=config.session_timeout_s,
+            randomize_hosts=False,
+        )
+
+    def connect(self) -> None:
+        self.client.start(timeout=30)
+
+    def run(self) -> None:
+        c = self.config
+        while not self.stop.is_set():
+            is_read = self.rng.random() < c.read_fraction
+            start_s = time.time()
+            try:
+                if is_read:
+                    self.client.get_async(c.read_path).get(timeout=c.op_timeout_s)
+                else:
+                    self.client.set_async(c.write_path, self.value).get(timeout=c.op_timeout_s)
+                ok = True
+            except Exception:  # connection loss, session expiry, timeout: a failed op
+                ok = False
+            end_s = time.time()
+            self.sink("r" if is_read else "w", start_s, end_s, ok)
+            if not ok:
+                time.sleep(_BACKOFF_S)
+
+
+def main(argv: list[str]) -> None:
+    config_path = Path(argv[0])
+    config = ClientConfig.read(config_path)
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    lock = threading.Lock()
+    out = open(config.out_path, "w", buffering=1 << 16)
+
+    def sink(op: str, start_s: float, end_s: float, ok: bool) -> None:
+        line = json.dumps([round(end_s, 4), op, round((end_s - start_s) * 1e3, 3), ok])
+        with lock:
+            if not out.closed:
+                out.write(line + "\n")
+
+    workers = [_Worker(config, i, stop, sink) for i in range(config.threads)]
+    for worker in workers:
+        worker.connect()
+    config_path.with_suffix(".ready").write_text("ready\n")
+    for worker in workers:
+        worker.start()
+    while not stop.wait(0.5):
+        with lock:
+            out.flush()
+    for worker in workers:
+        worker.join(timeout=config.op_timeout_s + 1)
+    with lock:
+        out.close()
+    for worker in workers:
+        worker.client.stop()
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

@@ -1,0 +1,69 @@
+"""One network namespace per site, every server address on each namespace's loopback.
+
+In its own site a server binds its address; in every other site the delay proxy binds
+the same address (§5.2.2's WAN between Virginia and Tokyo, emulated on one machine).
+The namespaces are recorded in ``<state_dir>/zk-netns.json`` so that a crash can be
+cleaned up, and ``delete()`` removes exactly those.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from geoslo.live._netns import run_in
+from geoslo.live._processes import find_program
+from geoslo.live.supercloud.zookeeper._settings import SITES, server_address
+
+__all__ = ["STATE_FILE", "SiteNamespaces"]
+
+STATE_FILE = "zk-netns.json"
+
+
+def _ip() -> str:
+    return find_program("ip", "iproute2")
+
+
+@dataclass(frozen=True)
+class SiteNamespaces:
+    """The namespace of each site (``geoslo-zk-<pid>-<site>``)."""
+
+    names: dict[str, str]
+    state_dir: str
+
+    @classmethod
+    def create(cls, state_dir: Path, server_ids: list[int]) -> SiteNamespaces:
+        pid = os.getpid()
+        sites = cls({site: f"geoslo-zk-{pid}-{site}" for site in SITES}, str(state_dir))
+        Path(state_dir).mkdir(parents=True, exist_ok=True)
+        (Path(state_dir) / STATE_FILE).write_text(json.dumps(sites.names))
+        try:
+            sites._build(server_ids)
+        except BaseException:
+            sites.delete()
+            raise
+        return sites
+
+    def _build(self, server_ids: list[int]) -> None:
+        ip = _ip()
+        for ns in self.names.values():
+            run_in(None, [ip, "netns", "add", ns])
+            run_in(ns, [ip, "link", "set", "lo", "up"])
+            for server_id in server_ids:
+                run_in(ns, [ip, "addr", "add", f"{server_address(server_id)}/32", "dev", "lo"])
+
+    def of(self, site: str) -> str:
+        return self.names[site]
+
+    def delete(self) -> None:
+        """Remove the namespaces this object created (idempotent)."""
+        listed = run_in(None, [_ip(), "netns", "list"])
+        existing = {line.split()[0] for line in listed.splitlines() if line.strip()}
+        for ns in self.names.values():
+            if ns in existing:
+                run_in(None, [_ip(), "netns", "delete", ns])
+        path = Path(self.state_dir) / STATE_FILE
+        if path.exists():
+            path.unlink()

@@ -1,0 +1,45 @@
+"""A simulated multi-provider cloud storage: the ground truth of CosTLO's experiments
+(NSDI 2015, §2, §4, §5.3, §7).
+
+``build_world`` draws regions (S3-like and Azure-like, at their real locations), client
+prefixes and the Internet between them; ``get_operations``/``put_operations`` play the
+client and VM libraries against it; the agents (``measure_storage``, ``ping_ms``) are the
+only view of it the decision engine gets.
+"""
+
+from geoslo.sim.costlo._agents import DEFAULT_SAMPLES, measure_storage, ping_ms, region_ping_ms
+from geoslo.sim.costlo._behaviour import (
+    DnsResolver,
+    InternetPath,
+    SpikyLatency,
+    StorageBehaviour,
+    provider_behaviour,
+)
+from geoslo.sim.costlo._requests import (
+    OperationSample,
+    completion_ms,
+    get_operations,
+    put_operations,
+    storage_requests,
+)
+from geoslo.sim.costlo._world import BUSIEST_REGION, CloudWorld, build_world
+
+__all__ = [
+    "BUSIEST_REGION",
+    "DEFAULT_SAMPLES",
+    "CloudWorld",
+    "DnsResolver",
+    "InternetPath",
+    "OperationSample",
+    "SpikyLatency",
+    "StorageBehaviour",
+    "build_world",
+    "completion_ms",
+    "get_operations",
+    "measure_storage",
+    "ping_ms",
+    "provider_behaviour",
+    "put_operations",
+    "region_ping_ms",
+    "storage_requests",
+]

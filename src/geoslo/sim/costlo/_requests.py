@@ -1,0 +1,243 @@
+"""Ground truth of requests against the simulated clouds (CosTLO §2, §5.1-§5.3, §7).
+
+``storage_requests`` draws what concurrent requests from a VM (or arriving from a client)
+experience inside one region; ``get_operations`` and ``put_operations`` play the client
+and VM libraries: the first request, then, after the timeout and with the probability,
+the redundant set (§5.2), first response wins. Arrays are vectorised over operations.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from geoslo.control.costlo import Configuration, GetTuple
+from geoslo.sim.costlo._behaviour import StorageBehaviour
+from geoslo.sim.costlo._world import CloudWorld
+
+__all__ = [
+    "RequestDraws",
+    "storage_requests",
+    "fifo_service_ms",
+    "OperationSample",
+    "get_operations",
+    "put_operations",
+    "copy_counts",
+]
+
+_BLOCK_BYTES = 64 * 1024  # §7: service latency is a step function of 64 KB blocks
+
+
+@dataclass(frozen=True)
+class RequestDraws:
+    """Per operation (row) and request (column): network round trip, the request's own
+    service time, arrival at the front-end (ms after issue)."""
+
+    network_ms: np.ndarray
+    service_ms: np.ndarray
+    arrival_ms: np.ndarray
+
+
+def copy_counts(copies: int, requests_per_copy: int, skip_first: bool = False) -> tuple[int, ...]:
+    """Requests per copy; ``skip_first`` drops the one request already in flight."""
+    counts = [requests_per_copy] * copies
+    if skip_first:
+        counts[0] -= 1
+    return tuple(counts)
+
+
+def storage_requests(
+    behaviour: StorageBehaviour,
+    operation: str,
+    counts: tuple[int, ...],
+    n: int,
+    rng: np.random.Generator,
+    object_bytes: float = 1024.0,
+) -> RequestDraws:
+    """Concurrent requests issued together, ``counts[c]`` of them to copy c (§5.3): one
+    network draw for all when the network is shared, else one each; copies are distinct
+    objects on distinct servers; one object's requests spread over its replicas, and
+    requests on one server share its service draw."""
+    k = int(sum(counts))
+    net_shape = (n, 1) if behaviour.shared_network else (n, k)
+    transfer_ms = object_bytes * 8.0 / (behaviour.network_mbps * 1000.0)
+    network = np.broadcast_to(behaviour.network.sample(rng, net_shape) + transfer_ms, (n, k)).copy()
+    spec = behaviour.get_service if operation == "get" else behaviour.put_service
+    replicas = behaviour.get_replicas if operation == "get" else behaviour.put_replicas
+    if operation == "put" and behaviour.put_serialised:
+        service = spec.sample(rng, (n, k))  # own work per request; the queue adds waiting
+    else:
+        service = _shared_by_server(spec, counts, replicas, n, rng)
+    blocks = max(1, int(np.ceil(object_bytes / _BLOCK_BYTES)))
+    service = service + (blocks - 1) * behaviour.block_service_ms
+    return RequestDraws(network, service, network / 2.0)
+
+
+def _shared_by_server(spec, counts, replicas, n, rng) -> np.ndarray:
+    columns = []
+    for requests in counts:
+        if requests == 0:
+            continue
+        servers = requests if replicas == 0 else replicas
+        per_server = spec.sample(rng, (n, servers))
+        if replicas == 0:
+            columns.append(per_server)
+        else:
+            choice = rng.integers(0, replicas, size=(n, requests))
+            columns.append(np.take_along_axis(per_server, choice, axis=1))
+    return np.concatenate(columns, axis=1)
+
+
+def fifo_service_ms(arrival_ms: np.ndarray, own_service_ms: np.ndarray) -> np.ndarray:
+    """Service latency as logged when one queue serves a row's requests in arrival order
+    (Azure serialises a tenant's PUTs [20]): waiting plus own work."""
+    order = np.argsort(arrival_ms, axis=1)
+    arrive = np.take_along_axis(arrival_ms, order, axis=1)
+    work = np.take_along_axis(own_service_ms, order, axis=1)
+    logged = np.empty_like(arrive)
+    free_at = np.full(arrive.shape[0], -np.inf)
+    for i in range(arrive.shape[1]):
+        start = np.maximum(arrive[:, i], free_at)
+        free_at = start + work[:, i]
+        logged[:, i] = free_at - arrive[:, i]
+    out = np.empty_like(logged)
+    np.put_along_axis(out, order, logged, axis=1)
+    return out
+
+
+def completion_ms(draws: RequestDraws, behaviour: StorageBehaviour, operation: str) -> np.ndarray:
+    """Per request: issue to response at the VM (network + logged service)."""
+    service = draws.service_ms
+    if operation == "put" and behaviour.put_serialised:
+        service = fifo_service_ms(draws.arrival_ms, service)
+    return draws.network_ms + service
+
+
+# ---------------------------------------------------------------- client operations
+
+
+@dataclass(frozen=True)
+class OperationSample:
+    """Client-perceived latency of n operations and what they cost in requests."""
+
+    latency_ms: np.ndarray
+    storage_requests: np.ndarray  # per operation
+    redundant: np.ndarray  # bool per operation: the redundant set was issued
+
+    @property
+    def redundant_fraction(self) -> float:
+        return float(np.mean(self.redundant))
+
+
+def _region_part(
+    world: CloudWorld,
+    prefix: int,
+    region: int,
+    tuple_: GetTuple,
+    skip_first: bool,
+    n: int,
+    rng: np.random.Generator,
+    object_bytes: float,
+) -> tuple[np.ndarray, int]:
+    """Fastest response of one region's tuple, issued together at time 0 (relative):
+    direct requests each travel the Internet (sharing most spikes, ``InternetPath``); a
+    relayed tuple is one message to a VM that issues its requests (§3, Fig. 4b).
+    ``skip_first`` leaves out the request to copy 0 already in flight."""
+    behaviour = world.behaviours[region]
+    path = world.internet[prefix][region]
+    counts = copy_counts(tuple_.copies, tuple_.requests_per_copy, skip_first)
+    k = int(sum(counts))
+    draws = storage_requests(behaviour, "get", counts, n, rng, object_bytes)
+    if tuple_.relay_vm:
+        inner = completion_ms(draws, behaviour, "get").min(axis=1)
+        overhead = rng.exponential(behaviour.relay_overhead_mean_ms, n)
+        return path.sample(rng, n, 1, object_bytes)[:, 0] + overhead + inner, k
+    per_request = path.sample(rng, n, k, object_bytes) + completion_ms(draws, behaviour, "get")
+    return per_request.min(axis=1), k
+
+
+def get_operations(
+    world: CloudWorld,
+    prefix: int,
+    serving: int,
+    second: int | None,
+    configuration: Configuration,
+    n: int,
+    seed: int,
+    object_bytes: float = 1024.0,
+) -> OperationSample:
+    """n GET operations from ``prefix`` as the client library runs them (§5.1-§5.2): the
+    first request to copy 0 of the serving region (through its relay if the serving tuple
+    is relayed); after the timeout, with the probability, the rest of the serving tuple and
+    the second region's tuple. A zero timeout sends the whole serving tuple at once."""
+    rng = np.random.default_rng(seed)
+    c = configuration
+    dns_ms = world.dns[prefix].sample(rng, n)
+    relay = c.serving.relay_vm
+    first, _ = _region_part(
+        world, prefix, serving, GetTuple(1, 1, relay), False, n, rng, object_bytes
+    )
+    if not c.get_redundant:
+        return OperationSample(dns_ms + first, np.ones(n), np.zeros(n, bool))
+    timeout_ms = c.get_timeout_ms
+    trigger = ((timeout_ms == 0.0) | (first > timeout_ms)) & (rng.random(n) < c.get_probability)
+    parts, requests = [], 0
+    if c.serving.requests > 1:
+        requests += c.serving.requests - 1
+        if timeout_ms == 0.0:  # one draw of the whole tuple, first included
+            whole, _ = _region_part(world, prefix, serving, c.serving, False, n, rng, object_bytes)
+            first = np.where(trigger, whole, first)
+        else:
+            part, _ = _region_part(world, prefix, serving, c.serving, True, n, rng, object_bytes)
+            parts.append(part)
+    if second is not None and not c.second.unused:
+        part, k = _region_part(world, prefix, second, c.second, False, n, rng, object_bytes)
+        parts.append(part)
+        requests += k
+    redundant_ms = timeout_ms + np.min(parts, axis=0) if parts else np.full(n, np.inf)
+    latency = np.where(trigger, np.minimum(first, redundant_ms), first)
+    return OperationSample(dns_ms + latency, 1 + trigger * requests, trigger)
+
+
+def put_operations(
+    world: CloudWorld,
+    prefix: int,
+    serving: int,
+    configuration: Configuration,
+    n: int,
+    seed: int,
+    object_bytes: float = 1024.0,
+) -> OperationSample:
+    """n PUT operations: the client uploads to an application VM in the serving region,
+    whose VM library issues the PUT tuple (§5.1); the operation completes with the first
+    PUT request that completes (§5.4). A serialising service queues the redundant
+    requests behind the first."""
+    rng = np.random.default_rng(seed)
+    c = configuration
+    behaviour = world.behaviours[serving]
+    upload_ms = world.internet[prefix][serving].sample(rng, n, 1, object_bytes)[:, 0]
+    counts = copy_counts(c.put.copies, c.put.requests_per_copy)
+    draws = storage_requests(behaviour, "put", counts, n, rng, object_bytes)
+    first_alone = completion_ms(_columns(draws, [0]), behaviour, "put")[:, 0]
+    if not c.put_redundant:
+        return OperationSample(upload_ms + first_alone, np.ones(n), np.zeros(n, bool))
+    timeout_ms = c.put_timeout_ms
+    trigger = ((timeout_ms == 0.0) | (first_alone > timeout_ms)) & (
+        rng.random(n) < c.put_probability
+    )
+    issue = np.where(trigger[:, None], timeout_ms, np.inf) * np.ones((1, c.put.requests))
+    issue[:, 0] = 0.0
+    arrival = np.where(np.isfinite(issue), draws.arrival_ms + issue, 1e18)  # never issued: last
+    done = issue + completion_ms(
+        RequestDraws(draws.network_ms, draws.service_ms, arrival), behaviour, "put"
+    )
+    return OperationSample(
+        upload_ms + done.min(axis=1), 1 + trigger * (c.put.requests - 1), trigger
+    )
+
+
+def _columns(draws: RequestDraws, columns: list[int]) -> RequestDraws:
+    return RequestDraws(
+        draws.network_ms[:, columns], draws.service_ms[:, columns], draws.arrival_ms[:, columns]
+    )

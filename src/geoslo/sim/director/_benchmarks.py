@@ -1,0 +1,55 @@
+"""Benchmarks that train the SCADS Director's models on the simulated servers (§5.4).
+
+* Steady state: one server at a steady workload of each read/write mix, at rates around
+  its capacity, many noise periods per rate; a rate is a violation when most periods have
+  their p99 past the threshold. The lowest such rate is the mix's crossing.
+* Copy duration: copies at several specified rates into servers at several loads; the
+  observed factor is the actual over the specified rate, with a measurement error.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from geoslo.sim.director._truth import ServerPerformance
+
+__all__ = ["steady_state_crossings", "copy_factor_runs"]
+
+
+def steady_state_crossings(
+    perf: ServerPerformance,
+    read_fractions,
+    threshold_ms: float = 100.0,
+    percentile: float = 99.0,
+    periods: int = 200,
+    seed: int = 0,
+) -> np.ndarray:
+    """Per mix, the lowest total req/s at which most periods violate the percentile."""
+    rng = np.random.default_rng(seed)
+    allowed = 1.0 - percentile / 100.0
+    crossings = []
+    for read in np.asarray(read_fractions, float):
+        nominal = perf.capacity_rps(read, threshold_ms, percentile)
+        rates = nominal * np.linspace(0.5, 1.5, 201)
+        factor, hiccup = perf.draw_noise(periods, rng)
+        rho = perf.utilisation(rates[:, None] * read, rates[:, None] * (1 - read), factor[None, :])
+        late = perf.tail(threshold_ms, rho, hiccup[None, :])
+        violated = (late > allowed).mean(axis=1) > 0.5
+        crossings.append(rates[np.argmax(violated)] if violated.any() else rates[-1])
+    return np.array(crossings)
+
+
+def copy_factor_runs(
+    perf: ServerPerformance,
+    specified_bytes_per_s,
+    target_get_rps,
+    target_put_rps,
+    error_fraction: float = 0.05,
+    seed: int = 0,
+) -> np.ndarray:
+    """The observed copy-rate factor of one copy per (rate, get rate, put rate) triple."""
+    rng = np.random.default_rng(seed)
+    rate = np.asarray(specified_bytes_per_s, float)
+    rho = perf.utilisation(target_get_rps, target_put_rps)
+    truth = perf.copy_factor(rate, rho)
+    return np.clip(truth * (1.0 + error_fraction * rng.standard_normal(rate.shape)), 0.01, 1.0)

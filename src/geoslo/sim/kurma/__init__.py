@@ -1,0 +1,33 @@
+"""Simulation environments: the request-level simulator and its calibrated backend.
+
+The simulator is an environment (Kurma sections 4 and 7.1): a controller calls
+``RequestLevelSim.run(interval_s, rates_fraction)`` and reads ``IntervalStats``;
+the adaptive baselines of section 7.1 (GlobalRR, LatencyAware, DynamicSnitch, C3)
+run inside the kernel as policies.
+"""
+
+from geoslo.sim.kurma._env import DEFAULT_POLICY_PARAMS, POLICIES, IntervalStats, RequestLevelSim
+from geoslo.sim.kurma._params import (
+    DEFAULT_RESIDUAL_WAN_MEAN_MS,
+    DEFAULT_RESIDUAL_WAN_SHAPE,
+    BackendParams,
+    ServiceParams,
+    residual_wan_samples_ms,
+)
+from geoslo.sim.kurma._profile import Crossings, calibrate_backend, measure_crossings, profile_site
+
+__all__ = [
+    "BackendParams",
+    "ServiceParams",
+    "DEFAULT_RESIDUAL_WAN_MEAN_MS",
+    "DEFAULT_RESIDUAL_WAN_SHAPE",
+    "residual_wan_samples_ms",
+    "RequestLevelSim",
+    "IntervalStats",
+    "POLICIES",
+    "DEFAULT_POLICY_PARAMS",
+    "profile_site",
+    "Crossings",
+    "measure_crossings",
+    "calibrate_backend",
+]

@@ -1,0 +1,542 @@
+"""The request-level simulation environment (Kurma sections 4, 7.1).
+
+A controller drives it like real servers: every interval it calls
+``run(duration_s, rates_fraction)`` and reads back an :class:`IntervalStats`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from geoslo.errors import InputError
+from geoslo.sim.kurma import _kernels as K
+from geoslo.sim.kurma._params import BackendParams
+
+__all__ = ["IntervalStats", "RequestLevelSim", "POLICIES", "DEFAULT_POLICY_PARAMS"]
+
+POLICIES = {
+    "rates": K.RATES,
+    "global_rr": K.GLOBAL_RR,
+    "latency_aware": K.LATENCY_AWARE,
+    "dynamic_snitch": K.DYNAMIC_SNITCH,
+    "c3": K.C3,
+}
+
+DEFAULT_POLICY_PARAMS: dict[str, float] = {
+    # simulator
+    "slice_ms": 10.0,
+    "reservoir_size": 20000,
+    # DataStax LatencyAwarePolicy defaults (driver 3.x builder)
+    "la_scale_ms": 100.0,
+    "la_exclusion_threshold": 2.0,
+    "la_retry_period_ms": 10000.0,
+    "la_min_measure": 50,
+    "la_update_rate_ms": 100.0,
+    # token-aware child policy: the key's replicas in the local DC come first
+    # (Kurma section 7: replication factor 3 in each datacenter)
+    "la_replicas_per_site": 3,
+    # Cassandra DynamicEndpointSnitch defaults (3.x, cassandra.yaml)
+    "ds_alpha_per_s": 0.75,
+    "ds_reservoir_size": 100,
+    "ds_update_interval_ms": 100.0,
+    "ds_reset_interval_ms": 600000.0,
+    "ds_badness_threshold": 0.1,
+    # C3 (Suresh et al., NSDI 2015); gamma, smax, hysteresis and rates are our choices
+    "c3_ewma_alpha": 0.9,
+    "c3_window_ms": 20.0,
+    "c3_beta": 0.2,
+    "c3_gamma": 2e-5,
+    "c3_smax": 10.0,
+    "c3_hysteresis_ms": 40.0,
+    "c3_replicas_per_site": 3,
+    "c3_initial_rate": 1000.0,
+    "c3_min_rate": 1.0,
+    "c3_clients": 0.0,  # 0 = every server of every site coordinates (Cassandra)
+}
+
+
+@dataclass(frozen=True)
+class IntervalStats:
+    """What one interval produced; requests are attributed to the interval they arrive in.
+
+    Indices: ``[src]``, ``[src, dst]``, ``[src, dst, second]``. Responses are as seen
+    at the source (WAN included). Requests still in flight at the interval end are
+    reported with a response computed from the work known at that time.
+    """
+
+    start_s: float
+    duration_s: float
+    arrivals: np.ndarray  # [src] client requests that arrived
+    writes: np.ndarray  # [src] of which writes
+    requests: np.ndarray  # [src, dst] sent (C3: after its backpressure queue)
+    completed: np.ndarray  # [src, dst] responses recorded
+    violations: np.ndarray  # [src, dst] responses > slo_ms
+    response_sum_ms: np.ndarray  # [src, dst]
+    min_response_ms: np.ndarray  # [src, dst, second] (inf when none)
+    second_start_s: np.ndarray  # [second] start time of each whole second covered
+    served: np.ndarray  # [dst] client requests + propagated replication writes
+    backlog: np.ndarray  # [src] requests held in C3's backpressure queue at the end
+    sample_src: np.ndarray
+    sample_dst: np.ndarray
+    sample_response_ms: np.ndarray
+    sample_wan_ms: np.ndarray  # base RTT + residual (0 when local)
+    sample_service_ms: np.ndarray  # response at the destination (overhead+wait+service)
+
+    @property
+    def violation_fraction(self) -> np.ndarray:
+        """[src] fraction of the source's completed requests over the SLO."""
+        done = self.completed.sum(axis=1)
+        return np.divide(
+            self.violations.sum(axis=1), done, out=np.zeros(done.shape), where=done > 0
+        )
+
+    @property
+    def served_rps(self) -> np.ndarray:
+        """[dst] served load (req/s) including propagated writes."""
+        return self.served / self.duration_s
+
+
+def _as_matrix(value: np.ndarray, n: int, field: str) -> np.ndarray:
+    m = np.asarray(value, dtype=float)
+    if m.shape != (n, n):
+        raise InputError(field, f"must be a {n}x{n} matrix, got shape {m.shape}")
+    if not np.all(np.isfinite(m)) or np.any(m < 0):
+        raise InputError(field, "must be finite and >= 0")
+    return m
+
+
+class RequestLevelSim:
+    """Request-level simulation of geo-distributed backends (an environment).
+
+    Each site is a :class:`BackendParams` backend; clients at site ``i`` issue a
+    Poisson stream at ``rate_traces[i][second]`` req/s; the policy sends each request
+    to a site (and, for global_rr / latency_aware / c3, to a server).
+    """
+
+    def __init__(
+        self,
+        *,
+        site_names: Sequence[str],
+        backend: BackendParams | list[BackendParams],
+        rate_traces: list[np.ndarray],
+        write_fraction: float | list[float] = 0.0,
+        base_rtt_ms: Callable[[float], np.ndarray] | np.ndarray,
+        residual_rtt_samples_ms: np.ndarray | list,
+        slo_ms: float = 30.0,
+        seed: int = 0,
+        policy: str = "rates",
+        policy_params: dict | None = None,
+    ) -> None:
+        self.site_names = list(site_names)
+        n = len(self.site_names)
+        if n < 1:
+            raise InputError("site_names", "needs at least one site")
+        self.n_sites = n
+        backends = [backend] * n if isinstance(backend, BackendParams) else list(backend)
+        if len(backends) != n or not all(isinstance(b, BackendParams) for b in backends):
+            raise InputError("backend", f"must be a BackendParams or a list of {n}")
+        self.backends = backends
+        if len(rate_traces) != n:
+            raise InputError("rate_traces", f"needs one trace per site ({n})")
+        self._traces = [np.asarray(tr, dtype=float) for tr in rate_traces]
+        for i, tr in enumerate(self._traces):
+            if tr.ndim != 1 or tr.size == 0 or np.any(~np.isfinite(tr)) or np.any(tr < 0):
+                raise InputError(f"rate_traces[{i}]", "must be a 1-D array of rates >= 0")
+        wf = [write_fraction] * n if np.isscalar(write_fraction) else list(write_fraction)
+        if len(wf) != n or any(not 0.0 <= float(w) <= 1.0 for w in wf):
+            raise InputError("write_fraction", "must be in [0, 1], one value or one per site")
+        self._write_fraction = np.asarray(wf, dtype=float)
+        if callable(base_rtt_ms):
+            self._rtt_fn = base_rtt_ms
+        else:
+            fixed = _as_matrix(base_rtt_ms, n, "base_rtt_ms")
+            self._rtt_fn = lambda _t: fixed
+        self._resid_pool, self._resid_off, self._resid_len = _residual_pools(
+            residual_rtt_samples_ms, n
+        )
+        if not slo_ms > 0:
+            raise InputError("slo_ms", f"must be > 0, got {slo_ms}")
+        self.slo_ms = float(slo_ms)
+        if policy not in POLICIES:
+            raise InputError("policy", f"must be one of {sorted(POLICIES)}, got {policy!r}")
+        self.policy = policy
+        self._policy_code = POLICIES[policy]
+        params = dict(DEFAULT_POLICY_PARAMS)
+        for key, value in (policy_params or {}).items():
+            if key not in params and key != "allowed":
+                raise InputError(f"policy_params.{key}", "unknown parameter")
+            params[key] = value
+        self.policy_params = params
+        self._allowed = np.ones((n, n), dtype=np.bool_)
+        if "allowed" in params:
+            allowed = np.asarray(params["allowed"], dtype=bool)
+            if allowed.shape != (n, n) or not np.all(np.diag(allowed)):
+                raise InputError("policy_params.allowed", "must be n x n with a true diagonal")
+            self._allowed = allowed.copy()
+        self._rng = np.random.default_rng(seed)
+        self.now_s = 0.0
+        self._init_state()
+
+    # ------------------------------------------------------------------ state
+    def _init_state(self) -> None:
+        n = self.n_sites
+        p = self.policy_params
+        self._n_servers = np.array([b.servers for b in self.backends], dtype=np.int64)
+        self._site_off = np.zeros(n + 1, dtype=np.int64)
+        self._site_off[1:] = np.cumsum(self._n_servers)
+        m = int(self._n_servers.max())
+        g = int(self._site_off[-1])
+        self._sp = np.zeros((n, 2, 3))
+        for j, b in enumerate(self.backends):
+            for c, s in enumerate((b.read, b.write)):
+                self._sp[j, c] = (s.base_mean_ms, s.stall_probability, s.stall_mean_ms)
+        self._overhead = np.array([b.overhead_ms for b in self.backends])
+        self._slowdown = np.ones((n, m))
+        self._free = np.full((n, m), -1e300)
+        self._pf = np.zeros((1024, K.NPF))
+        self._pi = np.zeros((1024, K.NPI), dtype=np.int64)
+        self._st = np.zeros(K.NST, dtype=np.int64)
+        self._fb = np.zeros((1024, K.NFB))
+        self._fbi = np.zeros((1024, K.NFBI), dtype=np.int64)
+        self._gs = np.zeros((n, g, K.NGS))
+        self._gs[:, :, K.GS_C3_RATE] = p["c3_initial_rate"]
+        self._gs[:, :, K.GS_C3_R0] = p["c3_initial_rate"]
+        self._gs[:, :, K.GS_C3_TDEC] = -1e9
+        for j in range(n):
+            sl = slice(self._site_off[j], self._site_off[j + 1])
+            self._gs[:, sl, K.GS_C3_SVC] = self.backends[j].read.mean_ms
+        self._cs = np.zeros((n, K.NCS))
+        self._cs[:, K.CS_LA_MIN] = -1.0
+        self._cs[:, K.CS_RR] = self._site_off[:n] % max(g, 1)  # sources start apart
+        self._ss = np.zeros((n, n, K.NSS))
+        self._res = np.zeros((n, n, int(p["ds_reservoir_size"]), K.NRS))
+        self._glob = np.zeros(K.NGL)
+        self._glob[K.GL_LA_NEXT_MIN] = p["la_update_rate_ms"]
+        self._glob[K.GL_DS_NEXT_SCORE] = p["ds_update_interval_ms"]
+        self._glob[K.GL_DS_NEXT_RESET] = p["ds_reset_interval_ms"]
+        self._glob[K.GL_C3_NEXT_WINDOW] = p["c3_window_ms"]
+        self._ring = np.zeros((n, m, K.RING))
+        self._ring_n = np.zeros((n, m), dtype=np.int64)
+        self._bk = np.zeros((16, K.NBK))
+        self._bkrep = np.zeros((16, n, 3))
+        self._pp = np.zeros(K.NPP)
+        self._pp[K.PP_LA_SCALE_MS] = p["la_scale_ms"]
+        self._pp[K.PP_LA_THRESHOLD] = p["la_exclusion_threshold"]
+        self._pp[K.PP_LA_RETRY_MS] = p["la_retry_period_ms"]
+        self._pp[K.PP_LA_MIN_MEASURE] = p["la_min_measure"]
+        self._pp[K.PP_LA_UPDATE_MS] = p["la_update_rate_ms"]
+        self._pp[K.PP_LA_RF] = p["la_replicas_per_site"]
+        self._pp[K.PP_DS_ALPHA_PER_S] = p["ds_alpha_per_s"]
+        self._pp[K.PP_DS_UPDATE_MS] = p["ds_update_interval_ms"]
+        self._pp[K.PP_DS_RESET_MS] = p["ds_reset_interval_ms"]
+        self._pp[K.PP_DS_BADNESS] = p["ds_badness_threshold"]
+        self._pp[K.PP_C3_EWMA] = p["c3_ewma_alpha"]
+        self._pp[K.PP_C3_WINDOW_MS] = p["c3_window_ms"]
+        self._pp[K.PP_C3_BETA] = p["c3_beta"]
+        self._pp[K.PP_C3_GAMMA] = p["c3_gamma"]
+        self._pp[K.PP_C3_SMAX] = p["c3_smax"]
+        self._pp[K.PP_C3_HYST_MS] = p["c3_hysteresis_ms"]
+        self._pp[K.PP_C3_RF] = p["c3_replicas_per_site"]
+        # n in C3's q_hat = 1 + os * n + q is the number of clients that share the servers;
+        # in Cassandra every node coordinates reads, so by default all servers of all sites.
+        clients = p.get("c3_clients") or float(sum(self._n_servers))
+        self._pp[K.PP_C3_NCLIENTS] = clients
+        self._pp[K.PP_C3_MIN_RATE] = p["c3_min_rate"]
+        if not p["slice_ms"] > 0:
+            raise InputError("policy_params.slice_ms", "must be > 0")
+
+    def set_server_slowdown(self, site: int, factors: np.ndarray) -> None:
+        """Interference (section 7.1.4): service times at ``site``'s servers are
+        multiplied by ``factors`` (one per server, >= 0) for requests queued from now on."""
+        if not 0 <= site < self.n_sites:
+            raise InputError("site", f"must be in [0, {self.n_sites}), got {site}")
+        f = np.asarray(factors, dtype=float)
+        n = self._n_servers[site]
+        if f.shape != (n,) or np.any(~np.isfinite(f)) or np.any(f <= 0):
+            raise InputError("factors", f"must be {n} finite values > 0")
+        self._slowdown[site, :n] = f
+
+    # ------------------------------------------------------------------ running
+    def _fractions(self, rates_fraction: np.ndarray | None) -> np.ndarray:
+        n = self.n_sites
+        if rates_fraction is None:
+            return np.eye(n)
+        f = np.asarray(rates_fraction, dtype=float)
+        if f.shape != (n, n):
+            raise InputError("rates_fraction", f"must be {n}x{n}, got shape {f.shape}")
+        if np.any(~np.isfinite(f)) or np.any(f < -1e-12):
+            raise InputError("rates_fraction", "must be finite and >= 0")
+        if np.any(np.abs(f.sum(axis=1) - 1.0) > 1e-6):
+            raise InputError("rates_fraction", "every row must sum to 1")
+        if np.any((f > 0) & ~self._allowed):
+            raise InputError("rates_fraction", "sends to a site that is not allowed")
+        return np.clip(f, 0.0, None)
+
+    def _rtt(self, t_s: float) -> np.ndarray:
+        m = _as_matrix(self._rtt_fn(t_s), self.n_sites, "base_rtt_ms")
+        m = m.copy()
+        np.fill_diagonal(m, 0.0)
+        return m
+
+    def _proximity_order(self, rtt: np.ndarray) -> np.ndarray:
+        n = self.n_sites
+        order = np.empty((n, n), dtype=np.int64)
+        for i in range(n):
+            key = rtt[i].copy()
+            key[i] = -1.0
+            order[i] = np.argsort(key, kind="stable")
+        return order
+
+    def _arrivals(self, t0_ms: float, t1_ms: float, sec: int) -> tuple:
+        """Pre-generate the random inputs of every request arriving in [t0, t1)."""
+        n = self.n_sites
+        rng = self._rng
+        times = []
+        for i in range(n):
+            tr = self._traces[i]
+            if sec >= tr.size:
+                raise InputError(f"rate_traces[{i}]", f"has no rate for second {sec}")
+            rate = tr[sec]
+            span = t1_ms - t0_ms
+            if rate <= 0:
+                times.append(np.empty(0))
+                continue
+            mean_gap_ms = 1000.0 / rate
+            expect = span / mean_gap_ms
+            chunks = []
+            last = t0_ms
+            while True:
+                k = int(expect + 6.0 * np.sqrt(expect) + 16)
+                ts = last + np.cumsum(rng.standard_exponential(k) * mean_gap_ms)
+                chunks.append(ts[ts < t1_ms])
+                if ts[-1] >= t1_ms:
+                    break
+                last = ts[-1]
+            times.append(np.concatenate(chunks))
+        counts = np.array([t.size for t in times], dtype=np.int64)
+        total = int(counts.sum())
+        src_start = np.zeros(n + 1, dtype=np.int64)
+        src_start[1:] = np.cumsum(counts)
+        req = np.empty((K.NREQ, total))
+        if total:
+            np.concatenate(times, out=req[K.RQ_T])
+        rng.random(out=req[K.RQ_ROUTE : K.RQ_KEEP + 1])
+        rng.standard_exponential(out=req[K.RQ_EBASE])
+        wfrac = np.repeat(self._write_fraction, counts)
+        if np.any(self._write_fraction > 0):
+            is_write = rng.random(total) < wfrac
+        else:
+            is_write = np.zeros(total, dtype=bool)
+        req[K.RQ_WRITE] = is_write
+        n_w = int(is_write.sum())
+        req_w = np.full(total, -1, dtype=np.int64)
+        req_w[is_write] = np.arange(n_w)
+        rep = np.empty((max(n_w, 1), n, 3))
+        if n_w:
+            rep[:, :, 0] = rng.random((n_w, n))
+            rep[:, :, 1] = rng.standard_exponential((n_w, n))
+            rep[:, :, 2] = rng.random((n_w, n))
+        else:
+            rep[:] = 0.5
+        return req, src_start, rep, req_w, n_w
+
+    def _ensure_capacity(self, extra_pending: int, extra_fb: int, extra_backlog: int) -> None:
+        need = int(self._st[K.ST_NPEND]) + extra_pending
+        if need > self._pf.shape[0]:
+            size = max(need, 2 * self._pf.shape[0])
+            self._pf = _grow(self._pf, size)
+            self._pi = _grow(self._pi, size)
+        need = int(self._st[K.ST_NFB]) + extra_fb
+        if need > self._fb.shape[0]:
+            size = max(need, 2 * self._fb.shape[0])
+            self._fb = _grow(self._fb, size)
+            self._fbi = _grow(self._fbi, size)
+        need = int(self._st[K.ST_NBACK]) + extra_backlog
+        if need > self._bk.shape[0]:
+            size = max(need, 2 * self._bk.shape[0])
+            self._bk = _grow(self._bk, size)
+            self._bkrep = _grow(self._bkrep, size)
+
+    def run(
+        self, duration_s: float, rates_fraction: np.ndarray | None = None, *, kernels=None
+    ) -> IntervalStats:
+        """Simulate the next ``duration_s`` seconds and return their statistics.
+
+        With policy "rates" a request from site i goes to site j with probability
+        ``rates_fraction[i, j]`` (rows sum to 1; None: all local); other policies
+        ignore it. ``kernels`` swaps in the reference implementation (tests only).
+        """
+        if not (np.isfinite(duration_s) and duration_s > 0):
+            raise InputError("duration_s", f"must be > 0, got {duration_s}")
+        kern = K if kernels is None else kernels
+        n = self.n_sites
+        frac = self._fractions(rates_fraction)
+        cum = np.cumsum(frac, axis=1)
+        cum[:, -1] = 1.0 + 1e-9
+        t0_s = self.now_s
+        t1_s = t0_s + duration_s
+        first_sec = int(np.floor(t0_s + 1e-12))
+        n_sec = max(int(np.ceil(t1_s - 1e-12)) - first_sec, 1)
+        expected = (
+            sum(
+                float(self._traces[i][min(s, self._traces[i].size - 1)])
+                for i in range(n)
+                for s in range(first_sec, first_sec + n_sec)
+            )
+            * duration_s
+            / n_sec
+        )
+        cap = int(self.policy_params["reservoir_size"])
+        keep_prob = min(1.0, cap / max(expected, 1.0))
+        st_arr = np.zeros((n, 2), dtype=np.int64)
+        st_req = np.zeros((n, n), dtype=np.int64)
+        st_viol = np.zeros((n, n), dtype=np.int64)
+        st_done = np.zeros((n, n), dtype=np.int64)
+        st_sum = np.zeros((n, n))
+        st_min = np.full((n, n, n_sec), np.inf)
+        st_served = np.zeros(n, dtype=np.int64)
+        samples = np.zeros((cap, 5))
+        nsamp = np.zeros(1, dtype=np.int64)
+        slice_ms = float(self.policy_params["slice_ms"])
+        t = t0_s
+        while t < t1_s - 1e-12:
+            sec = int(np.floor(t + 1e-9))
+            t_next = min(float(sec + 1), t1_s)
+            rtt = self._rtt(float(t))
+            order = self._proximity_order(rtt)
+            t0_ms, t1_ms = t * 1000.0, t_next * 1000.0
+            req, src_start, rep, req_w, n_w = self._arrivals(t0_ms, t1_ms, sec)
+            n_req = req.shape[1]
+            self._ensure_capacity(n_req + n_w * (n - 1), n_req, n_req)
+            kern.run_chunk(
+                t0_ms,
+                t1_ms,
+                slice_ms,
+                self._policy_code,
+                self.slo_ms,
+                first_sec,
+                keep_prob,
+                req,
+                src_start,
+                rep,
+                req_w,
+                rtt,
+                cum,
+                self._allowed,
+                self._n_servers,
+                self._site_off,
+                order,
+                self._sp,
+                self._overhead,
+                self._slowdown,
+                self._resid_pool,
+                self._resid_off,
+                self._resid_len,
+                self._pp,
+                self._free,
+                self._pf,
+                self._pi,
+                self._st,
+                self._fb,
+                self._fbi,
+                self._gs,
+                self._cs,
+                self._ss,
+                self._res,
+                self._glob,
+                self._ring,
+                self._ring_n,
+                self._bk,
+                self._bkrep,
+                st_arr,
+                st_req,
+                st_viol,
+                st_done,
+                st_sum,
+                st_min,
+                st_served,
+                samples,
+                nsamp,
+            )
+            t = t_next
+        kern.settle(
+            self._pf,
+            self._pi,
+            self._st,
+            self._free,
+            self._overhead,
+            self.slo_ms,
+            first_sec,
+            keep_prob,
+            st_viol,
+            st_done,
+            st_sum,
+            st_min,
+            samples,
+            nsamp,
+        )
+        self.now_s = t1_s
+        backlog = np.zeros(n, dtype=np.int64)
+        nb = int(self._st[K.ST_NBACK])
+        if nb:
+            backlog += np.bincount(self._bk[:nb, K.BK_SRC].astype(np.int64), minlength=n)
+        k = int(nsamp[0])
+        return IntervalStats(
+            start_s=t0_s,
+            duration_s=float(duration_s),
+            arrivals=st_arr[:, 0].copy(),
+            writes=st_arr[:, 1].copy(),
+            requests=st_req,
+            completed=st_done,
+            violations=st_viol,
+            response_sum_ms=st_sum,
+            min_response_ms=st_min,
+            second_start_s=np.arange(first_sec, first_sec + n_sec, dtype=float),
+            served=st_served,
+            backlog=backlog,
+            sample_src=samples[:k, 0].astype(np.int64),
+            sample_dst=samples[:k, 1].astype(np.int64),
+            sample_response_ms=samples[:k, 2].copy(),
+            sample_wan_ms=samples[:k, 3].copy(),
+            sample_service_ms=samples[:k, 4].copy(),
+        )
+
+
+def _grow(a: np.ndarray, size: int) -> np.ndarray:
+    out = np.zeros((size,) + a.shape[1:], dtype=a.dtype)
+    out[: a.shape[0]] = a
+    return out
+
+
+def _residual_pools(samples, n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """One pool for every link, or per link pools ``samples[i][j]``."""
+    off = np.zeros((n, n), dtype=np.int64)
+    ln = np.zeros((n, n), dtype=np.int64)
+    flat = isinstance(samples, np.ndarray) and samples.ndim == 1
+    if not isinstance(samples, np.ndarray):
+        flat = all(np.isscalar(x) for x in samples)
+    if flat:
+        pool = np.asarray(samples, dtype=float)
+        if pool.size == 0 or np.any(~np.isfinite(pool)) or np.any(pool < 0):
+            raise InputError("residual_rtt_samples_ms", "must be non-empty, finite, >= 0")
+        ln[:] = pool.size
+        return pool, off, ln
+    if len(samples) != n or any(len(row) != n for row in samples):
+        raise InputError("residual_rtt_samples_ms", f"per-link pools must be {n}x{n}")
+    parts = []
+    pos = 0
+    for i in range(n):
+        for j in range(n):
+            p = np.asarray(samples[i][j], dtype=float).ravel()
+            if np.any(~np.isfinite(p)) or np.any(p < 0):
+                raise InputError(f"residual_rtt_samples_ms[{i}][{j}]", "must be finite, >= 0")
+            if i != j and p.size == 0:
+                raise InputError(f"residual_rtt_samples_ms[{i}][{j}]", "is empty")
+            off[i, j] = pos
+            ln[i, j] = p.size
+            pos += p.size
+            parts.append(p)
+    return np.concatenate(parts), off, ln

@@ -1,0 +1,33 @@
+"""Simulation of the shared egress link of Dürango et al. (CDC 2016): three streams'
+buffers, a work-conserving link split by a policy every interval (``_link``), and the
+metrics of §V-B (``_metrics``)."""
+
+from geoslo.sim.replication._link import (
+    LinkRun,
+    LinkSettings,
+    LinkWorkload,
+    allocate,
+    simulate_link,
+    split_among_images,
+)
+from geoslo.sim.replication._metrics import (
+    LinkMetrics,
+    application_wait_s,
+    dro_mb,
+    image_age_s,
+    link_metrics,
+)
+
+__all__ = [
+    "LinkMetrics",
+    "application_wait_s",
+    "dro_mb",
+    "image_age_s",
+    "link_metrics",
+    "LinkRun",
+    "LinkSettings",
+    "LinkWorkload",
+    "allocate",
+    "simulate_link",
+    "split_among_images",
+]
