@@ -71,10 +71,14 @@ class Controller(Protocol[ObservationT, PlanT]):
 class Environment(Protocol[ObservedT, PlanT]):
     """A handle on what a controller observes and acts on.
 
-    ``simulated`` environments advance their own clock in ``observe()`` (the loop does not
-    wait between intervals); the others are observed in real time."""
+    ``start()`` brings up what it needs (processes, connections); ``close()`` returns when
+    everything it started has exited. ``simulated`` environments advance their own clock
+    in ``observe()`` (the loop does not wait between intervals); the others are observed in
+    real time. ``observe()`` reports one interval; ``apply(plan)`` puts a plan in force."""
 
     simulated: bool
+
+    async def start(self) -> None: ...
 
     async def observe(self) -> ObservedT: ...
 

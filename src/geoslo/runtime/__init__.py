@@ -6,6 +6,6 @@ observes, steps the controller off the event loop, applies the plan, and serves
 Prometheus metrics and ``/healthz``.
 """
 
-from geoslo.runtime._service import Service
+from geoslo.runtime._service import Service, System
 
-__all__ = ["Service"]
+__all__ = ["Service", "System"]

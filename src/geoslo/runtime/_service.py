@@ -1,5 +1,5 @@
-"""What a system hands the runtime: its controller, its environment, and how to describe
-observations and plans as metrics and log records."""
+"""What a system hands the runtime: how to read its configuration tables, and how to build
+its controller and environment from them (``geoslo.runtime.<system>.SYSTEM``)."""
 
 from __future__ import annotations
 
@@ -7,17 +7,19 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from pydantic import BaseModel
+
 from geoslo.control import Controller, Environment
 
-__all__ = ["Service"]
+__all__ = ["Service", "System"]
 
 
 @dataclass
 class Service:
     """One controller driving one environment every ``interval_s``.
 
-    ``plan_gauges`` and ``observation_gauges`` name numbers worth a Prometheus gauge
-    (names carry units: ``"rate_rps{from=a,to=b}"`` style keys are the system's choice);
+    ``plan_gauges`` and ``observation_gauges`` name the numbers worth a Prometheus gauge
+    (the key is the gauge's ``name`` label, with its unit: ``"rate_rps:a->b"``);
     ``plan_record`` is the JSON-able plan for the structured log and the dry run."""
 
     system: str
@@ -27,3 +29,20 @@ class Service:
     plan_gauges: Callable[[Any], Mapping[str, float]]
     observation_gauges: Callable[[Any], Mapping[str, float]]
     plan_record: Callable[[Any], Mapping[str, Any]]
+
+
+@dataclass(frozen=True)
+class System:
+    """One system as ``geoslo run`` knows it.
+
+    ``controller_settings`` validates the ``[controller]`` table and ``environments`` the
+    ``[environment]`` table, one model per ``kind`` ("simulator", "testbed", an engine);
+    both forbid unknown keys. ``build(controller, environment, interval_s)`` returns the
+    service (nothing started yet). ``example_config`` is a commented TOML file that runs."""
+
+    name: str
+    default_interval_s: float  # the paper's control interval
+    controller_settings: type[BaseModel]
+    environments: Mapping[str, type[BaseModel]]
+    build: Callable[[BaseModel, BaseModel, float], Service]
+    example_config: str
