@@ -67,3 +67,12 @@ def test_unknown_objective_is_exit_2():
     result = geoslo("kurma", "solve", "--input", str(EXAMPLE), "--objective", "fastest")
     assert result.returncode == 2
     assert "--objective" in result.stderr
+
+
+def test_version_is_the_package_version():
+    import geoslo
+    from _cli import geoslo as run_geoslo
+
+    done = run_geoslo("--version")
+    assert done.returncode == 0
+    assert done.stdout.strip() == f"geoslo {geoslo.__version__}"

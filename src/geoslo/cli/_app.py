@@ -67,8 +67,24 @@ OutputOption = Annotated[
 ]
 
 
+def _print_version(value: bool) -> None:
+    if value:
+        from geoslo import __version__
+
+        typer.echo(f"geoslo {__version__}")
+        raise typer.Exit()
+
+
 @app.callback()
-def _root(debug: Annotated[bool, typer.Option(help="Show tracebacks of internal errors.")] = False):
+def _root(
+    debug: Annotated[bool, typer.Option(help="Show tracebacks of internal errors.")] = False,
+    version: Annotated[
+        bool,
+        typer.Option(
+            "--version", callback=_print_version, is_eager=True, help="Print the version and exit."
+        ),
+    ] = False,
+):
     _state["debug"] = debug
 
 
