@@ -17,6 +17,7 @@ from geoslo.control.supercloud import (
     FrontEnd,
     Node,
     Placement,
+    PlacementObservation,
     PlacementState,
     candidate_count,
     decide,
@@ -111,14 +112,50 @@ def test_candidates_are_leader_sites_times_follower_multisets() -> None:
     assert decide(example_state(10, 5)).candidates_evaluated == 7150
 
 
+def _seen(now_s: float, state: PlacementState, current=None, busy=False):
+    return PlacementObservation(now_s, state.front_ends, current or state.current, busy)
+
+
 def test_the_loop_decides_once_a_minute_and_never_during_a_migration() -> None:
     state = _state([FrontEnd("c", 900, 100)], ["a", "a", "a"])
     loop = PlacementLoop(state, threshold_fraction=0.0, interval_s=60)
-    assert loop.step(0, state.front_ends, state.current, busy=True) is None
-    plan = loop.step(1, state.front_ends, state.current, busy=False)
+    assert loop.step(_seen(0, state, busy=True)) is None
+    plan = loop.step(_seen(1, state))
     assert plan is not None and len(plan.migrations) == 3
-    assert loop.step(30, state.front_ends, state.current, busy=False) is None
-    assert loop.step(61, state.front_ends, plan.placement, busy=False) is None  # already best
+    assert loop.step(_seen(30, state)) is None
+    assert loop.step(_seen(61, state, plan.placement)) is None  # already best
+    assert loop.last_plan is not None and loop.last_plan.migrations == ()
+
+
+@pytest.mark.parametrize(
+    ("threshold_fraction", "moves"),
+    [
+        (0.0, True),  # any gain moves the ensemble
+        (0.85, True),  # all in c: 40,000 -> 4,000 ms x requests, a 90% cut
+        (0.95, False),  # the same plan, but a 95% cut is asked for
+    ],
+)
+def test_the_loops_threshold_is_a_fraction_of_the_current_score(threshold_fraction, moves) -> None:
+    state = _state([FrontEnd("a", 100), FrontEnd("c", 900, 100)], ["a", "a", "a"])
+    loop = PlacementLoop(state, threshold_fraction=threshold_fraction)
+    assert (loop.step(_seen(0, state)) is not None) == moves
+    assert loop.last_plan.outcome.status == "optimal"
+
+
+@pytest.mark.parametrize(
+    ("nodes", "threshold", "objective_is"),
+    [
+        (["a", "a", "a"], 0.0, "score"),  # moves: the objective is the new placement's f
+        (["a", "a", "a"], 1e12, "current_score"),  # kept by T: the current placement's f
+        (["c", "c", "c"], 0.0, "current_score"),  # already best
+    ],
+)
+def test_every_plan_has_an_optimal_outcome_with_its_score(nodes, threshold, objective_is):
+    plan = decide(_state([FrontEnd("c", 900, 100)], nodes, threshold=threshold))
+    assert plan.outcome.status == "optimal" and plan.outcome.applicable
+    assert plan.outcome.solver_status == "exhaustive"
+    assert plan.outcome.objective == getattr(plan, objective_is) == plan.score
+    assert plan.outcome.decide_ms >= 0
 
 
 def good() -> dict:
@@ -181,7 +218,11 @@ def test_the_command_line_decides_and_rejects_bad_input_with_exit_2(tmp_path) ->
     done = runner.invoke(app, ["supercloud", "decide", "-i", str(state)])
     assert done.exit_code == 0
     plan = json.loads(done.stdout)
-    assert plan == plan_to_dict(decide(parse_state(json.loads(state.read_text()))))
+    expected = plan_to_dict(decide(parse_state(json.loads(state.read_text()))))
+    assert plan.pop("decide_ms") >= 0 and expected.pop("decide_ms") >= 0
+    assert plan == expected
+    assert (plan["status"], plan["solver_status"]) == ("optimal", "exhaustive")
+    assert plan["objective"] == plan["score"]
     assert {n["site"] for n in plan["placement"]["nodes"]} == {"Tokyo"}
     data = json.loads(state.read_text())
     data["threshold"] = "high"

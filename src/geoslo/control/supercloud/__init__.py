@@ -3,8 +3,9 @@ should run for the lowest client-perceived network latency.
 
 ``types`` (state, placement, plan); ``evaluation`` (f for one VM behind front-ends, §3.1,
 and a ZooKeeper-like ensemble, §3.2); ``decide`` (every placement scored, the
-best that beats the current by T with the fewest migrations); ``loop`` (evaluate every
-minute, never while migrations run); ``validation`` (the JSON contract); ``example``.
+best that beats the current by T with the fewest migrations; an ``optimal`` outcome);
+``loop`` (``step(observation)``: evaluate every minute, never while migrations run);
+``validation`` (the JSON contract); ``example``.
 """
 
 from geoslo.control.supercloud.decide import MAX_CANDIDATES, candidate_count, decide
@@ -15,6 +16,7 @@ from geoslo.control.supercloud.types import (
     Migration,
     Node,
     Placement,
+    PlacementObservation,
     PlacementState,
     Plan,
 )
@@ -26,6 +28,7 @@ __all__ = [
     "Migration",
     "Node",
     "Placement",
+    "PlacementObservation",
     "PlacementState",
     "Plan",
     "candidate_count",

@@ -9,12 +9,14 @@ and scores them in vectorised chunks.
 
 from __future__ import annotations
 
+import time
 from functools import lru_cache
 from itertools import combinations_with_replacement
 from math import comb
 
 import numpy as np
 
+from geoslo.control import Outcome
 from geoslo.control.supercloud.evaluation import score_candidates, score_placement
 from geoslo.control.supercloud.types import Migration, Node, Placement, PlacementState, Plan
 from geoslo.errors import InputError
@@ -76,8 +78,20 @@ def _placement(state: PlacementState, leader_site: int, follower_sites: np.ndarr
     return Placement(nodes, current.leader)
 
 
+SOLVER_STATUS = "exhaustive"  # every candidate scored: the answer is proven best
+
+
+def _outcome(objective: float, started_s: float) -> Outcome:
+    decide_ms = (time.perf_counter() - started_s) * 1e3
+    return Outcome("optimal", SOLVER_STATUS, objective, decide_ms)
+
+
 def decide(state: PlacementState) -> Plan:
-    """One scheduling round (§3): the best placement that beats the current one by T."""
+    """One scheduling round (§3): the best placement that beats the current one by T.
+
+    The outcome is always ``optimal`` (the search is exhaustive) with the plan's score as
+    objective; more than ``MAX_CANDIDATES`` candidates is refused as input."""
+    started_s = time.perf_counter()  # only to report decide_ms; the decision ignores it
     m = len(state.current.nodes)
     total = candidate_count(len(state.sites), m)
     if total > MAX_CANDIDATES:
@@ -97,7 +111,8 @@ def decide(state: PlacementState) -> Plan:
     best = float(scores.max())
     tolerance = 1e-9 * max(1.0, abs(best))
     if best < current_score + state.threshold - tolerance:
-        return Plan(state.current, current_score, current_score, (), total, 0)
+        outcome = _outcome(current_score, started_s)
+        return Plan(state.current, current_score, current_score, (), total, 0, outcome)
     ties = np.flatnonzero(scores >= best - tolerance)
     moves = _migration_counts(state, leader[ties], followers[ties])
     chosen = ties[int(np.argmin(moves))]  # first of the fewest, in enumeration order
@@ -107,4 +122,5 @@ def decide(state: PlacementState) -> Plan:
         for old, new in zip(state.current.nodes, target.nodes, strict=True)
         if old.site != new.site
     )
-    return Plan(target, best, current_score, migrations, total, len(ties))
+    outcome = _outcome(best, started_s)
+    return Plan(target, best, current_score, migrations, total, len(ties), outcome)

@@ -7,9 +7,12 @@ from dataclasses import replace
 
 from geoslo.control.supercloud.decide import decide
 from geoslo.control.supercloud.evaluation import score_placement
-from geoslo.control.supercloud.types import FrontEnd, Placement, PlacementState, Plan
+from geoslo.control.supercloud.types import PlacementObservation, PlacementState, Plan
 
-__all__ = ["PlacementLoop"]
+__all__ = ["PlacementLoop", "INTERVAL_S", "THRESHOLD_FRACTION"]
+
+INTERVAL_S = 60.0  # §5.1: the placement is evaluated every minute
+THRESHOLD_FRACTION = 0.1  # T as a fraction of the current score (the paper leaves T open)
 
 
 class PlacementLoop:
@@ -18,21 +21,33 @@ class PlacementLoop:
     weighted latency by that fraction whatever the load."""
 
     def __init__(
-        self, template: PlacementState, threshold_fraction: float = 0.1, interval_s: float = 60.0
+        self,
+        template: PlacementState,
+        threshold_fraction: float = THRESHOLD_FRACTION,
+        interval_s: float = INTERVAL_S,
     ) -> None:
         self.template = template
         self.threshold_fraction = threshold_fraction
         self.interval_s = interval_s
         self._next_s = 0.0
+        self.last_plan: Plan | None = None  # the last decision, moves or not
 
-    def step(
-        self, now_s: float, front_ends: tuple[FrontEnd, ...], current: Placement, busy: bool
-    ) -> Plan | None:
+    def due(self, observation: PlacementObservation) -> bool:
+        """Whether this observation is decided on: an interval has passed, none migrating."""
+        return observation.now_s >= self._next_s and not observation.busy
+
+    def step(self, observation: PlacementObservation) -> Plan | None:
         """A plan to carry out now, or None (not yet time, migrating, or nothing better)."""
-        if now_s < self._next_s or busy:
+        if not self.due(observation):
             return None
-        self._next_s = now_s + self.interval_s
-        state = replace(self.template, front_ends=front_ends, current=current, threshold=0.0)
-        threshold = self.threshold_fraction * abs(score_placement(state, current))
+        self._next_s = observation.now_s + self.interval_s
+        state = replace(
+            self.template,
+            front_ends=observation.front_ends,
+            current=observation.current,
+            threshold=0.0,
+        )
+        threshold = self.threshold_fraction * abs(score_placement(state, observation.current))
         plan = decide(replace(state, threshold=threshold))
+        self.last_plan = plan
         return plan if plan.migrations else None

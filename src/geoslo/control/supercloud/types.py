@@ -11,7 +11,18 @@ from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["EVALUATIONS", "FrontEnd", "Node", "Placement", "PlacementState", "Migration", "Plan"]
+from geoslo.control import Outcome
+
+__all__ = [
+    "EVALUATIONS",
+    "FrontEnd",
+    "Node",
+    "Placement",
+    "PlacementState",
+    "PlacementObservation",
+    "Migration",
+    "Plan",
+]
 
 # §3.1: one VM behind front-ends; §3.2: a ZooKeeper-like replicated ensemble.
 EVALUATIONS = ("single_vm", "zookeeper")
@@ -72,6 +83,18 @@ class PlacementState:
 
 
 @dataclass(frozen=True)
+class PlacementObservation:
+    """One interval as the loop sees it (§5.1): the time, the workload report S of the
+    last interval (one entry per front-end), the placement in force, and whether a
+    migration (or reconfiguration) is still running, when the scheduler must wait."""
+
+    now_s: float
+    front_ends: tuple[FrontEnd, ...]
+    current: Placement
+    busy: bool = False
+
+
+@dataclass(frozen=True)
 class Migration:
     node: str
     from_site: str
@@ -83,6 +106,8 @@ class Plan:
     """The scheduler's answer: the placement to run, both scores and the moves to get there.
 
     ``placement`` is the current one (and ``migrations`` empty) when nothing beats it by T.
+    ``outcome``: the search is exhaustive, so ``optimal``; its objective is ``score`` (f,
+    the negated weighted network latency in ms x requests: higher is better).
     """
 
     placement: Placement
@@ -91,3 +116,4 @@ class Plan:
     migrations: tuple[Migration, ...]
     candidates_evaluated: int
     best_placements: int
+    outcome: Outcome

@@ -168,7 +168,10 @@ def state_to_dict(state: PlacementState) -> dict:
 
 
 def plan_to_dict(plan: Plan) -> dict:
+    """plan.json: the outcome (status, solver_status, objective = score, decide_ms), then
+    the placement, both scores and the migrations (docs/supercloud.md)."""
     return {
+        **plan.outcome.to_dict(),
         "placement": placement_to_dict(plan.placement),
         "score": plan.score,
         "current_score": plan.current_score,

@@ -16,7 +16,13 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from geoslo.control.supercloud import FrontEnd, Node, Placement, PlacementState
+from geoslo.control.supercloud import (
+    FrontEnd,
+    Node,
+    Placement,
+    PlacementObservation,
+    PlacementState,
+)
 from geoslo.control.supercloud.example import example_state
 from geoslo.control.supercloud.loop import PlacementLoop
 from geoslo.sim.supercloud import EnsembleSettings, SimulatedEnsemble
@@ -106,7 +112,8 @@ def run_ensemble(name: str, settings: SunSettings) -> SunRun:
     last_report = None
     for k, now_s in enumerate(times_s):
         if name == "Dynamic" and last_report is not None:
-            plan = loop.step(now_s, last_report, ensemble.placement, ensemble.busy(now_s))
+            busy = ensemble.busy(now_s)
+            plan = loop.step(PlacementObservation(now_s, last_report, ensemble.placement, busy))
             if plan is not None:
                 ensemble.migrate(plan.migrations, now_s)
         step = ensemble.step(now_s, settings.step_s, offered[k], settings.read_fraction)
