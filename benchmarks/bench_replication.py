@@ -19,7 +19,12 @@ import time
 
 import numpy as np
 
-from geoslo.control.replication import FifoPolicy, MpcPolicy, ReplicationController
+from geoslo.control.replication import (
+    FifoPolicy,
+    MpcPolicy,
+    ReplicationController,
+    ReplicationObservation,
+)
 from geoslo.experiments.replication import experiment_1
 from geoslo.sim.replication import LinkSettings, LinkWorkload, simulate_link
 
@@ -58,7 +63,7 @@ def _step_times_ms(config, seen, warm: bool) -> np.ndarray:
                 config, controller.filters, controller.shares, controller.integral_mb
             )
         started = time.perf_counter()
-        controller.step(measurement, now_s)
+        controller.step(ReplicationObservation(now_s, measurement))
         out.append((time.perf_counter() - started) * 1e3)
     return np.asarray(out)
 

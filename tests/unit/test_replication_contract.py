@@ -73,7 +73,9 @@ def test_the_example_round_trips_and_decides():
     assert state_to_dict(state) == good()
     decision = decide(state)
     out = decision_to_dict(decision)
-    assert out["status"] == "optimal"
+    assert out["status"] == "optimal" and out["solver_status"] == "solved"
+    assert out["objective"] > 0 and out["decide_ms"] > 0
+    assert {"held", "solve_ms"}.isdisjoint(out)  # one way to say each thing
     assert set(out["shares"]) == {"application", "replication", "vm_image"}
     assert sum(out["shares"].values()) <= 1 + 1e-9
     assert len(out["predicted_buffers_mb"]["application"]) == state.config.horizon

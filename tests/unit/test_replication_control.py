@@ -19,17 +19,20 @@ from geoslo.control.replication import (
     FifoPolicy,
     Measurement,
     MpcPolicy,
+    PolicyLoop,
     PrioPolicy,
     ReplicationConfig,
     ReplicationController,
+    ReplicationObservation,
     ShareMpc,
     StaticPolicy,
     Weights,
     mpc,
 )
-from geoslo.control.replication.decide import decide
+from geoslo.control.replication.baselines import POLICIES, policy_loop
+from geoslo.control.replication.decide import decide, next_integral
 from geoslo.control.replication.example import example_state
-from geoslo.control.replication.loop import next_integral
+from geoslo.control.replication.validation import decision_to_dict
 from geoslo.errors import ConfigError
 from geoslo.experiments.replication._workloads import experiment_2
 from geoslo.models import (
@@ -103,7 +106,7 @@ def _plan(buffers_mb, arrivals_mb, config=None, previous=(1 / 3, 1 / 3, 1 / 3), 
 def test_the_backlogged_stream_gets_the_link():
     eager = ReplicationConfig(weights=Weights(moves=(1e3, 1e3, 1e3)))
     plan = _plan([800.0, 0.0, 0.0], [40.0, 10.0, 0.0], eager)
-    assert plan.status == "optimal"
+    assert plan.outcome.status == "optimal"
     assert plan.shares[0, 0] > 0.9
     smooth = _plan([800.0, 0.0, 0.0], [40.0, 10.0, 0.0])  # the paper's r: step by step
     assert np.all(np.diff(smooth.shares[:5, 0]) > 0) and smooth.shares[:, 0].max() > 0.7
@@ -155,7 +158,7 @@ def test_moves_are_penalised():
 def test_plans_are_valid_shares(buffers, arrivals, previous, integral):
     previous = np.asarray(previous) / max(1.0, sum(previous))
     plan = _plan(buffers, arrivals, previous=previous, integral=integral)
-    assert plan.status == "optimal"
+    assert plan.outcome.status == "optimal"
     assert np.all(plan.shares >= 0)
     assert np.all(plan.shares.sum(axis=1) <= 1 + 1e-3)
     assert np.all(plan.buffers_mb >= 0)
@@ -164,8 +167,8 @@ def test_plans_are_valid_shares(buffers, arrivals, previous, integral):
 def test_the_controller_warm_starts_and_tracks_the_integral():
     controller = ReplicationController(ReplicationConfig())
     measurement = Measurement(np.array([200.0, 50.0, 375.0]), np.zeros(3), np.array([90, 40, 0]))
-    first = controller.step(measurement, 610.0)
-    second = controller.step(measurement, 620.0)
+    first = controller.step(ReplicationObservation(610.0, measurement))
+    second = controller.step(ReplicationObservation(620.0, measurement))
     assert second.integral_mb == 750.0 and first.integral_mb == 375.0
     assert second.shares.sum() <= 1 + 1e-6
     assert second.filters[0].mean[0] > first.filters[0].mean[0]  # towards 90 MB
@@ -271,7 +274,7 @@ def _limited_states():
 )
 def test_with_active_buffer_limits_the_mpc_converges_to_the_optimum(state):
     decision = decide(state)
-    assert decision.status == "optimal" and not decision.held
+    assert decision.outcome.status == "optimal" and not decision.held
     config = state.config
     shares, buffers = _reference_plan(
         config,
@@ -290,7 +293,7 @@ def test_with_active_buffer_limits_the_mpc_converges_to_the_optimum(state):
         assert decision.predicted_buffers_mb[j] == pytest.approx(x, abs=0.05)  # MB
     # `objective` is the whole J (7), constant included: the reference plan's J
     expected = mpc.plan_cost(config, shares, buffers, state.shares, decision.integral_mb)
-    assert decision.objective == pytest.approx(expected, rel=1e-4)
+    assert decision.outcome.objective == pytest.approx(expected, rel=1e-4)
 
 
 def test_objective_is_the_whole_cost_j():
@@ -299,9 +302,9 @@ def test_objective_is_the_whole_cost_j():
     # step (the constant r * u_prev^2 of the expanded square is part of J)
     config = ReplicationConfig(weights=Weights(buffer=(0.0, 0.0, 0.0), integral=0.0))
     plan = _plan([0.0, 0.0, 0.0], [0.0, 0.0, 0.0], config, previous=(0.5, 0.3, 0.2))
-    assert plan.status == "optimal"
+    assert plan.outcome.status == "optimal"
     # x >= 0 with no arrivals forces every share to 0: J = r * (0.5^2 + 0.3^2 + 0.2^2)
-    assert plan.objective == pytest.approx(1e6 * (0.25 + 0.09 + 0.04), rel=1e-6)
+    assert plan.outcome.objective == pytest.approx(1e6 * (0.25 + 0.09 + 0.04), rel=1e-6)
 
 
 def test_r_trades_share_moves_against_buffers():
@@ -313,7 +316,7 @@ def test_r_trades_share_moves_against_buffers():
     for r in np.logspace(4, 10, 7):
         weights = replace(state.config.weights, moves=(r, r, r))
         decision = decide(replace(state, config=replace(state.config, weights=weights)))
-        assert decision.status == "optimal"
+        assert decision.outcome.status == "optimal"
         moves.append(float(np.abs(decision.shares - state.shares).sum()))
     assert all(a > b for a, b in zip(moves[:-1], moves[1:], strict=True)), moves  # strictly smaller
     assert moves[0] > 0.5 and moves[-1] < 0.02  # from a jump to nearly holding
@@ -326,12 +329,12 @@ def test_a_failed_solve_keeps_the_shares_in_force_and_says_so(monkeypatch, caplo
     state = example_state()
     controller = ReplicationController(state.config, state.filters, state.shares, 0.0)
     with caplog.at_level("WARNING", logger="geoslo.control.replication.loop"):
-        decision = controller.step(state.measurement, state.now_s)
-    assert decision.status == "max_iter" and decision.held and not decision.success
-    assert decision.solver_status == "maximum iterations reached"
+        decision = controller.step(ReplicationObservation(state.now_s, state.measurement))
+    assert decision.outcome.status == "failed" and decision.held
+    assert decision.outcome.solver_status == "maximum iterations reached"
     assert decision.shares == pytest.approx(state.shares)  # kept, not the iterate's
     assert controller.shares == pytest.approx(state.shares)
-    assert np.isfinite(decision.objective)
+    assert np.isfinite(decision.outcome.objective) and decision.outcome.decide_ms > 0
     assert "keeping the shares in force" in caplog.text
     policy = MpcPolicy(state.config)
     allocation = policy.allocate(state.measurement, state.now_s)
@@ -350,8 +353,84 @@ def test_the_command_line_exits_3_and_writes_the_kept_shares_when_the_solve_fail
     monkeypatch.setitem(mpc.OSQP_SETTINGS, "max_iter", 1)
     result = runner.invoke(app, ["replication", "decide", "-i", str(state), "-o", str(out)])
     assert result.exit_code == 3, result.output
-    assert "max_iter" in result.output
+    assert "failed" in result.output and "maximum iterations reached" in result.output
     written = json.loads(out.read_text())
-    assert written["status"] == "max_iter" and written["held"] is True
+    assert written["status"] == "failed" and "held" not in written
     assert written["solver_status"] == "maximum iterations reached"
+    assert np.isfinite(written["objective"]) and written["decide_ms"] > 0
     assert written["shares"] == pytest.approx(json.loads(state.read_text())["shares"])
+
+
+# --- issue 16: decide is the pure step, the loop keeps the state, one Outcome ------------
+
+
+def _observations(count: int, config: ReplicationConfig):
+    """An overloaded application and an image in flight, interval after interval."""
+    for k in range(count):
+        now_s = config.image_period_s + k * config.interval_s
+        buffers = np.array([200.0 + 30 * k, 50.0, max(375.0 - 60 * k, 0.0)])
+        measurement = Measurement(buffers, np.array([70.0, 40.0, 60.0]), np.array([95, 40, 0]))
+        yield ReplicationObservation(now_s, measurement)
+
+
+def test_the_loop_is_decide_on_the_state_it_keeps():
+    config = ReplicationConfig()
+    loop = ReplicationController(config)
+    for observation in _observations(6, config):
+        state = replace(
+            example_state(),
+            config=config,
+            now_s=observation.now_s,
+            measurement=observation.measurement,
+            shares=loop.shares.copy(),
+            filters=loop.filters,
+            integral_mb=loop.integral_mb,
+        )
+        cold = decide(state)  # a fresh QP; the loop's is warm
+        warm = loop.step(observation)
+        assert warm.outcome.status == cold.outcome.status == "optimal"
+        assert warm.shares == pytest.approx(cold.shares, abs=1e-4)
+        assert loop.shares == pytest.approx(warm.shares) and loop.integral_mb == cold.integral_mb
+        assert loop.filters[0].mean == pytest.approx(cold.filters[0].mean)
+        assert warm.outcome.objective == pytest.approx(cold.outcome.objective, rel=1e-4)
+    assert loop.integral_mb > 0  # the image was waiting all along
+
+
+def test_decide_refuses_a_solver_built_for_another_configuration():
+    state = example_state()
+    other = ShareMpc(replace(state.config, horizon=10))
+    with pytest.raises(ConfigError, match="solver"):
+        decide(state, other)
+
+
+@pytest.mark.parametrize(
+    ("name", "mode", "shares"),
+    [
+        ("FIFO", "shares", (1 / 3, 1 / 3, 1 / 3)),
+        ("STATIC", "shares", (0.65, 0.30, 0.05)),
+        ("PRIO", "priority", None),
+    ],
+)
+def test_fixed_policies_run_as_loops_of_the_same_shape(name, mode, shares):
+    loop = policy_loop(name, ReplicationConfig())
+    assert isinstance(loop, PolicyLoop) and loop.name == name
+    observation = next(_observations(1, ReplicationConfig()))
+    decision = loop.step(observation)
+    assert decision.allocation.mode == mode and not decision.held
+    assert decision.outcome.status == "feasible" and decision.outcome.solver_status == name
+    assert decision.outcome.objective is None and decision.planned_shares is None
+    if shares is not None:
+        assert decision.shares == pytest.approx(shares)
+    record = decision_to_dict(decision)
+    assert record["status"] == "feasible"
+    if mode == "priority":
+        assert record["priority"] == ["application", "replication", "vm_image"]
+        assert "shares" not in record
+    json.dumps(record, allow_nan=False)
+
+
+def test_policy_loop_knows_the_four_policies_and_names_a_wrong_one():
+    assert POLICIES == ("MPC", "FIFO", "STATIC", "PRIO")
+    assert isinstance(policy_loop("MPC", ReplicationConfig()), ReplicationController)
+    with pytest.raises(ConfigError, match="policy"):
+        policy_loop("LIFO", ReplicationConfig())

@@ -113,7 +113,7 @@ def user_errors(command: Callable) -> Callable:
     return wrapper
 
 
-MAX_COSTLO_PROBLEMS = 1_000  # prefixes in one `costlo select` (each under a minute)
+MAX_COSTLO_PROBLEMS = 1_000  # prefixes in one `costlo decide` (each under a minute)
 MAX_INPUT_BYTES = 2**30  # ~20 CosTLO prefixes of 10,000 samples (47 MB each); split more
 
 
@@ -146,9 +146,9 @@ def write_json(data: dict, output: Path | None) -> None:
         output.write_text(text)
 
 
-@kurma_app.command("solve")
+@kurma_app.command("decide")
 @user_errors
-def kurma_solve(
+def kurma_decide(
     input: InputOption,
     objective: Annotated[
         str, typer.Option(help="perf (KurmaPerf, eq. 1) or cost (KurmaCost, eq. 2).")
@@ -158,7 +158,7 @@ def kurma_solve(
         float, typer.Option(help="Stop and report the gap after this long.")
     ] = 10.0,
 ) -> None:
-    """Solve Kurma's redirect-rate problem (schema: docs/kurma.md)."""
+    """Solve Kurma's redirect-rate problem: the plan and its status (schema: docs/kurma.md)."""
     from geoslo.control.kurma import parse_problem, solve
 
     if objective not in ("perf", "cost"):
@@ -169,9 +169,28 @@ def kurma_solve(
     write_json(solve(problem, objective, time_limit_s=time_limit_s).to_dict(), output)
 
 
-@costlo_app.command("select")
+kurma_app.command("solve", help="Same as `decide` (its name before 0.2).", hidden=True)(
+    kurma_decide
+)
+
+
+@kurma_app.command("example")
 @user_errors
-def costlo_select(
+def kurma_example(
+    output: OutputOption = None,
+    sites: Annotated[int, typer.Option(help="Sites (2-20): London, Ireland, Frankfurt, ...")] = 3,
+    seed: Annotated[int, typer.Option(help="Seed of the demand and of extra sites' RTTs.")] = 0,
+) -> None:
+    """Write a problem.json for `geoslo kurma decide` (§7's setting, M/M/c curves)."""
+    from geoslo.control.kurma import problem_to_dict
+    from geoslo.control.kurma.example import example_problem
+
+    write_json(problem_to_dict(example_problem(sites, seed)), output)
+
+
+@costlo_app.command("decide")
+@user_errors
+def costlo_decide(
     input: InputOption,
     output: OutputOption = None,
     ray: Annotated[
@@ -183,7 +202,8 @@ def costlo_select(
     ] = None,
 ) -> None:
     """Select each prefix's cheapest configuration that meets the SLO (CosTLO §5.2; schema:
-    docs/costlo.md). The input is one problem, or {"problems": [...]} for many prefixes."""
+    docs/costlo.md). The input is one problem, or {"problems": [...]} for many prefixes.
+    Each answer carries its status (feasible, infeasible, time_limit) and cost."""
     from geoslo.control.costlo import parse_problem, selection_to_dict
     from geoslo.experiments.costlo import select_many
     from geoslo.report import progress
@@ -204,7 +224,7 @@ def costlo_select(
                 raise
             raise InputError(f"problems[{k}].{error.field}", error.problem) from None
     if many:
-        with progress(total=len(problems), label="costlo select") as bar:
+        with progress(total=len(problems), label="costlo decide") as bar:
             selections = select_many(problems, ray, on_done=lambda _: bar.update())
     else:
         selections = select_many(problems, ray)
@@ -213,6 +233,9 @@ def costlo_select(
         for s, p, item in zip(selections, problems, items, strict=True)
     ]
     write_json({"selections": answers} if many else answers[0], output)
+
+
+costlo_app.command("select", hidden=True, help="Alias of `geoslo costlo decide`.")(costlo_decide)
 
 
 @costlo_app.command("example")
@@ -225,7 +248,7 @@ def costlo_example(
         int, typer.Option(help="Concurrent pairs of each kind and pings per region.")
     ] = 10_000,
 ) -> None:
-    """Write a problem.json for `geoslo costlo select` from the simulated clouds."""
+    """Write a problem.json for `geoslo costlo decide` (an illustrative prefix, §5.2's inputs)."""
     from geoslo.experiments.costlo import example_dict
 
     write_json(example_dict(seed, prefix, samples), output)
@@ -278,7 +301,7 @@ def replication_decide(input: InputOption, output: OutputOption = None) -> None:
 
     Writes the shares for the next interval, the planned shares and predicted buffers over
     the horizon, and the arrival filters' new state. A solve that did not reach an optimum
-    still writes them (the shares in force kept) and exits with status 3."""
+    (status "failed") still writes them (the shares in force kept) and exits with status 3."""
     from geoslo.control.replication.decide import SOLVE_FAILED_EXIT, decide
     from geoslo.control.replication.validation import decision_to_dict, parse_state
 
@@ -286,8 +309,8 @@ def replication_decide(input: InputOption, output: OutputOption = None) -> None:
     write_json(decision_to_dict(decision), output)
     if decision.held:
         typer.echo(
-            f"geoslo: error: the MPC's solve ended {decision.status} (OSQP: "
-            f"{decision.solver_status}); the shares in force are kept",
+            f"geoslo: error: the MPC's solve {decision.outcome.status} (OSQP: "
+            f"{decision.outcome.solver_status}); the shares in force are kept",
             err=True,
         )
         raise typer.Exit(SOLVE_FAILED_EXIT)

@@ -6,11 +6,14 @@ itself in the same shape: each answers, every interval, how the link is split.
   images the rate that finishes one image before the next, the rest to the application;
 * PRIO: application over replication over VM image;
 * MPC: the shares of ``ReplicationController``.
+
+``policy_loop(name, config)`` gives any of the four as a loop of one shape
+(``step(observation) -> Decision``), the runtime's controller.
 """
 
 from __future__ import annotations
 
-from geoslo.control.replication.loop import ReplicationController
+from geoslo.control.replication.loop import PolicyLoop, ReplicationController
 from geoslo.control.replication.types import (
     APPLICATION,
     REPLICATION,
@@ -19,10 +22,19 @@ from geoslo.control.replication.types import (
     Decision,
     Measurement,
     ReplicationConfig,
+    ReplicationObservation,
 )
 from geoslo.errors import ConfigError
 
-__all__ = ["FifoPolicy", "StaticPolicy", "PrioPolicy", "MpcPolicy", "DRBD_REPLICATION_SHARE"]
+__all__ = [
+    "FifoPolicy",
+    "StaticPolicy",
+    "PrioPolicy",
+    "MpcPolicy",
+    "DRBD_REPLICATION_SHARE",
+    "POLICIES",
+    "policy_loop",
+]
 
 DRBD_REPLICATION_SHARE = 0.3  # DRBD's guide: 30% of the bandwidth for replication (§I)
 
@@ -68,6 +80,20 @@ class MpcPolicy:
         self.decisions: list[Decision] = []
 
     def allocate(self, measurement: Measurement, now_s: float) -> Allocation:
-        decision = self.controller.step(measurement, now_s)
+        decision = self.controller.step(ReplicationObservation(now_s, measurement))
         self.decisions.append(decision)
-        return Allocation("shares", tuple(float(s) for s in decision.shares))
+        return decision.allocation
+
+
+POLICIES = ("MPC", "FIFO", "STATIC", "PRIO")
+
+
+def policy_loop(name: str, config: ReplicationConfig) -> ReplicationController | PolicyLoop:
+    """The loop of policy ``name`` (one of ``POLICIES``) on the link of ``config``: the MPC's
+    own, or a fixed policy's (STATIC with DRBD's shares, §V-A)."""
+    if name == "MPC":
+        return ReplicationController(config)
+    fixed = {"FIFO": FifoPolicy, "PRIO": PrioPolicy, "STATIC": lambda: StaticPolicy.drbd(config)}
+    if name not in fixed:
+        raise ConfigError("policy", f"must be one of {', '.join(POLICIES)}, not {name!r}")
+    return PolicyLoop(fixed[name]())

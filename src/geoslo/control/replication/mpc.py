@@ -37,7 +37,7 @@ makes the pressure to finish an image grow the longer it waits: an integral acti
 The matrices are built once per configuration; each step updates only the right-hand
 sides and the linear cost, and OSQP starts from the previous plan shifted one interval.
 A solve that does not reach OSQP's ``solved`` is no plan: the shares in force are kept
-(``MpcSolution.status`` says why, ``solver_status`` gives OSQP's own words).
+(``outcome.status`` is ``failed``; ``outcome.solver_status`` gives OSQP's own words).
 """
 
 from __future__ import annotations
@@ -50,22 +50,14 @@ import osqp
 import scipy.sparse as sp
 from osqp.interface import SolverStatus
 
+from geoslo.control._contract import Outcome
 from geoslo.control.replication.types import ReplicationConfig
 
-__all__ = ["ShareMpc", "MpcSolution", "OPTIMAL", "plan_cost"]
+__all__ = ["ShareMpc", "MpcSolution", "plan_cost"]
 
 _STREAMS = 3
 SLACK_WEIGHT = 10.0  # per (slack / C)^2, times the largest buffer weight
 SLACK_LINEAR = 1e3  # per slack / C, times the largest buffer weight: an exact penalty
-OPTIMAL = "optimal"
-_STATUS = {  # OSQP's status -> ours (the words of docs/replication.md)
-    SolverStatus.OSQP_SOLVED: OPTIMAL,
-    SolverStatus.OSQP_SOLVED_INACCURATE: "inaccurate",
-    SolverStatus.OSQP_MAX_ITER_REACHED: "max_iter",
-    SolverStatus.OSQP_TIME_LIMIT_REACHED: "time_limit",
-    SolverStatus.OSQP_PRIMAL_INFEASIBLE: "infeasible",
-    SolverStatus.OSQP_PRIMAL_INFEASIBLE_INACCURATE: "infeasible",
-}
 
 OSQP_SETTINGS = {
     "verbose": False,
@@ -83,20 +75,18 @@ OSQP_SETTINGS = {
 
 @dataclass(frozen=True)
 class MpcSolution:
-    """Planned shares and predicted buffers (MB), rows per interval of the horizon; the
-    cost J (7) of that plan (buffers in units of C); our status and OSQP's. When the
-    status is not ``optimal`` the plan holds the shares in force (``held``)."""
+    """Planned shares and predicted buffers (MB), rows per interval of the horizon, and how
+    the solve ended: ``optimal`` when OSQP solved the QP, else ``failed`` and the plan holds
+    the shares in force (``held``); the objective is J (7) of the plan reported (buffers in
+    units of C) and ``decide_ms`` the solve's time."""
 
     shares: np.ndarray
     buffers_mb: np.ndarray
-    status: str
-    solver_status: str
-    objective: float
-    solve_ms: float
+    outcome: Outcome
 
     @property
     def held(self) -> bool:
-        return self.status != OPTIMAL
+        return not self.outcome.applicable
 
 
 def plan_cost(
@@ -243,19 +233,19 @@ class ShareMpc:
         started = time.perf_counter()
         result = self._solver.solve(raise_error=False)
         solve_ms = (time.perf_counter() - started) * 1e3
-        solver_status = str(result.info.status)
-        status = _STATUS.get(SolverStatus(result.info.status_val), "failed")
         z = result.x
-        if status == OPTIMAL and (z is None or not np.all(np.isfinite(z))):
-            status = "failed"
-        if status == OPTIMAL:
+        solved = SolverStatus(result.info.status_val) == SolverStatus.OSQP_SOLVED
+        solved = solved and z is not None and bool(np.all(np.isfinite(z)))
+        if solved:
             self._solver.warm_start(x=self._shifted(z), y=result.y)
             shares, buffers = self._plan(z)
         else:  # no plan: start the next solve afresh
             self._solver.warm_start(x=np.zeros(self._n), y=np.zeros(len(self._lower)))
             shares, buffers = self._hold(previous_shares, buffers_mb, arrivals)
         objective = plan_cost(self.config, shares, buffers, previous_shares, integral_mb)
-        return MpcSolution(shares, buffers, status, solver_status, objective, solve_ms)
+        status = "optimal" if solved else "failed"
+        outcome = Outcome(status, str(result.info.status), objective, solve_ms)
+        return MpcSolution(shares, buffers, outcome)
 
     def _plan(self, z: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Shares and buffers (MB) from OSQP's solution."""

@@ -16,6 +16,7 @@ from typing import Protocol
 
 import numpy as np
 
+from geoslo.control._contract import Outcome
 from geoslo.errors import ConfigError
 from geoslo.models import ArrivalModel, FilterState
 
@@ -26,6 +27,7 @@ __all__ = [
     "Measurement",
     "Policy",
     "ReplicationConfig",
+    "ReplicationObservation",
     "ReplicationState",
     "Weights",
 ]
@@ -97,6 +99,15 @@ class Measurement:
 
 
 @dataclass(frozen=True)
+class ReplicationObservation:
+    """What a loop is handed every interval: the start of the interval to decide (s, on the
+    clock the VM image schedule counts from) and the last interval's measurement."""
+
+    now_s: float
+    measurement: Measurement
+
+
+@dataclass(frozen=True)
 class ReplicationState:
     """What one step reads (the contract's state.json): the configuration, the time, the
     last interval's measurement, the shares in force, the arrival filters (None: start
@@ -108,38 +119,6 @@ class ReplicationState:
     shares: np.ndarray
     filters: tuple[FilterState, FilterState] | None = None
     integral_mb: float = 0.0
-
-
-@dataclass(frozen=True)
-class Decision:
-    """One MPC step: the shares to apply now, the planned shares and predicted buffers over
-    the horizon (rows: intervals; columns: ``STREAMS``), the solver's status and time, and
-    the arrival filters after this interval's measurement.
-
-    ``status`` is ``optimal`` when OSQP solved the QP; otherwise (``inaccurate``,
-    ``max_iter``, ``time_limit``, ``infeasible``, ``failed``) ``shares`` are the shares
-    that were in force, kept (``held``), and ``solver_status`` is OSQP's own word.
-    ``objective`` is the whole cost J (7) of the plan reported, buffers in units of C."""
-
-    shares: np.ndarray
-    planned_shares: np.ndarray
-    predicted_buffers_mb: np.ndarray
-    predicted_arrivals_mb: np.ndarray
-    filters: tuple[FilterState, FilterState]  # application, replication
-    integral_mb: float  # the image integral i_vm after this interval (MB x intervals)
-    status: str
-    solver_status: str
-    objective: float
-    solve_ms: float
-
-    @property
-    def success(self) -> bool:
-        return self.status == "optimal"
-
-    @property
-    def held(self) -> bool:
-        """The solve failed and the shares in force were kept."""
-        return not self.success
 
 
 def _finite(value: object) -> bool:
@@ -157,6 +136,36 @@ class Allocation:
     def __post_init__(self) -> None:
         if self.mode not in ("shares", "priority"):
             raise ConfigError("mode", f"must be 'shares' or 'priority', got {self.mode!r}")
+
+
+@dataclass(frozen=True)
+class Decision:
+    """One interval's decision: the ``allocation`` to apply and how the decision ended
+    (``outcome``: ``optimal`` when OSQP solved the MPC's QP, ``failed`` when it did not and
+    the shares in force are kept, ``feasible`` for a fixed policy's rule).
+
+    The MPC's decisions also carry its plan over the horizon (rows: intervals; columns:
+    ``STREAMS``), the arrival filters after this interval's measurement and the image
+    integral; a fixed policy (FIFO, STATIC, PRIO) leaves them None. ``outcome.objective``
+    is the whole cost J (7) of the plan reported, buffers in units of C."""
+
+    allocation: Allocation
+    outcome: Outcome
+    planned_shares: np.ndarray | None = None
+    predicted_buffers_mb: np.ndarray | None = None
+    predicted_arrivals_mb: np.ndarray | None = None
+    filters: tuple[FilterState, FilterState] | None = None  # application, replication
+    integral_mb: float | None = None  # the image integral i_vm after this interval (MB x int.)
+
+    @property
+    def shares(self) -> np.ndarray:
+        """The guaranteed shares in force from now on (``allocation.mode == "shares"``)."""
+        return np.asarray(self.allocation.shares, dtype=float)
+
+    @property
+    def held(self) -> bool:
+        """No plan: the shares in force were kept."""
+        return not self.outcome.applicable
 
 
 class Policy(Protocol):

@@ -234,18 +234,22 @@ def state_to_dict(state: ReplicationState) -> dict:
 
 
 def decision_to_dict(decision: Decision) -> dict:
-    """shares.json: the shares (held when the solve failed), the status, J, the plan over the
-    horizon, the new filter state."""
-    return {
-        "shares": _streams(decision.shares),
-        "status": decision.status,
-        "solver_status": decision.solver_status,
-        "held": decision.held,
-        "objective": decision.objective,
-        "solve_ms": decision.solve_ms,
-        "planned_shares": _trajectories(decision.planned_shares),
-        "predicted_buffers_mb": _trajectories(decision.predicted_buffers_mb),
-        "predicted_arrivals_mb": _trajectories(decision.predicted_arrivals_mb),
-        "filters": _filter_dict(decision.filters),
-        "integral_mb": decision.integral_mb,
-    }
+    """shares.json: the allocation (the shares in force when the solve failed), how the
+    decision ended (the one status vocabulary, OSQP's word, J, the decision's time) and, for
+    the MPC, its plan over the horizon and the new filter state."""
+    allocation = decision.allocation
+    out: dict = {}
+    if allocation.mode == "shares":
+        out["shares"] = _streams(decision.shares)
+    else:
+        out["priority"] = [STREAMS[i] for i in allocation.order]
+    out |= decision.outcome.to_dict()
+    if decision.planned_shares is not None:
+        out |= {
+            "planned_shares": _trajectories(decision.planned_shares),
+            "predicted_buffers_mb": _trajectories(decision.predicted_buffers_mb),
+            "predicted_arrivals_mb": _trajectories(decision.predicted_arrivals_mb),
+            "filters": _filter_dict(decision.filters),
+            "integral_mb": decision.integral_mb,
+        }
+    return out
