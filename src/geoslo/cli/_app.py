@@ -113,7 +113,7 @@ def user_errors(command: Callable) -> Callable:
     return wrapper
 
 
-MAX_COSTLO_PROBLEMS = 1_000  # prefixes in one `costlo decide` (each under a minute)
+MAX_COSTLO_PROBLEMS = 1_000  # prefixes in one `costlo select` (each under a minute)
 MAX_INPUT_BYTES = 2**30  # ~20 CosTLO prefixes of 10,000 samples (47 MB each); split more
 
 
@@ -146,9 +146,9 @@ def write_json(data: dict, output: Path | None) -> None:
         output.write_text(text)
 
 
-@kurma_app.command("decide")
+@kurma_app.command("solve")
 @user_errors
-def kurma_decide(
+def kurma_solve(
     input: InputOption,
     objective: Annotated[
         str, typer.Option(help="perf (KurmaPerf, eq. 1) or cost (KurmaCost, eq. 2).")
@@ -158,7 +158,7 @@ def kurma_decide(
         float, typer.Option(help="Stop and report the gap after this long.")
     ] = 10.0,
 ) -> None:
-    """Solve Kurma's redirect-rate problem: the plan and its status (schema: docs/kurma.md)."""
+    """Solve Kurma's redirect-rate problem (schema: docs/kurma.md)."""
     from geoslo.control.kurma import parse_problem, solve
 
     if objective not in ("perf", "cost"):
@@ -169,28 +169,9 @@ def kurma_decide(
     write_json(solve(problem, objective, time_limit_s=time_limit_s).to_dict(), output)
 
 
-kurma_app.command("solve", help="Same as `decide` (its name before 0.2).", hidden=True)(
-    kurma_decide
-)
-
-
-@kurma_app.command("example")
+@costlo_app.command("select")
 @user_errors
-def kurma_example(
-    output: OutputOption = None,
-    sites: Annotated[int, typer.Option(help="Sites (2-20): London, Ireland, Frankfurt, ...")] = 3,
-    seed: Annotated[int, typer.Option(help="Seed of the demand and of extra sites' RTTs.")] = 0,
-) -> None:
-    """Write a problem.json for `geoslo kurma decide` (§7's setting, M/M/c curves)."""
-    from geoslo.control.kurma import problem_to_dict
-    from geoslo.control.kurma.example import example_problem
-
-    write_json(problem_to_dict(example_problem(sites, seed)), output)
-
-
-@costlo_app.command("decide")
-@user_errors
-def costlo_decide(
+def costlo_select(
     input: InputOption,
     output: OutputOption = None,
     ray: Annotated[
@@ -202,8 +183,7 @@ def costlo_decide(
     ] = None,
 ) -> None:
     """Select each prefix's cheapest configuration that meets the SLO (CosTLO §5.2; schema:
-    docs/costlo.md). The input is one problem, or {"problems": [...]} for many prefixes.
-    Each answer carries its status (feasible, infeasible, time_limit) and cost."""
+    docs/costlo.md). The input is one problem, or {"problems": [...]} for many prefixes."""
     from geoslo.control.costlo import parse_problem, selection_to_dict
     from geoslo.experiments.costlo import select_many
     from geoslo.report import progress
@@ -224,7 +204,7 @@ def costlo_decide(
                 raise
             raise InputError(f"problems[{k}].{error.field}", error.problem) from None
     if many:
-        with progress(total=len(problems), label="costlo decide") as bar:
+        with progress(total=len(problems), label="costlo select") as bar:
             selections = select_many(problems, ray, on_done=lambda _: bar.update())
     else:
         selections = select_many(problems, ray)
@@ -233,9 +213,6 @@ def costlo_decide(
         for s, p, item in zip(selections, problems, items, strict=True)
     ]
     write_json({"selections": answers} if many else answers[0], output)
-
-
-costlo_app.command("select", hidden=True, help="Alias of `geoslo costlo decide`.")(costlo_decide)
 
 
 @costlo_app.command("example")
@@ -248,7 +225,7 @@ def costlo_example(
         int, typer.Option(help="Concurrent pairs of each kind and pings per region.")
     ] = 10_000,
 ) -> None:
-    """Write a problem.json for `geoslo costlo decide` (an illustrative prefix, §5.2's inputs)."""
+    """Write a problem.json for `geoslo costlo select` from the simulated clouds."""
     from geoslo.experiments.costlo import example_dict
 
     write_json(example_dict(seed, prefix, samples), output)
