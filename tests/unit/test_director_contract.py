@@ -168,8 +168,10 @@ def test_plan_to_dict_splits_long_copies_and_predicts_each():
     plan = decide(state, model, config)
     answer = plan_to_dict(plan, state, model, copy_model, config)
     keys = {"actions", "servers", "threshold", "all_meet_slo", "limited_by", "unplaced_bins"}
-    keys |= {"moved_bytes"}
+    keys |= {"moved_bytes", "status", "solver_status", "objective", "decide_ms"}
     assert set(answer) == keys
+    assert (answer["status"], answer["solver_status"]) == ("feasible", "greedy")
+    assert answer["objective"] == len(plan.servers) and answer["decide_ms"] > 0
     actions = answer["actions"]
     assert len(actions) > len(plan.actions)  # some moves were split
     for action in actions:

@@ -15,15 +15,18 @@ from geoslo.control.director import (
     ClusterState,
     DirectorConfig,
     DirectorLoop,
+    Histogram,
+    Observation,
     Plan,
     RunningAction,
     ServerState,
     Smoother,
+    Step,
     decide,
     replica_loads,
     smooth,
 )
-from geoslo.control.director.decide import replicas_needed, work_capacity
+from geoslo.control.director.decide import plan_outcome, replicas_needed, work_capacity
 from geoslo.control.director.example import example_state
 from geoslo.control.director.scheduler import copy_duration_s, overdue, runnable, split_long
 from geoslo.control.director.validation import parse_state, plan_to_dict, state_to_dict
@@ -332,6 +335,8 @@ def test_a_model_that_wants_hundreds_of_times_the_cluster_gets_a_bounded_plan():
     answer = plan_to_dict(plan, state, model, copy_model, cfg)
     assert answer["limited_by"] == "config.max_servers_added"
     assert answer["all_meet_slo"] is False
+    assert (answer["status"], answer["solver_status"]) == ("infeasible", "max_servers_added")
+    assert answer["objective"] == len(plan.servers)
 
 
 def test_max_servers_caps_the_servers_leased_after_the_plan():
@@ -482,19 +487,24 @@ def test_overdue_cancels_copies_running_far_past_their_prediction():
 def hot_loop() -> tuple[DirectorLoop, list[ServerState], ClusterState]:
     state = hot_state()
     cfg = config(replicas=2, read_fanout=2, standbys=0)
-    loop = DirectorLoop(MODEL, COPY_MODEL, cfg, state.bin_bytes)
-    loop.observe(state.get_rps, state.put_rps)
-    return loop, list(state.servers), state
+    return DirectorLoop(MODEL, COPY_MODEL, cfg, state.bin_bytes), list(state.servers), state
+
+
+def tick(loop, now_s, servers, running=(), histogram=None) -> Step | None:
+    """One ``loop.step`` at ``now_s``; ``histogram``: a state whose rates a period saw."""
+    seen = () if histogram is None else (Histogram(histogram.get_rps, histogram.put_rps),)
+    return loop.step(Observation(now_s, tuple(servers), tuple(running), seen))
 
 
 def test_the_loop_decides_only_when_no_copy_runs():
-    loop, servers, _ = hot_loop()
+    loop, servers, state = hot_loop()
     busy = [RunningAction(Action("copy", (1,), source="server-0", target="x"), 0.0, 100.0)]
-    for now_s in (0.0, 1.0):
-        assert loop.tick(now_s, servers, busy).start == ()
+    assert tick(loop, 0.0, servers, busy, histogram=state) is None
+    assert tick(loop, 1.0, servers, busy) is None
     assert loop.decisions == []
-    step = loop.tick(2.0, servers, [])
+    step = tick(loop, 2.0, servers)
     assert len(loop.decisions) == 1
+    assert step is not None and step.decided and step.outcome == loop.decisions[0].plan.outcome
     copies = [r.action for r in step.start if r.action.copies_data]
     assert [(a.bins, a.target) for a in copies] == [((0,), "server-2")]
 
@@ -502,34 +512,84 @@ def test_the_loop_decides_only_when_no_copy_runs():
 def test_the_loop_decides_at_most_once_per_period():
     state = cluster([server("a", 0), server("b", 1)], [800.0, 800.0])
     loop = DirectorLoop(MODEL, COPY_MODEL, config(period_s=20.0), state.bin_bytes)
-    loop.observe(state.get_rps, state.put_rps)
-    for now_s in (0.0, 5.0, 19.9, 20.0, 21.0, 40.0):
-        loop.tick(now_s, list(state.servers), [])
+    steps = [tick(loop, 0.0, state.servers, histogram=state)]
+    steps += [tick(loop, now_s, state.servers) for now_s in (5.0, 19.9, 20.0, 21.0, 40.0)]
     assert [d.time_s for d in loop.decisions] == [0.0, 20.0, 40.0]
+    # Every decision is reported once (its step says so), with its outcome; else None.
+    decided = [s is not None and s.decided for s in steps]
+    assert decided == [True, False, False, True, False, True]
+    assert all(steps[i].outcome.status == "feasible" for i in (0, 3, 5))
 
 
 def test_the_loop_waits_for_an_observation():
     state = cluster([server("a", 0)], [100.0])
     loop = DirectorLoop(MODEL, COPY_MODEL, config(), state.bin_bytes)
-    assert loop.tick(0.0, list(state.servers), []).start == ()
+    assert tick(loop, 0.0, state.servers) is None
     assert loop.decisions == []
 
 
 def test_the_loop_drops_pending_actions_when_it_cancels_a_copy():
-    loop, servers, _ = hot_loop()
-    step = loop.tick(0.0, servers, [])
-    started = [r.action.kind for r in step.start]
-    assert started == ["add-server", "copy"]
+    loop, servers, state = hot_loop()
+    step = tick(loop, 0.0, servers, histogram=state)
+    assert step is not None
+    assert [r.action.kind for r in step.start] == ["add-server", "copy"]
     assert [a.target for a in loop.pending] == ["server-3"]  # waits until server-3 boots
     copy = step.start[-1]
     running = [*step.start]
-    assert loop.tick(1.0, servers, running).start == ()
+    assert tick(loop, 1.0, servers, running) is None
     assert loop.pending
     other = RunningAction(Action("copy", (1,), source="server-1", target="x"), 999.0, 100.0)
-    late = loop.tick(1000.0, servers, [*running, other])
-    assert late.cancel == (copy.action,) and late.start == ()
+    late = tick(loop, 1000.0, servers, [*running, other])
+    assert late is not None and late.cancel == (copy.action,) and late.start == ()
+    assert not late.decided and late.outcome == loop.decisions[0].plan.outcome  # in force
     assert loop.pending == []  # reassessed at the next decision, not resumed
-    assert loop.cancelled == [(1000.0, copy.action)]
+    assert loop.cancelled == [(1000.0, copy.action)] and loop.cancel_count == 1
     assert len(loop.decisions) == 1  # another copy still runs
-    loop.tick(1001.0, servers, [])
+    tick(loop, 1001.0, servers)
     assert [d.time_s for d in loop.decisions] == [0.0, 1001.0]
+
+
+def test_the_loop_keeps_a_bounded_history_and_counts_every_decision():
+    state = cluster([server("a", 0), server("b", 1)], [800.0, 800.0])
+    loop = DirectorLoop(MODEL, COPY_MODEL, config(period_s=20.0), state.bin_bytes, history=3)
+    tick(loop, 0.0, state.servers, histogram=state)
+    for k in range(1, 10):
+        tick(loop, 20.0 * k, state.servers)
+    assert loop.decision_count == 10
+    assert [d.time_s for d in loop.decisions] == [140.0, 160.0, 180.0]
+
+
+# ---------------------------------------------------------------- the outcome (one vocabulary)
+
+
+def risky_plan(risks: dict[str, float], limited_by: str | None = None) -> Plan:
+    servers = tuple(ServerState(name, (k,)) for k, name in enumerate(risks))
+    return Plan((), servers, violation_probability=risks, limited_by=limited_by)
+
+
+@pytest.mark.parametrize(
+    "risks, limited_by, lost_bins, status, solver_status",
+    [
+        ({"a": 0.1, "b": 0.49}, None, 0, "feasible", "greedy"),
+        ({"a": 0.1, "b": 0.5}, None, 0, "infeasible", "greedy"),  # at the threshold: over
+        ({"a": 0.1}, "max_servers_added", 0, "feasible", "max_servers_added"),  # standbys
+        ({"a": 0.9, "b": 0.1}, "max_servers", 0, "infeasible", "max_servers"),
+        ({"a": 0.1}, None, 1, "infeasible", "greedy"),  # a bin lost every replica
+        ({}, None, 0, "feasible", "greedy"),
+    ],
+)
+def test_plan_outcome_maps_the_slo_and_the_bounds(
+    risks, limited_by, lost_bins, status, solver_status
+):
+    outcome = plan_outcome(risky_plan(risks, limited_by), 0.5, lost_bins)
+    assert (outcome.status, outcome.solver_status) == (status, solver_status)
+    assert outcome.objective == len(risks)  # the servers leased after the plan
+
+
+def test_decide_reports_its_outcome_and_time():
+    state, model, _, cfg = example_state()
+    plan = decide(state, model, cfg)
+    assert plan.outcome.status == "feasible" and plan.outcome.solver_status == "greedy"
+    assert plan.outcome.objective == len(plan.servers) and plan.outcome.decide_ms > 0
+    hopeless = decide(state, dataclasses.replace(model, intercept=-1.0), cfg)
+    assert hopeless.outcome.status == "infeasible"

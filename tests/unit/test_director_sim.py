@@ -77,13 +77,12 @@ class _Script:
         self.observed = 0
         self.seen: dict[int, tuple] = {}
 
-    def observe(self, get_rps, put_rps):
-        self.observed += 1
-
-    def tick(self, now_s, servers, running):
-        self.seen[int(now_s)] = (servers, running)
+    def step(self, observation):
+        self.observed += len(observation.histograms)
+        now_s = observation.now_s
+        self.seen[int(now_s)] = (observation.servers, observation.running)
         actions = self.at.get(int(now_s), [])
-        return Step(tuple(RunningAction(a, now_s, 10.0) for a in actions))
+        return Step(tuple(RunningAction(a, now_s, 10.0) for a in actions)) if actions else None
 
 
 def _run(script, duration=120, boot=30, rate=1e6, seed=0):

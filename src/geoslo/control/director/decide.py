@@ -26,16 +26,25 @@ leased (ours: a cluster cannot usefully grow by orders of magnitude in one perio
 step that needs a server beyond that bound is skipped, the plan names the bound in
 ``limited_by``, and the servers it could not relieve stay over the SLO: so a decision
 takes bounded time whatever the model says.
+
+The plan's outcome (the one status vocabulary): ``feasible`` when every server's predicted
+violation probability is below the threshold and no bin lost every replica (a greedy
+search, not proven optimal), else ``infeasible`` with the best effort found; the solver
+status is ``greedy`` or the bound that limited the plan; the objective is the servers
+leased after the plan.
 """
 
 from __future__ import annotations
 
 import bisect
+import dataclasses
 import math
+import time
 from dataclasses import dataclass, field
 
 import numpy as np
 
+from geoslo.control import Outcome
 from geoslo.control.director.types import (
     Action,
     ClusterState,
@@ -47,7 +56,7 @@ from geoslo.control.director.types import (
 from geoslo.errors import InputError
 from geoslo.models import SteadyStateModel
 
-__all__ = ["decide", "work_capacity", "replicas_needed", "MAX_REPLICAS"]
+__all__ = ["decide", "plan_outcome", "work_capacity", "replicas_needed", "MAX_REPLICAS"]
 
 MAX_REPLICAS = 64  # a bin needing more replicas is capped here (its puts alone overload)
 
@@ -82,13 +91,27 @@ def replicas_needed(
 
 def decide(state: ClusterState, model: SteadyStateModel, config: DirectorConfig) -> Plan:
     """One controller iteration (module docstring)."""
+    started = time.perf_counter()
     layout = _Layout(state, model, config)
     layout.restore_replicas()
     layout.fix_hot_bins()
     layout.fix_overloaded()
     layout.coalesce()
     layout.keep_standbys()
-    return layout.plan()
+    plan = layout.plan()
+    decide_ms = (time.perf_counter() - started) * 1e3
+    return dataclasses.replace(plan, outcome=dataclasses.replace(plan.outcome, decide_ms=decide_ms))
+
+
+def plan_outcome(plan: Plan, threshold: float, lost_bins: int) -> Outcome:
+    """The plan's status (module docstring): ``feasible`` when every server's violation
+    probability is below ``threshold`` and no bin is lost, else ``infeasible``."""
+    meets = all(p < threshold for p in plan.violation_probability.values()) and not lost_bins
+    return Outcome(
+        status="feasible" if meets else "infeasible",
+        solver_status=plan.limited_by or "greedy",
+        objective=float(len(plan.servers)),
+    )
 
 
 @dataclass
@@ -488,7 +511,9 @@ class _Layout:
         actions = self.steps.actions()
         copied = [b for a in actions if a.copies_data for b in a.bins]
         moved_bytes = float(self.bin_bytes[copied].sum())
-        return Plan(actions, layout, gets, puts, risk, self.limited_by, moved_bytes)
+        plan = Plan(actions, layout, gets, puts, risk, self.limited_by, moved_bytes)
+        lost = sum(1 for holders in self.initial_holders if not holders)
+        return dataclasses.replace(plan, outcome=plan_outcome(plan, self.model.threshold, lost))
 
 
 def _next_server_number(names) -> int:

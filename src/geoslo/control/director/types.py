@@ -14,10 +14,12 @@ Actions (§5.3) are plain values: ``copy`` (new replicas of bins on ``target``),
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 import numpy as np
 
+from geoslo.control import Outcome
 from geoslo.errors import ConfigError
 
 __all__ = [
@@ -25,6 +27,8 @@ __all__ = [
     "Action",
     "ClusterState",
     "DirectorConfig",
+    "Histogram",
+    "Observation",
     "Plan",
     "RunningAction",
     "ServerState",
@@ -166,7 +170,14 @@ class Plan:
     after them, as the model's violation probability and (get, put) req/s.
     ``limited_by`` names the config field (``max_servers_added`` or ``max_servers``) that
     kept the plan from adding a server it needed, or is None: a limited plan is the best
-    the bound allows, and some servers may stay over the SLO."""
+    the bound allows, and some servers may stay over the SLO.
+
+    ``outcome`` (the one status vocabulary, ``geoslo.control.Outcome``): ``feasible`` when
+    every server's predicted violation probability is below the model's threshold and
+    every bin has a replica (the greedy search of §5.3 proves no optimum), else
+    ``infeasible`` (the best effort found). ``solver_status`` is ``greedy``, or the config
+    field that limited the plan (``max_servers_added``, ``max_servers``); ``objective`` is
+    the number of servers leased after the plan (standbys and booting ones included)."""
 
     actions: tuple[Action, ...]
     servers: tuple[ServerState, ...]  # the layout after the actions
@@ -175,6 +186,7 @@ class Plan:
     violation_probability: dict[str, float] = field(default_factory=dict)
     limited_by: str | None = None
     moved_bytes: float = 0.0  # data the copies and moves carry
+    outcome: Outcome = Outcome("feasible", "greedy")
 
     def count(self, kind: str) -> int:
         return sum(1 for action in self.actions if action.kind == kind)
@@ -190,11 +202,38 @@ class RunningAction:
 
 
 @dataclass(frozen=True)
+class Histogram:
+    """One statistics period's per-bin workload, as req/s (§5.5's raw histogram)."""
+
+    get_rps: np.ndarray
+    put_rps: np.ndarray
+
+
+@dataclass(frozen=True)
+class Observation:
+    """What the loop reads at one tick: the time, the servers (their bins, booted or not),
+    the actions still running and the histograms of the periods that ended since the last
+    tick (none most ticks, §5.5). ``measurements`` are the environment's own figures
+    (p99, servers, ...) for logs and gauges; the controller does not read them."""
+
+    now_s: float
+    servers: tuple[ServerState, ...]
+    running: tuple[RunningAction, ...] = ()
+    histograms: tuple[Histogram, ...] = ()
+    measurements: Mapping[str, float] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
 class Step:
-    """What the control loop asks of the environment at one tick."""
+    """What the control loop asks of the environment at one tick: actions to start and to
+    cancel. ``outcome`` is that of the latest decision, the plan the actions come from
+    (``no-decision`` before the first); ``decided`` is True on the tick that decision was
+    made (count decisions by it: one decision's actions may start over several ticks)."""
 
     start: tuple[RunningAction, ...] = ()
     cancel: tuple[Action, ...] = ()
+    outcome: Outcome = Outcome("feasible", "no-decision")
+    decided: bool = False
 
 
 def _positive(value: object, name: str) -> None:

@@ -289,7 +289,9 @@ def plan_to_dict(
     copy_model: CopyDurationModel,
     config: DirectorConfig,
 ) -> dict:
-    """The actions.json form of a plan for ``state`` (docs/director.md)."""
+    """The actions.json form of a plan for ``state`` (docs/director.md): the outcome's
+    ``status``, ``solver_status``, ``objective`` (servers after the plan) and
+    ``decide_ms`` first, then the actions and the servers after them."""
     actions = [
         {**action.to_dict(), "predicted_duration_s": float(seconds)}
         for action, seconds in scheduled_actions(plan, state.bin_bytes, copy_model, config)
@@ -297,6 +299,7 @@ def plan_to_dict(
     servers = [_server_after(plan, s) for s in plan.servers]
     lost = np.flatnonzero(state.replica_counts() == 0)
     return {
+        **plan.outcome.to_dict(),
         "actions": actions,
         "servers": servers,
         "threshold": float(model.threshold),

@@ -327,10 +327,10 @@ class _Run:
             servers=tuple(servers),
             hot_replicas=np.asarray(replicas),
             load=result,
-            decisions=len(director.decisions) if director else 0,
+            decisions=director.decision_count if director else 0,
             actions=kinds,
             failed_actions=sum(not done.ok for done in finished),
-            cancelled_actions=len(director.cancelled) if director else 0,
+            cancelled_actions=director.cancel_count if director else 0,
         )
 
     def _report(self, period, started_s: float, cluster, director) -> None:

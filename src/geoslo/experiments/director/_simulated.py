@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from geoslo.control.director import DirectorConfig, DirectorLoop, ServerState
+from geoslo.control.director import DirectorConfig, DirectorLoop, Histogram, ServerState
 from geoslo.experiments.director._allocations import Allocations, allocations, minimum_servers
 from geoslo.experiments.director._metrics import percentiles_met_per_second
 from geoslo.experiments.director._workloads import (
@@ -116,8 +116,8 @@ class ViewRecorder(DirectorLoop):
         super().__init__(*args, **kwargs)
         self.views: list[tuple[np.ndarray, np.ndarray]] = []  # (get_rps, put_rps) per period
 
-    def observe(self, raw_get_rps: np.ndarray, raw_put_rps: np.ndarray) -> None:
-        super().observe(raw_get_rps, raw_put_rps)
+    def _observe(self, histogram: Histogram) -> None:
+        super()._observe(histogram)
         assert self.smoother.get_rps is not None and self.smoother.put_rps is not None
         self.views.append((self.smoother.get_rps.copy(), self.smoother.put_rps.copy()))
 

@@ -18,7 +18,14 @@ from pathlib import Path
 import numpy as np
 
 from geoslo.control.director.loop import DirectorLoop
-from geoslo.control.director.types import Action, RunningAction, ServerState
+from geoslo.control.director.types import (
+    Action,
+    Histogram,
+    Observation,
+    RunningAction,
+    ServerState,
+    Step,
+)
 from geoslo.errors import TestbedError
 from geoslo.live._backend import key_name
 from geoslo.live._processes import find_program, process_alive, stop_recorded
@@ -196,17 +203,30 @@ class DirectorCluster:
         sizes = [self.layout.size(b) for b in range(self.config.bins)]
         return np.asarray(sizes, dtype=float) * (self.config.value_bytes + 2)
 
-    async def step_director(self, director: DirectorLoop, now_s: float) -> list[PeriodStats]:
-        """One tick of the control loop: feed it the ended periods, cancel what it
-        cancels, start what it starts (``geoslo.control.director.loop``); the periods fed."""
-        periods = self.collect_stats()
-        for period in periods:
-            director.observe(period.get_rps, period.put_rps)
-        step = director.tick(now_s, self.servers(), self.running())
+    def observation(self, now_s: float, periods: list[PeriodStats]) -> Observation:
+        """What the loop reads at ``now_s``: the servers, the running actions and the
+        histograms of ``periods`` (``collect_stats()``), the last period's p99."""
+        last = periods[-1] if periods else None
+        measured = {"servers": float(len(self.pool.in_use()))}
+        if last is not None:
+            measured |= {"period_p99_ms": last.get_p99_ms, "period_gets": float(last.gets)}
+        histograms = tuple(Histogram(p.get_rps, p.put_rps) for p in periods)
+        return Observation(now_s, self.servers(), self.running(), histograms, measured)
+
+    async def apply(self, step: Step) -> None:
+        """Cancel what the step cancels, then start what it starts."""
         for action in step.cancel:
             await self.cancel(action)
         for item in step.start:
             self.start(item)
+
+    async def step_director(self, director: DirectorLoop, now_s: float) -> list[PeriodStats]:
+        """One tick of the control loop: its observation (the ended periods), then what
+        it starts and cancels (``geoslo.control.director.loop``); the periods fed."""
+        periods = self.collect_stats()
+        step = director.step(self.observation(now_s, periods))
+        if step is not None:
+            await self.apply(step)
         return periods
 
     # --- failures and checks ----------------------------------------------------------------

@@ -16,10 +16,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from geoslo.control.director import RunningAction, ServerState, Step
+from geoslo.control.director import Histogram, Observation, RunningAction, ServerState, Step
 from geoslo.sim.director._truth import ServerPerformance
 
-__all__ = ["Workload", "SimSettings", "SimResult", "simulate"]
+__all__ = ["Workload", "SimSettings", "SimResult", "StoreSimulation", "simulate"]
 
 _P99_GRID_MS = np.geomspace(1.0, 2000.0, 160)
 
@@ -166,6 +166,130 @@ class _Cluster:
             self.leases.append((name, start, end_s))
 
 
+class StoreSimulation:
+    """The simulated store, one second at a time (the steppable form of :func:`simulate`).
+
+    Each second ``t``: ``observe()`` begins it and returns what the loop reads (the
+    servers, the running actions and, at a period's end, the sampled histogram);
+    ``apply(step)`` starts and cancels actions; ``finish()`` serves the second, records
+    it, runs the copies and moves to ``t + 1``. Past the workload's end the workload
+    repeats and nothing more is recorded (a service runs on)."""
+
+    def __init__(
+        self,
+        workload: Workload,
+        layout: list[ServerState],
+        bin_bytes: np.ndarray,
+        settings: SimSettings,
+        copy_rate_bytes_per_s: float,
+    ) -> None:
+        self.workload = workload
+        self.settings = settings
+        self.rng = np.random.default_rng(settings.seed)
+        self.cluster = _Cluster(
+            layout, np.asarray(bin_bytes, float), settings, copy_rate_bytes_per_s
+        )
+        self.duration_s = len(workload.total_rps)
+        self.n_bins = len(workload.popularity)
+        self.outputs = _Outputs(
+            self.duration_s, self.duration_s // settings.period_s, settings.charge_interval_s
+        )
+        self.t = 0
+        self.last_p99_ms = float("nan")  # of the last period that ended
+        self.last_late_fraction = 0.0  # of the last second served
+        self._names: list[str] = []
+        self._membership = np.zeros((0, self.n_bins))
+        self._factor = self._hiccup = np.zeros(0)
+        self._noise_names: list[str] = []
+        self._period_get = np.zeros(self.n_bins)
+        self._period_put = np.zeros(self.n_bins)
+        self._rates: tuple[np.ndarray, np.ndarray] | None = None  # this second's, once begun
+
+    def observe(self) -> Observation:
+        """Begin second ``t``: the loop's observation (a histogram when a period ended)."""
+        perf, t = self.settings.performance, self.t
+        if t % int(perf.noise_period_s) == 0 or self.cluster.changed:
+            self._refresh(fresh=True)
+        get, put = self.workload.rates(t % self.duration_s)
+        self._rates = (get, put)
+        self._period_get += get
+        self._period_put += put
+        histograms: tuple[Histogram, ...] = ()
+        if t > 0 and t % self.settings.period_s == 0:
+            sampled = _sampled(self._period_get, self._period_put, self.settings, self.rng)
+            histograms = (Histogram(*sampled),)
+            self._period_get[:] = 0.0
+            self._period_put[:] = 0.0
+        return Observation(
+            float(t),
+            self.cluster.states(float(t)),
+            self.cluster.running(),
+            histograms,
+            self.measurements(),
+        )
+
+    def measurements(self) -> dict[str, float]:
+        """The store's own figures for logs and gauges (the loop does not read them)."""
+        return {
+            "servers": float(len(self.cluster.bins)),
+            "servers_serving": float(sum(1 for bins in self.cluster.bins.values() if bins)),
+            "late_fraction": self.last_late_fraction,
+            "period_p99_ms": self.last_p99_ms,
+        }
+
+    def apply(self, step: Step) -> None:
+        """Start and cancel the step's actions at second ``t``."""
+        self.cluster.apply(step, float(self.t))
+        self._refresh(fresh=False)
+
+    def _refresh(self, fresh: bool) -> None:
+        """Who holds which bin, and the servers' noise (fresh, or carried by name)."""
+        self._names, self._membership = _membership(self.cluster, self.n_bins)
+        self._factor, self._hiccup, self._noise_names = _noise(
+            self._names,
+            self._noise_names,
+            self._factor,
+            self._hiccup,
+            self.settings.performance,
+            self.rng,
+            fresh=fresh,
+        )
+        self.cluster.changed = False
+
+    def finish(self) -> None:
+        """Serve second ``t`` (begun by ``observe``), record it, run the copies one second."""
+        assert self._rates is not None, "observe() begins a second before finish()"
+        get, put = self._rates
+        settings, perf, t = self.settings, self.settings.performance, self.t
+        names, membership = self._names, self._membership
+        rho, copy_rates = _utilisation(
+            self.cluster, names, membership, get, put, self._factor, settings
+        )
+        tails = perf.tail(settings.threshold_ms, rho, self._hiccup)
+        late = _late(membership, tails, settings.read_fanout)
+        total = float(get.sum())
+        self.last_late_fraction = float(get @ late) / total if total > 0 else 0.0
+        recording = t < self.duration_s
+        if recording:
+            self.outputs.record_second(t, get, late, self.cluster, names)
+        if (t + 1) % settings.period_s == 0:
+            grid = perf.tail(_P99_GRID_MS[:, None], rho[None, :], self._hiccup)
+            self.last_p99_ms = _p99_ms(get, membership, grid, settings.read_fanout)
+            if recording:
+                self.outputs.p99[t // settings.period_s] = self.last_p99_ms
+        if recording:
+            hot = membership[:, self.workload.hot_bin].sum() if len(names) else 0
+            self.outputs.hot_replicas[t] = hot
+        self.cluster.advance(float(t + 1), copy_rates)
+        self._rates = None
+        self.t += 1
+
+    def result(self) -> SimResult:
+        """The run's figures over the workload's duration (leases end at its end)."""
+        self.cluster.close(float(self.duration_s))
+        return self.outputs.result(self.cluster)
+
+
 def simulate(
     workload: Workload,
     layout: list[ServerState],
@@ -175,53 +299,18 @@ def simulate(
     copy_rate_bytes_per_s: float,
     progress=None,
 ) -> SimResult:
-    """Run ``loop`` (``observe`` / ``tick``, see ``geoslo.control.director.loop``) on the
-    simulated cluster for the workload's duration."""
-    rng = np.random.default_rng(settings.seed)
-    perf = settings.performance
-    cluster = _Cluster(layout, np.asarray(bin_bytes, float), settings, copy_rate_bytes_per_s)
-    duration = len(workload.total_rps)
-    n_bins = len(workload.popularity)
-    periods = duration // settings.period_s
-    out = _Outputs(duration, periods, settings.charge_interval_s)
-    names: list[str] = []
-    membership = np.zeros((0, n_bins))
-    factor = hiccup = np.zeros(0)
-    noise_names: list[str] = []
-    period_get = np.zeros(n_bins)
-    period_put = np.zeros(n_bins)
-    for t in range(duration):
-        if t % int(perf.noise_period_s) == 0 or cluster.changed:
-            names, membership = _membership(cluster, n_bins)
-            factor, hiccup, noise_names = _noise(names, noise_names, factor, hiccup, perf, rng)
-            cluster.changed = False
-        get, put = workload.rates(t)
-        period_get += get
-        period_put += put
-        if t > 0 and t % settings.period_s == 0:
-            loop.observe(*_sampled(period_get, period_put, settings, rng))
-            period_get[:] = 0.0
-            period_put[:] = 0.0
-        step = loop.tick(float(t), cluster.states(float(t)), cluster.running())
-        if step.start or step.cancel:
-            cluster.apply(step, float(t))
-            names, membership = _membership(cluster, n_bins)
-            factor, hiccup, noise_names = _noise(
-                names, noise_names, factor, hiccup, perf, rng, fresh=False
-            )
-            cluster.changed = False
-        rho, copy_rates = _utilisation(cluster, names, membership, get, put, factor, settings)
-        tails = perf.tail(settings.threshold_ms, rho, hiccup)
-        out.record_second(t, get, _late(membership, tails, settings.read_fanout), cluster, names)
-        if (t + 1) % settings.period_s == 0:
-            grid = perf.tail(_P99_GRID_MS[:, None], rho[None, :], hiccup)
-            out.record_p99(t // settings.period_s, get, membership, grid, settings.read_fanout)
-        out.hot_replicas[t] = membership[:, workload.hot_bin].sum() if len(names) else 0
-        cluster.advance(float(t + 1), copy_rates)
+    """Run ``loop`` (``step(observation) -> Step | None``, see
+    ``geoslo.control.director.loop``) on the simulated cluster for the workload's
+    duration."""
+    store = StoreSimulation(workload, layout, bin_bytes, settings, copy_rate_bytes_per_s)
+    for t in range(store.duration_s):
+        step = loop.step(store.observe())
+        if step is not None and (step.start or step.cancel):
+            store.apply(step)
+        store.finish()
         if progress is not None and t % 3600 == 0:
             progress(t)
-    cluster.close(float(duration))
-    return out.result(cluster)
+    return store.result()
 
 
 def _membership(cluster: _Cluster, n_bins: int) -> tuple[list[str], np.ndarray]:
@@ -291,6 +380,14 @@ def _sampled(get_sum, put_sum, settings: SimSettings, rng) -> tuple[np.ndarray, 
     )
 
 
+def _p99_ms(get, membership, grid, fanout) -> float:
+    """The p99 of the gets from the servers' tails on a latency grid (one row each)."""
+    late = np.array([float(get @ _late(membership, row, fanout)) for row in grid])
+    late /= max(float(get.sum()), 1e-12)
+    above = np.flatnonzero(late <= 0.01)
+    return float(_P99_GRID_MS[above[0]] if above.size else _P99_GRID_MS[-1])
+
+
 class _Outputs:
     def __init__(self, duration: int, periods: int, charge_interval_s: int) -> None:
         self.charge_interval_s = charge_interval_s
@@ -313,13 +410,6 @@ class _Outputs:
             (name, int((t - cluster.leased_from[name]) // self.charge_interval_s))
             for name in holding
         )
-
-    def record_p99(self, period, get, membership, grid, fanout) -> None:
-        """The p99 of the period from the tails on a latency grid at its last second."""
-        late = np.array([float(get @ _late(membership, row, fanout)) for row in grid])
-        late /= max(float(get.sum()), 1e-12)
-        above = np.flatnonzero(late <= 0.01)
-        self.p99[period] = _P99_GRID_MS[above[0]] if above.size else _P99_GRID_MS[-1]
 
     def result(self, cluster: _Cluster) -> SimResult:
         return SimResult(
