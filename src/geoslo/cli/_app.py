@@ -544,6 +544,21 @@ def _print_status(testbed) -> None:
         typer.echo(f"  {site}: redis {','.join(map(str, ends.servers))}")
 
 
+from geoslo.cli._run import register_run  # noqa: E402 (after the apps it extends)
+
+register_run(
+    app,
+    {
+        "kurma": kurma_app,
+        "costlo": costlo_app,
+        "director": director_app,
+        "replication": replication_app,
+        "supercloud": supercloud_app,
+    },
+    user_errors,
+)
+
+
 def main() -> None:
     """Entry point: user errors become one line on stderr and exit status 2."""
     app()

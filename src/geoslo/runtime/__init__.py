@@ -6,6 +6,38 @@ observes, steps the controller off the event loop, applies the plan, and serves
 Prometheus metrics and ``/healthz``.
 """
 
+from geoslo.runtime._config import (
+    SYSTEM_NAMES,
+    RunConfig,
+    ServiceSettings,
+    SystemUnavailableError,
+    config_schema,
+    load_config,
+    load_system,
+    parse_config,
+)
+from geoslo.runtime._dryrun import DryRunEnvironment
+from geoslo.runtime._log import ServiceLog
+from geoslo.runtime._loop import IntervalReport, ServiceLoop, serve
+from geoslo.runtime._metrics import Metrics, MetricsServer
 from geoslo.runtime._service import Service, System
 
-__all__ = ["Service", "System"]
+__all__ = [
+    "SYSTEM_NAMES",
+    "DryRunEnvironment",
+    "IntervalReport",
+    "Metrics",
+    "MetricsServer",
+    "RunConfig",
+    "Service",
+    "ServiceLog",
+    "ServiceLoop",
+    "ServiceSettings",
+    "System",
+    "SystemUnavailableError",
+    "config_schema",
+    "load_config",
+    "load_system",
+    "parse_config",
+    "serve",
+]

@@ -1,10 +1,13 @@
 """Simulation of the shared egress link of Dürango et al. (CDC 2016): three streams'
 buffers, a work-conserving link split by a policy every interval (``_link``), and the
-metrics of §V-B (``_metrics``)."""
+metrics of §V-B (``_metrics``); the same link one interval at a time as an environment
+handle for ``geoslo run`` (``LinkStepper``, ``_environment``)."""
 
+from geoslo.sim.replication._environment import LinkEnvironment, as_allocation
 from geoslo.sim.replication._link import (
     LinkRun,
     LinkSettings,
+    LinkStepper,
     LinkWorkload,
     allocate,
     simulate_link,
@@ -19,6 +22,9 @@ from geoslo.sim.replication._metrics import (
 )
 
 __all__ = [
+    "LinkEnvironment",
+    "LinkStepper",
+    "as_allocation",
     "LinkMetrics",
     "application_wait_s",
     "dro_mb",

@@ -33,6 +33,7 @@ __all__ = [
     "LinkSettings",
     "LinkWorkload",
     "LinkRun",
+    "LinkStepper",
     "allocate",
     "simulate_link",
     "split_among_images",
@@ -214,3 +215,63 @@ def _send_images(left: list[float], done: list[float], budget_mb: float, end_s: 
         if left[n] <= 1e-9:
             left[n] = 0.0
             done[n] = end_s
+
+
+class LinkStepper:
+    """The link of :func:`simulate_link` one interval at a time (the runtime's simulator
+    environment): the same steps, images and allocation, with the arrivals handed in per
+    interval. Only images still in flight are kept, so memory stays bounded however long
+    it runs."""
+
+    def __init__(self, settings: LinkSettings) -> None:
+        self.settings = settings
+        self.steps_per_interval = round(settings.interval_s / settings.step_s)
+        self._capacity_mb = settings.capacity_mbps / 8.0 * settings.step_s
+        self.time_s = 0.0
+        self.backlog_mb = np.zeros(3)
+        self.arrived_mb = np.zeros(3)  # cumulative
+        self.sent_mb = np.zeros(3)  # cumulative
+        self._images_left: list[float] = []
+        self._images_done: list[float] = []
+        self._next_image_s = settings.image_period_s  # the backup holds the image of time 0
+        self._step = 0
+
+    def advance(self, messages_mb: np.ndarray, allocation: Allocation) -> Measurement:
+        """One interval under ``allocation``; ``messages_mb`` holds the application's and the
+        replication service's MB arriving in each step (``steps_per_interval`` x 2)."""
+        messages_mb = np.asarray(messages_mb, float)
+        if messages_mb.shape != (self.steps_per_interval, 2):
+            raise ConfigError(
+                "messages_mb",
+                f"must have shape ({self.steps_per_interval}, 2), not {messages_mb.shape}",
+            )
+        mark_in, mark_out = self.arrived_mb.copy(), self.sent_mb.copy()
+        for row in messages_mb:
+            self._advance_step(row, allocation)
+        in_flight = [n for n, mb in enumerate(self._images_left) if mb > 1e-9]
+        self._images_left = [self._images_left[n] for n in in_flight]
+        self._images_done = [self._images_done[n] for n in in_flight]
+        return Measurement(
+            self.backlog_mb.copy(), self.sent_mb - mark_out, self.arrived_mb - mark_in
+        )
+
+    def _advance_step(self, messages_mb: np.ndarray, allocation: Allocation) -> None:
+        """One step of ``simulate_link``'s loop, in the same order of operations."""
+        settings = self.settings
+        t = self._step * settings.step_s
+        new = np.zeros(3)
+        new[:2] = messages_mb
+        while self._next_image_s < t + settings.step_s - 1e-9:
+            self._images_left.append(settings.image_mb)
+            self._images_done.append(np.nan)
+            new[VM_IMAGE] += settings.image_mb
+            self._next_image_s += settings.image_period_s
+        self.backlog_mb += new
+        self.arrived_mb += new
+        out = allocate(self.backlog_mb, allocation, self._capacity_mb)
+        if out[VM_IMAGE] > 0:
+            _send_images(self._images_left, self._images_done, out[VM_IMAGE], t + settings.step_s)
+        self.backlog_mb = np.maximum(self.backlog_mb - out, 0.0)
+        self.sent_mb += out
+        self._step += 1
+        self.time_s = self._step * settings.step_s

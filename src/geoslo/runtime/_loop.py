@@ -1,0 +1,258 @@
+"""The one loop of ``geoslo run`` (DESIGN: "The one loop every controller follows", "The
+runtime"): every interval observe the environment, step the controller in a worker thread
+(the solver never blocks the event loop), apply the plan, and wait for the next interval.
+
+Failure semantics: an observation that raises or outlasts ``observe_timeout_s``, a step
+that raises or ends ``failed``, and an apply that raises or outlasts ``apply_timeout_s``
+each keep the plan in force, count ``geoslo_errors_total{kind}`` and log one line; the
+loop goes on. A step cannot be cancelled (it runs in a thread), so it is not timed out:
+``/healthz`` turns 503 when no interval completes for three intervals plus the timeouts.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import time
+from dataclasses import dataclass, field
+from typing import Any, TextIO
+
+from geoslo.control import Outcome
+from geoslo.errors import GeosloError
+from geoslo.runtime._config import RunConfig, ServiceSettings, is_loopback, parse_listen
+from geoslo.runtime._dryrun import DryRunEnvironment
+from geoslo.runtime._log import ServiceLog
+from geoslo.runtime._metrics import Health, Metrics, MetricsServer
+from geoslo.runtime._service import Service
+
+__all__ = ["IntervalReport", "ServiceLoop", "serve", "ONCE_FAILED_EXIT"]
+
+ONCE_FAILED_EXIT = 3  # `geoslo run --once`: the one interval counted an error
+_FAILED = object()  # an observation that did not come
+
+
+@dataclass
+class IntervalReport:
+    """How one interval went: its status (the outcome's, or what failed before one), the
+    step's wall time, whether a plan was applied, and the kinds of error counted."""
+
+    interval: int
+    status: str = "observe_failed"
+    decide_ms: float | None = None
+    applied: bool = False
+    objective: float | None = None
+    errors: list[str] = field(default_factory=list)
+
+
+class ServiceLoop:
+    """One service's loop; ``run()`` until ``stop()``, ``max_intervals`` or forever."""
+
+    def __init__(
+        self,
+        service: Service,
+        settings: ServiceSettings,
+        log: ServiceLog,
+        *,
+        metrics: Metrics | None = None,
+        dry_run: bool = False,
+        max_intervals: int | None = None,
+    ) -> None:
+        self.service = service
+        self.log = log
+        self.metrics = metrics or Metrics(service.system)
+        environment = service.environment
+        if dry_run:
+            environment = DryRunEnvironment(environment, service.plan_record, log)
+        self.environment = environment
+        self.observe_timeout_s = settings.observe_timeout_s or service.interval_s
+        self.apply_timeout_s = settings.apply_timeout_s or service.interval_s
+        self.max_intervals = settings.intervals if max_intervals is None else max_intervals
+        stale_after_s = 3 * service.interval_s + self.observe_timeout_s + self.apply_timeout_s
+        self.health = Health(stale_after_s)
+        self.interval = 0
+        self.failed_intervals = 0  # intervals that counted at least one error
+        self._stopping = False
+        self._wake: asyncio.Event | None = None
+
+    def stop(self) -> None:
+        """Stop after the current interval (a signal handler calls this)."""
+        self._stopping = True
+        if self._wake is not None:
+            self._wake.set()
+
+    async def run(self) -> None:
+        """Start the environment, run intervals, close the environment whatever happens."""
+        self._wake = asyncio.Event()
+        if self._stopping:
+            self._wake.set()
+        try:
+            await self.environment.start()
+            await self._intervals()
+        finally:
+            await self.environment.close()
+
+    async def _intervals(self) -> None:
+        clock = asyncio.get_running_loop()
+        next_s = clock.time()
+        while not self._stopping:
+            await self.run_interval()
+            if self.max_intervals and self.interval >= self.max_intervals:
+                break
+            if self.environment.simulated:  # its clock advanced in observe(): no waiting
+                await asyncio.sleep(0)
+                continue
+            next_s = max(next_s + self.service.interval_s, clock.time())  # late: no burst
+            try:
+                await asyncio.wait_for(self._wake.wait(), next_s - clock.time())
+            except TimeoutError:
+                pass
+
+    async def run_interval(self) -> IntervalReport:
+        """Observe, decide, apply: one interval, which never raises for a bad one."""
+        self.interval += 1
+        report = IntervalReport(self.interval)
+        observation = await self._observe(report)
+        if observation is not _FAILED:
+            plan = await self._decide(observation, report)
+            if plan is not None:
+                await self._apply(plan, report)
+        self.metrics.intervals.labels(self.service.system).inc()
+        self.failed_intervals += bool(report.errors)
+        self.health.completed(report.status)
+        self.log.emit(
+            "interval",
+            interval=report.interval,
+            status=report.status,
+            applied=report.applied,
+            decide_ms=report.decide_ms,
+            objective=report.objective,
+            errors=report.errors,
+        )
+        return report
+
+    async def _observe(self, report: IntervalReport) -> Any:
+        try:
+            observation = await asyncio.wait_for(self.environment.observe(), self.observe_timeout_s)
+            self.metrics.set_observation(self.service.observation_gauges(observation))
+        except TimeoutError:
+            self._error(report, "observe", f"no observation within {self.observe_timeout_s:g} s")
+            return _FAILED
+        except Exception as error:
+            self._error(report, "observe", _describe(error))
+            return _FAILED
+        return observation
+
+    async def _decide(self, observation: Any, report: IntervalReport) -> Any:
+        """The plan to apply, or None (no plan, or one that may not be applied)."""
+        report.status = "decide_failed"
+        try:
+            plan, seconds = await asyncio.to_thread(
+                _timed_step, self.service.controller, observation
+            )
+        except Exception as error:
+            self._error(report, "decide", _describe(error))
+            return None
+        report.decide_ms = round(seconds * 1e3, 3)
+        self.metrics.decision_seconds.labels(self.service.system).observe(seconds)
+        if plan is None:
+            report.status = "no_plan"
+            return None
+        outcome = getattr(plan, "outcome", None)
+        if not isinstance(outcome, Outcome):
+            self._error(report, "decide", f"{type(plan).__name__} carries no Outcome (.outcome)")
+            return None
+        report.status, report.objective = outcome.status, outcome.objective
+        self.metrics.plans.labels(self.service.system, outcome.status).inc()
+        if outcome.objective is not None:
+            self.metrics.objective.labels(self.service.system).set(outcome.objective)
+        if not outcome.applicable:
+            self._error(report, "decide", f"outcome failed ({outcome.solver_status}); plan kept")
+            return None
+        return plan
+
+    async def _apply(self, plan: Any, report: IntervalReport) -> None:
+        try:
+            gauges = self.service.plan_gauges(plan)
+            await asyncio.wait_for(self.environment.apply(plan), self.apply_timeout_s)
+        except TimeoutError:
+            self._error(report, "apply", f"not applied within {self.apply_timeout_s:g} s")
+            return
+        except Exception as error:
+            self._error(report, "apply", _describe(error))
+            return
+        report.applied = True
+        self.metrics.set_plan(gauges)
+
+    def _error(self, report: IntervalReport, kind: str, message: str) -> None:
+        report.errors.append(kind)
+        self.metrics.count_error(kind)
+        self.log.emit("error", level="error", interval=report.interval, kind=kind, error=message)
+
+
+def _timed_step(controller: Any, observation: Any) -> tuple[Any, float]:
+    started = time.perf_counter()
+    plan = controller.step(observation)
+    return plan, time.perf_counter() - started
+
+
+def _describe(error: BaseException) -> str:
+    return f"{type(error).__name__}: {error}"
+
+
+def serve(
+    config: RunConfig,
+    *,
+    dry_run: bool = False,
+    once: bool = False,
+    log_stream: TextIO | None = None,
+) -> int:
+    """Run ``config``'s service with its HTTP endpoints until it stops; the exit status
+    (0: stopped cleanly; ``ONCE_FAILED_EXIT``: ``--once`` and its interval had an error)."""
+    system = config.system.name
+    log = ServiceLog(system, log_stream, config.service.log_format)
+    service = config.system.build(config.controller, config.environment, config.interval_s)
+    loop = ServiceLoop(
+        service, config.service, log, dry_run=dry_run, max_intervals=1 if once else None
+    )
+    host, port = parse_listen(config.service.listen)
+    try:
+        server = MetricsServer(host, port, loop.metrics, loop.health.report)
+    except OSError as error:
+        raise GeosloError(
+            f"service.listen: cannot listen on {config.service.listen}: {error.strerror or error}"
+        ) from None
+    bound_host, bound_port = server.address
+    if not is_loopback(host):
+        log.emit(
+            "listen_beyond_loopback",
+            level="warning",
+            address=f"{bound_host}:{bound_port}",
+            note="/metrics and /healthz are reachable from other machines",
+        )
+    server.start()
+    log.emit(
+        "started",
+        listen=f"{bound_host}:{bound_port}",
+        interval_s=service.interval_s,
+        environment=getattr(config.environment, "kind", None),
+        dry_run=dry_run,
+        intervals=loop.max_intervals,
+    )
+    try:
+        asyncio.run(_run_with_signals(loop))
+    finally:
+        server.stop()
+        log.emit("stopped", intervals=loop.interval, failed_intervals=loop.failed_intervals)
+    return ONCE_FAILED_EXIT if once and loop.failed_intervals else 0
+
+
+async def _run_with_signals(loop: ServiceLoop) -> None:
+    """SIGTERM and SIGINT stop the loop after its current interval."""
+    event_loop = asyncio.get_running_loop()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        event_loop.add_signal_handler(signum, loop.stop)
+    try:
+        await loop.run()
+    finally:
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            event_loop.remove_signal_handler(signum)

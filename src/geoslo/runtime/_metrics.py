@@ -1,0 +1,186 @@
+"""What a running service exposes (DESIGN: "The runtime"; the metrics row of "Real
+components"): Prometheus metrics in a registry of its own, ``/metrics`` and ``/healthz``
+on a small HTTP server bound to loopback unless the configuration says otherwise."""
+
+from __future__ import annotations
+
+import json
+import math
+import threading
+import time
+from collections.abc import Callable, Mapping
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
+
+__all__ = ["DECISION_BUCKETS_S", "ERROR_KINDS", "Health", "Metrics", "MetricsServer"]
+
+# 1 ms (an OSQP solve) to 10 s (a large MILP or a Monte Carlo search)
+DECISION_BUCKETS_S = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
+ERROR_KINDS = ("observe", "decide", "apply")
+
+
+class Metrics:
+    """One service's metrics, labelled with its system (a fresh registry per service)."""
+
+    def __init__(self, system: str) -> None:
+        self.system = system
+        self.registry = CollectorRegistry()
+        labels = ["system"]
+        self.decision_seconds = Histogram(
+            "geoslo_decision_seconds",
+            "Wall time of one controller step (the solver included).",
+            labels,
+            buckets=DECISION_BUCKETS_S,
+            registry=self.registry,
+        )
+        self.plan = Gauge(
+            "geoslo_plan",
+            "The plan in force (name: quantity and unit).",
+            [*labels, "name"],
+            registry=self.registry,
+        )
+        self.observation = Gauge(
+            "geoslo_observation",
+            "The last observation (name: quantity and unit).",
+            [*labels, "name"],
+            registry=self.registry,
+        )
+        self.errors = Counter(
+            "geoslo_errors",
+            "Failed observations, decisions and applications.",
+            [*labels, "kind"],
+            registry=self.registry,
+        )
+        self.intervals = Counter(
+            "geoslo_intervals", "Intervals the loop completed.", labels, registry=self.registry
+        )
+        self.plans = Counter(
+            "geoslo_plans",
+            "Plans decided, by outcome status.",
+            [*labels, "status"],
+            registry=self.registry,
+        )
+        self.objective = Gauge(
+            "geoslo_objective",
+            "The last outcome's objective (the system's own unit).",
+            labels,
+            registry=self.registry,
+        )
+        for kind in ERROR_KINDS:  # present at 0 from the start, so rate() works
+            self.errors.labels(system, kind)
+        self._names: dict[str, set[str]] = {"plan": set(), "observation": set()}
+
+    def count_error(self, kind: str) -> None:
+        self.errors.labels(self.system, kind).inc()
+
+    def set_plan(self, values: Mapping[str, float]) -> None:
+        self._set(self.plan, "plan", values)
+
+    def set_observation(self, values: Mapping[str, float]) -> None:
+        self._set(self.observation, "observation", values)
+
+    def _set(self, gauge: Gauge, which: str, values: Mapping[str, float]) -> None:
+        """Set each named value; drop names that are gone (no stale series, bounded)."""
+        for name in self._names[which] - set(values):
+            gauge.remove(self.system, name)
+        for name, value in values.items():
+            gauge.labels(self.system, name).set(float(value))
+        self._names[which] = set(values)
+
+    def exposition(self) -> bytes:
+        return generate_latest(self.registry)
+
+
+class Health:
+    """Whether the loop is alive: it completed an interval within ``stale_after_s``."""
+
+    def __init__(self, stale_after_s: float) -> None:
+        self.stale_after_s = stale_after_s
+        self.intervals = 0
+        self.last_status = "starting"
+        self._last_s = time.monotonic()  # the start counts as the first mark
+
+    def completed(self, status: str) -> None:
+        self.intervals += 1
+        self.last_status = status
+        self._last_s = time.monotonic()
+
+    def report(self) -> tuple[int, dict[str, Any]]:
+        """The HTTP status and the JSON body of ``/healthz``."""
+        age_s = time.monotonic() - self._last_s
+        ok = age_s <= self.stale_after_s
+        body = {
+            "status": "ok" if ok else "stale",
+            "intervals": self.intervals,
+            "last_interval_age_s": round(age_s, 3),
+            "last_status": self.last_status,
+            "stale_after_s": self.stale_after_s,
+        }
+        return (200 if ok else 503), body
+
+
+class MetricsServer:
+    """``/metrics`` and ``/healthz`` on a ThreadingHTTPServer in a daemon thread."""
+
+    def __init__(
+        self, host: str, port: int, metrics: Metrics, health: Callable[[], tuple[int, dict]]
+    ):
+        handler = _handler(metrics, health)
+        self._server = ThreadingHTTPServer((host, port), handler)
+        self._server.daemon_threads = True
+        self._thread = threading.Thread(
+            target=self._server.serve_forever, name="geoslo-metrics", daemon=True
+        )
+
+    @property
+    def address(self) -> tuple[str, int]:
+        """The address bound (the port chosen when 0 was asked)."""
+        host, port = self._server.server_address[:2]
+        return str(host), int(port)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+        self._thread.join(timeout=5)
+
+
+def _handler(
+    metrics: Metrics, health: Callable[[], tuple[int, dict]]
+) -> type[BaseHTTPRequestHandler]:
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:  # noqa: N802 (the standard library's name)
+            path = self.path.split("?", 1)[0]
+            if path == "/metrics":
+                self._send(200, CONTENT_TYPE_LATEST, metrics.exposition())
+            elif path == "/healthz":
+                status, body = health()
+                self._send(status, "application/json", _json_bytes(body))
+            else:
+                self._send(
+                    404, "text/plain; charset=utf-8", b"not found: try /metrics or /healthz\n"
+                )
+
+        def _send(self, status: int, content_type: str, body: bytes) -> None:
+            self.send_response(status)
+            self.send_header("Content-Type", content_type)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
+            """Quiet: the service's own log is the structured one."""
+
+    return Handler
+
+
+def _json_bytes(body: dict[str, Any]) -> bytes:
+    clean = {
+        k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in body.items()
+    }
+    return (json.dumps(clean) + "\n").encode()

@@ -1,0 +1,236 @@
+"""``geoslo run`` for the geo-replication MPC (Dürango et al., CDC 2016): the shares of one
+egress link for the application, the replication service and VM images, every interval.
+
+Environments: ``kind = "simulator"``, the link of ``geoslo.sim.replication`` one interval
+per observation (§V's set-up). The policies of §V-A are selectable: the MPC (§IV) and the
+FIFO, STATIC and PRIO baselines.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from geoslo.control.replication import (
+    STREAMS,
+    Decision,
+    FifoPolicy,
+    PolicyLoop,
+    PrioPolicy,
+    ReplicationConfig,
+    ReplicationController,
+    ReplicationObservation,
+    StaticPolicy,
+    Weights,
+)
+from geoslo.errors import ConfigError
+from geoslo.models import ArrivalModel
+from geoslo.runtime._service import Service, System
+from geoslo.sim.replication import LinkEnvironment, LinkSettings
+
+__all__ = ["SYSTEM", "ReplicationSettings", "SimulatorSettings"]
+
+DEFAULT_INTERVAL_S = 10.0  # the sampling time of Experiments 1 and 2 (§V-C)
+MAX_HORIZON = 180  # 30 minutes at 10 s; bounds the QP's size (3 x horizon shares), not the paper's
+
+NonNegative = Annotated[float, Field(ge=0, allow_inf_nan=False)]
+Share = Annotated[float, Field(ge=0, le=1)]
+
+
+class ReplicationSettings(BaseModel):
+    """The ``[controller]`` table (defaults: Experiment 1, §V-C)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    policy: Literal["mpc", "fifo", "static", "prio"] = Field(
+        "mpc", description="The MPC (§IV) or a baseline of §V-A."
+    )
+    capacity_mbps: float = Field(100.0, gt=0, allow_inf_nan=False, description="C (§V-C).")
+    horizon: int = Field(30, ge=1, le=MAX_HORIZON, description="H_p in intervals (§V-C: 5 min).")
+    buffer_weights: tuple[NonNegative, NonNegative, NonNegative] = Field(
+        (600.0, 250.0, 50.0), description="q per stream (application, replication, VM image), (7)."
+    )
+    move_weights: tuple[NonNegative, NonNegative, NonNegative] = Field(
+        (1e6, 1e6, 1e6), description="r per stream: penalty on share moves, (7)."
+    )
+    integral_weight: NonNegative = Field(1.0, description="q_n on the VM image's integral, (7).")
+    arrival_model: Literal["random-walk", "local-trend"] = Field(
+        "random-walk", description="(4) or (5): the arrivals' disturbance model."
+    )
+    image_mb: float = Field(375.0, gt=0, allow_inf_nan=False, description="One VM image (§V-C).")
+    image_period_s: float = Field(
+        600.0, gt=0, allow_inf_nan=False, description="A copy every 10 min (§V-C)."
+    )
+    static_shares: tuple[Share, Share, Share] | None = Field(
+        None, description="STATIC's shares; default DRBD's rule: 30% to replication (§V-A)."
+    )
+
+
+class SimulatorSettings(BaseModel):
+    """``[environment] kind = "simulator"``: the link's traffic (levels: ours, to the paper's
+    mean rates of Experiment 1, §V-C)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    kind: Literal["simulator"]
+    seed: int = Field(0, ge=0, description="Seed of the Poisson arrivals.")
+    application_mbps: list[NonNegative] = Field(
+        [62.5],
+        min_length=1,
+        description="Mean rate levels, each held level_period_s in turn (§V-C: 62.5).",
+    )
+    replication_mbps: list[NonNegative] = Field(
+        [32.5],
+        min_length=1,
+        description="Mean rate levels of the replication service (§V-C: 32.5).",
+    )
+    level_period_s: float = Field(
+        1800.0, gt=0, allow_inf_nan=False, description="How long each level holds."
+    )
+    message_mb: float = Field(0.0625, gt=0, allow_inf_nan=False, description="One Poisson arrival.")
+    step_s: float = Field(
+        0.1, gt=0, allow_inf_nan=False, description="The link's time step; divides interval_s."
+    )
+
+
+def replication_config(settings: ReplicationSettings, interval_s: float) -> ReplicationConfig:
+    return ReplicationConfig(
+        capacity_mbps=settings.capacity_mbps,
+        interval_s=interval_s,
+        horizon=settings.horizon,
+        weights=Weights(settings.buffer_weights, settings.move_weights, settings.integral_weight),
+        arrival_model=ArrivalModel(settings.arrival_model),
+        image_mb=settings.image_mb,
+        image_period_s=settings.image_period_s,
+    )
+
+
+def controller_for(
+    settings: ReplicationSettings, config: ReplicationConfig
+) -> ReplicationController | PolicyLoop:
+    """The MPC's loop, or a baseline's (§V-A) in the same shape."""
+    if settings.policy == "mpc":
+        return ReplicationController(config)
+    if settings.policy == "fifo":
+        return PolicyLoop(FifoPolicy())
+    if settings.policy == "prio":
+        return PolicyLoop(PrioPolicy())
+    if settings.static_shares is None:
+        return PolicyLoop(StaticPolicy.drbd(config))
+    if sum(settings.static_shares) > 1 + 1e-9:
+        raise ConfigError("controller.static_shares", "must sum to at most 1")
+    return PolicyLoop(StaticPolicy(settings.static_shares))
+
+
+def simulator(settings: SimulatorSettings, config: ReplicationConfig) -> LinkEnvironment:
+    steps = config.interval_s / settings.step_s
+    if abs(steps - round(steps)) > 1e-9:
+        raise ConfigError("environment.step_s", f"must divide interval_s ({config.interval_s:g} s)")
+    link = LinkSettings(
+        capacity_mbps=config.capacity_mbps,
+        interval_s=config.interval_s,
+        step_s=settings.step_s,
+        message_mb=settings.message_mb,
+        image_mb=config.image_mb,
+        image_period_s=config.image_period_s,
+        seed=settings.seed,
+    )
+    return LinkEnvironment(
+        link, settings.application_mbps, settings.replication_mbps, settings.level_period_s
+    )
+
+
+def plan_gauges(plan: Decision) -> Mapping[str, float]:
+    allocation = plan.allocation
+    if allocation.mode == "priority":
+        return {f"priority_rank:{STREAMS[i]}": rank for rank, i in enumerate(allocation.order)}
+    return {
+        f"share_fraction:{s}": share for s, share in zip(STREAMS, allocation.shares, strict=True)
+    }
+
+
+def observation_gauges(observation: ReplicationObservation) -> Mapping[str, float]:
+    m = observation.measurement
+    values = {"now_s": observation.now_s}
+    for i, stream in enumerate(STREAMS):
+        values[f"buffer_mb:{stream}"] = float(m.buffers_mb[i])
+        values[f"sent_mb:{stream}"] = float(m.sent_mb[i])
+        values[f"arrived_mb:{stream}"] = float(m.arrived_mb[i])
+    return values
+
+
+def plan_record(plan: Decision) -> Mapping[str, Any]:
+    allocation = plan.allocation
+    record: dict[str, Any] = {"mode": allocation.mode}
+    if allocation.mode == "priority":
+        record["order"] = [STREAMS[i] for i in allocation.order]
+    else:
+        record["shares"] = dict(zip(STREAMS, allocation.shares, strict=True))
+    return {**record, "outcome": plan.outcome.to_dict()}
+
+
+def build(controller: BaseModel, environment: BaseModel, interval_s: float) -> Service:
+    """The controller and the environment the tables ask for (nothing started yet)."""
+    config = replication_config(controller, interval_s)
+    environments = {"simulator": simulator}
+    return Service(
+        system="replication",
+        controller=controller_for(controller, config),
+        environment=environments[environment.kind](environment, config),
+        interval_s=interval_s,
+        plan_gauges=plan_gauges,
+        observation_gauges=observation_gauges,
+        plan_record=plan_record,
+    )
+
+
+EXAMPLE_CONFIG = """\
+# geoslo run: the geo-replication MPC of Dürango et al. (CDC 2016) on the simulated link.
+#   geoslo run replication.toml            (metrics on http://127.0.0.1:9464/metrics)
+#   geoslo run replication.toml --dry-run  (decide and log each plan, apply nothing)
+system = "replication"
+interval_s = 10.0              # the sampling time of Experiments 1 and 2 (§V-C)
+
+[environment]
+kind = "simulator"             # the link of geoslo.sim.replication, one interval per step
+seed = 0
+# Mean rates (Mbps), each level held level_period_s in turn. One level each: the means of
+# Experiment 1 (§V-C). Our shape of Experiment 1's traffic (Fig. 3) would be, for example,
+#   application_mbps = [50.0, 100.0, 45.0, 50.0]
+#   replication_mbps = [30.0, 22.0, 25.0, 55.0]
+application_mbps = [62.5]
+replication_mbps = [32.5]
+level_period_s = 1800.0
+message_mb = 0.0625            # one Poisson arrival of application or replication data
+step_s = 0.1                   # the link's time step; must divide interval_s
+
+[controller]
+policy = "mpc"                 # mpc (§IV) | fifo | static | prio (the baselines of §V-A)
+capacity_mbps = 100.0          # C (§V-C)
+horizon = 30                   # H_p, intervals: 5 minutes (§V-C)
+buffer_weights = [600.0, 250.0, 50.0]   # q: application, replication, VM image (§V-C)
+move_weights = [1e6, 1e6, 1e6]          # r: penalty on moving the shares (§V-C)
+integral_weight = 1.0                   # q_n: the VM image's integral state (§V-C)
+arrival_model = "random-walk"  # (4); "local-trend" is (5), Experiment 2 (§V-D)
+image_mb = 375.0               # one VM image (§V-C)
+image_period_s = 600.0         # a copy starts every 10 minutes (§V-C)
+# static_shares = [0.6, 0.3, 0.1]   # policy = "static"; default: DRBD's 30% rule (§V-A)
+
+[service]
+listen = "127.0.0.1:9464"      # /metrics and /healthz; port 0 picks a free one (logged)
+intervals = 1080               # 3 simulated hours, as Experiment 1; 0 = until SIGTERM
+# observe_timeout_s = 10.0     # default: one interval
+# apply_timeout_s = 10.0       # default: one interval
+log_format = "json"            # one JSON object per line on stderr; or "text"
+"""
+
+SYSTEM = System(
+    name="replication",
+    default_interval_s=DEFAULT_INTERVAL_S,
+    controller_settings=ReplicationSettings,
+    environments={"simulator": SimulatorSettings},
+    build=build,
+    example_config=EXAMPLE_CONFIG,
+)
