@@ -15,7 +15,8 @@ def test_kurma_solve_writes_an_optimal_plan(tmp_path):
     result = geoslo("kurma", "solve", "--input", str(EXAMPLE), "--output", str(out))
     assert result.returncode == 0, result.stderr
     plan = json.loads(out.read_text())
-    assert plan["optimal"] is True and plan["objective"] == "perf"
+    assert plan["optimal"] is True and plan["formulation"] == "perf"
+    assert plan["status"] == "optimal" and plan["solver_status"] == "optimal"
     demand = json.loads(EXAMPLE.read_text())["demand_rps"]
     assert [sum(row) for row in plan["rates_rps"]] == pytest.approx(demand)
 
@@ -26,7 +27,7 @@ def test_kurma_solve_cost_objective_reads_stdin():
     )
     assert result.returncode == 0, result.stderr
     plan = json.loads(result.stdout)
-    assert plan["objective"] == "cost"
+    assert plan["formulation"] == "cost" and plan["objective"] == plan["redirected_rps"]
     assert plan["feasible"] is True
     assert max(plan["site_violation_fraction"]) <= 0.05 + 1e-9
 

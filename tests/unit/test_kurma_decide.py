@@ -90,7 +90,9 @@ def measurements(arrivals, duration_s=2.5, min_response=np.inf):
 def test_controller_averages_demand_over_its_window_and_uses_probes_for_base_rtt():
     controller = KurmaController(two_site_model(), KurmaConfig(rate_window_s=5.0))
     controller.step(measurements([2500, 250]))
-    fractions = controller.step(measurements([2500, 250]))
+    routing = controller.step(measurements([2500, 250]))
+    fractions = routing.fractions
+    assert routing.plan is controller.plan and routing.plan.status == "optimal"
     assert controller.base_rtt_ms[0, 1] == 12.0
     assert fractions.sum(axis=1) == pytest.approx([1.0, 1.0])
     assert fractions[0, 1] > 0  # 1000 req/s at a is past its knee
@@ -99,8 +101,9 @@ def test_controller_averages_demand_over_its_window_and_uses_probes_for_base_rtt
 def test_dns_variant_moves_at_most_its_rate_per_interval():
     config = KurmaConfig(max_fraction_change_per_s=0.013)
     controller = KurmaController(two_site_model(), config)
-    fractions = controller.step(measurements([2500, 250]))
-    assert fractions[0, 1] == pytest.approx(0.013 * 2.5)
+    routing = controller.step(measurements([2500, 250]))
+    assert routing.fractions[0, 1] == pytest.approx(0.013 * 2.5)
+    assert routing.plan.rates_rps[0, 1] > 0.013 * 2.5 * 2500  # the plan goes further
 
 
 def test_slow_variant_recomputes_only_every_period():
@@ -108,4 +111,4 @@ def test_slow_variant_recomputes_only_every_period():
     controller = KurmaController(two_site_model(), config)
     first = controller.step(measurements([500, 250]))
     later = controller.step(measurements([2500, 250]))
-    assert np.array_equal(first, later)  # 2.5 s later: no new plan yet
+    assert first is not None and later is None  # 2.5 s later: no new plan yet

@@ -150,6 +150,8 @@ def test_perf_moves_load_off_an_overloaded_site() -> None:
     plan = solve(problem, "perf")
     alone, _ = evaluate(problem, np.diag(problem.demand_rps))
     assert plan.optimal and plan.status == "optimal"
+    assert plan.outcome.objective == pytest.approx(plan.expected_violations_rps)
+    assert plan.outcome.decide_ms > 0
     assert plan.expected_violations_rps < 0.5 * alone
     assert plan.rates_rps[0, 1:].sum() > 0
     assert plan.rates_rps[1:, 0].sum() == 0
@@ -174,6 +176,7 @@ def test_infeasible_cost_names_the_sites_and_minimises_excess() -> None:
     problem = knee_problem([1080.0, 700.0, 1000.0], quantum_fraction=0.1)
     plan = solve(problem, "cost")
     assert not plan.feasible and plan.status == "infeasible" and plan.optimal
+    assert plan.outcome.solver_status == "infeasible" and plan.outcome.applicable
     rho = problem.slo_violation_target
     over = {problem.sites[i] for i in range(3) if plan.site_violation_fraction[i] > rho + 1e-9}
     assert set(plan.infeasible_sites) == over and over
@@ -223,9 +226,11 @@ def test_plan_to_dict_is_the_contract() -> None:
     plan = solve(knee_problem([1000.0, 300.0, 300.0]), "cost").to_dict()
     assert set(plan) == {
         "rates_rps", "expected_violations_rps", "site_violation_fraction", "redirected_rps",
-        "optimal", "gap", "feasible", "infeasible_sites", "solve_ms", "objective", "status",
+        "optimal", "gap", "feasible", "infeasible_sites", "formulation",
+        "status", "solver_status", "objective", "decide_ms",
     }  # fmt: skip
-    assert plan["objective"] == "cost" and isinstance(plan["rates_rps"][0], list)
+    assert plan["formulation"] == "cost" and isinstance(plan["rates_rps"][0], list)
+    assert plan["status"] == "optimal" and plan["objective"] == plan["redirected_rps"]
 
 
 def test_bad_arguments() -> None:
@@ -240,7 +245,8 @@ def test_time_limit_returns_best_plan_with_gap() -> None:
     problem = knee_problem([1050.0, 1000.0, 950.0, 300.0, 200.0], quantum_fraction=0.01,
                            shift_fraction=0.25)  # fmt: skip
     plan = solve(problem, "perf", time_limit_s=1e-4)
-    assert plan.status in ("limit", "optimal")
+    assert plan.status in ("time_limit", "optimal")
+    assert plan.outcome.solver_status == {"time_limit": "limit"}.get(plan.status, plan.status)
     assert plan.gap >= 0
     assert np.allclose(plan.rates_rps.sum(axis=1), problem.demand_rps)
     if plan.optimal:
@@ -271,7 +277,8 @@ def test_time_limit_is_kept_on_a_large_problem() -> None:
     assert np.isfinite(plan.gap) and plan.gap >= 0
     assert plan.optimal == (plan.status == "optimal")
     if not plan.optimal:
-        assert plan.status == "limit" and plan.gap > 0
+        assert plan.status == "time_limit" and plan.gap > 0
+        assert plan.outcome.solver_status == "limit"
     assert np.allclose(plan.rates_rps.sum(axis=1), problem.demand_rps)
 
 

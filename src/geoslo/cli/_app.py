@@ -146,9 +146,9 @@ def write_json(data: dict, output: Path | None) -> None:
         output.write_text(text)
 
 
-@kurma_app.command("solve")
+@kurma_app.command("decide")
 @user_errors
-def kurma_solve(
+def kurma_decide(
     input: InputOption,
     objective: Annotated[
         str, typer.Option(help="perf (KurmaPerf, eq. 1) or cost (KurmaCost, eq. 2).")
@@ -158,7 +158,7 @@ def kurma_solve(
         float, typer.Option(help="Stop and report the gap after this long.")
     ] = 10.0,
 ) -> None:
-    """Solve Kurma's redirect-rate problem (schema: docs/kurma.md)."""
+    """Solve Kurma's redirect-rate problem: the plan and its status (schema: docs/kurma.md)."""
     from geoslo.control.kurma import parse_problem, solve
 
     if objective not in ("perf", "cost"):
@@ -167,6 +167,25 @@ def kurma_solve(
         raise InputError("--time-limit-s", f"must be in (0, 3600] seconds, not {time_limit_s}")
     problem = parse_problem(read_json(input))
     write_json(solve(problem, objective, time_limit_s=time_limit_s).to_dict(), output)
+
+
+kurma_app.command("solve", help="Same as `decide` (its name before 0.2).", hidden=True)(
+    kurma_decide
+)
+
+
+@kurma_app.command("example")
+@user_errors
+def kurma_example(
+    output: OutputOption = None,
+    sites: Annotated[int, typer.Option(help="Sites (2-20): London, Ireland, Frankfurt, ...")] = 3,
+    seed: Annotated[int, typer.Option(help="Seed of the demand and of extra sites' RTTs.")] = 0,
+) -> None:
+    """Write a problem.json for `geoslo kurma decide` (§7's setting, M/M/c curves)."""
+    from geoslo.control.kurma import problem_to_dict
+    from geoslo.control.kurma.example import example_problem
+
+    write_json(problem_to_dict(example_problem(sites, seed)), output)
 
 
 @costlo_app.command("select")

@@ -13,6 +13,7 @@ from geoslo.control.kurma.types import (
     KurmaConfig,
     KurmaModel,
     KurmaObservation,
+    Routing,
 )
 from geoslo.control.kurma.validation import parse_problem, problem_to_dict
 
@@ -31,5 +32,6 @@ __all__ = [
     "parse_problem",
     "plan_fractions",
     "problem_to_dict",
+    "Routing",
     "solve",
 ]

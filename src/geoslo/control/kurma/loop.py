@@ -21,6 +21,7 @@ from geoslo.control.kurma.types import (
     KurmaConfig,
     KurmaModel,
     KurmaObservation,
+    Routing,
 )
 from geoslo.models import SloSurface, best_fitting_curve
 
@@ -143,13 +144,14 @@ class KurmaController:
         self._pending_signals.clear()
 
     # --- the loop ----------------------------------------------------------------------------
-    def step(self, m: IntervalMeasurements) -> np.ndarray:
-        """Take one interval's measurements; return the routing fractions for the next one."""
+    def step(self, m: IntervalMeasurements) -> Routing | None:
+        """Take one interval's measurements; return the routing for the next one (None: the
+        slow EWMA baseline skips this interval and the routing in force stays)."""
         observation = self._observe(m)
         self._record_points(m, observation)
         observation = self._slow_demand(m, observation)
         if observation is None:
-            return self.fractions
+            return None
         self._substitute_curves()
         self.observation = observation
         self.plan = decide(observation, self.model, self.config)
@@ -159,7 +161,7 @@ class KurmaController:
         else:
             step = self.config.max_fraction_change_per_s * m.duration_s
             self.fractions = limit_change(self.fractions, target, step)
-        return self.fractions
+        return Routing(self.fractions, self.plan)
 
     def _slow_demand(
         self, m: IntervalMeasurements, observation: KurmaObservation

@@ -11,6 +11,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from geoslo.control import Outcome
+
 __all__ = ["KurmaProblem", "KurmaPlan", "OBJECTIVES"]
 
 OBJECTIVES = ("perf", "cost")  # KurmaPerf, model (1); KurmaCost, model (2), §5.1-5.2
@@ -74,14 +76,18 @@ class KurmaPlan:
     """The redirect rates and what they achieve.
 
     ``rates_rps[i, j]``: rate site i sends to j (the diagonal is what i serves itself).
-    ``optimal``: a proven optimum of the quantised problem; otherwise ``gap`` bounds how far
-    from it (absolute, in the objective's unit: violations req/s for perf, redirected req/s
-    for cost). ``feasible`` is false when KurmaCost cannot meet every site's bound; then
-    ``infeasible_sites`` names the sites that miss it and the plan is the least violating.
+    ``formulation``: "perf" (KurmaPerf, model 1) or "cost" (KurmaCost, model 2).
+    ``outcome``: the one status vocabulary (``optimal``, ``time_limit``: the search stopped
+    with ``gap`` left, ``infeasible``: KurmaCost cannot meet every site's bound), the solver's
+    own word, the objective (perf: expected violations req/s; cost: redirected req/s) and the
+    decision time. ``optimal``: a proven optimum of the quantised problem; otherwise ``gap``
+    bounds how far from it, in the objective's unit. ``feasible`` is false when KurmaCost
+    cannot meet every site's bound; then ``infeasible_sites`` names the sites that miss it and
+    the plan is the least violating.
     """
 
-    objective: str
-    status: str
+    formulation: str
+    outcome: Outcome
     rates_rps: np.ndarray
     expected_violations_rps: float
     site_violation_fraction: np.ndarray
@@ -90,13 +96,17 @@ class KurmaPlan:
     gap: float
     feasible: bool
     infeasible_sites: tuple[str, ...] = field(default_factory=tuple)
-    solve_ms: float = 0.0
+
+    @property
+    def status(self) -> str:
+        """The outcome's status (one of ``geoslo.control.STATUSES``)."""
+        return self.outcome.status
 
     def to_dict(self) -> dict:
-        """The plan.json contract: plain lists and numbers."""
+        """The plan.json contract: the outcome first, then plain lists and numbers."""
         return {
-            "objective": self.objective,
-            "status": self.status,
+            **self.outcome.to_dict(),
+            "formulation": self.formulation,
             "rates_rps": np.asarray(self.rates_rps, dtype=float).tolist(),
             "expected_violations_rps": float(self.expected_violations_rps),
             "site_violation_fraction": np.asarray(
@@ -107,5 +117,4 @@ class KurmaPlan:
             "gap": float(self.gap),
             "feasible": bool(self.feasible),
             "infeasible_sites": list(self.infeasible_sites),
-            "solve_ms": float(self.solve_ms),
         }

@@ -32,6 +32,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
+from geoslo.control import Outcome
 from geoslo.control.kurma import _solver_kernels as kern
 from geoslo.control.kurma.problem import OBJECTIVES, KurmaPlan, KurmaProblem
 from geoslo.errors import InputError
@@ -638,19 +639,33 @@ def solve(problem: KurmaProblem, objective: str = "perf", time_limit_s: float = 
         over = (fraction * demand > rho * demand + search.prep.tol) & problem.available_mask
         missing = tuple(problem.sites[i] for i in np.flatnonzero(over))
     feasible = not missing
-    status = "optimal" if optimal else "limit"
+    solver_status = "optimal" if optimal else "limit"
     if not feasible and optimal:
-        status = "infeasible"
+        solver_status = "infeasible"
+    rates_redirected = float((rates * (1.0 - np.eye(len(rates)))).sum())
+    value = violations if mode == kern.PERF else rates_redirected
+    outcome = Outcome(
+        plan_status(optimal, feasible), solver_status, float(value),
+        (time.perf_counter() - start) * 1e3,
+    )  # fmt: skip
     return KurmaPlan(
-        objective=objective,
-        status=status,
+        formulation=objective,
+        outcome=outcome,
         rates_rps=rates,
         expected_violations_rps=violations,
         site_violation_fraction=fraction,
-        redirected_rps=float((rates * (1.0 - np.eye(len(rates)))).sum()),
+        redirected_rps=rates_redirected,
         optimal=optimal,
         gap=gap,
         feasible=feasible,
         infeasible_sites=missing,
-        solve_ms=(time.perf_counter() - start) * 1e3,
     )
+
+
+def plan_status(optimal: bool, feasible: bool) -> str:
+    """The one vocabulary (geoslo.control.STATUSES) for a solve: a plan that misses a site's
+    bound is ``infeasible`` whatever stopped the search; otherwise a proven optimum is
+    ``optimal`` and a search stopped by its time limit is ``time_limit`` (gap on the plan)."""
+    if not feasible:
+        return "infeasible"
+    return "optimal" if optimal else "time_limit"

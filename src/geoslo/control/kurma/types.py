@@ -3,13 +3,17 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from geoslo.errors import ConfigError
 from geoslo.models import SloSurface
 
-__all__ = ["KurmaConfig", "KurmaObservation", "KurmaModel", "IntervalMeasurements"]
+if TYPE_CHECKING:
+    from geoslo.control.kurma.problem import KurmaPlan
+
+__all__ = ["KurmaConfig", "KurmaObservation", "KurmaModel", "IntervalMeasurements", "Routing"]
 
 
 @dataclass(frozen=True)
@@ -74,3 +78,15 @@ class IntervalMeasurements:
     min_response_ms: np.ndarray  # [i, j] min response in the last base-RTT window (inf: none)
     probe_rtt_ms: np.ndarray | None = None  # [i, j] min WAN probe RTT in that window (§6 probes)
     available: np.ndarray | None = None  # [i] sites heard from in the last exchange (§9)
+
+
+@dataclass(frozen=True)
+class Routing:
+    """What the loop hands an environment each interval (§6, enforcement).
+
+    ``fractions[i, j]``: share of site i's client requests to send to site j (rows sum to 1);
+    with the DNS baseline's rate limit these trail the plan's. ``plan``: the solve they come
+    from, with its outcome (status, solver status, objective, decision time)."""
+
+    fractions: np.ndarray
+    plan: KurmaPlan

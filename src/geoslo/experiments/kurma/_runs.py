@@ -143,9 +143,9 @@ def run_policy(
         served.append(stats.requests.sum(axis=0) / INTERVAL_S)
         if controller is not None:
             base = topology.base_rtt_matrix_ms(sim.now_s)
-            fractions = controller.step(
-                to_measurements(stats, base, scenario.residual_pool_ms, rng)
-            )
+            routing = controller.step(to_measurements(stats, base, scenario.residual_pool_ms, rng))
+            if routing is not None:  # None: the EWMA baseline keeps the routing in force
+                fractions = routing.fractions
         if on_interval is not None:
             on_interval(k + 1, intervals)
     return PolicyRun(
