@@ -1,14 +1,32 @@
 """The simulated binned store: its ground truth against brute force, and the engine's
 actions, sampling and accounting (FAST 2011 §2, §5.4-§5.6)."""
 
+import asyncio
 from itertools import combinations
 
 import numpy as np
 import pytest
 
-from geoslo.control.director import Action, RunningAction, ServerState, Step
+from geoslo.control.director import (
+    Action,
+    DirectorConfig,
+    DirectorLoop,
+    RunningAction,
+    ServerState,
+    Step,
+)
 from geoslo.experiments.director._simulated import clock_units, percentiles_met, server_units
-from geoslo.sim.director import ServerPerformance, SimResult, SimSettings, Workload, simulate
+from geoslo.sim.director import (
+    ServerPerformance,
+    SimResult,
+    SimSettings,
+    SimulatedStore,
+    Workload,
+    flash_crowd,
+    round_robin_layout,
+    simulate,
+    trained_models,
+)
 from geoslo.sim.director._engine import _late, _sampled
 
 PERF = ServerPerformance()
@@ -145,3 +163,67 @@ def test_percentiles_met_takes_the_worst_window():
     assert met[20]["percentile"] == 95.0  # 5% late: the 95th percentile just holds
     assert met[60]["percentile"] == 98.0  # 1/3 of a minute at 5%
     assert met[300]["percentile"] == 99.5  # 1/15 of five minutes
+
+
+# ---------------------------------------------------------------- the environment handle
+
+
+def _store_parts(duration_s=200, bins=12, servers=3, seed=0):
+    workload = flash_crowd(
+        bins, 4000.0, flat_s=60, ramp_s=60, hold_s=duration_s - 120, read_fraction=0.95, seed=seed
+    )
+    config = DirectorConfig(period_s=20.0, charge_interval_s=60.0, standbys=1)
+    layout = round_robin_layout(bins, servers, config.replicas, config.standbys)
+    settings = SimSettings(boot_delay_s=10, charge_interval_s=60, seed=seed)
+    return workload, layout, np.full(bins, 2e6), settings, config
+
+
+def _loop(config, bin_bytes):
+    steady, copy, _ = trained_models(PERF, seed=0)
+    return DirectorLoop(steady, copy, config, bin_bytes)
+
+
+async def _drive(store: SimulatedStore, loop, intervals: int) -> list:
+    await store.start()
+    observations = []
+    for _ in range(intervals):
+        observation = await store.observe()
+        observations.append(observation)
+        step = loop.step(observation)
+        if step is not None:
+            await store.apply(step)
+    await store.close()
+    return observations
+
+
+def test_the_handle_stepped_each_second_is_simulate_itself():
+    """One code path: the handle driven second by second gives simulate()'s run."""
+    workload, layout, bin_bytes, settings, config = _store_parts()
+    reference = simulate(workload, layout, bin_bytes, _loop(config, bin_bytes), settings, 4e6)
+    store = SimulatedStore(workload, layout, bin_bytes, settings, 4e6)
+    loop = _loop(config, bin_bytes)
+    observations = asyncio.run(_drive(store, loop, len(workload.total_rps)))
+    store.store.finish()  # the last second observed
+    result = store.result()
+    assert [o.now_s for o in observations[:3]] == [0.0, 1.0, 2.0]
+    assert loop.decision_count > 1 and result.actions["add-server"] > 0  # it scaled out
+    for name in ("late_fraction", "servers_leased", "p99_ms", "replicas_of_hot_bin"):
+        assert np.array_equal(getattr(result, name), getattr(reference, name), equal_nan=True)
+    assert result.leases == reference.leases and result.actions == reference.actions
+
+
+def test_the_handle_advances_a_period_per_observation_and_runs_past_the_workload():
+    workload, layout, bin_bytes, settings, config = _store_parts(duration_s=200)
+    store = SimulatedStore(workload, layout, bin_bytes, settings, 4e6, advance_s=20)
+    observations = asyncio.run(_drive(store, _loop(config, bin_bytes), 15))  # 300 s
+    assert [o.now_s for o in observations] == [19.0 + 20.0 * k for k in range(15)]
+    assert [len(o.histograms) for o in observations] == [0] + [1] * 14  # one per period
+    last = observations[-1]
+    assert last.measurements["servers"] == len(last.servers)
+    assert 0.0 < last.measurements["period_p99_ms"] < 2000.0
+
+
+def test_the_handle_refuses_to_observe_before_start():
+    workload, layout, bin_bytes, settings, _ = _store_parts()
+    with pytest.raises(RuntimeError, match="start"):
+        asyncio.run(SimulatedStore(workload, layout, bin_bytes, settings, 4e6).observe())

@@ -20,18 +20,15 @@ from geoslo.models import (
     PAPER_MIXES_READ_FRACTION,
     CopyDurationModel,
     SteadyStateModel,
-    fit_copy_duration,
-    fit_steady_state,
-    mix_crossing_samples,
 )
 from geoslo.sim.director import (
     ServerPerformance,
     SimResult,
     SimSettings,
     Workload,
-    copy_factor_runs,
+    round_robin_layout,
     simulate,
-    steady_state_crossings,
+    trained_models,
 )
 
 __all__ = [
@@ -85,27 +82,14 @@ class Models:
 
 
 def train_models(perf: ServerPerformance, seed: int = 0) -> Models:
-    """§5.4 on the simulated servers: crossings per mix, then the logistic fit; copies at
-    several rates and loads, then the linear fit."""
-    crossings = steady_state_crossings(perf, PAPER_MIXES_READ_FRACTION, seed=seed)
-    steady = fit_steady_state(*mix_crossing_samples(PAPER_MIXES_READ_FRACTION, crossings))
-    rng = np.random.default_rng(seed)
-    rates = rng.uniform(0.5e6, 8e6, 120)  # around the paper's 4 MB/s
-    gets = rng.uniform(0.0, 1.0, 120) * crossings[-1]
-    puts = gets * rng.uniform(0.02, 0.25, 120)
-    factors = copy_factor_runs(perf, rates, gets, puts, seed=seed)
-    return Models(steady, fit_copy_duration(rates, gets, puts, factors), crossings)
+    """§5.4 on the simulated servers (``geoslo.sim.director.trained_models``)."""
+    steady, copy, crossings = trained_models(perf, seed)
+    return Models(steady, copy, crossings)
 
 
 def initial_layout(bins: int, servers: int, replicas: int, standbys: int) -> list[ServerState]:
     """Bins dealt round robin, replica k of bin b on server ``(b + k) mod servers``."""
-    held: list[list[int]] = [[] for _ in range(servers)]
-    for b in range(bins):
-        for k in range(replicas):
-            held[(b + k) % servers].append(b)
-    layout = [ServerState(f"server-{i}", tuple(sorted(held[i]))) for i in range(servers)]
-    layout += [ServerState(f"server-{servers + i}") for i in range(standbys)]
-    return layout
+    return round_robin_layout(bins, servers, replicas, standbys)
 
 
 class ViewRecorder(DirectorLoop):

@@ -1,17 +1,35 @@
 """Simulation of the binned key-value store the SCADS Director controls (FAST 2011):
-the servers' ground truth (``_truth``) and a time-stepped engine (``_engine``) that runs a
-director loop against it; benchmarks that train the director's models on it."""
+the servers' ground truth (``_truth``), a time-stepped engine (``_engine``: the steppable
+``StoreSimulation`` and ``simulate``, a director loop over it), the environment handle
+``SimulatedStore`` (``_environment``) and the benchmarks that train the director's models
+on it (``_benchmarks``)."""
 
-from geoslo.sim.director._benchmarks import copy_factor_runs, steady_state_crossings
-from geoslo.sim.director._engine import SimResult, SimSettings, Workload, simulate
+from geoslo.sim.director._benchmarks import (
+    copy_factor_runs,
+    steady_state_crossings,
+    trained_models,
+)
+from geoslo.sim.director._engine import (
+    SimResult,
+    SimSettings,
+    StoreSimulation,
+    Workload,
+    simulate,
+)
+from geoslo.sim.director._environment import SimulatedStore, flash_crowd, round_robin_layout
 from geoslo.sim.director._truth import ServerPerformance
 
 __all__ = [
     "ServerPerformance",
     "SimResult",
     "SimSettings",
+    "SimulatedStore",
+    "StoreSimulation",
     "Workload",
     "copy_factor_runs",
+    "flash_crowd",
+    "round_robin_layout",
     "simulate",
     "steady_state_crossings",
+    "trained_models",
 ]

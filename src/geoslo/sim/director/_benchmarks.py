@@ -11,9 +11,33 @@ from __future__ import annotations
 
 import numpy as np
 
+from geoslo.models import (
+    PAPER_MIXES_READ_FRACTION,
+    CopyDurationModel,
+    SteadyStateModel,
+    fit_copy_duration,
+    fit_steady_state,
+    mix_crossing_samples,
+)
 from geoslo.sim.director._truth import ServerPerformance
 
-__all__ = ["steady_state_crossings", "copy_factor_runs"]
+__all__ = ["steady_state_crossings", "copy_factor_runs", "trained_models"]
+
+
+def trained_models(
+    perf: ServerPerformance, seed: int = 0
+) -> tuple[SteadyStateModel, CopyDurationModel, np.ndarray]:
+    """§5.4 on the simulated servers: the crossing of each of the paper's mixes, then the
+    logistic fit; copies at several rates and loads, then the linear fit. Returns both
+    models and the crossings (req/s, per mix)."""
+    crossings = steady_state_crossings(perf, PAPER_MIXES_READ_FRACTION, seed=seed)
+    steady = fit_steady_state(*mix_crossing_samples(PAPER_MIXES_READ_FRACTION, crossings))
+    rng = np.random.default_rng(seed)
+    rates = rng.uniform(0.5e6, 8e6, 120)  # around the paper's 4 MB/s
+    gets = rng.uniform(0.0, 1.0, 120) * crossings[-1]
+    puts = gets * rng.uniform(0.02, 0.25, 120)
+    factors = copy_factor_runs(perf, rates, gets, puts, seed=seed)
+    return steady, fit_copy_duration(rates, gets, puts, factors), crossings
 
 
 def steady_state_crossings(
