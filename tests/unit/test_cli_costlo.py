@@ -1,5 +1,5 @@
-"""`geoslo costlo example` then `geoslo costlo select`: JSON in and out, one line on stderr
-and exit status 2 for bad input (docs/costlo.md)."""
+"""`geoslo costlo example` then `geoslo costlo decide` (and its alias `select`): JSON in
+and out, one line on stderr and exit status 2 for bad input (docs/costlo.md)."""
 
 from __future__ import annotations
 
@@ -30,16 +30,20 @@ def test_example_is_a_valid_problem_with_four_regions(problem_file):
     assert len(problem["regions"][1]["ping_ms"]) == int(SAMPLES)
 
 
-def test_select_writes_the_documented_config(problem_file, tmp_path):
+def test_decide_writes_the_documented_config(problem_file, tmp_path):
     out = tmp_path / "config.json"
-    result = geoslo("costlo", "select", "-i", str(problem_file), "-o", str(out))
+    result = geoslo("costlo", "decide", "-i", str(problem_file), "-o", str(out))
     assert result.returncode == 0, result.stderr
     config = json.loads(out.read_text())
     assert set(config) == {
-        "prefix", "met", "serving_region", "second_region", "configuration", "estimate",
-        "cost_usd_per_month", "baseline_cost_usd_per_month", "cost_increase_fraction",
-        "evaluated",
+        "prefix", "met", "status", "solver_status", "objective", "decide_ms", "serving_region",
+        "second_region", "configuration", "estimate", "cost_usd_per_month",
+        "baseline_cost_usd_per_month", "cost_increase_fraction", "evaluated",
     }  # fmt: skip
+    assert config["status"] in ("feasible", "infeasible", "time_limit")
+    assert config["met"] == (config["status"] == "feasible")
+    assert config["objective"] == config["cost_usd_per_month"]["total"]
+    assert config["decide_ms"] > 0
     problem = json.loads(problem_file.read_text())
     assert config["prefix"] == problem["prefix"]
     assert config["serving_region"] == problem["serving_region"]
@@ -55,8 +59,20 @@ def test_select_writes_the_documented_config(problem_file, tmp_path):
     assert isinstance(config["met"], bool) and config["evaluated"] >= 1
 
 
-def test_select_reads_stdin_and_writes_stdout(problem_file):
-    result = geoslo("costlo", "select", "--input", "-", stdin=problem_file.read_text())
+def _without_time(answer: dict) -> dict:
+    """An answer without its wall-clock decision time (the one field two runs differ in)."""
+    return {k: v for k, v in answer.items() if k != "decide_ms"}
+
+
+def test_select_is_an_alias_of_decide(problem_file):
+    decided = geoslo("costlo", "decide", "-i", str(problem_file))
+    selected = geoslo("costlo", "select", "-i", str(problem_file))
+    assert decided.returncode == selected.returncode == 0, selected.stderr
+    assert _without_time(json.loads(decided.stdout)) == _without_time(json.loads(selected.stdout))
+
+
+def test_decide_reads_stdin_and_writes_stdout(problem_file):
+    result = geoslo("costlo", "decide", "--input", "-", stdin=problem_file.read_text())
     assert result.returncode == 0, result.stderr
     assert json.loads(result.stdout)["configuration"]["serving"]["copies"] >= 1
 
@@ -81,7 +97,7 @@ def _set_pair(p: dict) -> None:
     ],
 )
 def test_bad_input_gets_one_line_naming_the_field_and_exit_2(problem_file, change, field):
-    result = geoslo("costlo", "select", "-i", "-", stdin=_broken(problem_file, change))
+    result = geoslo("costlo", "decide", "-i", "-", stdin=_broken(problem_file, change))
     assert result.returncode == 2
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith(f"geoslo: error: {field}: "), result.stderr
@@ -91,7 +107,7 @@ def test_unreadable_or_malformed_file_is_exit_2(tmp_path):
     bad = tmp_path / "bad.json"
     bad.write_text("{not json")
     for path in (tmp_path / "missing.json", bad):
-        result = geoslo("costlo", "select", "-i", str(path))
+        result = geoslo("costlo", "decide", "-i", str(path))
         assert result.returncode == 2
         lines = result.stderr.strip().splitlines()
         assert len(lines) == 1 and lines[0].startswith("geoslo: error: --input: ")
@@ -111,9 +127,9 @@ def _many(problem_file: Path, tmp_path: Path) -> Path:
     return path
 
 
-def test_select_many_prefixes_answers_each_in_order(problem_file, tmp_path):
+def test_decide_many_prefixes_answers_each_in_order(problem_file, tmp_path):
     out = tmp_path / "configs.json"
-    result = geoslo("costlo", "select", "-i", str(_many(problem_file, tmp_path)), "-o", str(out))
+    result = geoslo("costlo", "decide", "-i", str(_many(problem_file, tmp_path)), "-o", str(out))
     assert result.returncode == 0, result.stderr
     selections = json.loads(out.read_text())["selections"]
     assert [s["prefix"] for s in selections][1] == "tight"
@@ -126,7 +142,7 @@ def test_a_bad_problem_among_many_is_named_by_its_index(problem_file, tmp_path):
     del many["problems"][1]["serving_region"]
     path = tmp_path / "bad.json"
     path.write_text(json.dumps(many))
-    result = geoslo("costlo", "select", "-i", str(path))
+    result = geoslo("costlo", "decide", "-i", str(path))
     assert result.returncode == 2
     assert result.stderr.strip().startswith("geoslo: error: problems[1].serving_region")
 
@@ -136,7 +152,9 @@ def test_ray_local_gives_the_same_answers_as_in_process(problem_file, tmp_path):
     pytest.importorskip("ray", reason="ray is not installed (pip install 'ray>=2.40')")
     many = _many(problem_file, tmp_path)
     plain, on_ray = tmp_path / "plain.json", tmp_path / "ray.json"
-    assert geoslo("costlo", "select", "-i", str(many), "-o", str(plain)).returncode == 0
-    result = geoslo("costlo", "select", "-i", str(many), "--ray", "local", "-o", str(on_ray))
+    assert geoslo("costlo", "decide", "-i", str(many), "-o", str(plain)).returncode == 0
+    result = geoslo("costlo", "decide", "-i", str(many), "--ray", "local", "-o", str(on_ray))
     assert result.returncode == 0, result.stderr
-    assert json.loads(plain.read_text()) == json.loads(on_ray.read_text())
+    plain_answers = json.loads(plain.read_text())["selections"]
+    ray_answers = json.loads(on_ray.read_text())["selections"]
+    assert [_without_time(a) for a in plain_answers] == [_without_time(a) for a in ray_answers]

@@ -29,7 +29,13 @@ from geoslo.control.costlo.estimate import (
     quorum_put,
     with_timeout,
 )
-from geoslo.control.costlo.search import _judge, _Redundancy, _Space, select_configuration
+from geoslo.control.costlo.search import (
+    _judge,
+    _Redundancy,
+    _Space,
+    search_outcome,
+    select_configuration,
+)
 from geoslo.dist import LatencyDistribution
 from geoslo.experiments.costlo._figures import _social_context
 from geoslo.experiments.costlo._study import Settings, build_study, inflation_ms
@@ -519,3 +525,44 @@ def test_best_first_finds_the_exhaustive_optimum_on_random_small_spaces(study):
             assert s.met and s.cost.total_usd == pytest.approx(optimum, rel=1e-9), case
         else:
             assert not s.met, case
+
+
+# ------------------------------------------------------------- the outcome
+
+
+@pytest.mark.parametrize(
+    ("met", "ended", "status"),
+    [
+        (True, "bound_reached", "feasible"),
+        (True, "space_exhausted", "feasible"),
+        (False, "space_exhausted", "infeasible"),
+        (True, "max_evaluations", "time_limit"),
+        (False, "max_evaluations", "time_limit"),
+    ],
+)
+def test_search_outcome_maps_how_the_search_ended(met, ended, status):
+    outcome = search_outcome(met, ended, 12.5, 3.0)
+    assert (outcome.status, outcome.solver_status) == (status, ended)
+    assert (outcome.objective, outcome.decide_ms) == (12.5, 3.0)
+
+
+def test_a_met_slo_is_feasible_and_its_objective_is_the_cost(study, selections):
+    for s in selections.values():
+        assert s.outcome.status == "feasible"
+        assert s.outcome.solver_status in ("bound_reached", "space_exhausted")
+        assert s.outcome.objective == pytest.approx(s.cost.total_usd)
+        assert s.outcome.decide_ms > 0.0
+
+
+def test_an_impossible_slo_is_infeasible(study):
+    only_the_serving_region = SearchLimits(
+        allow_second_region=False, allow_copies=False, allow_relay=False
+    )
+    s = study.select(0, Slo(get_ms=0.0), only_the_serving_region)
+    assert (s.outcome.status, s.outcome.solver_status) == ("infeasible", "space_exhausted")
+
+
+def test_max_evaluations_stopping_the_search_is_a_time_limit(study):
+    s = study.select(0, Slo(get_ms=30.0), SearchLimits(max_evaluations=2))
+    assert s.evaluated == 2
+    assert (s.outcome.status, s.outcome.solver_status) == ("time_limit", "max_evaluations")

@@ -9,6 +9,7 @@ import math
 import numpy as np
 import pytest
 
+from geoslo.control import Outcome
 from geoslo.control.costlo import (
     Configuration,
     CostBreakdown,
@@ -285,6 +286,7 @@ def selection(get: Estimate | None, put: Estimate | None) -> Selection:
         evaluated=17,
         serving_region="s3:us-east-1",
         second_region="azure:centralus",
+        outcome=Outcome("feasible", "bound_reached", 5.0, 7.5),
     )
 
 
@@ -293,11 +295,13 @@ def test_selection_to_dict_has_the_documented_fields() -> None:
         selection(Estimate(50.0, 95.0, 48.0), None), percentile=99.0, prefix="us-kansas"
     )
     assert list(out) == [
-        "prefix", "met", "serving_region", "second_region", "configuration", "estimate",
-        "cost_usd_per_month", "baseline_cost_usd_per_month", "cost_increase_fraction",
-        "evaluated",
+        "prefix", "met", "status", "solver_status", "objective", "decide_ms", "serving_region",
+        "second_region", "configuration", "estimate", "cost_usd_per_month",
+        "baseline_cost_usd_per_month", "cost_increase_fraction", "evaluated",
     ]  # fmt: skip
     assert out["prefix"] == "us-kansas" and out["met"] is True and out["evaluated"] == 17
+    assert (out["status"], out["solver_status"]) == ("feasible", "bound_reached")
+    assert (out["objective"], out["decide_ms"]) == (5.0, 7.5)
     assert out["second_region"] == "azure:centralus"
     c = out["configuration"]
     assert c["serving"] == {"copies": 2, "requests_per_copy": 1, "relay_vm": True}

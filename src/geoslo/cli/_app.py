@@ -113,7 +113,7 @@ def user_errors(command: Callable) -> Callable:
     return wrapper
 
 
-MAX_COSTLO_PROBLEMS = 1_000  # prefixes in one `costlo select` (each under a minute)
+MAX_COSTLO_PROBLEMS = 1_000  # prefixes in one `costlo decide` (each under a minute)
 MAX_INPUT_BYTES = 2**30  # ~20 CosTLO prefixes of 10,000 samples (47 MB each); split more
 
 
@@ -188,9 +188,9 @@ def kurma_example(
     write_json(problem_to_dict(example_problem(sites, seed)), output)
 
 
-@costlo_app.command("select")
+@costlo_app.command("decide")
 @user_errors
-def costlo_select(
+def costlo_decide(
     input: InputOption,
     output: OutputOption = None,
     ray: Annotated[
@@ -202,7 +202,8 @@ def costlo_select(
     ] = None,
 ) -> None:
     """Select each prefix's cheapest configuration that meets the SLO (CosTLO §5.2; schema:
-    docs/costlo.md). The input is one problem, or {"problems": [...]} for many prefixes."""
+    docs/costlo.md). The input is one problem, or {"problems": [...]} for many prefixes.
+    Each answer carries its status (feasible, infeasible, time_limit) and cost."""
     from geoslo.control.costlo import parse_problem, selection_to_dict
     from geoslo.experiments.costlo import select_many
     from geoslo.report import progress
@@ -223,7 +224,7 @@ def costlo_select(
                 raise
             raise InputError(f"problems[{k}].{error.field}", error.problem) from None
     if many:
-        with progress(total=len(problems), label="costlo select") as bar:
+        with progress(total=len(problems), label="costlo decide") as bar:
             selections = select_many(problems, ray, on_done=lambda _: bar.update())
     else:
         selections = select_many(problems, ray)
@@ -232,6 +233,9 @@ def costlo_select(
         for s, p, item in zip(selections, problems, items, strict=True)
     ]
     write_json({"selections": answers} if many else answers[0], output)
+
+
+costlo_app.command("select", hidden=True, help="Alias of `geoslo costlo decide`.")(costlo_decide)
 
 
 @costlo_app.command("example")
@@ -244,8 +248,8 @@ def costlo_example(
         int, typer.Option(help="Concurrent pairs of each kind and pings per region.")
     ] = 10_000,
 ) -> None:
-    """Write a problem.json for `geoslo costlo select` from the simulated clouds."""
-    from geoslo.experiments.costlo import example_dict
+    """Write a problem.json for `geoslo costlo decide` (an illustrative prefix, §5.2's inputs)."""
+    from geoslo.control.costlo.example import example_dict
 
     write_json(example_dict(seed, prefix, samples), output)
 

@@ -1,18 +1,26 @@
 """CosTLO (NSDI 2015): cost-effective redundant GET/PUT requests that bound tail latency.
 
-``types`` (configuration space, workload, prices, SLO, answer); ``decide`` (ConfSelector
-for one prefix, §5.2); ``validation`` (the problem.json/config.json contract).
+``types`` (configuration space, workload, prices, SLO, answer, an epoch's observation and
+plan); ``decide`` (ConfSelector for one prefix, §5.2); ``loop`` (re-select every prefix
+each epoch, §5.2); ``validation`` (the problem.json/config.json contract); ``example`` (an
+illustrative prefix).
 """
 
 from geoslo.control.costlo.decide import CostloProblem, RegionInput, decide
+from geoslo.control.costlo.example import example_dict, example_problem
+from geoslo.control.costlo.loop import CostloLoop, prefix_problem
 from geoslo.control.costlo.types import (
     APPLICATIONS,
     Configuration,
     CostBreakdown,
+    EpochObservation,
+    EpochPlan,
     Estimate,
     GetTuple,
+    PrefixObservation,
     PrefixWorkload,
     PutTuple,
+    RegionObservation,
     SearchLimits,
     Selection,
     Slo,
@@ -26,12 +34,17 @@ __all__ = [
     "APPLICATIONS",
     "Configuration",
     "CostBreakdown",
+    "CostloLoop",
     "CostloProblem",
+    "EpochObservation",
+    "EpochPlan",
     "Estimate",
     "GetTuple",
+    "PrefixObservation",
     "PrefixWorkload",
     "PutTuple",
     "RegionInput",
+    "RegionObservation",
     "StoragePrices",
     "SearchLimits",
     "Selection",
@@ -39,7 +52,10 @@ __all__ = [
     "configuration_from_dict",
     "configuration_to_dict",
     "decide",
+    "example_dict",
+    "example_problem",
     "parse_problem",
+    "prefix_problem",
     "problem_to_dict",
     "selection_to_dict",
 ]

@@ -4,6 +4,7 @@ estimators and the cost model, search. Pure: no clock, no I/O."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -84,14 +85,19 @@ def prefix_context(
     return PrefixContext([reader], PutEstimator(serving), slo, limits)
 
 
-def decide(problem: CostloProblem) -> Selection:
+def decide(
+    problem: CostloProblem, storage: Mapping[str, StorageServiceModel] | None = None
+) -> Selection:
     """The cheapest configuration found that meets the SLO (or the best found, ``met``
-    false) for one prefix."""
+    false) for one prefix; its ``outcome`` says which. ``storage`` holds the regions'
+    inferred storage models by name when the caller has them (the loop infers each
+    region's once per epoch for all prefixes); the others are inferred here."""
+    known = storage or {}
     second = problem.second()
     context = prefix_context(
         problem.workload,
-        region_view(problem.serving),
-        None if second is None else region_view(second),
+        region_view(problem.serving, known.get(problem.serving.name)),
+        None if second is None else region_view(second, known.get(second.name)),
         problem.slo,
         problem.limits,
     )

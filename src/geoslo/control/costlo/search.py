@@ -16,10 +16,12 @@ from __future__ import annotations
 
 import heapq
 import itertools
+import time
 from dataclasses import dataclass, field, replace
 
 import numpy as np
 
+from geoslo.control._contract import Outcome
 from geoslo.control.costlo.cost import CostModel
 from geoslo.control.costlo.estimate import GetEstimator, PutEstimator, RegionView, slowest
 from geoslo.control.costlo.types import (
@@ -34,7 +36,7 @@ from geoslo.control.costlo.types import (
 )
 from geoslo.dist import LatencyDistribution
 
-__all__ = ["Reader", "PrefixContext", "select_configuration"]
+__all__ = ["Reader", "PrefixContext", "select_configuration", "search_outcome"]
 
 
 @dataclass(eq=False)
@@ -407,7 +409,9 @@ def _least_probability(tail_at, target: float, iterations: int = 50) -> float:
 
 def select_configuration(context: PrefixContext) -> Selection:
     """The cheapest configuration that meets the SLO, best-first in increasing cost floor
-    (§5.2); the best found (``met`` false) if none does within ``max_evaluations``."""
+    (§5.2); the best found (``met`` false) if none does within ``max_evaluations``. The
+    selection's outcome says how the search ended (:func:`search_outcome`)."""
+    started = time.perf_counter()
     space = _Space.build(context)
     redundancy = _Redundancy(context)
     floor = _CostFloor(context, redundancy)
@@ -422,10 +426,15 @@ def select_configuration(context: PrefixContext) -> Selection:
 
     push(space.start())
     best, missed, evaluated = None, [], 0
-    while pool and evaluated < context.limits.max_evaluations:
-        bound, _, state = heapq.heappop(pool)
-        if best is not None and bound >= best[0]:
-            break  # nothing left can cost less than the answer
+    ended = "space_exhausted"
+    while pool:
+        if best is not None and pool[0][0] >= best[0]:
+            ended = "bound_reached"  # nothing left can cost less than the answer
+            break
+        if evaluated >= context.limits.max_evaluations:
+            ended = "max_evaluations"
+            break
+        _, _, state = heapq.heappop(pool)
         evaluated += 1
         config, meets = redundancy.solve(space.configuration(state))
         cost = context.cost(config).total_usd
@@ -440,17 +449,34 @@ def select_configuration(context: PrefixContext) -> Selection:
             push(neighbour)
     chosen = best[1] if best is not None else min(missed, key=redundancy.shortfall)
     get_estimate, put_estimate, excess_ms = _judge(context, chosen)
+    cost = context.cost(chosen)
+    decide_ms = (time.perf_counter() - started) * 1e3
     return Selection(
         configuration=chosen,
         met=excess_ms <= 0.0,
         get=get_estimate,
         put=put_estimate,
-        cost=context.cost(chosen),
+        cost=cost,
         baseline_cost=context.cost(Configuration()),
         evaluated=evaluated,
         serving_region=context.readers[0].get.serving.name,
         second_region=context.readers[0].get.second.name if context.readers[0].get.second else "",
+        outcome=search_outcome(excess_ms <= 0.0, ended, cost.total_usd, decide_ms),
     )
+
+
+def search_outcome(met: bool, ended: str, cost_usd: float, decide_ms: float) -> Outcome:
+    """The contract's status of one search: ``feasible`` when the estimate meets the SLO
+    and the search ended on its own (by its cost floor or an exhausted space: the
+    cheapest of the space by the estimator, but an estimate, so not proven ``optimal``);
+    ``time_limit`` when ``max_evaluations`` stopped it (the best found is returned);
+    ``infeasible`` when no configuration of the space meets the SLO (the closest miss is
+    returned). ``ended`` is the search's own word, the objective the monthly cost."""
+    if ended == "max_evaluations":
+        status = "time_limit"
+    else:
+        status = "feasible" if met else "infeasible"
+    return Outcome(status, ended, float(cost_usd), float(decide_ms))
 
 
 def _judge(context: PrefixContext, config: Configuration) -> tuple[Estimate, Estimate, float]:

@@ -9,9 +9,15 @@ and PUTs that gate the redundant requests (§5.2, "Representation of configurati
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field
 
+import numpy as np
+
+from geoslo.control._contract import STATUSES, Outcome
 from geoslo.errors import ConfigError, InputError
+from geoslo.models import StorageMeasurements
+from geoslo.topology import StoragePrices
 
 __all__ = [
     "GetTuple",
@@ -26,6 +32,11 @@ __all__ = [
     "APPLICATIONS",
     "configuration_to_dict",
     "configuration_from_dict",
+    "RegionObservation",
+    "PrefixObservation",
+    "EpochObservation",
+    "EpochPlan",
+    "worst_status",
 ]
 
 
@@ -286,7 +297,10 @@ class Estimate:
 
 @dataclass(frozen=True)
 class Selection:
-    """ConfSelector's answer for one prefix."""
+    """ConfSelector's answer for one prefix, with how the search ended (``outcome``:
+    ``feasible`` when the estimate meets the SLO, ``infeasible`` when no configuration of
+    the space does, ``time_limit`` when ``max_evaluations`` stopped the search; the
+    objective is the monthly cost in USD)."""
 
     configuration: Configuration
     met: bool  # False: the search stopped without meeting the SLO; best found returned
@@ -297,8 +311,80 @@ class Selection:
     evaluated: int
     serving_region: str = ""
     second_region: str = ""
+    outcome: Outcome = field(kw_only=True)
 
     @property
     def cost_increase_fraction(self) -> float:
         base = self.baseline_cost.total_usd
         return self.cost.total_usd / base - 1.0 if base > 0 else 0.0
+
+
+# ------------------------------------------------------------------ the loop (§5.2)
+
+
+@dataclass(frozen=True, eq=False)
+class RegionObservation:
+    """One region's measurement agent over one epoch (§5.2): pairs of concurrent requests
+    to the local storage service, pings to a representative host of each prefix
+    (``ping_ms[prefix]``), the rate one VM relays without queueing; and the region's
+    prices."""
+
+    name: str
+    prices: StoragePrices
+    storage: StorageMeasurements
+    ping_ms: Mapping[str, np.ndarray]
+    relay_rps: float
+
+
+@dataclass(frozen=True)
+class PrefixObservation:
+    """One prefix in one epoch: the region that serves it, its workload (from the
+    provider's logs, §5.2) and, for the operator, the GET inflation its clients measured
+    under the configuration in force (ms; not an input of the selection)."""
+
+    name: str
+    serving_region: str
+    workload: PrefixWorkload
+    measured_inflation_ms: float | None = None
+
+
+@dataclass(frozen=True, eq=False)
+class EpochObservation:
+    """What ConfSelector sees at the start of an epoch (§5.2): every agent's
+    measurements and every prefix's workload."""
+
+    regions: tuple[RegionObservation, ...]
+    prefixes: tuple[PrefixObservation, ...]
+
+    def region(self, name: str) -> RegionObservation:
+        for region in self.regions:
+            if region.name == name:
+                return region
+        raise InputError("serving_region", f"{name!r} is not a measured region")
+
+
+@dataclass(frozen=True)
+class EpochPlan:
+    """The configuration of every prefix for one epoch (§5.2: clients and VM libraries
+    fetch theirs at the start of the epoch). ``statuses`` holds this epoch's status per
+    prefix; a prefix whose selection failed keeps its previous selection (listed in
+    ``held``) or, with none, is left out (its clients stay at the baseline). ``outcome``:
+    the worst status over the prefixes, the total cost in USD per month, the step's
+    time."""
+
+    epoch: int
+    selections: Mapping[str, Selection]
+    statuses: Mapping[str, str]
+    outcome: Outcome
+    held: tuple[str, ...] = ()
+    errors: Mapping[str, str] = field(default_factory=dict)
+
+    @property
+    def configurations(self) -> dict[str, Configuration]:
+        """What each prefix's clients issue (prefix -> configuration)."""
+        return {prefix: s.configuration for prefix, s in self.selections.items()}
+
+
+def worst_status(statuses) -> str:
+    """The worst of contract statuses (``failed`` worst, ``optimal`` best)."""
+    return max(statuses, key=STATUSES.index)

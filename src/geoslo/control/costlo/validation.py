@@ -390,6 +390,18 @@ def tail_key(percentile: float) -> str:
     return f"p{percentile:g}_ms"
 
 
+def _outcome(selection: Selection) -> dict:
+    """The contract's four words (``geoslo.control.Outcome``): the objective is the
+    configuration's cost in USD per month."""
+    outcome = selection.outcome
+    return {
+        "status": outcome.status,
+        "solver_status": outcome.solver_status,
+        "objective": None if outcome.objective is None else _finite(outcome.objective),
+        "decide_ms": float(outcome.decide_ms),
+    }
+
+
 def selection_to_dict(
     selection: Selection, *, percentile: float = 99.0, prefix: str | None = None
 ) -> dict:
@@ -400,6 +412,7 @@ def selection_to_dict(
     return {
         "prefix": prefix,
         "met": bool(selection.met),
+        **_outcome(selection),
         "serving_region": selection.serving_region or None,
         "second_region": selection.second_region or None,
         "configuration": configuration_to_dict(c),

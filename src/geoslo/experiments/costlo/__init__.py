@@ -10,8 +10,8 @@ import json
 import time
 from pathlib import Path
 
+from geoslo.control.costlo.example import example_dict, example_problem  # the CLI's example
 from geoslo.experiments.costlo import _figures
-from geoslo.experiments.costlo._example import example_dict, example_problem
 from geoslo.experiments.costlo._live import LiveSettings, live_report
 from geoslo.experiments.costlo._many import select_many
 from geoslo.experiments.costlo._study import Settings, Study, build_study
