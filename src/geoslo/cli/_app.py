@@ -360,6 +360,37 @@ def placement_example(
     write_json(state_to_dict(state), output)
 
 
+SchemaOfOption = Annotated[
+    str, typer.Option("--of", help="input (the decide command's file) or output (its answer).")
+]
+
+
+def _schema_command(system_app: typer.Typer, system: str) -> None:
+    """Add `geoslo <system> schema` to ``system_app``."""
+
+    @system_app.command("schema")
+    @user_errors
+    def schema(of: SchemaOfOption = "input", output: OutputOption = None) -> None:
+        """Write the JSON Schema (draft 2020-12) of the decide command's input or output.
+
+        The same pydantic models check the input, so whatever the schema refuses for its
+        structure, types or ranges, decide refuses too (checks across fields, such as a
+        site that must exist, are decide's only: the docs list them)."""
+        from geoslo.control._schema import schema_of
+
+        write_json(schema_of(system, of), output)
+
+
+for _app, _system in (
+    (kurma_app, "kurma"),
+    (costlo_app, "costlo"),
+    (director_app, "director"),
+    (replication_app, "replication"),
+    (supercloud_app, "supercloud"),
+):
+    _schema_command(_app, _system)
+
+
 @reproduce_app.command("kurma")
 @user_errors
 def reproduce_kurma(

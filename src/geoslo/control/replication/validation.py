@@ -2,9 +2,10 @@
 al., CDC 2016, §IV). Per-stream values are objects keyed by ``application``,
 ``replication`` and ``vm_image``; trajectories are such objects of lists over the horizon.
 Every bad input raises :class:`~geoslo.errors.InputError` naming the field by its JSON
-path. Every number has a range (``RANGES``) and the horizon a bound (``MAX_HORIZON``), so
-that whatever passes is decided in bounded time and memory (docs/replication.md,
-"Ranges"). Schema: docs/replication.md.
+path. The structure, types and ranges are the pydantic models of ``_schema.py`` (every
+number has a range, ``RANGES``, and the horizon a bound, ``MAX_HORIZON``, so that whatever
+passes is decided in bounded time and memory: docs/replication.md, "Ranges"); the checks
+across fields are here. Schema: ``geoslo replication schema``, docs/replication.md.
 """
 
 from __future__ import annotations
@@ -14,7 +15,9 @@ from typing import Any
 
 import numpy as np
 
-from geoslo._json import as_list, check_keys, integer, number, numbers, string
+from geoslo._schema import validate
+from geoslo.control.replication import _schema as schema
+from geoslo.control.replication._schema import MAX_HORIZON, RANGES
 from geoslo.control.replication.types import (
     STREAMS,
     Decision,
@@ -24,162 +27,71 @@ from geoslo.control.replication.types import (
     Weights,
 )
 from geoslo.errors import InputError
-from geoslo.models import ARRIVAL_MODEL_KINDS, ArrivalModel, FilterState
+from geoslo.models import ArrivalModel, FilterState
 
 __all__ = ["parse_state", "state_to_dict", "decision_to_dict", "RANGES", "MAX_HORIZON"]
 
-_TOP = {
-    "config",
-    "now_s",
-    "buffers_mb",
-    "sent_mb",
-    "arrived_mb",
-    "shares",
-    "filters",
-    "integral_mb",
-}
-_CONFIG = {
-    "capacity_mbps",
-    "interval_s",
-    "horizon",
-    "weights",
-    "buffer_limits_mb",
-    "arrival_model",
-    "image_mb",
-    "image_period_s",
-}
-_WEIGHTS = {"buffer", "moves", "integral"}
-_MODEL = {"kind", "process_noise_mb", "measurement_noise_mb"}
 _FILTERED = STREAMS[:2]
-
-# H_p (ours): half an hour of the paper's 10 s intervals (three image periods), six times
-# its 30. The QP grows with H and OSQP stops at its iteration limit, so the slowest step
-# is bounded: about 1.6 s at 180 on a busy 2-core machine, 4 s at 360 (docs).
-MAX_HORIZON = 180
-_MB = 1e9  # 1 PB: more than any buffer, image or interval's data on one link
-# [low, high] of every number, by the name of its field (docs/replication.md, "Ranges").
-RANGES: dict[str, tuple[float, float]] = {
-    "capacity_mbps": (1e-3, 1e6),  # 1 kb/s to 1 Tb/s
-    "interval_s": (0.1, 3_600.0),
-    "weights": (0.0, 1e9),  # the paper's largest is r = 1e6
-    "buffer_limits_mb": (1e-3, _MB),
-    "noise_mb": (1e-3, _MB),
-    "image_mb": (1e-3, 1e7),  # 1 kB to 10 TB
-    "image_period_s": (1.0, 1e7),  # a second to four months
-    "now_s": (0.0, 1e10),  # Unix time until the year 2286
-    "buffers_mb": (0.0, _MB),
-    "sent_mb": (0.0, _MB),
-    "arrived_mb": (-_MB, _MB),  # (3) from noisy measurements may come out negative
-    "shares": (0.0, 1.0),
-    "integral_mb": (0.0, 1e12),  # MB x intervals
-    "filter_mean_mb": (-_MB, _MB),
-    "filter_covariance_mb2": (-(_MB**2), _MB**2),
-}
 
 
 def parse_state(data: Any) -> ReplicationState:
-    """A checked :class:`ReplicationState` from decoded JSON."""
-    check_keys(data, _TOP, {"config", "now_s", "buffers_mb", "sent_mb", "arrived_mb"}, "")
-    config = _config(data["config"])
+    """A checked :class:`ReplicationState` from decoded JSON: the model's checks
+    (``_schema.StateInput``), then the shares' sum and the filters' shapes."""
+    state = validate(schema.StateInput, data, root="state")
+    config = _config(state.config)
     measurement = Measurement(
-        _per_stream(data["buffers_mb"], "buffers_mb"),
-        _per_stream(data["sent_mb"], "sent_mb"),
-        _per_stream(data["arrived_mb"], "arrived_mb"),
+        _per_stream(state.buffers_mb), _per_stream(state.sent_mb), _per_stream(state.arrived_mb)
     )
-    shares = _per_stream(data.get("shares", dict.fromkeys(STREAMS, 1 / 3)), "shares")
+    shares = np.full(3, 1 / 3) if state.shares is None else _per_stream(state.shares)
     if shares.sum() > 1 + 1e-9:
         raise InputError("shares", f"must be fractions that sum to at most 1, sum {shares.sum()}")
-    filters = None
-    if data.get("filters") is not None:
-        filters = _filters(data["filters"], config.arrival_model)
-    integral = number(data.get("integral_mb", 0.0), "integral_mb", *RANGES["integral_mb"])
-    now_s = number(data["now_s"], "now_s", *RANGES["now_s"])
-    return ReplicationState(config, now_s, measurement, shares, filters, integral)
+    filters = None if state.filters is None else _filters(state.filters, config.arrival_model)
+    return ReplicationState(config, state.now_s, measurement, shares, filters, state.integral_mb)
 
 
-def _per_stream(value: Any, name: str) -> np.ndarray:
-    """One number per stream, in ``RANGES[name]``."""
-    check_keys(value, set(STREAMS), set(STREAMS), name)
-    return np.array([number(value[s], f"{name}.{s}", *RANGES[name]) for s in STREAMS])
+def _per_stream(value: Any) -> np.ndarray:
+    return np.array([getattr(value, s) for s in STREAMS], dtype=float)
 
 
-def _config(value: Any) -> ReplicationConfig:
-    check_keys(value, _CONFIG, set(), "config")
-    defaults = ReplicationConfig()
-    kwargs: dict[str, Any] = {}
-    for key in ("capacity_mbps", "interval_s", "image_mb", "image_period_s"):
-        if key in value:
-            kwargs[key] = number(value[key], f"config.{key}", *RANGES[key])
-    if "horizon" in value:  # the range first, so that 1e308 is refused by its short form
-        horizon = number(value["horizon"], "config.horizon", 1, MAX_HORIZON)
-        kwargs["horizon"] = integer(horizon, "config.horizon")
-    if "weights" in value:
-        kwargs["weights"] = _weights(value["weights"], defaults.weights)
-    if "buffer_limits_mb" in value:
-        kwargs["buffer_limits_mb"] = _limits(value["buffer_limits_mb"])
-    if "arrival_model" in value:
-        kwargs["arrival_model"] = _model(value["arrival_model"])
-    return ReplicationConfig(**kwargs)
-
-
-def _weights(value: Any, defaults: Weights) -> Weights:
-    check_keys(value, _WEIGHTS, set(), "config.weights")
-    low, high = RANGES["weights"]
-    out = {}
-    for key in ("buffer", "moves"):
-        if key in value:
-            v = numbers(value[key], f"config.weights.{key}", 3, "stream", low, high)
-            out[key] = tuple(float(x) for x in v)
-    if "integral" in value:
-        out["integral"] = number(value["integral"], "config.weights.integral", low, high)
-    return Weights(
-        **{"buffer": defaults.buffer, "moves": defaults.moves, "integral": defaults.integral} | out
+def _config(value: schema.Config) -> ReplicationConfig:
+    given = value.weights
+    weights = Weights(tuple(given.buffer), tuple(given.moves), given.integral)
+    limits = tuple(math.inf if x is None else x for x in value.buffer_limits_mb or [None] * 3)
+    model = value.arrival_model
+    return ReplicationConfig(
+        capacity_mbps=value.capacity_mbps,
+        interval_s=value.interval_s,
+        horizon=value.horizon,
+        weights=weights,
+        buffer_limits_mb=limits,
+        arrival_model=ArrivalModel(model.kind, model.process_noise_mb, model.measurement_noise_mb),
+        image_mb=value.image_mb,
+        image_period_s=value.image_period_s,
     )
 
 
-def _limits(value: Any) -> tuple[float, float, float]:
-    items = as_list(value, "config.buffer_limits_mb", 3, "stream")
-    low, high = RANGES["buffer_limits_mb"]
-    out = []
-    for k, x in enumerate(items):
-        limit = None if x is None else number(x, f"config.buffer_limits_mb[{k}]", low, high)
-        out.append(math.inf if limit is None else limit)
-    return tuple(out)
-
-
-def _model(value: Any) -> ArrivalModel:
-    check_keys(value, _MODEL, set(), "config.arrival_model")
-    kind = string(value.get("kind", "random-walk"), "config.arrival_model.kind")
-    if kind not in ARRIVAL_MODEL_KINDS:
-        raise InputError("config.arrival_model.kind", f"must be one of {ARRIVAL_MODEL_KINDS}")
-    kwargs = {"kind": kind}
-    for key in ("process_noise_mb", "measurement_noise_mb"):
-        if key in value:
-            kwargs[key] = number(value[key], f"config.arrival_model.{key}", *RANGES["noise_mb"])
-    return ArrivalModel(**kwargs)
-
-
-def _filters(value: Any, model: ArrivalModel) -> tuple[FilterState, FilterState]:
-    check_keys(value, set(_FILTERED), set(_FILTERED), "filters")
+def _filters(value: schema.Filters, model: ArrivalModel) -> tuple[FilterState, FilterState]:
+    """Each filter's mean and covariance have one entry per state of ``model``; the
+    covariance is symmetric positive semi-definite."""
     out = []
     for stream in _FILTERED:
-        where = f"filters.{stream}"
-        check_keys(value[stream], {"mean", "covariance"}, {"mean", "covariance"}, where)
+        where, given = f"filters.{stream}", getattr(value, stream)
         order = model.order
-        mean_range = RANGES["filter_mean_mb"]
-        mean = numbers(value[stream]["mean"], f"{where}.mean", order, "state", *mean_range)
-        rows = as_list(value[stream]["covariance"], f"{where}.covariance", order, "state")
-        low, high = RANGES["filter_covariance_mb2"]
+        mean = _entries(given.mean, f"{where}.mean", order)
+        rows = _entries(given.covariance, f"{where}.covariance", order)
         covariance = np.array(
-            [
-                numbers(r, f"{where}.covariance[{k}]", order, "state", low, high)
-                for k, r in enumerate(rows)
-            ]
+            [_entries(r, f"{where}.covariance[{k}]", order) for k, r in enumerate(rows)]
         )
         if not np.allclose(covariance, covariance.T) or np.linalg.eigvalsh(covariance).min() < 0:
             raise InputError(f"{where}.covariance", "must be symmetric positive semi-definite")
-        out.append(FilterState(mean, covariance))
+        out.append(FilterState(np.asarray(mean, dtype=float), covariance))
     return out[0], out[1]
+
+
+def _entries(items: list, name: str, order: int) -> list:
+    if len(items) != order:
+        raise InputError(name, f"must have {order} entries (one per state), has {len(items)}")
+    return items
 
 
 def _streams(values) -> dict:
