@@ -103,6 +103,10 @@ class SimulatedEnsemble:
         )
         return now_s + cost.total_s if migrations else now_s
 
+    def forget_finished(self, now_s: float) -> None:
+        """Drop migrations over by ``now_s``: they change no step from then on."""
+        self._moves = [move for move in self._moves if move.ends_s > now_s]
+
     def _node_sites(self, times_s: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Each node's site and the remaining pause at each sample time: (samples, m)."""
         names = [n.name for n in self.placement.nodes]

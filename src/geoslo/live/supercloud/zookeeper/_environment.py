@@ -1,0 +1,383 @@
+"""The live ZooKeeper ensemble as an environment handle: the Supercloud scheduler's loop
+drives a real ensemble (SoCC 2016 §5.1's loop, §5.2.2's reconfiguration).
+
+``start()`` brings up §5.2.2's testbed (two site namespaces joined by the delay proxy; a
+leader and a follower in Virginia, a follower in Tokyo; a closed-loop client per site);
+``observe()`` reads the membership (``conf``) and the leader (``srvr``) from the servers
+themselves and each site's reads and writes from its client's record; ``apply(plan)``
+starts the plan's reconfigurations in the background (``observe()`` reports busy until
+they end; one that fails surfaces from the next ``observe()``); ``close()`` stops it all.
+
+Server N's site is Virginia for odd N and Tokyo for even N, and each new server takes
+the next unused id of its site: a newcomer has the highest id, which ZooKeeper's leader
+election prefers, as §5.2.2's procedures assume.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+import tempfile
+import threading
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from geoslo.control.supercloud import FrontEnd, Node, Placement, PlacementObservation, Plan
+from geoslo.errors import ConfigError, TestbedError
+from geoslo.live._processes import ManagedProcess, find_program, python_module_command
+from geoslo.live.supercloud.zookeeper._client import ClientConfig
+from geoslo.live.supercloud.zookeeper._ensemble import (
+    ZkServer,
+    four_letter,
+    server_mode,
+    start_server,
+)
+from geoslo.live.supercloud.zookeeper._plan_steps import (
+    PlanRefusedError,
+    ReconfigStep,
+    node_name,
+    plan_steps,
+)
+from geoslo.live.supercloud.zookeeper._proxy import ProxyRoute, write_routes
+from geoslo.live.supercloud.zookeeper._run import cannot_run_reason
+from geoslo.live.supercloud.zookeeper._settings import (
+    CLIENT_PORT,
+    PROXIED_PORTS,
+    SITE_A,
+    SITE_B,
+    SITES,
+    ZkLiveSettings,
+    server_address,
+)
+from geoslo.live.supercloud.zookeeper._sites import SiteNamespaces
+
+__all__ = ["ZkEnsembleEnvironment", "site_of_server", "parse_members"]
+
+READ_PATH = "/geoslo/read"
+START_IDS = (1, 2, 3)  # §5.2.2: Virginia 1 and 3 (3 leads: the highest id), Tokyo 2
+_POLL_S = 0.1
+
+
+def site_of_server(server_id: int) -> str:
+    return SITE_A if server_id % 2 else SITE_B
+
+
+def parse_members(conf: str) -> tuple[int, ...]:
+    """The server ids of the ``server.N=...`` lines of a ``conf`` answer (the dynamic
+    configuration in force)."""
+    ids = []
+    for line in conf.splitlines():
+        key, _, _value = line.partition("=")
+        if key.startswith("server.") and key[len("server.") :].isdigit():
+            ids.append(int(key[len("server.") :]))
+    return tuple(sorted(ids))
+
+
+@dataclass
+class _Started:
+    """What ``start()`` started, so that ``close()`` stops exactly that."""
+
+    sites: SiteNamespaces | None = None
+    servers: dict[int, ManagedProcess] = field(default_factory=dict)
+    others: list[ManagedProcess] = field(default_factory=list)
+
+
+class ZkEnsembleEnvironment:
+    """§5.2.2's live ensemble under the placement loop. ``client_threads`` sets each
+    site's closed-loop workers (sessions); ``ids_per_site`` bounds the server ids (and
+    addresses) each site can use, reused when all are spent."""
+
+    simulated = False
+    sites = SITES
+
+    def __init__(
+        self,
+        settings: ZkLiveSettings,
+        client_threads: Mapping[str, int],
+        interval_s: float,
+        state_dir: Path | None = None,
+        ids_per_site: int = 8,
+    ) -> None:
+        if set(client_threads) != set(SITES) or min(client_threads.values()) < 0:
+            raise ConfigError("client_threads", f"must give each of {SITES} a count >= 0")
+        if not 3 <= ids_per_site <= 60:
+            raise ConfigError("ids_per_site", f"must be 3..60, got {ids_per_site}")
+        self.settings = settings
+        self.client_threads = dict(client_threads)
+        self.interval_s = float(interval_s)
+        self._own_dir = state_dir is None
+        self.state_dir = Path(state_dir or tempfile.mkdtemp(prefix="geoslo-zk-run-"))
+        self.pool = tuple(range(1, 2 * ids_per_site + 1))
+        self.rtt_ms = np.array([[0.0, settings.rtt_ms], [settings.rtt_ms, 0.0]])
+        self.members: tuple[int, ...] = START_IDS
+        start = tuple(Node(node_name(i), site_of_server(i)) for i in START_IDS)
+        self.start_placement = Placement(start, node_name(max(START_IDS)))
+        self._started = _Started()
+        self._lock = threading.Lock()
+        self._cancel = threading.Event()
+        self._worker: threading.Thread | None = None
+        self._failure: str | None = None
+        self._highest = max(START_IDS)
+        self._read_offsets: dict[str, int] = {}
+        self._current: Placement | None = None
+        self.intervals = 0
+        self.applied: list[tuple[str, ...]] = []  # the step names of each applied plan
+
+    # --- start and close ------------------------------------------------------------
+
+    async def start(self) -> None:
+        reason = cannot_run_reason()
+        if reason:
+            raise TestbedError(f"the live ZooKeeper testbed cannot run here: {reason}")
+        await asyncio.to_thread(self._start_blocking)
+
+    def _start_blocking(self) -> None:
+        self.state_dir.mkdir(parents=True, exist_ok=True)
+        try:
+            self._started.sites = SiteNamespaces.create(self.state_dir, list(self.pool))
+            self._start_proxy()
+            self._start_servers(START_IDS, START_IDS)
+            leader = self._wait("the first leader", self._leader, self.settings.step_timeout_s)
+            self._create_znodes(leader)
+            self._start_clients()
+        except BaseException:
+            self._stop_all()
+            raise
+
+    async def close(self) -> None:
+        """Stop the clients, the servers and the proxy, wait for a reconfiguration still
+        running to give up, and delete the namespaces."""
+        await asyncio.to_thread(self._close_blocking)
+
+    def _close_blocking(self) -> None:
+        self._cancel.set()
+        worker = self._worker
+        for process in self._started.others:
+            if process.name.startswith("client-"):
+                process.stop()
+        if worker is not None:
+            worker.join()
+        self._stop_all()
+        if self._own_dir:
+            shutil.rmtree(self.state_dir, ignore_errors=True)
+
+    def _stop_all(self) -> None:
+        for process in [*self._started.others, *self._started.servers.values()]:
+            process.stop()
+        if self._started.sites is not None:
+            self._started.sites.delete()
+            self._started.sites = None
+
+    # --- the testbed's parts ---------------------------------------------------------
+
+    def _ns(self, server_id: int) -> str:
+        return self._started.sites.of(site_of_server(server_id))
+
+    def _start_proxy(self) -> None:
+        routes = [
+            ProxyRoute(self._started.sites.of(site), self._ns(i), server_address(i), port)
+            for i in self.pool
+            for site in SITES
+            if site != site_of_server(i)
+            for port in PROXIED_PORTS
+        ]
+        config = self.state_dir / "proxy.json"
+        write_routes(config, routes, self.settings.rtt_ms)
+        command = python_module_command("geoslo.live.supercloud.zookeeper._proxy", str(config))
+        log = self.state_dir / "proxy.log"
+        self._started.others.append(ManagedProcess("wan-proxy", command, log).start())
+        self._wait("the delay proxy", config.with_suffix(".ready").exists, 20)
+
+    def _start_servers(self, ids: tuple[int, ...], members: tuple[int, ...]) -> None:
+        listed = [ZkServer(m, site_of_server(m)) for m in members]
+        for i in ids:
+            old = self._started.servers.pop(i, None)
+            if old is not None:  # a reused id: the old server left the ensemble
+                old.stop()
+            shutil.rmtree(self.state_dir / f"zk{i}", ignore_errors=True)
+            server = ZkServer(i, site_of_server(i))
+            process = start_server(server, self._ns(i), listed, self.settings, self.state_dir)
+            self._started.servers[i] = process
+        for i in ids:
+            self._wait(
+                f"server {i} to serve (log {self._started.servers[i].log_path})",
+                lambda i=i: server_mode(ZkServer(i, site_of_server(i)), self._ns(i)),
+                self.settings.step_timeout_s,
+            )
+
+    def _leader(self) -> int | None:
+        for m in self.members:
+            if server_mode(ZkServer(m, site_of_server(m)), self._ns(m)) == "leader":
+                return m
+        return None
+
+    def _operator(self, leader_id: int) -> tuple[str, list[ZkServer]]:
+        order = [leader_id, *(m for m in self.members if m != leader_id)]
+        return self._ns(leader_id), [ZkServer(m, site_of_server(m)) for m in order]
+
+    def _create_znodes(self, leader_id: int) -> None:
+        from geoslo.live.supercloud.zookeeper import _admin  # imports kazoo
+
+        paths = [READ_PATH, *(f"/geoslo/write-{site}" for site in SITES)]
+        _admin.create_znodes(*self._operator(leader_id), self.settings, paths)
+
+    def _client_hosts(self, site: str) -> list[str]:
+        own_first = sorted(self.pool, key=lambda i: (site_of_server(i) != site, i))
+        return [f"{server_address(i)}:{CLIENT_PORT}" for i in own_first]
+
+    def _ops_path(self, site: str) -> Path:
+        return self.state_dir / f"ops-{site}.jsonl"
+
+    def _start_clients(self) -> None:
+        s = self.settings
+        started = []
+        for k, site in enumerate(SITES):
+            if not self.client_threads[site]:
+                continue
+            config = ClientConfig(
+                site, self._client_hosts(site), self.client_threads[site], s.read_fraction,
+                READ_PATH, f"/geoslo/write-{site}", s.value_bytes, s.session_timeout_s,
+                s.op_timeout_s, str(self._ops_path(site)), s.seed + k,
+            )  # fmt: skip
+            path = self.state_dir / f"client-{site}.json"
+            config.write(path)
+            command = [
+                find_program("ip", "iproute2"), "netns", "exec", self._started.sites.of(site),
+                *python_module_command("geoslo.live.supercloud.zookeeper._client", str(path)),
+            ]  # fmt: skip
+            log = self.state_dir / f"client-{site}.log"
+            self._started.others.append(ManagedProcess(f"client-{site}", command, log).start())
+            started.append(path.with_suffix(".ready"))
+        for ready in started:
+            self._wait(f"the client ({ready.stem})", ready.exists, 40)
+
+    def _wait(self, what: str, probe, timeout_s: float):
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline and not self._cancel.is_set():
+            found = probe()
+            if found:
+                return found
+            time.sleep(_POLL_S)
+        why = "closing" if self._cancel.is_set() else f"timed out after {timeout_s:.0f} s"
+        raise TestbedError(f"{why} waiting for {what}")
+
+    # --- observe ---------------------------------------------------------------------
+
+    async def observe(self) -> PlacementObservation:
+        """One interval: the membership and leader as the servers report them, each
+        site's reads and writes since the last observation, and whether a reconfiguration
+        runs. ``now_s`` counts intervals (the loop's clock, not the wall's)."""
+        if self._failure is not None:
+            failure, self._failure = self._failure, None
+            raise TestbedError(f"the last plan's reconfiguration failed: {failure}")
+        busy = self._worker is not None and self._worker.is_alive()
+        members, leader = await asyncio.to_thread(self._membership)
+        front_ends = await asyncio.to_thread(self._workload)
+        self.intervals += 1
+        if leader is not None:
+            nodes = tuple(Node(node_name(i), site_of_server(i)) for i in members)
+            self._current = Placement(nodes, node_name(leader))
+        elif not busy or self._current is None:
+            raise TestbedError(f"no leader among the members {list(members)} (an election?)")
+        # While a reconfiguration elects a new leader, the placement is the last one seen.
+        now_s = self.intervals * self.interval_s
+        return PlacementObservation(now_s, front_ends, self._current, busy)
+
+    def _membership(self) -> tuple[tuple[int, ...], int | None]:
+        """The ids in the dynamic configuration (``conf`` of the first member that
+        answers, in its own site) and the member whose ``srvr`` says leader."""
+        with self._lock:
+            known = self.members
+        for m in known:
+            members = parse_members(four_letter(self._ns(m), server_address(m), "conf"))
+            if members:
+                break
+        else:
+            raise TestbedError(f"no member of {list(known)} answers `conf`")
+        for m in members:
+            if server_mode(ZkServer(m, site_of_server(m)), self._ns(m)) == "leader":
+                return members, m
+        return members, None
+
+    def _workload(self) -> tuple[FrontEnd, ...]:
+        """Each site's successful reads and writes since the last call (its client's
+        record: one line per operation)."""
+        return tuple(self._site_counts(site) for site in SITES)
+
+    def _site_counts(self, site: str) -> FrontEnd:
+        path = self._ops_path(site)
+        if not path.exists():
+            return FrontEnd(site, 0.0, 0.0)
+        with path.open("rb") as handle:
+            handle.seek(self._read_offsets.get(site, 0))
+            data = handle.read()
+        complete = data[: data.rfind(b"\n") + 1]  # a line still being written waits
+        self._read_offsets[site] = self._read_offsets.get(site, 0) + len(complete)
+        reads = writes = 0
+        for line in complete.splitlines():
+            if line.endswith(b"true]"):
+                if b'"r"' in line:
+                    reads += 1
+                else:
+                    writes += 1
+        return FrontEnd(site, float(reads), float(writes))
+
+    # --- apply -----------------------------------------------------------------------
+
+    async def apply(self, plan: Plan) -> None:
+        """Start the plan's reconfigurations in the background; refuse (nothing changed)
+        a plan §5.2.2's procedures do not make, or one arriving while another runs."""
+        if self._worker is not None and self._worker.is_alive():
+            raise PlanRefusedError("plan refused: a reconfiguration is still running")
+        members, leader = await asyncio.to_thread(self._membership)
+        if leader is None:
+            raise PlanRefusedError("plan refused: the ensemble has no leader right now")
+        with self._lock:
+            self.members = members
+        layout = {i: site_of_server(i) for i in members}
+        steps = plan_steps(layout, leader, plan.migrations, self._fresh_id)
+        if not steps:
+            return
+        self.applied.append(tuple(step.name for step in steps))
+        self._worker = threading.Thread(
+            target=self._carry_out, args=(steps,), name="zk-reconfig", daemon=True
+        )
+        self._worker.start()
+
+    def _fresh_id(self, site: str) -> int:
+        """The next id of ``site`` above every id used so far; when the pool is spent, the
+        lowest id of the site that is not a member."""
+        mine = [i for i in self.pool if site_of_server(i) == site]
+        above = [i for i in mine if i > self._highest]
+        if above:
+            self._highest = above[0]
+            return above[0]
+        free = [i for i in mine if i not in self.members]
+        if not free:
+            raise PlanRefusedError(f"plan refused: no free server id left in {site}")
+        return free[0]
+
+    def _carry_out(self, steps: tuple[ReconfigStep, ...]) -> None:
+        try:
+            for step in steps:
+                self._run_step(step)
+        except Exception as error:  # reported by the next observe()
+            self._failure = f"{type(error).__name__}: {error}"
+
+    def _run_step(self, step: ReconfigStep) -> None:
+        from geoslo.live.supercloud.zookeeper import _admin  # imports kazoo
+
+        timeout_s = self.settings.step_timeout_s
+        leader = self._wait("a leader", self._leader, timeout_s)
+        self._start_servers(step.joining, self.members + step.joining)
+        joining = [ZkServer(i, site_of_server(i)) for i in step.joining]
+        _admin.reconfig(*self._operator(leader), self.settings, joining, step.leaving)
+        with self._lock:
+            self.members = tuple(m for m in self.members + step.joining if m not in step.leaving)
+        self._wait("a leader in the new ensemble", self._leader, timeout_s)
+        for i in step.leaving:  # decommissioned
+            self._started.servers[i].stop()

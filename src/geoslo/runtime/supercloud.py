@@ -1,0 +1,196 @@
+"""The Supercloud scheduler as ``geoslo run`` drives it (Shen et al., SoCC 2016): the
+placement loop of §5.1 on the simulated ensemble under a follow-the-sun workload
+(``kind = "simulator"``) or on §5.2.2's live ZooKeeper ensemble, moved by dynamic
+reconfiguration (``kind = "testbed"``, root)."""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from geoslo.control.supercloud import FrontEnd, Placement, PlacementObservation, PlacementState
+from geoslo.control.supercloud.loop import INTERVAL_S, THRESHOLD_FRACTION, PlacementLoop
+from geoslo.control.supercloud.validation import plan_to_dict
+from geoslo.errors import ConfigError, InputError
+from geoslo.runtime._service import Service, System
+
+__all__ = ["SYSTEM", "ControllerSettings", "SimulatorSettings", "TestbedSettings"]
+
+_FROZEN = ConfigDict(extra="forbid", frozen=True)
+
+
+class ControllerSettings(BaseModel):
+    """The ``[controller]`` table: f, its weights and T (§3, §3.2)."""
+
+    model_config = _FROZEN
+
+    evaluation: Literal["zookeeper", "single_vm"] = Field(
+        "zookeeper", description="f: §3.2's replicated ensemble, or §3.1's single VM."
+    )
+    read_weight: float = Field(1.0, ge=0, le=1e6, description="§3.2's alpha (reads).")
+    write_weight: float = Field(1.0, ge=0, le=1e6, description="§3.2's beta (writes).")
+    threshold_fraction: float = Field(
+        THRESHOLD_FRACTION,
+        ge=0,
+        le=1,
+        description="T as a fraction of the current placement's score (§3: T is the "
+        "application's; 0.1 = a move must cut the weighted latency by 10%).",
+    )
+
+
+class SimulatorSettings(BaseModel):
+    """``kind = "simulator"``: the simulated ensemble under §5.1's follow-the-sun load."""
+
+    model_config = _FROZEN
+
+    kind: Literal["simulator"]
+    sites: tuple[str, ...] = Field(
+        ("Washington DC", "Tokyo"),
+        min_length=1,
+        max_length=13,
+        description="Sites of the measured IBM Cloud RTT matrix (§5.1: two regions 12 h apart).",
+    )
+    start_sites: tuple[str, ...] = Field(
+        ("Washington DC", "Washington DC", "Tokyo"),
+        min_length=1,
+        max_length=9,
+        description="Each node's first site, the first the leader (§5.1's Global start).",
+    )
+    peak_rps: float = Field(1000.0, ge=0, le=1e9, description="Each site's peak offered load.")
+    read_fraction: float = Field(0.9, ge=0, le=1, description="Reads per request (§5.1: 9:1).")
+    seed: int = Field(0, ge=0, description="The simulation's random seed.")
+
+
+class TestbedSettings(BaseModel):
+    """``kind = "testbed"``: §5.2.2's live ZooKeeper ensemble (root, Java, zookeeper)."""
+
+    model_config = _FROZEN
+    __test__ = False  # not a pytest class
+
+    kind: Literal["testbed"]
+    rtt_ms: float = Field(
+        100.0, ge=0, le=1000, description="Virginia-Tokyo RTT (§5.2.2 gives none; ~150 real)."
+    )
+    virginia_threads: int = Field(1, ge=0, le=64, description="Virginia's client sessions.")
+    tokyo_threads: int = Field(
+        4, ge=0, le=64, description="Tokyo's client sessions (Tokyo's daytime: the busier)."
+    )
+    step_timeout_s: float = Field(30.0, gt=0, le=600, description="A reconfiguration step's limit.")
+    state_dir: str | None = Field(None, description="Logs and data; default a temporary folder.")
+
+
+def _template(sites: tuple[str, ...], rtt_ms, start: Placement, c: ControllerSettings):
+    """The loop's fixed inputs: the environment's sites and RTTs, f and its weights."""
+    return PlacementState(
+        sites, rtt_ms, (), start, c.evaluation, c.read_weight, c.write_weight, threshold=0.0
+    )
+
+
+def _environment(e: BaseModel, interval_s: float):
+    if isinstance(e, SimulatorSettings):
+        from geoslo.sim.supercloud import EnsembleEnvironment, FollowTheSun
+
+        workload = FollowTheSun(peak_rps=e.peak_rps, read_fraction=e.read_fraction)
+        return EnsembleEnvironment(e.sites, e.start_sites, interval_s, workload, seed=e.seed)
+    from geoslo.live.supercloud.zookeeper import ZkEnsembleEnvironment, ZkLiveSettings
+
+    settings = ZkLiveSettings(rtt_ms=e.rtt_ms, step_timeout_s=e.step_timeout_s)
+    threads = {"virginia": e.virginia_threads, "tokyo": e.tokyo_threads}
+    state_dir = Path(e.state_dir) if e.state_dir else None
+    return ZkEnsembleEnvironment(settings, threads, interval_s, state_dir)
+
+
+def build(controller: BaseModel, environment: BaseModel, interval_s: float) -> Service:
+    """The placement loop and its environment (nothing started yet)."""
+    assert isinstance(controller, ControllerSettings)
+    if controller.evaluation == "single_vm" and getattr(environment, "kind", "") == "testbed":
+        raise ConfigError(
+            "controller.evaluation", "the live ensemble needs zookeeper, not single_vm"
+        )
+    if controller.evaluation == "single_vm" and len(environment.start_sites) != 1:
+        raise ConfigError(
+            "environment.start_sites", "single_vm places exactly one node: give one site"
+        )
+    try:
+        env = _environment(environment, interval_s)
+    except InputError as error:  # the key path in the file
+        raise ConfigError(f"environment.{error.field}", error.problem) from None
+    template = _template(env.sites, env.rtt_ms, env.start_placement, controller)
+    loop = PlacementLoop(template, controller.threshold_fraction, interval_s)
+    return Service(
+        system="supercloud",
+        controller=loop,
+        environment=env,
+        interval_s=interval_s,
+        plan_gauges=plan_gauges,
+        observation_gauges=observation_gauges,
+        plan_record=plan_to_dict,
+    )
+
+
+def _nodes_per_site(placement: Placement) -> dict[str, float]:
+    counts = Counter(node.site for node in placement.nodes)
+    return {f"nodes:{site}": float(n) for site, n in sorted(counts.items())}
+
+
+def plan_gauges(plan) -> Mapping[str, float]:
+    """The plan's score (ms x requests, negated), moves and nodes per site."""
+    return {
+        "score_ms_requests": plan.score,
+        "improvement_ms_requests": plan.score - plan.current_score,
+        "migrations": float(len(plan.migrations)),
+        **_nodes_per_site(plan.placement),
+    }
+
+
+def observation_gauges(observation: PlacementObservation) -> Mapping[str, float]:
+    """Each site's reads and writes in the interval, nodes per site, busy (0/1)."""
+    gauges: dict[str, float] = {"busy": float(observation.busy)}
+    front_end: FrontEnd
+    for front_end in observation.front_ends:
+        gauges[f"reads:{front_end.site}"] = front_end.reads
+        gauges[f"writes:{front_end.site}"] = front_end.writes
+    gauges.update(_nodes_per_site(observation.current))
+    return gauges
+
+
+EXAMPLE_CONFIG = """\
+# geoslo run: the Supercloud placement scheduler (Shen et al., SoCC 2016).
+system = "supercloud"
+interval_s = 60.0              # §5.1: the placement is evaluated every minute
+
+[environment]
+kind = "simulator"             # the simulated ensemble; "testbed": §5.2.2's live ZooKeeper (root)
+sites = ["Washington DC", "Tokyo"]     # IBM Cloud's measured RTTs; §5.1: two regions 12 h apart
+start_sites = ["Washington DC", "Washington DC", "Tokyo"]  # nodes' first sites, leader first
+peak_rps = 1000.0              # each site's peak load (the Wikipedia trace, 12 h shifted)
+read_fraction = 0.9            # §5.1: reads to writes 9:1
+seed = 0
+# For kind = "testbed" instead (and none of the keys above but kind):
+# rtt_ms = 100.0               # Virginia-Tokyo (§5.2.2 gives none)
+# virginia_threads = 1         # each site's closed-loop client sessions
+# tokyo_threads = 4
+# step_timeout_s = 30.0        # one reconfiguration step's limit
+
+[controller]
+evaluation = "zookeeper"       # f of §3.2 (or "single_vm", §3.1, with one start site)
+read_weight = 1.0              # §3.2's alpha
+write_weight = 1.0             # §3.2's beta
+threshold_fraction = 0.1       # T (§3) as a fraction of the current placement's score
+
+[service]
+intervals = 0                  # 0: run until SIGTERM
+"""
+
+SYSTEM = System(
+    name="supercloud",
+    default_interval_s=INTERVAL_S,
+    controller_settings=ControllerSettings,
+    environments={"simulator": SimulatorSettings, "testbed": TestbedSettings},
+    build=build,
+    example_config=EXAMPLE_CONFIG,
+)
