@@ -108,8 +108,20 @@ def test_a_failed_prefix_holds_its_configuration_and_the_others_move_on(epoch):
     assert second.selections["site-0"] is first.selections["site-0"]
     assert "has no pings" in second.errors["site-0"]
     assert second.configurations["site-3"] != first.configurations["site-3"]  # re-selected
-    assert second.outcome.status == "failed"
+    assert second.outcome.status == "feasible"  # usable: site-0 holds, site-3 moves on
     assert second.outcome.solver_status == "failed=1,feasible=1"
+    assert second.outcome.objective == pytest.approx(
+        sum(s.cost.total_usd for s in second.selections.values())
+    )
+
+
+def test_a_plan_is_failed_only_when_every_prefix_failed(epoch):
+    loop = CostloLoop()
+    first = loop.step(epoch)
+    plan = loop.step(without_pings(without_pings(epoch, "site-0"), "site-3"))
+    assert plan.outcome.status == "failed" and not plan.outcome.applicable
+    assert set(plan.held) == {"site-0", "site-3"}
+    assert plan.configurations == first.configurations
 
 
 def test_a_prefix_that_fails_first_has_nothing_to_hold(epoch):

@@ -119,10 +119,14 @@ class CostloLoop:
     def _outcome(
         selections: dict[str, Selection], statuses: dict[str, str], started: float
     ) -> Outcome:
-        """Worst status over the prefixes; the solver's word counts them; the objective
-        is the plan's total cost (USD per month)."""
+        """The worst status over the prefixes selected afresh: a failed prefix holds its
+        configuration, so the plan stays usable, and the plan is ``failed`` only when
+        every prefix failed. The solver's word counts the statuses (``failed=1,
+        feasible=119``); the objective is the plan's total cost (USD per month)."""
         counts = Counter(statuses.values())
         summary = ",".join(f"{status}={counts[status]}" for status in sorted(counts))
+        fresh = [status for status in statuses.values() if status != "failed"]
+        status = worst_status(fresh) if fresh else "failed"
         cost_usd = sum(s.cost.total_usd for s in selections.values())
         decide_ms = (time.perf_counter() - started) * 1e3
-        return Outcome(worst_status(statuses.values()), summary, float(cost_usd), decide_ms)
+        return Outcome(status, summary, float(cost_usd), decide_ms)

@@ -369,8 +369,8 @@ class EpochPlan:
     fetch theirs at the start of the epoch). ``statuses`` holds this epoch's status per
     prefix; a prefix whose selection failed keeps its previous selection (listed in
     ``held``) or, with none, is left out (its clients stay at the baseline). ``outcome``:
-    the worst status over the prefixes, the total cost in USD per month, the step's
-    time."""
+    the worst status over the prefixes selected afresh (``failed`` only if every prefix
+    failed), the total cost in USD per month, the step's time."""
 
     epoch: int
     selections: Mapping[str, Selection]

@@ -20,7 +20,6 @@ servers on loopback (§5.2-§5.3, §4.3).
 from __future__ import annotations
 
 import asyncio
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -38,9 +37,16 @@ from geoslo.control.costlo.estimate import RegionView
 from geoslo.control.costlo.search import select_configuration
 from geoslo.dist import LatencyDistribution
 from geoslo.live._cgroup import cpu_priority
-from geoslo.live._resp import RedisConnection
-from geoslo.live.costlo import SERVING, CostloClient, CostloCluster, RegionStore
-from geoslo.models import PairSamples, StorageMeasurements, infer_storage_model
+from geoslo.live.costlo import (
+    SERVING,
+    CostloClient,
+    CostloCluster,
+    StallSettings,
+    agent_pairs,
+    fill_objects,
+    stall_server,
+)
+from geoslo.models import infer_storage_model
 from geoslo.models._storage_service import DEFAULT_STEP_MS
 from geoslo.report import Report
 from geoslo.topology import cloud_regions
@@ -82,14 +88,16 @@ def run_live(settings: LiveSettings, state_dir: Path, seed: int = 1, progress=pr
 async def _run(cluster: CostloCluster, settings: LiveSettings, seed: int, progress) -> dict:
     ports = tuple(cluster.servers[SERVING])
     keys = [f"object-{k}" for k in range(settings.objects)]
-    await _fill(ports, keys)
+    await fill_objects(ports, keys)
     stop = asyncio.Event()
+    spikes = StallSettings(settings.stall_rate_per_s, settings.stall_median_ms)
     stalls = asyncio.gather(
-        *(_stall_server(port, settings, seed + k, stop) for k, port in enumerate(ports))
+        *(stall_server(port, spikes, seed + k, stop) for k, port in enumerate(ports))
     )
     try:
         progress("costlo live: agent pairs")
-        model = infer_storage_model(await _agent_pairs(ports, keys, settings, seed))
+        measured = await agent_pairs(ports, keys, settings.agent_pairs, settings.pairs_per_s, seed)
+        model = infer_storage_model(measured)
         runs = {}
         progress("costlo live: baseline replay")
         runs["baseline"] = await _replay(cluster, Configuration(), keys, settings, seed + 1)
@@ -116,75 +124,6 @@ async def _run(cluster: CostloCluster, settings: LiveSettings, seed: int, progre
         "rows": [_row(name, run, baseline_ms) for name, run in runs.items()],
         "estimated_inflation_ms": selection.get.inflation_ms,
     }
-
-
-async def _fill(ports: tuple[int, ...], keys: list[str]) -> None:
-    """Every copy of every object, version 1 (one copy per serving-region server)."""
-    store = RegionStore(ports, "fill")
-    try:
-        for key in keys:
-            for copy in range(len(ports)):
-                await store.write(key, copy, 1, f"{key}|value".encode())
-    finally:
-        await store.close()
-
-
-async def _stall_server(port: int, settings: LiveSettings, seed: int, stop: asyncio.Event) -> None:
-    """Hold one server busy at Poisson times: isolated storage-service spikes (§2)."""
-    rng = np.random.default_rng(seed)
-    connection = await RedisConnection.open(port)
-    try:
-        while not stop.is_set():
-            gap_s = rng.exponential(1.0 / settings.stall_rate_per_s)
-            try:
-                await asyncio.wait_for(stop.wait(), timeout=gap_s)
-                break
-            except TimeoutError:
-                pass
-            stall_s = settings.stall_median_ms / 1e3 * float(np.exp(0.5 * rng.standard_normal()))
-            await connection.command("DEBUG", "SLEEP", f"{stall_s:.4f}")
-    finally:
-        await connection.close()
-
-
-async def _agent_pairs(
-    ports: tuple[int, ...], keys: list[str], settings: LiveSettings, seed: int
-) -> StorageMeasurements:
-    """Concurrent GET pairs to one object's copy and to two objects (copies 0 and 1, on
-    different servers) at Poisson times, open loop: a pair that meets a stall does not hold
-    the next one back (no coordinated omission). The whole latency counts as service."""
-    rng = np.random.default_rng(seed)
-    store = RegionStore(ports, "agent")
-    loop = asyncio.get_running_loop()
-    tasks, start, at = [], loop.time(), 0.0
-    try:
-        for _ in range(settings.agent_pairs):
-            at += rng.exponential(1.0 / settings.pairs_per_s)
-            await asyncio.sleep(max(0.0, start + at - loop.time()))
-            key = keys[int(rng.integers(len(keys)))]
-            tasks.append(asyncio.ensure_future(_timed_pair(store, (key, 0), (key, 0))))
-            tasks.append(asyncio.ensure_future(_timed_pair(store, (key, 0), (key, 1))))
-        pairs = await asyncio.gather(*tasks)
-    finally:
-        await store.close()
-    same_pairs, distinct_pairs = _pairs(pairs[0::2]), _pairs(pairs[1::2])
-    # The agent's PUT pairs are not needed here (no PUT SLO): the GET pairs stand in.
-    return StorageMeasurements(same_pairs, distinct_pairs, same_pairs, distinct_pairs)
-
-
-async def _timed_pair(store: RegionStore, a: tuple[str, int], b: tuple[str, int]) -> list[float]:
-    started = time.perf_counter()
-
-    async def one(key: str, copy: int) -> float:
-        await store.read(key, copy)
-        return (time.perf_counter() - started) * 1e3
-
-    return list(await asyncio.gather(one(*a), one(*b)))
-
-
-def _pairs(latencies_ms: list[list[float]]) -> PairSamples:
-    service = np.array(latencies_ms)
-    return PairSamples(np.zeros_like(service), service, np.zeros_like(service))
 
 
 def _select(model, slo_ms: float, settings: LiveSettings):

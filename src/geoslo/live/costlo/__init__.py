@@ -1,10 +1,13 @@
 """CosTLO on the live testbed (NSDI 2015): its client library (GET), relay VMs, the
 per-region lock and version service and the VM library (PUT), with a small two-region
-deployment on loopback. Reference: docs/costlo-live.md.
+deployment on loopback; ``CostloTestbed`` is the environment handle ``geoslo run`` drives
+``CostloLoop`` with. Reference: docs/costlo-live.md.
 """
 
+from geoslo.live.costlo._agent import StallSettings, agent_pairs, fill_objects, stall_server
 from geoslo.live.costlo._client import CostloClient, GetRecord
 from geoslo.live.costlo._cluster import CostloCluster
+from geoslo.live.costlo._environment import CostloTestbed
 from geoslo.live.costlo._locks import (
     LockClient,
     LockGrant,
@@ -56,6 +59,7 @@ __all__ = [
     "CopyRef",
     "CostloClient",
     "CostloCluster",
+    "CostloTestbed",
     "GetPlan",
     "GetRecord",
     "LockClient",
@@ -70,14 +74,17 @@ __all__ = [
     "RegionStore",
     "Regions",
     "RelayConfig",
+    "StallSettings",
     "StorageRequest",
     "VmLibrary",
     "VmLog",
     "VmProcessConfig",
     "WriteOutcome",
+    "agent_pairs",
     "copy_key",
     "decode_value",
     "encode_value",
+    "fill_objects",
     "get_plan",
     "object_copies",
     "propagation_targets",
@@ -91,6 +98,7 @@ __all__ = [
     "run_vm_workload",
     "serve_lock_service",
     "serve_relay",
+    "stall_server",
     "server_index",
     "storage_request_count",
     "workload_value",

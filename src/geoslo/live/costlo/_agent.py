@@ -1,0 +1,101 @@
+"""CosTLO's measurement agent and storage stalls on the live testbed (§2, §5.2).
+
+* ``fill_objects``: every copy of every object, version 1, one copy per server.
+* ``stall_server``: hold one Redis server busy with ``DEBUG SLEEP`` at Poisson times for
+  lognormal durations: the storage service's isolated latency spikes (§2). The real
+  server's queue turns them into the tail.
+* ``agent_pairs``: pairs of concurrent GETs to one object's copy and to two objects
+  (copies 0 and 1, on different servers), issued open loop at Poisson times so that a
+  pair meeting a stall does not hold the next one back (no coordinated omission).
+  Loopback has no network to speak of and Redis keeps no request log, so a request's
+  whole latency counts as service latency.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import dataclass
+
+import numpy as np
+
+from geoslo.live._resp import RedisConnection
+from geoslo.live.costlo._storage import RegionStore
+from geoslo.models import PairSamples, StorageMeasurements
+
+__all__ = ["StallSettings", "fill_objects", "stall_server", "agent_pairs"]
+
+
+@dataclass(frozen=True)
+class StallSettings:
+    """Poisson stalls per server: ``rate_per_s`` of them, lognormal around ``median_ms``."""
+
+    rate_per_s: float = 2.0  # per server: about 4% of its time stalled
+    median_ms: float = 20.0
+
+
+async def fill_objects(ports: tuple[int, ...], keys: list[str]) -> None:
+    """Every copy of every object, version 1 (one copy per server of the region)."""
+    store = RegionStore(ports, "fill")
+    try:
+        for key in keys:
+            for copy in range(len(ports)):
+                await store.write(key, copy, 1, f"{key}|value".encode())
+    finally:
+        await store.close()
+
+
+async def stall_server(port: int, stalls: StallSettings, seed: int, stop: asyncio.Event) -> None:
+    """Hold one server busy at Poisson times until ``stop`` is set (§2's spikes)."""
+    rng = np.random.default_rng(seed)
+    connection = await RedisConnection.open(port)
+    try:
+        while not stop.is_set():
+            gap_s = rng.exponential(1.0 / stalls.rate_per_s)
+            try:
+                await asyncio.wait_for(stop.wait(), timeout=gap_s)
+                break
+            except TimeoutError:
+                pass
+            stall_s = stalls.median_ms / 1e3 * float(np.exp(0.5 * rng.standard_normal()))
+            await connection.command("DEBUG", "SLEEP", f"{stall_s:.4f}")
+    finally:
+        await connection.close()
+
+
+async def agent_pairs(
+    ports: tuple[int, ...], keys: list[str], pairs: int, pairs_per_s: float, seed: int
+) -> StorageMeasurements:
+    """``pairs`` open-loop pairs of each kind (§5.2). The agent's PUT pairs are not
+    needed without a PUT SLO: the GET pairs stand in for them."""
+    rng = np.random.default_rng(seed)
+    store = RegionStore(ports, "agent")
+    loop = asyncio.get_running_loop()
+    tasks, start, at = [], loop.time(), 0.0
+    try:
+        for _ in range(pairs):
+            at += rng.exponential(1.0 / pairs_per_s)
+            await asyncio.sleep(max(0.0, start + at - loop.time()))
+            key = keys[int(rng.integers(len(keys)))]
+            tasks.append(asyncio.ensure_future(_timed_pair(store, (key, 0), (key, 0))))
+            tasks.append(asyncio.ensure_future(_timed_pair(store, (key, 0), (key, 1))))
+        timed = await asyncio.gather(*tasks)
+    finally:
+        await store.close()
+    same, distinct = _pairs(timed[0::2]), _pairs(timed[1::2])
+    return StorageMeasurements(same, distinct, same, distinct)
+
+
+async def _timed_pair(store: RegionStore, a: tuple[str, int], b: tuple[str, int]) -> list[float]:
+    started = time.perf_counter()
+
+    async def one(key: str, copy: int) -> float:
+        await store.read(key, copy)
+        return (time.perf_counter() - started) * 1e3
+
+    return list(await asyncio.gather(one(*a), one(*b)))
+
+
+def _pairs(latencies_ms: list[list[float]]) -> PairSamples:
+    service = np.array(latencies_ms)
+    return PairSamples(np.zeros_like(service), service, np.zeros_like(service))
