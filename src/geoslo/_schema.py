@@ -157,12 +157,12 @@ def _range(node: dict) -> str:
 
 
 def _items(node: dict, count: int) -> str:
-    low, high = node.get("minItems"), node.get("maxItems")
-    if low is not None and low == high:
+    low, high = node.get("minItems", 0), node.get("maxItems")
+    if low == high:
         return f"must have {low} entries, has {count}"
-    if high is None:
-        return f"must have at least {low} entries, has {count}"
-    return f"must have {low or 0} to {high} entries, has {count}"
+    if high is not None and count > high:
+        return f"has {count} entries; at most {high}"
+    return f"has {count} entries; at least {low}"
 
 
 def _what(value: Any) -> str:

@@ -28,7 +28,7 @@ from geoslo.errors import InputError
 from property.test_contract_fuzz import mutations
 
 SAMPLE_PER_SYSTEM = 60  # fuzz mutations checked against the schema, per system
-SYSTEMS = ("replication",)  # the systems whose contract is a model so far
+SYSTEMS = ("replication", "supercloud", "director")  # the systems whose contract is a model so far
 
 
 def _validator(system: str, of: str) -> jsonschema.Draft202012Validator:

@@ -7,27 +7,29 @@ plan: the ordered actions, long copies split by the copy-duration model (§5.3),
 with its predicted duration, and every server's predicted load after them.
 
 Every bad input raises :class:`~geoslo.errors.InputError` naming the field by its JSON
-path (``servers[3].bins[7]``, ``bins.get_rps[12]``). Every number has a range and every
-list a length bound (the tables below, docs/director.md "Ranges"), so that whatever passes
-is decided in bounded time and memory. Schema: docs/director.md.
+path (``servers[3].bins[7]``, ``bins.get_rps[12]``). The structure, types and ranges are
+the pydantic models of ``_schema.py`` (every number has a range and every list a length
+bound, docs/director.md "Ranges", so that whatever passes is decided in bounded time and
+memory); the checks across fields are here. Schema: ``geoslo director schema``,
+docs/director.md.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
 
 import numpy as np
 
-from geoslo._json import (
-    as_list,
-    boolean,
-    check_keys,
-    fraction,
-    integer,
-    number,
-    numbers,
-    string,
+from geoslo._schema import validate
+from geoslo.control.director import _schema as schema
+from geoslo.control.director._schema import (
+    CONFIG_RANGES,
+    MAX_BIN_BYTES,
+    MAX_BIN_RPS,
+    MAX_BINS,
+    MAX_NAME_CHARS,
+    MAX_PLACEMENTS,
+    MAX_SERVERS,
 )
 from geoslo.control.director.decide import work_capacity
 from geoslo.control.director.scheduler import scheduled_actions
@@ -48,182 +50,77 @@ __all__ = [
     "MAX_SERVERS",
     "MAX_BINS",
     "MAX_PLACEMENTS",
+    "MAX_NAME_CHARS",
+    "MAX_BIN_RPS",
+    "MAX_BIN_BYTES",
 ]
-
-_TOP_KEYS = {"servers", "bins", "model", "config"}
-_SERVER_KEYS = {"name", "bins", "ready"}
-_BIN_KEYS = {"get_rps", "put_rps", "bytes"}
-_MODEL_KEYS = {"steady_state", "copy_duration"}
-_STEADY_KEYS = {"intercept", "get_coefficient", "put_coefficient", "threshold"}
-_COPY_KEYS = {"coefficients", "min_factor"}
-_COPY_TERMS = 7  # [1, r, r^2, g, g^2, p, p^2] (§5.4)
-
-# Counts (ours): twice the 1,000 servers and 10,000 bins the decision is benchmarked at,
-# so that the slowest accepted state is decided in seconds (docs/director.md, "Ranges").
-MAX_SERVERS = 2_000
-MAX_BINS = 20_000
-MAX_PLACEMENTS = 10 * MAX_BINS  # entries of all servers' bins lists: 10 replicas a bin
-MAX_NAME_CHARS = 100
-
-# Per bin: more than a whole cluster of MAX_SERVERS serves, and more than a server stores.
-MAX_BIN_RPS = 1e8
-MAX_BIN_BYTES = 1e13
-# The logistic model (§5.4): e^700 is near the largest float, so P(violation) stays finite
-# at any load; a coefficient of 1,000 logits per req/s is beyond any fitted server.
-INTERCEPT_RANGE = (-700.0, 700.0)
-COEFFICIENT_RANGE = (0.0, 1e3)
-# The copy-rate regression: every term stays finite at the largest rates and loads.
-COPY_COEFFICIENT_RANGE = (-1e6, 1e6)
-MIN_FACTOR_RANGE = (1e-3, 1.0)  # a copy runs at 0.1% of the specified rate at worst
-
-# [low, high] of every DirectorConfig field (DirectorConfig refuses the open ends);
-# the reason for each is in docs/director.md's parameters table.
-CONFIG_RANGES: dict[str, tuple[float, float]] = {
-    "period_s": (0.1, 86_400.0),  # up to one decision a day
-    "alpha_up": (0.0, 1.0),
-    "alpha_down": (0.0, 1.0),
-    "standbys": (0, 100),
-    "overprovisioning": (0.0, 10.0),  # the paper uses 0.1 and 0.3
-    "copy_rate_bytes_per_s": (1e3, 1e11),  # 1 kB/s to 100 GB/s (an 800 Gb/s NIC)
-    "replicas": (1, 5),
-    "read_fanout": (1, 5),
-    "max_action_s": (0.1, 86_400.0),
-    "cancel_factor": (1.0, 1_000.0),
-    "coalesce_below": (0.0, 1.0),
-    "charge_interval_s": (1.0, 31_536_000.0),  # per-second billing to a year; null: none
-    "max_servers_added": (0, 10_000),
-    "max_servers": (1, 100_000),
-}
 
 
 # ---------------------------------------------------------------------------- parse
 
 
-def _at_most(value: Any, name: str, most: int, what: str) -> list:
-    """A JSON list of at most ``most`` entries (``what`` names them)."""
-    items = as_list(value, name)
-    if len(items) > most:
-        raise InputError(name, f"has {len(items)} {what}; at most {most} are accepted")
-    return items
-
-
-def _bins(value: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def _bins(value: schema.Bins) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Columnar per-bin arrays of equal length: get and put req/s and size in bytes."""
-    check_keys(value, _BIN_KEYS, _BIN_KEYS, "bins")
-    count = len(_at_most(value["get_rps"], "bins.get_rps", MAX_BINS, "bins"))
-    each = "bin, as bins.get_rps"
-    get_rps = numbers(value["get_rps"], "bins.get_rps", low=0.0, high=MAX_BIN_RPS)
-    put_rps = numbers(value["put_rps"], "bins.put_rps", count, each, 0.0, MAX_BIN_RPS)
-    size_bytes = numbers(value["bytes"], "bins.bytes", count, each, 0.0, MAX_BIN_BYTES)
-    return get_rps, put_rps, size_bytes
+    count = len(value.get_rps)
+    for key in ("put_rps", "bytes"):
+        given = len(getattr(value, key))
+        if given != count:
+            problem = f"must have {count} entries (one per bin, as bins.get_rps), has {given}"
+            raise InputError(f"bins.{key}", problem)
+    return tuple(np.array(getattr(value, k), dtype=float) for k in ("get_rps", "put_rps", "bytes"))
 
 
-def _server_bins(value: Any, where: str, bins: int) -> tuple[int, ...]:
+def _server_bins(value: list[int], where: str, bins: int) -> tuple[int, ...]:
     """Bin indices in [0, bins), each at most once on one server."""
     seen: dict[int, int] = {}
-    for j, item in enumerate(as_list(value, where)):
-        path = f"{where}[{j}]"
-        x = number(item, path)
-        if not 0 <= x < bins:
-            problem = f"bin {x:g} is out of range: there are {bins} bins, in [0, {bins - 1}]"
-            raise InputError(path, problem)
-        b = integer(x, path)
+    for j, b in enumerate(value):
+        if b >= bins:
+            problem = f"bin {b} is out of range: there are {bins} bins, in [0, {bins - 1}]"
+            raise InputError(f"{where}[{j}]", problem)
         if b in seen:
-            raise InputError(path, f"bin {b} is already {where}[{seen[b]}]")
+            raise InputError(f"{where}[{j}]", f"bin {b} is already {where}[{seen[b]}]")
         seen[b] = j
     return tuple(seen)
 
 
-def _server(value: Any, where: str, bins: int) -> ServerState:
-    check_keys(value, _SERVER_KEYS, {"name", "bins"}, where)
-    ready = boolean(value["ready"], f"{where}.ready") if "ready" in value else True
-    name = string(value["name"], f"{where}.name")
-    if len(name) > MAX_NAME_CHARS:
-        raise InputError(f"{where}.name", f"has {len(name)} characters; at most {MAX_NAME_CHARS}")
-    return ServerState(
-        name=name,
-        bins=_server_bins(value["bins"], f"{where}.bins", bins),
-        ready=ready,
-    )
-
-
-def _servers(value: Any, bins: int) -> tuple[ServerState, ...]:
+def _servers(value: list[schema.Server], bins: int) -> tuple[ServerState, ...]:
     """Servers with unique names, listing at most ``MAX_PLACEMENTS`` replicas in all."""
     seen: dict[str, int] = {}
     out = []
     placements = 0
-    for k, item in enumerate(_at_most(value, "servers", MAX_SERVERS, "servers")):
+    for k, server in enumerate(value):
         where = f"servers[{k}]"
-        if isinstance(item, dict) and isinstance(item.get("bins"), list):
-            placements += len(item["bins"])  # counted before the entries are read
-            if placements > MAX_PLACEMENTS:
-                problem = f"brings the replicas listed to {placements}; at most {MAX_PLACEMENTS}"
-                raise InputError(f"{where}.bins", problem)
-        server = _server(item, where, bins)
+        placements += len(server.bins)
+        if placements > MAX_PLACEMENTS:
+            problem = f"brings the replicas listed to {placements}; at most {MAX_PLACEMENTS}"
+            raise InputError(f"{where}.bins", problem)
         if server.name in seen:
             raise InputError(
                 f"{where}.name", f"{server.name!r} is already servers[{seen[server.name]}]"
             )
         seen[server.name] = k
-        out.append(server)
+        held = _server_bins(server.bins, f"{where}.bins", bins)
+        out.append(ServerState(name=server.name, bins=held, ready=server.ready))
     return tuple(out)
 
 
-def _steady_state(value: Any) -> SteadyStateModel:
+def _steady_state(value: schema.SteadyState) -> SteadyStateModel:
     """The logistic model (§5.4); its boundary must leave room for some load."""
-    where = "model.steady_state"
-    check_keys(value, _STEADY_KEYS, _STEADY_KEYS - {"threshold"}, where)
-    get = number(value["get_coefficient"], f"{where}.get_coefficient", *COEFFICIENT_RANGE)
-    put = number(value["put_coefficient"], f"{where}.put_coefficient", *COEFFICIENT_RANGE)
-    if get <= 0:
-        raise InputError(f"{where}.get_coefficient", f"must be > 0 (gets add load), not {get}")
-    threshold = fraction(value.get("threshold", 0.5), f"{where}.threshold")
-    if not 0.0 < threshold < 1.0:
-        raise InputError(f"{where}.threshold", f"must be in (0, 1), not {threshold}")
-    intercept = number(value["intercept"], f"{where}.intercept", *INTERCEPT_RANGE)
-    model = SteadyStateModel(intercept, get, put, threshold)
+    model = SteadyStateModel(
+        value.intercept, value.get_coefficient, value.put_coefficient, value.threshold
+    )
     try:
         work_capacity(model)
     except InputError as error:
-        raise InputError(where, f"{error.problem} (intercept >= logit(threshold))") from None
+        problem = f"{error.problem} (intercept >= logit(threshold))"
+        raise InputError("model.steady_state", problem) from None
     return model
 
 
-def _copy_duration(value: Any) -> CopyDurationModel:
-    """The copy-rate factor's linear regression (§5.4)."""
-    where = "model.copy_duration"
-    check_keys(value, _COPY_KEYS, {"coefficients"}, where)
-    path = f"{where}.coefficients"
-    terms = "term [1, r, r^2, g, g^2, p, p^2]"
-    coefficients = numbers(value["coefficients"], path, _COPY_TERMS, terms, *COPY_COEFFICIENT_RANGE)
-    min_factor = number(value.get("min_factor", 0.05), f"{where}.min_factor", *MIN_FACTOR_RANGE)
-    return CopyDurationModel(tuple(float(c) for c in coefficients), min_factor)
-
-
-def _model(value: Any) -> tuple[SteadyStateModel, CopyDurationModel]:
-    check_keys(value, _MODEL_KEYS, _MODEL_KEYS, "model")
-    return _steady_state(value["steady_state"]), _copy_duration(value["copy_duration"])
-
-
-def _config(value: Any) -> DirectorConfig:
-    """Each field optional, read by the type of its default (int or float) within its
-    range (``CONFIG_RANGES``); ``charge_interval_s`` may be null (release at once)."""
-    names = [f.name for f in dataclasses.fields(DirectorConfig)]
-    check_keys(value, set(names), set(), "config")
-    defaults = DirectorConfig()
-    kwargs: dict[str, Any] = {}
-    for key in names:
-        if key not in value:
-            continue
-        path, (low, high) = f"config.{key}", CONFIG_RANGES[key]
-        if key == "charge_interval_s" and value[key] is None:
-            kwargs[key] = None
-        elif isinstance(getattr(defaults, key), int):  # the range first: 1e308 prints short
-            kwargs[key] = integer(number(value[key], path, low, high), path)
-        else:
-            kwargs[key] = number(value[key], path, low, high)
+def _config(value: schema.Config) -> DirectorConfig:
+    """The config's fields across one another (``read_fanout <= replicas``)."""
     try:
-        return DirectorConfig(**kwargs)
+        return DirectorConfig(**value.model_dump())
     except InputError as error:
         raise InputError(f"config.{error.field}", error.problem) from None
 
@@ -232,13 +129,17 @@ def parse_state(
     data: dict,
 ) -> tuple[ClusterState, SteadyStateModel, CopyDurationModel, DirectorConfig]:
     """A checked cluster state, both models and the config from state.json
-    (docs/director.md). A bin that no server holds is accepted (every replica was lost:
-    the controller cannot copy it) and reported by :func:`plan_to_dict`."""
-    check_keys(data, _TOP_KEYS, {"servers", "bins", "model"}, "")
-    get_rps, put_rps, size_bytes = _bins(data["bins"])
-    servers = _servers(data["servers"], len(get_rps))
-    model, copy_model = _model(data["model"])
-    config = _config(data["config"]) if "config" in data else DirectorConfig()
+    (docs/director.md): the model's checks (``_schema.StateInput``), then the lists'
+    lengths, the bins' indices, the names and the config across fields. A bin that no
+    server holds is accepted (every replica was lost: the controller cannot copy it) and
+    reported by :func:`plan_to_dict`."""
+    state = validate(schema.StateInput, data, root="state")
+    get_rps, put_rps, size_bytes = _bins(state.bins)
+    servers = _servers(state.servers, len(get_rps))
+    model = _steady_state(state.model.steady_state)
+    given = state.model.copy_duration
+    copy_model = CopyDurationModel(tuple(given.coefficients), given.min_factor)
+    config = _config(state.config)
     return ClusterState(servers, get_rps, put_rps, size_bytes), model, copy_model, config
 
 

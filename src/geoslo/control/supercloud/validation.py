@@ -1,18 +1,22 @@
 """The state.json and plan.json contract of ``geoslo supercloud decide`` (Supercloud, SoCC
 2016, §3). Every bad input raises :class:`~geoslo.errors.InputError` naming the field by
-its JSON path. Schema: docs/supercloud.md. Every number has a range and every list a length
-bound (the constants below, also in the docs), so that whatever is accepted is decided in
-bounded time and memory.
+its JSON path. The structure, types and ranges are the pydantic models of ``_schema.py``
+(every number has a range and every list a length bound, so that whatever is accepted is
+decided in bounded time and memory); the checks across fields are here. Schema:
+``geoslo supercloud schema``, docs/supercloud.md.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from geoslo._json import as_list, check_keys, number, number_rows, string
+import numpy as np
+
+from geoslo._schema import validate
+from geoslo.control.supercloud import _schema as schema
+from geoslo.control.supercloud._schema import MAX_FRONT_ENDS, MAX_NODES, MAX_SITES
 from geoslo.control.supercloud.decide import MAX_CANDIDATES, candidate_count
 from geoslo.control.supercloud.types import (
-    EVALUATIONS,
     FrontEnd,
     Node,
     Placement,
@@ -31,115 +35,78 @@ __all__ = [
     "MAX_FRONT_ENDS",
 ]
 
-# Ranges (docs/supercloud.md).
-MAX_SITES = 100  # §5.1 uses 9 IBM Cloud sites
-MAX_NODES = 9  # ZooKeeper ensembles have 3, 5 or 7 servers
-# Scoring holds (candidates in a chunk) x (front-ends) x (nodes) RTTs at once: at these
-# bounds about 0.4 GB per 50,000 candidates.
-MAX_FRONT_ENDS = 100
-MAX_RTT_MS = 1_000.0  # antipodes over fibre are ~400 ms, a geostationary hop ~600 ms
-MAX_REQUESTS = 1e15  # per report period: 1e9 req/s for 11 days
-MAX_WEIGHT = 1e6  # alpha, beta: relative weights of reads and writes
-# T is in the score's unit; every score the bounds allow is under 1e29 ms x requests.
-MAX_THRESHOLD = 1e30
 
-_TOP = {"sites", "rtt_ms", "workload", "placement", "evaluation", "threshold"}
-_EVALUATION = {"function", "read_weight", "write_weight"}
-
-
-def _sites(value: Any) -> tuple[str, ...]:
-    items = as_list(value, "sites")
-    if not 1 <= len(items) <= MAX_SITES:
-        raise InputError("sites", f"must name 1 to {MAX_SITES} sites, not {len(items)}")
-    names = [string(s, f"sites[{k}]") for k, s in enumerate(items)]
+def _sites(names: list[str]) -> tuple[str, ...]:
     if len(set(names)) != len(names):
         raise InputError("sites", "must not repeat a site")
     return tuple(names)
 
 
-def _known(site: Any, name: str, sites: tuple[str, ...]) -> str:
-    site = string(site, name)
+def _rtt(rows: list[list[float]], n: int) -> np.ndarray:
+    """An n x n matrix, one row and one column per site."""
+    if len(rows) != n:
+        raise InputError("rtt_ms", f"must have {n} entries (one per site), has {len(rows)}")
+    for i, row in enumerate(rows):
+        if len(row) != n:
+            raise InputError(f"rtt_ms[{i}]", f"must be a list of {n} numbers")
+    return np.array(rows, dtype=float).reshape(n, n)
+
+
+def _known(site: str, name: str, sites: tuple[str, ...]) -> str:
     if site not in sites:
         raise InputError(name, f"unknown site {site!r}; sites are {list(sites)}")
     return site
 
 
-def _workload(value: Any, sites: tuple[str, ...]) -> tuple[FrontEnd, ...]:
-    items = as_list(value, "workload")
-    if len(items) > MAX_FRONT_ENDS:
-        raise InputError("workload", f"must hold at most {MAX_FRONT_ENDS} front-ends")
-    front_ends = []
-    for k, item in enumerate(items):
-        where = f"workload[{k}]"
-        check_keys(item, {"site", "reads", "writes"}, {"site", "reads"}, where)
-        reads = number(item["reads"], f"{where}.reads", 0.0, MAX_REQUESTS)
-        writes = number(item.get("writes", 0.0), f"{where}.writes", 0.0, MAX_REQUESTS)
-        front_ends.append(FrontEnd(_known(item["site"], f"{where}.site", sites), reads, writes))
-    return tuple(front_ends)
-
-
-def _placement(value: Any, sites: tuple[str, ...], single: bool) -> Placement:
-    check_keys(
-        value, {"nodes", "leader"}, {"nodes"} if single else {"nodes", "leader"}, "placement"
+def _workload(value: list[schema.FrontEnd], sites: tuple[str, ...]) -> tuple[FrontEnd, ...]:
+    return tuple(
+        FrontEnd(_known(f.site, f"workload[{k}].site", sites), f.reads, f.writes)
+        for k, f in enumerate(value)
     )
-    items = as_list(value["nodes"], "placement.nodes")
-    if not 1 <= len(items) <= MAX_NODES:
-        raise InputError("placement.nodes", f"must hold 1 to {MAX_NODES} nodes, not {len(items)}")
-    if candidate_count(len(sites), len(items)) > MAX_CANDIDATES:
+
+
+def _placement(value: schema.Placement, sites: tuple[str, ...], single: bool) -> Placement:
+    """Nodes with unique names on known sites, within the exhaustive search's bound; the
+    leader one of them (given unless single_vm)."""
+    count = len(value.nodes)
+    if candidate_count(len(sites), count) > MAX_CANDIDATES:
         raise InputError(
             "placement.nodes",
-            f"{len(sites)} sites x {len(items)} nodes give "
-            f"{candidate_count(len(sites), len(items))} candidate placements; the exhaustive "
-            f"search takes at most {MAX_CANDIDATES}",
+            f"{len(sites)} sites x {count} nodes give {candidate_count(len(sites), count)} "
+            f"candidate placements; the exhaustive search takes at most {MAX_CANDIDATES}",
         )
-    nodes = []
-    for k, item in enumerate(items):
-        where = f"placement.nodes[{k}]"
-        check_keys(item, {"name", "site"}, {"name", "site"}, where)
-        nodes.append(
-            Node(
-                string(item["name"], f"{where}.name"), _known(item["site"], f"{where}.site", sites)
-            )
-        )
+    nodes = [
+        Node(n.name, _known(n.site, f"placement.nodes[{k}].site", sites))
+        for k, n in enumerate(value.nodes)
+    ]
     names = [node.name for node in nodes]
     if len(set(names)) != len(names):
         raise InputError("placement.nodes", "must not repeat a node name")
     if single and len(nodes) != 1:
         raise InputError("placement.nodes", f"single_vm places exactly one node, not {len(nodes)}")
-    leader = string(value.get("leader", names[0]), "placement.leader")
+    if value.leader is None and not single:
+        raise InputError("placement.leader", "missing required field")
+    leader = names[0] if value.leader is None else value.leader
     if leader not in names:
         raise InputError("placement.leader", f"{leader!r} is not one of the nodes {names}")
     return Placement(tuple(nodes), leader)
 
 
-def _evaluation(value: Any) -> tuple[str, float, float]:
-    check_keys(value, _EVALUATION, {"function"}, "evaluation")
-    function = string(value["function"], "evaluation.function")
-    if function not in EVALUATIONS:
-        raise InputError("evaluation.function", f"must be one of {list(EVALUATIONS)}")
-    weights = []
-    for field in ("read_weight", "write_weight"):
-        weights.append(number(value.get(field, 1.0), f"evaluation.{field}", 0.0, MAX_WEIGHT))
-    return function, weights[0], weights[1]
-
-
 def parse_state(data: Any) -> PlacementState:
-    """A checked :class:`PlacementState` from decoded JSON."""
-    check_keys(data, _TOP, {"sites", "rtt_ms", "workload", "placement", "evaluation"}, "")
-    sites = _sites(data["sites"])
-    as_list(data["rtt_ms"], "rtt_ms", len(sites), "site")
-    rtt_ms = number_rows(data["rtt_ms"], "rtt_ms", len(sites), 0.0, MAX_RTT_MS)
-    function, read_weight, write_weight = _evaluation(data["evaluation"])
-    threshold = number(data.get("threshold", 0.0), "threshold", 0.0, MAX_THRESHOLD)
+    """A checked :class:`PlacementState` from decoded JSON: the model's checks
+    (``_schema.StateInput``), then the sites, the matrix's shape and the names."""
+    state = validate(schema.StateInput, data, root="state")
+    sites = _sites(state.sites)
+    evaluation = state.evaluation
     return PlacementState(
         sites,
-        rtt_ms,
-        _workload(data["workload"], sites),
-        _placement(data["placement"], sites, single=function == "single_vm"),
-        function,
-        read_weight,
-        write_weight,
-        threshold,
+        _rtt(state.rtt_ms, len(sites)),
+        _workload(state.workload, sites),
+        _placement(state.placement, sites, single=evaluation.function == "single_vm"),
+        evaluation.function,
+        evaluation.read_weight,
+        evaluation.write_weight,
+        state.threshold,
     )
 
 
