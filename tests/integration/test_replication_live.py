@@ -1,15 +1,28 @@
 """The geo-replication MPC's actuator on a real link (docs/replication-live.md): two
-network namespaces, a veth shaped by HTB, three real TCP streams. Needs root."""
+network namespaces, a veth shaped by HTB, three real TCP streams; and the library's loop
+driving the library's environment handle (``LinkEnvironment``) on it. Needs root."""
 
 from __future__ import annotations
 
+import asyncio
+import os
+import subprocess
+import sys
 import time
 
 import numpy as np
 import pytest
 
-from geoslo.control.replication import Measurement, ReplicationConfig, ReplicationController
-from geoslo.live.replication import EgressLink, cannot_run_reason
+from geoslo.control.replication import ReplicationConfig, ReplicationController, policy_loop
+from geoslo.errors import TestbedError
+from geoslo.live.replication import (
+    CLASS_IDS,
+    EgressLink,
+    LinkEnvironment,
+    LinkSpec,
+    cannot_run_reason,
+    cumulative_mb,
+)
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
 
@@ -17,11 +30,15 @@ CAPACITY_BPS = 20e6
 MB = 1e6
 
 
-@pytest.fixture
-def link(tmp_path):
+@pytest.fixture(scope="module")
+def can_run():
     reason = cannot_run_reason()
     if reason:
         pytest.skip(reason)
+
+
+@pytest.fixture
+def link(tmp_path, can_run):
     live = EgressLink.up(tmp_path / "link", CAPACITY_BPS)
     try:
         yield live
@@ -57,37 +74,155 @@ def test_a_share_left_unused_goes_to_the_others(link):
     assert rate[1] / rate[0] == pytest.approx(1.5, rel=0.25)  # lent in proportion to rates
 
 
-def test_the_mpc_drives_the_link_from_its_measurements(link):
-    interval_s = 1.0
-    config = ReplicationConfig(
-        capacity_mbps=CAPACITY_BPS / 1e6, interval_s=interval_s, image_mb=4.0, image_period_s=8.0
-    )
-    controller = ReplicationController(config)
-    capacity_mb = config.capacity_mb  # 2.5 MB per interval
-    link.measure()
+# --- the library's loop on the library's environment (issue 16) --------------------------
+
+
+def _namespaces() -> set[str]:
+    listed = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True, check=True)
+    return {line.split()[0] for line in listed.stdout.splitlines() if line.strip()}
+
+
+async def _drive(env: LinkEnvironment, controller, intervals: int, interval_s: float):
+    """What ``geoslo run`` does: every interval observe, step, apply; here also the HTB
+    classes read back after each apply."""
     records = []
-    for k in range(16):
-        now_s = (k + 1) * interval_s
-        image_mb = 4.0 if k > 0 and k % 8 == 0 else 0.0  # at 8 s, 16 s, ... as scheduled
-        arrivals_mb = np.array([1.9 if k < 8 else 0.8, 0.9, image_mb])
-        link.add_arrivals(arrivals_mb * MB)
-        time.sleep(interval_s)
-        m = link.measure()
-        measurement = Measurement(m.backlog_bytes / MB, m.sent_bytes / MB, m.arrived_bytes / MB)
-        decision = controller.step(measurement, now_s)
-        link.set_shares(decision.shares)
-        records.append((measurement, decision.shares, m.interval_s))
-    backlogs = np.array([r[0].buffers_mb for r in records])
-    for (before, _, _), (after, _, _) in zip(records[:-1], records[1:], strict=True):
+    await env.start()
+    try:
+        for k in range(intervals):
+            await asyncio.sleep(max((k + 1) * interval_s - env.elapsed_s(), 0.0))
+            observation = await env.observe()
+            decision = controller.step(observation)
+            await env.apply(decision)
+            records.append((observation, decision, env.link.class_rates()))
+        pair = env.link.pair
+    finally:
+        await env.close()
+    return records, pair
+
+
+def test_the_library_loop_drives_the_live_link_from_its_measurements(tmp_path, can_run):
+    interval_s = 1.0
+    spec = LinkSpec(
+        capacity_mbps=CAPACITY_BPS / 1e6,
+        application_mbps=(15.2, 6.4),  # overloads its share for 8 s, then not
+        replication_mbps=(7.2,),
+        level_period_s=8.0,
+        image_mb=4.0,
+        image_period_s=8.0,
+        namespace_prefix="geoslo-rtest",
+        state_dir=tmp_path / "env",
+    )
+    config = ReplicationConfig(
+        capacity_mbps=spec.capacity_mbps,
+        interval_s=interval_s,
+        image_mb=spec.image_mb,
+        image_period_s=spec.image_period_s,
+    )
+    env = LinkEnvironment(spec)
+    records, pair = asyncio.run(_drive(env, ReplicationController(config), 16, interval_s))
+    observations = [r[0] for r in records]
+    measurements = [o.measurement for o in observations]
+    backlogs = np.array([m.buffers_mb for m in measurements])
+
+    # every decision was OSQP's optimum, and HTB holds it: class rate = share x C
+    for _, decision, rates in records:
+        assert decision.outcome.status == "optimal" and decision.outcome.decide_ms > 0
+        assert decision.shares.sum() <= 1 + 1e-6
+        for class_id, share in zip(CLASS_IDS, decision.shares, strict=True):
+            expected_bps = max(share * CAPACITY_BPS, 8_000)
+            assert rates[class_id][0] == pytest.approx(expected_bps, rel=0.01, abs=10_000)
+    # the controller acted: the shares left the equal split it started from
+    shares = np.array([r[1].shares for r in records])
+    assert np.abs(shares - 1 / 3).max() > 0.05
+    # the generator fed what the spec says: arrivals since start = the schedule's MB
+    arrived = np.sum([m.arrived_mb for m in measurements], axis=0)
+    end_s = observations[-1].now_s
+    assert arrived[0] == pytest.approx(cumulative_mb(spec.application_mbps, 8.0, end_s), abs=0.05)
+    assert arrived[1] == pytest.approx(cumulative_mb(spec.replication_mbps, 8.0, end_s), abs=0.05)
+    assert arrived[2] == pytest.approx(4.0 * int(end_s // 8.0))  # images at 8 s, 16 s
+    # the measured backlogs obey equation (3), up to the bytes in flight on the veth
+    for before, after in zip(measurements[:-1], measurements[1:], strict=True):
         change = after.buffers_mb - before.buffers_mb
-        assert change == pytest.approx(after.arrived_mb - after.sent_mb, abs=0.35)  # (3)
-    # A stream that had data all interval got at least its share, unless it was starved
-    # just before (a TCP flow held at ~0 backs off and takes a while to ramp up again).
-    for earlier, (_, shares, _), (after, _, elapsed) in zip(
-        records[:-2], records[1:-1], records[2:], strict=True
-    ):
-        busy = (after.buffers_mb > 0.5) & (np.asarray(earlier[1]) >= 0.05)
-        guaranteed = np.asarray(shares) * capacity_mb * elapsed / interval_s
-        assert np.all(after.sent_mb[busy] >= 0.75 * guaranteed[busy] - 0.1), (shares, after)
+        assert change == pytest.approx(after.arrived_mb - after.sent_mb, abs=0.35)
+    # a stream that had data all interval got at least its share, unless it was starved
+    # just before (a TCP flow held at ~0 backs off and takes a while to ramp up again)
+    for k in range(2, len(records)):
+        after, elapsed_s = measurements[k], observations[k].now_s - observations[k - 1].now_s
+        in_force = records[k - 1][1].shares
+        busy = (after.buffers_mb > 0.5) & (records[k - 2][1].shares >= 0.05)
+        guaranteed_mb = in_force * config.capacity_mb * elapsed_s / interval_s
+        assert np.all(after.sent_mb[busy] >= 0.75 * guaranteed_mb[busy] - 0.1), (in_force, after)
     assert backlogs[:, 0].max() > 0.5  # the application overloaded its share at some point
-    assert np.all([r[1].sum() <= 1 + 1e-6 for r in records])
+    # close() took down what start() brought up
+    assert not {pair.tx, pair.rx} & _namespaces()
+    assert env.link is None
+
+
+def test_prio_runs_on_the_same_environment_as_strict_priority(tmp_path, can_run):
+    """PRIO (§V-A) as the loop's policy: HTB serves the application first, replication with
+    what is left, and the VM image only with what both leave (here nearly nothing)."""
+    spec = LinkSpec(
+        capacity_mbps=CAPACITY_BPS / 1e6,
+        application_mbps=(12.0,),
+        replication_mbps=(12.0,),  # together over the link
+        image_mb=40.0,
+        image_period_s=1.0,  # an image waits from the first second on
+        namespace_prefix="geoslo-rprio",
+        state_dir=tmp_path / "env",
+    )
+    loop = policy_loop("PRIO", ReplicationConfig(capacity_mbps=spec.capacity_mbps))
+
+    async def run():
+        env = LinkEnvironment(spec)
+        await env.start()
+        try:
+            await asyncio.sleep(1.2)
+            decision = loop.step(await env.observe())
+            await env.apply(decision)
+            rates = env.link.class_rates()
+            await asyncio.sleep(3.0)  # TCP settles on the new split
+            await env.observe()
+            await asyncio.sleep(3.0)
+            return decision, rates, await env.observe()
+        finally:
+            await env.close()
+
+    decision, rates, window = asyncio.run(run())
+    assert decision.allocation.mode == "priority" and decision.outcome.status == "feasible"
+    assert [rates[c][1] for c in CLASS_IDS] == [0, 1, 2]
+    sent_mbps = window.measurement.sent_mb * 8 / 3.0
+    capacity = spec.capacity_mbps
+    assert sent_mbps[0] > 0.85 * 12.0  # all the application asks for
+    assert sent_mbps[1] > 0.85 * (capacity - 12.0) * 0.96  # the rest, less HTB's headers
+    assert sent_mbps[2] < 0.1 * capacity  # the image waits behind both
+    assert window.measurement.buffers_mb[2] > 30.0
+
+
+def test_start_without_the_privileges_says_why(tmp_path, can_run):
+    """Without CAP_SYS_ADMIN and CAP_NET_ADMIN (root with every capability dropped),
+    ``start()`` raises a TestbedError that names the reason, and leaves nothing behind."""
+    script = (
+        "import asyncio, sys\n"
+        "from geoslo.errors import TestbedError\n"
+        "from geoslo.live.replication import LinkEnvironment, LinkSpec\n"
+        f"spec = LinkSpec(namespace_prefix='geoslo-rcaps', state_dir={str(tmp_path)!r})\n"
+        "env = LinkEnvironment(spec)\n"
+        "try:\n"
+        "    asyncio.run(env.start())\n"
+        "except TestbedError as error:\n"
+        "    print(error)\n"
+        "    sys.exit(7)\n"
+    )
+    dropped = ["setpriv", "--inh-caps=-all", "--bounding-set=-all", "--"]
+    done = subprocess.run(
+        [*dropped, sys.executable, "-c", script],
+        capture_output=True,
+        text=True,
+        env=os.environ | {"PYTHONPATH": os.pathsep.join(sys.path)},
+        timeout=60,
+    )
+    assert done.returncode == 7, done.stderr
+    assert "cannot start here" in done.stdout and "network namespaces" in done.stdout
+    assert not any(name.startswith("geoslo-rcaps") for name in _namespaces())
+    with pytest.raises(TestbedError, match="not started"):
+        asyncio.run(LinkEnvironment(LinkSpec()).observe())

@@ -53,9 +53,11 @@ class NamespacePair:
     state_dir: str
 
     @classmethod
-    def create(cls, state_dir: Path) -> NamespacePair:
+    def create(cls, state_dir: Path, prefix: str = "geoslo") -> NamespacePair:
+        """``<prefix>-tx-<pid>`` and ``<prefix>-rx-<pid>``, joined and recorded."""
         pid = os.getpid()
-        pair = cls(f"geoslo-tx-{pid}", f"geoslo-rx-{pid}", f"gtx{pid}", f"grx{pid}", str(state_dir))
+        tx, rx = f"{prefix}-tx-{pid}", f"{prefix}-rx-{pid}"
+        pair = cls(tx, rx, f"gtx{pid}", f"grx{pid}", str(state_dir))
         Path(state_dir).mkdir(parents=True, exist_ok=True)
         pair._record()
         try:

@@ -1,12 +1,21 @@
 """The geo-replication MPC's real actuator (Dürango et al., CDC 2016): a veth link between
-two network namespaces shaped by HTB, three real TCP streams with measured backlogs.
-Reference: docs/replication-live.md."""
+two network namespaces shaped by HTB, three real TCP streams with measured backlogs, and
+``LinkEnvironment``, the link as the controller's environment handle. Reference:
+docs/replication-live.md."""
 
 from geoslo.live._netns import NamespacePair, cannot_run_reason, socket_in
+from geoslo.live.replication._environment import (
+    LinkEnvironment,
+    LinkSpec,
+    cumulative_mb,
+    images_started,
+)
 from geoslo.live.replication._htb import (
     CLASS_IDS,
     change_lines,
     class_bytes,
+    class_rates,
+    rebuild_lines,
     setup_lines,
     validate_shares,
 )
@@ -16,11 +25,17 @@ __all__ = [
     "CLASS_IDS",
     "DEFAULT_PORTS",
     "EgressLink",
+    "LinkEnvironment",
     "LinkMeasurement",
+    "LinkSpec",
     "NamespacePair",
     "cannot_run_reason",
     "change_lines",
     "class_bytes",
+    "class_rates",
+    "cumulative_mb",
+    "images_started",
+    "rebuild_lines",
     "setup_lines",
     "socket_in",
     "validate_shares",

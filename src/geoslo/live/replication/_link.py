@@ -27,7 +27,14 @@ import numpy as np
 from geoslo.errors import TestbedError
 from geoslo.live._netns import RX_IP, NamespacePair, run_in, socket_in
 from geoslo.live._processes import find_program
-from geoslo.live.replication._htb import change_lines, class_bytes, setup_lines, validate_shares
+from geoslo.live.replication._htb import (
+    change_lines,
+    class_bytes,
+    class_rates,
+    rebuild_lines,
+    setup_lines,
+    validate_shares,
+)
 
 __all__ = ["EgressLink", "LinkMeasurement", "DEFAULT_PORTS"]
 
@@ -104,6 +111,7 @@ class EgressLink:
         self.streams: list[_Stream] = []
         self._threads: list[threading.Thread] = []
         self._marks = (np.zeros(3), np.zeros(3), time.monotonic())
+        self.order: tuple[int, ...] | None = None  # strict priority in force, if any
 
     @classmethod
     def up(
@@ -112,9 +120,11 @@ class EgressLink:
         capacity_bps: float = 20e6,
         shares=(1 / 3, 1 / 3, 1 / 3),
         ports=DEFAULT_PORTS,
+        prefix: str = "geoslo",
     ) -> EgressLink:
-        """Namespaces, HTB with ``shares``, and the three connected streams."""
-        pair = NamespacePair.create(Path(state_dir))
+        """Namespaces (``<prefix>-tx-<pid>``, ``<prefix>-rx-<pid>``), HTB with ``shares``,
+        and the three connected streams."""
+        pair = NamespacePair.create(Path(state_dir), prefix)
         link = cls(pair, capacity_bps, ports)
         try:
             link._tc(setup_lines(pair.tx_dev, capacity_bps, shares, link.ports))
@@ -159,7 +169,21 @@ class EgressLink:
 
     def set_shares(self, shares) -> None:
         """Each stream's guaranteed minimum share of the link from now on."""
-        self._tc(change_lines(self.pair.tx_dev, self.capacity_bps, validate_shares(shares)))
+        shares = validate_shares(shares)
+        if self.order is None:
+            self._tc(change_lines(self.pair.tx_dev, self.capacity_bps, shares))
+        else:
+            self._tc(rebuild_lines(self.pair.tx_dev, self.capacity_bps, shares, self.ports))
+            self.order = None
+
+    def set_priority(self, order) -> None:
+        """Strict priority from now on, the first stream in ``order`` served first (PRIO):
+        the qdisc set up afresh unless this order is already in force."""
+        order = tuple(int(i) for i in order)
+        if order != self.order:
+            lines = rebuild_lines(self.pair.tx_dev, self.capacity_bps, (0, 0, 0), self.ports, order)
+            self._tc(lines)
+            self.order = order
 
     def measure(self) -> LinkMeasurement:
         received = np.array([s.received_bytes for s in self.streams], dtype=float)
@@ -178,6 +202,15 @@ class EgressLink:
         return class_bytes(
             run_in(self.pair.tx, [tc, "-s", "class", "show", "dev", self.pair.tx_dev])
         )
+
+    def class_rates(self) -> dict[str, tuple[float, int]]:
+        """The guaranteed rate (bit/s) and priority HTB holds per class now."""
+        tc = find_program("tc", "iproute2")
+        return class_rates(run_in(self.pair.tx, [tc, "class", "show", "dev", self.pair.tx_dev]))
+
+    def threads_alive(self) -> int:
+        """Sender and receiver threads still running (0 once ``down()`` has returned)."""
+        return sum(thread.is_alive() for thread in self._threads)
 
     def down(self) -> None:
         """Stop the streams, close the sockets, delete the namespaces (and the qdisc)."""
