@@ -25,12 +25,13 @@ __all__ = ["steady_state_crossings", "copy_factor_runs", "trained_models"]
 
 
 def trained_models(
-    perf: ServerPerformance, seed: int = 0
+    perf: ServerPerformance, seed: int = 0, threshold_ms: float = 100.0, percentile: float = 99.0
 ) -> tuple[SteadyStateModel, CopyDurationModel, np.ndarray]:
-    """§5.4 on the simulated servers: the crossing of each of the paper's mixes, then the
-    logistic fit; copies at several rates and loads, then the linear fit. Returns both
-    models and the crossings (req/s, per mix)."""
-    crossings = steady_state_crossings(perf, PAPER_MIXES_READ_FRACTION, seed=seed)
+    """§5.4 on the simulated servers: the crossing of each of the paper's mixes (the SLO:
+    ``percentile`` under ``threshold_ms``), then the logistic fit; copies at several rates
+    and loads, then the linear fit. Returns both models and the crossings (req/s, per mix)."""
+    mixes = PAPER_MIXES_READ_FRACTION
+    crossings = steady_state_crossings(perf, mixes, threshold_ms, percentile, seed=seed)
     steady = fit_steady_state(*mix_crossing_samples(PAPER_MIXES_READ_FRACTION, crossings))
     rng = np.random.default_rng(seed)
     rates = rng.uniform(0.5e6, 8e6, 120)  # around the paper's 4 MB/s
