@@ -75,9 +75,12 @@ class TestbedSettings(BaseModel):
     rtt_ms: float = Field(
         100.0, ge=0, le=1000, description="Virginia-Tokyo RTT (§5.2.2 gives none; ~150 real)."
     )
-    virginia_threads: int = Field(1, ge=0, le=64, description="Virginia's client sessions.")
+    virginia_threads: int = Field(2, ge=0, le=64, description="Virginia's client sessions.")
     tokyo_threads: int = Field(
-        4, ge=0, le=64, description="Tokyo's client sessions (Tokyo's daytime: the busier)."
+        8, ge=0, le=64, description="Tokyo's client sessions (Tokyo's daytime: the busier)."
+    )
+    think_ms: float = Field(
+        200.0, ge=0, le=60_000, description="Each session's pause between requests."
     )
     step_timeout_s: float = Field(30.0, gt=0, le=600, description="A reconfiguration step's limit.")
     state_dir: str | None = Field(None, description="Logs and data; default a temporary folder.")
@@ -101,7 +104,7 @@ def _environment(e: BaseModel, interval_s: float):
     settings = ZkLiveSettings(rtt_ms=e.rtt_ms, step_timeout_s=e.step_timeout_s)
     threads = {"virginia": e.virginia_threads, "tokyo": e.tokyo_threads}
     state_dir = Path(e.state_dir) if e.state_dir else None
-    return ZkEnsembleEnvironment(settings, threads, interval_s, state_dir)
+    return ZkEnsembleEnvironment(settings, threads, interval_s, state_dir, think_ms=e.think_ms)
 
 
 def build(controller: BaseModel, environment: BaseModel, interval_s: float) -> Service:
@@ -172,8 +175,9 @@ read_fraction = 0.9            # §5.1: reads to writes 9:1
 seed = 0
 # For kind = "testbed" instead (and none of the keys above but kind):
 # rtt_ms = 100.0               # Virginia-Tokyo (§5.2.2 gives none)
-# virginia_threads = 1         # each site's closed-loop client sessions
-# tokyo_threads = 4
+# virginia_threads = 2         # each site's client sessions (Tokyo's daytime: the busier)
+# tokyo_threads = 8
+# think_ms = 200.0             # each session's pause between requests
 # step_timeout_s = 30.0        # one reconfiguration step's limit
 
 [controller]

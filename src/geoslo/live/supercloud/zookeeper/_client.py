@@ -1,5 +1,6 @@
 """One site's closed-loop client (§5.2.2): ``threads`` workers, one ZooKeeper session
-each, read:write 9:1; a read gets a 1 KB znode, a write overwrites the site's 1 KB znode.
+each, read:write 9:1, each pausing ``think_ms`` between operations (0 in §5.2.2's runs);
+a read gets a 1 KB znode, a write overwrites the site's 1 KB znode.
 
 Run inside the site's namespace as ``python -m geoslo.live.supercloud.zookeeper._client <config>``.
 Every operation becomes a line ``[end_unix_s, "r"|"w", latency_ms, ok]`` in the output
@@ -37,6 +38,7 @@ class ClientConfig(JsonConfigFile):
     op_timeout_s: float
     out_path: str
     seed: int
+    think_ms: float = 0.0  # a worker's pause after each operation (0: back to back)
 
 
 class _Worker(threading.Thread):
@@ -73,6 +75,8 @@ class _Worker(threading.Thread):
             self.sink("r" if is_read else "w", start_s, end_s, ok)
             if not ok:
                 time.sleep(_BACKOFF_S)
+            if c.think_ms:
+                self.stop.wait(c.think_ms / 1e3)
 
 
 def main(argv: list[str]) -> None:

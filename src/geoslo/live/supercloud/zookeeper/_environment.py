@@ -88,8 +88,11 @@ class _Started:
 
 class ZkEnsembleEnvironment:
     """§5.2.2's live ensemble under the placement loop. ``client_threads`` sets each
-    site's closed-loop workers (sessions); ``ids_per_site`` bounds the server ids (and
-    addresses) each site can use, reused when all are spent."""
+    site's closed-loop workers (sessions), each pausing ``think_ms`` after an operation
+    so that what a site asks for, not how near the servers are, sets its count (with
+    no pause the site nearest the servers would always look the busiest);
+    ``ids_per_site`` bounds the server ids (and addresses) each site can use, reused when
+    all are spent."""
 
     simulated = False
     sites = SITES
@@ -101,12 +104,16 @@ class ZkEnsembleEnvironment:
         interval_s: float,
         state_dir: Path | None = None,
         ids_per_site: int = 8,
+        think_ms: float = 200.0,
     ) -> None:
         if set(client_threads) != set(SITES) or min(client_threads.values()) < 0:
             raise ConfigError("client_threads", f"must give each of {SITES} a count >= 0")
         if not 3 <= ids_per_site <= 60:
             raise ConfigError("ids_per_site", f"must be 3..60, got {ids_per_site}")
+        if not 0 <= think_ms <= 60_000:
+            raise ConfigError("think_ms", f"must be 0..60000 ms, got {think_ms}")
         self.settings = settings
+        self.think_ms = float(think_ms)
         self.client_threads = dict(client_threads)
         self.interval_s = float(interval_s)
         self._own_dir = state_dir is None
@@ -241,7 +248,7 @@ class ZkEnsembleEnvironment:
             config = ClientConfig(
                 site, self._client_hosts(site), self.client_threads[site], s.read_fraction,
                 READ_PATH, f"/geoslo/write-{site}", s.value_bytes, s.session_timeout_s,
-                s.op_timeout_s, str(self._ops_path(site)), s.seed + k,
+                s.op_timeout_s, str(self._ops_path(site)), s.seed + k, self.think_ms,
             )  # fmt: skip
             path = self.state_dir / f"client-{site}.json"
             config.write(path)
