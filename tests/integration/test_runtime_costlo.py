@@ -1,0 +1,144 @@
+"""`geoslo run` drives CosTLO's loop (§5.2) on the simulated clouds and on real Redis
+servers with injected stalls, with and without --dry-run; and the testbed's client library
+issues exactly the configuration a plan hands it."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from _cli import geoslo
+from geoslo.control.costlo import Configuration, CostloLoop, EpochPlan, GetTuple, SearchLimits, Slo
+from geoslo.live._processes import process_alive
+from geoslo.live.costlo import CostloTestbed
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
+
+SIMULATOR = """\
+system = "costlo"
+[environment]
+kind = "simulator"
+prefixes = [0, 3]
+samples = 1000
+operations = 10000
+[controller]
+get_slo_ms = 30.0
+[service]
+listen = "127.0.0.1:0"
+intervals = 3
+"""
+
+TESTBED = """\
+system = "costlo"
+interval_s = 2.0
+[environment]
+kind = "testbed"
+state_dir = "{state_dir}"
+servers_per_region = 2
+objects = 100
+agent_pairs = 150
+rate_rps = 80.0
+[controller]
+get_slo_ms = 5.0
+[service]
+listen = "127.0.0.1:0"
+intervals = 3
+observe_timeout_s = 30.0
+"""
+
+
+def run(tmp_path: Path, text: str, *flags: str) -> list[dict]:
+    path = tmp_path / "costlo.toml"
+    path.write_text(text)
+    result = geoslo("run", str(path), *flags)
+    assert result.returncode == 0, result.stderr[-2000:]
+    return [json.loads(line) for line in result.stderr.splitlines() if line.startswith("{")]
+
+
+def events(lines: list[dict], name: str) -> list[dict]:
+    return [line for line in lines if line["event"] == name]
+
+
+@pytest.mark.parametrize("flags", [(), ("--dry-run",)])
+def test_run_on_the_simulator(tmp_path, flags):
+    lines = run(tmp_path, SIMULATOR, *flags)
+    intervals = events(lines, "interval")
+    assert [i["interval"] for i in intervals] == [1, 2, 3]
+    assert all(i["status"] == "feasible" and not i["errors"] for i in intervals)
+    assert all(i["objective"] > 0 for i in intervals)  # USD per month of both prefixes
+    plans = events(lines, "dry_run")
+    if flags:
+        assert len(plans) == 3
+        assert len(plans[0]["plan"]["prefixes"]) == 2  # one configuration per prefix
+    else:
+        assert not plans and all(i["applied"] for i in intervals)
+
+
+def _recorded_pids(state_dir: Path) -> list[int]:
+    return [p["pid"] for p in json.loads((state_dir / "cluster.json").read_text())["processes"]]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("flags", [(), ("--dry-run",)])
+def test_run_on_the_testbed_stops_everything_it_started(tmp_path, needs_redis, flags):
+    state_dir = tmp_path / "state"
+    lines = run(tmp_path, TESTBED.format(state_dir=state_dir), *flags)
+    intervals = events(lines, "interval")
+    assert [i["interval"] for i in intervals] == [1, 2, 3]
+    assert all(i["status"] in ("feasible", "infeasible") for i in intervals), intervals
+    assert all(not i["errors"] for i in intervals), intervals
+    assert len(events(lines, "dry_run")) == (3 if flags else 0)
+    assert len(list(state_dir.glob("redis-serving-*.log"))) == 2  # it did start them
+    assert _processes_mentioning(state_dir) == []  # and they have all exited
+
+
+def _processes_mentioning(state_dir: Path) -> list[int]:
+    """PIDs whose command line names ``state_dir`` (every process the cluster starts
+    does: Redis's --dir, the relays' and lock services' config files)."""
+    found = []
+    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+        try:
+            text = cmdline.read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        if str(state_dir) in text:
+            found.append(int(cmdline.parent.name))
+    return found
+
+
+async def _applied(env: CostloTestbed, configuration: Configuration) -> list:
+    """Observe once, apply a plan holding ``configuration``, and the next epoch's GETs."""
+    loop = CostloLoop(Slo(get_ms=5.0), SearchLimits(max_copies=2, allow_second_region=False))
+    plan = loop.step(await env.observe())
+    selection = replace(plan.selections["local"], configuration=configuration)
+    await env.apply(EpochPlan(2, {"local": selection}, {"local": "feasible"}, plan.outcome))
+    await env.observe()  # GETs under the old client, and the switch
+    await asyncio.sleep(1.0)
+    await env.observe()
+    return env.last_records
+
+
+def test_the_client_library_issues_the_plans_configuration(tmp_path, needs_redis):
+    always_two_copies = Configuration(serving=GetTuple(2, 1), get_timeout_ms=0.0)
+
+    async def scenario() -> tuple[list, list[int]]:
+        env = CostloTestbed(tmp_path / "state", servers_per_region=2, objects=50, agent_pairs=50)
+        await env.start()
+        try:
+            pids = _recorded_pids(tmp_path / "state")
+            records = await _applied(env, always_two_copies)
+            assert env.configuration == always_two_copies
+        finally:
+            await env.close()
+        return records, pids
+
+    records, pids = asyncio.run(scenario())
+    assert len(records) > 20
+    assert all(r.storage_requests == 2 and r.redundant for r in records)
+    assert np.mean([r.winner is not None for r in records]) == 1.0
+    assert pids and not any(process_alive(pid) for pid in pids)  # close() waited for them
