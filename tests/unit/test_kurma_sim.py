@@ -55,6 +55,8 @@ def test_exported_names():
         "Crossings",
         "measure_crossings",
         "calibrate_backend",
+        "KurmaSimEnvironment",
+        "interval_measurements",
     }
 
 

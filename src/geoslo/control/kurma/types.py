@@ -11,6 +11,7 @@ from geoslo.errors import ConfigError
 from geoslo.models import SloSurface
 
 if TYPE_CHECKING:
+    from geoslo.control import Outcome
     from geoslo.control.kurma.problem import KurmaPlan
 
 __all__ = ["KurmaConfig", "KurmaObservation", "KurmaModel", "IntervalMeasurements", "Routing"]
@@ -90,3 +91,8 @@ class Routing:
 
     fractions: np.ndarray
     plan: KurmaPlan
+
+    @property
+    def outcome(self) -> Outcome:
+        """The plan's outcome: how the decision behind this routing ended."""
+        return self.plan.outcome

@@ -14,7 +14,7 @@ import numpy as np
 
 from geoslo.control.kurma import IntervalMeasurements, KurmaConfig, KurmaController, KurmaModel
 from geoslo.experiments.kurma._scenario import SLO_MS, Scenario
-from geoslo.sim.kurma import RequestLevelSim
+from geoslo.sim.kurma import RequestLevelSim, interval_measurements
 
 __all__ = ["PolicyRun", "run_policy", "POLICIES", "KERNEL_POLICIES"]
 
@@ -34,7 +34,6 @@ MODEL_POLICIES = {
 }
 POLICIES = tuple(KERNEL_POLICIES) + tuple(MODEL_POLICIES)
 INTERVAL_S = 2.5  # §6
-PROBES_PER_SECOND = 15  # 3 probes every 200 ms, §6
 
 
 @dataclass(frozen=True)
@@ -85,16 +84,7 @@ def to_measurements(
     stats, base_rtt_ms: np.ndarray, pool_ms: np.ndarray, rng
 ) -> IntervalMeasurements:
     """What Kurma's instances measure and exchange after an interval (§6)."""
-    probes = rng.choice(pool_ms, size=base_rtt_ms.shape + (PROBES_PER_SECOND,)).min(axis=-1)
-    return IntervalMeasurements(
-        duration_s=stats.duration_s,
-        arrivals=stats.arrivals,
-        writes=stats.writes,
-        requests=stats.requests,
-        violations=stats.violations,
-        min_response_ms=stats.min_response_ms[..., -1],
-        probe_rtt_ms=base_rtt_ms + probes,
-    )
+    return interval_measurements(stats, base_rtt_ms, pool_ms, rng)
 
 
 def run_policy(

@@ -3,6 +3,7 @@ by the WAN emulator, the client library that routes and measures requests, its r
 policies, the open-loop load generator and one Kurma instance process per site."""
 
 from geoslo.live.kurma._client import RequestLog, SiteClient
+from geoslo.live.kurma._environment import KurmaTestbedEnvironment
 from geoslo.live.kurma._instance import (
     InstanceConfig,
     measurements_from_states,
@@ -16,6 +17,7 @@ from geoslo.live.kurma._testbed import Testbed, TestbedSpec, canonical_sites, de
 __all__ = [
     "POLICY_NAMES",
     "InstanceConfig",
+    "KurmaTestbedEnvironment",
     "LoadgenConfig",
     "RequestLog",
     "RoutingPolicy",

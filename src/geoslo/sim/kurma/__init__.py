@@ -3,10 +3,12 @@
 The simulator is an environment (Kurma sections 4 and 7.1): a controller calls
 ``RequestLevelSim.run(interval_s, rates_fraction)`` and reads ``IntervalStats``;
 the adaptive baselines of section 7.1 (GlobalRR, LatencyAware, DynamicSnitch, C3)
-run inside the kernel as policies.
+run inside the kernel as policies. ``KurmaSimEnvironment`` is the simulator as
+``geoslo run`` drives it (observe one interval, apply the routing).
 """
 
 from geoslo.sim.kurma._env import DEFAULT_POLICY_PARAMS, POLICIES, IntervalStats, RequestLevelSim
+from geoslo.sim.kurma._environment import KurmaSimEnvironment, interval_measurements
 from geoslo.sim.kurma._params import (
     DEFAULT_RESIDUAL_WAN_MEAN_MS,
     DEFAULT_RESIDUAL_WAN_SHAPE,
@@ -23,6 +25,8 @@ __all__ = [
     "DEFAULT_RESIDUAL_WAN_SHAPE",
     "residual_wan_samples_ms",
     "RequestLevelSim",
+    "KurmaSimEnvironment",
+    "interval_measurements",
     "IntervalStats",
     "POLICIES",
     "DEFAULT_POLICY_PARAMS",

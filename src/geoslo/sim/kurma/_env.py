@@ -113,7 +113,8 @@ class RequestLevelSim:
 
     Each site is a :class:`BackendParams` backend; clients at site ``i`` issue a
     Poisson stream at ``rate_traces[i][second]`` req/s; the policy sends each request
-    to a site (and, for global_rr / latency_aware / c3, to a server).
+    to a site (and, for global_rr / latency_aware / c3, to a server). With
+    ``repeat_traces`` second ``s`` reads ``rate_traces[i][s % len]`` (a service that runs on).
     """
 
     def __init__(
@@ -129,6 +130,7 @@ class RequestLevelSim:
         seed: int = 0,
         policy: str = "rates",
         policy_params: dict | None = None,
+        repeat_traces: bool = False,
     ) -> None:
         self.site_names = list(site_names)
         n = len(self.site_names)
@@ -142,6 +144,7 @@ class RequestLevelSim:
         if len(rate_traces) != n:
             raise InputError("rate_traces", f"needs one trace per site ({n})")
         self._traces = [np.asarray(tr, dtype=float) for tr in rate_traces]
+        self.repeat_traces = repeat_traces  # a long-running environment wraps around
         for i, tr in enumerate(self._traces):
             if tr.ndim != 1 or tr.size == 0 or np.any(~np.isfinite(tr)) or np.any(tr < 0):
                 raise InputError(f"rate_traces[{i}]", "must be a 1-D array of rates >= 0")
@@ -297,9 +300,9 @@ class RequestLevelSim:
         times = []
         for i in range(n):
             tr = self._traces[i]
-            if sec >= tr.size:
+            if sec >= tr.size and not self.repeat_traces:
                 raise InputError(f"rate_traces[{i}]", f"has no rate for second {sec}")
-            rate = tr[sec]
+            rate = tr[sec % tr.size]
             span = t1_ms - t0_ms
             if rate <= 0:
                 times.append(np.empty(0))

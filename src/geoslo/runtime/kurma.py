@@ -1,0 +1,334 @@
+"""``geoslo run`` for Kurma (Bogdanov et al., SoCC 2018): every interval, the sites' measured
+demand and SLO violations in, the redirect fractions of KurmaPerf or KurmaCost out (§5, §6).
+
+One controller decides for every site: after §6's synchronised exchange every instance holds
+the same state and solves the same problem, so one :class:`KurmaController` stands for them
+all (per-site agents are a later issue).
+
+Environments: ``kind = "simulator"``, the request-level simulator of §7.1 under a Trace-1-like
+or Trace-2-like workload (one interval per observation); ``kind = "testbed"``, the local
+testbed of Redis servers and the WAN emulator with open-loop clients per site.
+
+The model (each site's SLO curves, §4) is built at start-up, in ``build``: on the simulator by
+profiling the simulated backend open-loop at a small scale (``curves = "profiled"``, §4.1;
+about 5 s on 2 busy cores with the defaults), or from the M/M/c formula at the measured
+saturation point (``curves = "mmc"``, §7.1.1's baseline; about 2 s); on the testbed from the
+M/M/1 formula of its servers (milliseconds). ``model_build_s`` is an observation gauge.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from typing import Annotated, Any, Literal
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field
+
+from geoslo.control.kurma import (
+    IntervalMeasurements,
+    KurmaConfig,
+    KurmaController,
+    KurmaModel,
+    Routing,
+)
+from geoslo.errors import ConfigError
+from geoslo.runtime._service import Service, System
+
+__all__ = ["SYSTEM", "ControllerSettings", "SimulatorSettings", "TestbedSettings"]
+
+DEFAULT_INTERVAL_S = 2.5  # §6: the model is recomputed every 2.5 s
+_FROZEN = ConfigDict(extra="forbid", frozen=True)
+LoadFraction = Annotated[float, Field(ge=0, le=2, allow_inf_nan=False)]
+
+
+class ControllerSettings(BaseModel):
+    """The ``[controller]`` table: Kurma's knobs (defaults: §5-§7)."""
+
+    model_config = _FROZEN
+
+    objective: Literal["perf", "cost"] = Field(
+        "perf", description="KurmaPerf (model 1) or KurmaCost (model 2), §5."
+    )
+    slo_ms: float = Field(30.0, gt=0, le=10_000, description="§7: 30 ms at the 95th percentile.")
+    slo_violation_target: float = Field(
+        0.05, gt=0, lt=1, description="rho, §5 and §7: 5% for a 95th-percentile SLO."
+    )
+    quantum_fraction: float = Field(
+        0.01, gt=0, le=1, description="Load balancing quantum, 1% of capacity (§5.2, §7.1)."
+    )
+    rate_window_s: float = Field(5.0, gt=0, le=3600, description="Demand averaged over 5 s, §7.1.")
+    base_rtt_window_s: float = Field(
+        1.0, gt=0, le=3600, description="Base RTT: min response over 1 s minus min service, §6."
+    )
+    solve_time_limit_s: float = Field(
+        1.0, gt=0, le=3600, description="The solve's limit (ours; well inside the interval)."
+    )
+    curves: Literal["profiled", "mmc"] = Field(
+        "profiled",
+        description="SLO curves from profiling the simulated backend (§4.1), or the M/M/c "
+        "formula (§7.1.1's baseline). The testbed always uses its servers' M/M/1 formula.",
+    )
+    profile_points: int = Field(16, ge=4, le=64, description="Loads profiled (ours).")
+    profile_seconds: float = Field(
+        30.0, gt=0, le=600, description="Simulated seconds per profiled load (the paper: 5 min)."
+    )
+
+
+class SimulatorSettings(BaseModel):
+    """``kind = "simulator"``: Table 2's three sites in the request-level simulator (§7.1)."""
+
+    model_config = _FROZEN
+
+    kind: Literal["simulator"]
+    trace: Literal["trace1", "trace2"] = Field(
+        "trace1", description="Trace-1-like (one site busy) or Trace-2-like (even), §7, Table 2."
+    )
+    busiest_of_5pct: float = Field(
+        0.85, gt=0, le=3, description="Trace-1's busiest site, mean load over its 5% point."
+    )
+    write_fraction: float = Field(0.0, ge=0, le=1, description="Writes reach every site, §7.1.2.")
+    routing_changes: bool = Field(True, description="Base RTTs move within Table 2's ranges.")
+    seed: int = Field(0, ge=0, description="Seed of the simulator and of the profile.")
+
+
+class TestbedSettings(BaseModel):
+    """``kind = "testbed"``: Redis servers per site and the WAN emulator (docs/live.md)."""
+
+    model_config = _FROZEN
+    __test__ = False  # not a pytest class
+
+    kind: Literal["testbed"]
+    sites: tuple[str, ...] = Field(
+        ("London", "Ireland", "Frankfurt"), min_length=2, max_length=3, description="§7, Table 2."
+    )
+    servers_per_site: int = Field(2, ge=1, le=8, description="Redis servers per site.")
+    service_mean_ms: float = Field(
+        2.0, gt=0, le=1000, description="Each request's mean work on a server (exponential)."
+    )
+    load_fraction: tuple[LoadFraction, ...] = Field(
+        (0.6, 0.25, 0.2),
+        min_length=2,
+        max_length=3,
+        description="Each site's open-loop load over its nominal capacity (one busy site, as "
+        "Trace-1's imbalance, §7).",
+    )
+    write_fraction: float = Field(0.02, ge=0, le=1, description="Writes reach every site.")
+    residual_rtt_mean_ms: float = Field(0.5, ge=0, le=100, description="WAN jitter over the base.")
+    state_dir: str | None = Field(None, description="Testbed state and logs; default a temp dir.")
+    seed: int = Field(0, ge=0, description="Seed of the arrivals, keys and WAN schedules.")
+
+
+# --- the model -------------------------------------------------------------------------------
+
+
+def _simulator_model(c: ControllerSettings, e: SimulatorSettings):
+    """(scenario, KurmaModel): the simulated backend profiled at a small scale (§4.1)."""
+    from geoslo.experiments.kurma._runs import kurma_model
+    from geoslo.experiments.kurma._scenario import SLO_MS, build_scenario
+    from geoslo.experiments.kurma._settings import Settings
+
+    if c.slo_ms != SLO_MS:
+        raise ConfigError("controller.slo_ms", f"the simulator's profile is for {SLO_MS:g} ms")
+    settings = Settings(
+        profile_seconds=c.profile_seconds,
+        profile_points=c.profile_points,
+        write_fractions=(0.0, 0.1, 0.2) if e.write_fraction > 0 else (0.0,),
+    )
+    scenario = build_scenario(settings, e.seed)
+    return scenario, kurma_model(scenario, mmc=c.curves == "mmc")
+
+
+def _testbed_model(c: ControllerSettings, e: TestbedSettings) -> KurmaModel:
+    """Each site's servers as independent M/M/1 queues, a request at a random server (§4)."""
+    from geoslo.dist import LatencyDistribution
+    from geoslo.models import SloSurface, mmc_violation_surface
+
+    per_server_rps = 1000.0 / e.service_mean_ms
+    capacity = e.servers_per_site * per_server_rps
+    loads = np.linspace(0.0, 0.98 * capacity, 40)
+    bases = np.arange(0.0, 41.0)  # a curve per whole ms of base RTT, §6
+    residual = (
+        LatencyDistribution.exponential(e.residual_rtt_mean_ms)
+        if e.residual_rtt_mean_ms > 0
+        else None
+    )
+    violation = mmc_violation_surface(
+        1, per_server_rps, loads / e.servers_per_site, c.slo_ms, bases, residual
+    )
+    surface = SloSurface(bases, np.array([0.0]), loads, violation[:, None, :])
+    n = len(e.sites)
+    return KurmaModel(tuple(e.sites), np.full(n, capacity), (surface,) * n, 0.0)
+
+
+def _kurma_config(c: ControllerSettings, interval_s: float) -> KurmaConfig:
+    return KurmaConfig(
+        objective=c.objective,
+        interval_s=interval_s,
+        rate_window_s=c.rate_window_s,
+        base_rtt_window_s=c.base_rtt_window_s,
+        slo_ms=c.slo_ms,
+        slo_violation_target=c.slo_violation_target,
+        quantum_fraction=c.quantum_fraction,
+        solve_time_limit_s=c.solve_time_limit_s,
+    )
+
+
+# --- environments ----------------------------------------------------------------------------
+
+
+def _simulator(c: ControllerSettings, e: SimulatorSettings, interval_s: float):
+    from geoslo.experiments.kurma._traces import trace_pair
+    from geoslo.sim.kurma import KurmaSimEnvironment
+
+    scenario, model = _simulator_model(c, e)
+    trace1, trace2 = trace_pair(scenario.local_5pct_rps, 30.0, e.busiest_of_5pct)
+    traces = (trace1 if e.trace == "trace1" else trace2).rates_rps
+    topology = scenario.topology(len(traces[0]), routing_changes=e.routing_changes)
+    environment = KurmaSimEnvironment(
+        site_names=scenario.sites,
+        backend=scenario.backend,
+        rate_traces=traces,
+        base_rtt_ms=topology.base_rtt_matrix_ms,
+        residual_rtt_samples_ms=scenario.residual_pool_ms,
+        interval_s=interval_s,
+        write_fraction=e.write_fraction,
+        slo_ms=c.slo_ms,
+        seed=e.seed,
+    )
+    return model, environment
+
+
+def _testbed(c: ControllerSettings, e: TestbedSettings, interval_s: float):
+    from geoslo.live.kurma import KurmaTestbedEnvironment, TestbedSpec
+
+    if len(e.load_fraction) != len(e.sites):
+        raise ConfigError("environment.load_fraction", f"give one per site ({len(e.sites)})")
+    spec = TestbedSpec(
+        sites=e.sites,
+        servers_per_site=e.servers_per_site,
+        service_mean_ms=e.service_mean_ms,
+        residual_rtt_mean_ms=e.residual_rtt_mean_ms,
+        seed=e.seed,
+    )
+    capacity = e.servers_per_site * 1000.0 / e.service_mean_ms
+    environment = KurmaTestbedEnvironment(
+        spec,
+        [f * capacity for f in e.load_fraction],
+        interval_s=interval_s,
+        write_fraction=e.write_fraction,
+        slo_ms=c.slo_ms,
+        base_rtt_window_s=c.base_rtt_window_s,
+        state_dir=e.state_dir,
+        seed=e.seed,
+    )
+    return _testbed_model(c, e), environment
+
+
+def build(controller: BaseModel, environment: BaseModel, interval_s: float) -> Service:
+    """The Kurma controller and its environment (nothing started yet); the model is built
+    here, and how long that took is the ``model_build_s`` gauge."""
+    assert isinstance(controller, ControllerSettings)
+    started = time.perf_counter()
+    if isinstance(environment, SimulatorSettings):
+        model, env = _simulator(controller, environment, interval_s)
+    else:
+        assert isinstance(environment, TestbedSettings)
+        model, env = _testbed(controller, environment, interval_s)
+    build_s = time.perf_counter() - started
+    kurma = KurmaController(model, _kurma_config(controller, interval_s))
+
+    def observation_gauges(m: IntervalMeasurements) -> Mapping[str, float]:
+        return {"model_build_s": build_s, **_observation_gauges(model.sites, m)}
+
+    return Service(
+        system="kurma",
+        controller=kurma,
+        environment=env,
+        interval_s=interval_s,
+        plan_gauges=lambda routing: plan_gauges(model.sites, routing),
+        observation_gauges=observation_gauges,
+        plan_record=lambda routing: plan_record(model.sites, routing),
+    )
+
+
+def plan_gauges(sites: tuple[str, ...], routing: Routing) -> Mapping[str, float]:
+    """Each pair's redirect fraction and planned rate, and each site's expected violations."""
+    gauges: dict[str, float] = {}
+    plan = routing.plan
+    for i, src in enumerate(sites):
+        gauges[f"expected_violation_fraction:{src}"] = float(plan.site_violation_fraction[i])
+        for j, dst in enumerate(sites):
+            gauges[f"redirect_fraction:{src}->{dst}"] = float(routing.fractions[i, j])
+            gauges[f"rate_rps:{src}->{dst}"] = float(plan.rates_rps[i, j])
+    gauges["redirected_rps"] = float(plan.redirected_rps)
+    gauges["gap"] = float(plan.gap)
+    return gauges
+
+
+def _observation_gauges(sites: tuple[str, ...], m: IntervalMeasurements) -> dict[str, float]:
+    """Each site's demand and its requests' violation fraction in the interval."""
+    requests = np.asarray(m.requests, dtype=float)
+    violations = np.asarray(m.violations, dtype=float)
+    gauges: dict[str, float] = {}
+    for i, site in enumerate(sites):
+        gauges[f"demand_rps:{site}"] = float(m.arrivals[i]) / m.duration_s
+        sent = requests[i].sum()
+        gauges[f"violation_fraction:{site}"] = float(violations[i].sum() / sent) if sent else 0.0
+    return gauges
+
+
+def plan_record(sites: tuple[str, ...], routing: Routing) -> Mapping[str, Any]:
+    """The plan for the structured log and the dry run: its plan.json and the fractions."""
+    return {
+        "sites": list(sites),
+        "fractions": np.asarray(routing.fractions, dtype=float).round(6).tolist(),
+        **routing.plan.to_dict(),
+    }
+
+
+EXAMPLE_CONFIG = """\
+# geoslo run: Kurma, SLO-aware geo-distributed load balancing (Bogdanov et al., SoCC 2018).
+system = "kurma"
+interval_s = 2.5               # §6: the redirect rates are recomputed every 2.5 s
+
+[environment]
+kind = "simulator"             # §7.1's request-level simulator; "testbed": Redis + WAN emulator
+trace = "trace1"               # §7, Table 2: "trace1" one site busy, "trace2" even and tight
+busiest_of_5pct = 0.85         # Trace-1's busiest site: mean load over its 5% point
+write_fraction = 0.0           # writes reach every site (§7.1.2)
+routing_changes = true         # base RTTs move within Table 2's ranges
+seed = 0
+# For kind = "testbed" instead (of the keys above, only kind, write_fraction and seed):
+# sites = ["London", "Ireland", "Frankfurt"]
+# servers_per_site = 2         # Redis servers per site (docs/live.md's calibration)
+# service_mean_ms = 2.0        # each request's mean work on a server
+# load_fraction = [0.6, 0.25, 0.2]   # each site's open-loop load over its capacity
+# write_fraction = 0.02
+# residual_rtt_mean_ms = 0.5   # WAN jitter over the base RTT
+# state_dir = "/tmp/geoslo-kurma"    # default: a temporary folder
+
+[controller]
+objective = "perf"             # §5: "perf" KurmaPerf (1), "cost" KurmaCost (2)
+slo_ms = 30.0                  # §7: 30 ms at the 95th percentile
+slo_violation_target = 0.05    # rho, §5 and §7
+quantum_fraction = 0.01        # §5.2, §7.1: 1% of a site's capacity
+rate_window_s = 5.0            # §7.1: demand averaged over 5 s
+base_rtt_window_s = 1.0        # §6: base RTT = min response over 1 s - min service time
+solve_time_limit_s = 1.0       # ours: well inside the interval
+curves = "profiled"            # §4.1 profile of the simulated backend; "mmc": §7.1.1's M/M/c
+profile_points = 16            # start-up profile: loads x simulated seconds each (~3-5 s)
+profile_seconds = 30.0
+
+[service]
+intervals = 0                  # 0: run until SIGTERM
+"""
+
+SYSTEM = System(
+    name="kurma",
+    default_interval_s=DEFAULT_INTERVAL_S,
+    controller_settings=ControllerSettings,
+    environments={"simulator": SimulatorSettings, "testbed": TestbedSettings},
+    build=build,
+    example_config=EXAMPLE_CONFIG,
+)
