@@ -22,7 +22,7 @@ PACKAGES = {
     "geoslo.sim.kurma": {"RequestLevelSim", "BackendParams", "profile_site"},
     "geoslo.report": {"Report", "load_paper_values", "progress"},
     "geoslo.experiments.kurma": {"reproduce", "reproduce_live", "Settings", "build_scenario"},
-    "geoslo.live": {"ManagedProcess", "RedisConnection", "DelayPath", "MetricsRegistry"},
+    "geoslo.live": {"ManagedProcess", "RedisConnection", "DelayPath", "MetricsServer"},
     "geoslo.live.kurma": {"Testbed", "TestbedSpec", "SiteClient", "replay", "start_instance"},
     "geoslo.live.costlo": {"CostloClient", "VmLibrary", "CostloCluster", "LockService"},
     "geoslo.control.costlo": {"Configuration", "decide", "parse_problem", "selection_to_dict"},

@@ -1,11 +1,12 @@
-"""Which sites take part in a round, from the states the instance holds (Kurma §6, §9)."""
+"""Which sites take part in a round, from the states the instance holds (Kurma §6, §9), and
+which state messages it takes at all."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from geoslo.live.kurma._instance import measurements_from_states
+from geoslo.live.kurma._instance import _valid_state, measurements_from_states
 
 N = 3
 
@@ -19,6 +20,7 @@ def state(site: int, round_k: int, backend_up: bool = True, arrivals: int = 100)
         "writes": arrivals // 10,
         "requests": [arrivals if j == site else 5 for j in range(N)],
         "violations": [1, 0, 0],
+        "wan_bytes": [0 if j == site else 750 for j in range(N)],
         "min_response_ms": [0.3 if j == site else None for j in range(N)],
         "probe_rtt_ms": [None if j == site else 12.5 for j in range(N)],
     }
@@ -56,3 +58,47 @@ def test_a_site_that_comes_back_is_readmitted():
     assert not measurements_from_states(states, 12, N, 2.5).available[1]
     states[1] = state(1, 12)
     assert measurements_from_states(states, 12, N, 2.5).available[1]
+
+
+def with_field(key, value):
+    message = {"type": "state", **state(1, 10)}
+    if value is DROP:
+        del message[key]
+    else:
+        message[key] = value
+    return message
+
+
+DROP = object()
+
+
+@pytest.mark.parametrize(
+    ("message", "valid"),
+    [
+        ({"type": "state", **state(1, 10)}, True),
+        (with_field("min_response_ms", [None, None, None]), True),
+        (with_field("arrivals", 12.5), True),
+        (with_field("site", 0), False),  # claims to be the receiving site itself
+        (with_field("site", 3), False),
+        (with_field("site", -1), False),
+        (with_field("site", "1"), False),
+        (with_field("site", True), False),
+        (with_field("round", DROP), False),
+        (with_field("round", 1.5), False),
+        (with_field("backend_up", 1), False),
+        (with_field("arrivals", -1), False),
+        (with_field("arrivals", float("nan")), False),
+        (with_field("writes", None), False),
+        (with_field("requests", [1, 2]), False),  # one site short
+        (with_field("requests", [1, 2, 3, 4]), False),
+        (with_field("requests", [1, None, 3]), False),
+        (with_field("violations", "0,0,0"), False),
+        (with_field("wan_bytes", DROP), False),
+        (with_field("min_response_ms", [0.3, float("inf"), None]), False),
+        (with_field("probe_rtt_ms", [None, -2.0, 1.0]), False),
+    ],
+)
+def test_only_well_formed_states_from_other_sites_are_taken(message, valid):
+    assert _valid_state(message, N, me=0) is valid
+    if valid:  # what is taken, measurements_from_states can read
+        measurements_from_states({message["site"]: message}, 10, N, 2.5)

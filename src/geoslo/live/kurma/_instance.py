@@ -11,11 +11,17 @@ instance:
    unavailable (they neither send nor receive, §9), steps the :class:`KurmaController`
    and sends its clients their row of the plan.
 
-``dt`` is the largest one-way WAN delay plus a margin (``dissemination_offset_s``).
-It probes every other instance 3 times every 200 ms (§6) to track base RTTs where no
-requests flow, and logs every probe (the profiler estimates residual WAN latency from
-them). With no objective it only measures: the baselines' runs are measured the same way.
-Its state, plan, solve times and counters are served in Prometheus format.
+The controller lives in a worker process of its own, one solve at a time (a round that comes
+while one runs is skipped and logged), so the exchange, the probes, the clients and /metrics
+are served during a solve. (A worker thread would not do: the solver's compiled kernels hold
+the interpreter lock for up to seconds.)
+Instances authenticate every exchange message with a shared secret (``geoslo.live._exchange``)
+and drop, and count, whatever fails a check. ``dt`` is the largest one-way WAN delay plus a
+margin (``dissemination_offset_s``). It probes every other instance 3 times every 200 ms
+(§6) to track base RTTs where no requests flow, and logs every probe (the profiler estimates
+residual WAN latency from them). With no objective it only measures: the baselines' runs are
+measured the same way. Its state, plan, solve times and counters are served in Prometheus
+format (prometheus-client).
 """
 
 from __future__ import annotations
@@ -23,23 +29,37 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import math
+import multiprocessing
 import pickle
 import signal
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 import numpy as np
+from prometheus_client import CollectorRegistry, Counter, Gauge, Summary
 
 from geoslo.control.kurma import (
     IntervalMeasurements,
     KurmaConfig,
     KurmaController,
+    KurmaModel,
     build_problem,
     dissemination_offset_s,
 )
 from geoslo.errors import TestbedError
-from geoslo.live._metrics import MetricsRegistry, serve_metrics
+from geoslo.live._exchange import (
+    MAX_MESSAGE_BYTES,
+    REJECT_REASONS,
+    Envelope,
+    Opener,
+    Rejected,
+    create_secret_file,
+    read_secret_file,
+    seal,
+)
+from geoslo.live._metrics import serve_metrics
 from geoslo.live._processes import ManagedProcess, python_module_command
 from geoslo.live.kurma._testbed import Testbed
 
@@ -50,6 +70,7 @@ PROBE_PERIOD_S = 0.2  # §6
 COLLECT_TIMEOUT_S = 0.015  # clients are local: their reports come back within this
 HEALTH_TIMEOUT_S = 0.2
 STALE_ROUNDS = 1  # a state from the previous round still counts (late by < one interval)
+SECRET_FILE = "kurma-exchange.key"  # in the testbed's state folder unless the config names one
 
 
 @dataclass(frozen=True)
@@ -62,13 +83,24 @@ class InstanceConfig:
     slo_ms: float = 30.0
     interval_s: float = 2.5  # §6
     slo_violation_target: float = 0.05
+    quantum_fraction: float = 0.01  # 1% of capacity, §5.2 and §7.1
+    solve_time_limit_s: float | None = None  # None: half the interval
+    exchange_secret_file: str | None = None  # None: <state_dir>/kurma-exchange.key
+    exchange_host: str = "127.0.0.1"  # where the instance accepts its peers
+    metrics_host: str = "127.0.0.1"  # where it serves /metrics
 
 
 def start_instance(config: InstanceConfig) -> ManagedProcess:
-    """Start an instance process; returns once it accepts its local clients."""
+    """Start an instance process; returns once it accepts its local clients.
+
+    Without ``exchange_secret_file`` every instance of the testbed shares a secret kept in
+    its state folder (created, readable by its owner only, by the first one started)."""
     testbed = Testbed.load(Path(config.state_dir))
     if testbed is None:
         raise TestbedError(f"no testbed recorded in {config.state_dir}")
+    if config.exchange_secret_file is None:
+        secret = create_secret_file(Path(config.state_dir) / SECRET_FILE)
+        config = replace(config, exchange_secret_file=str(secret))
     run_dir = Path(config.run_dir)
     name = f"kurma-{config.site.lower()}"
     path = run_dir / f"{name}.json"
@@ -84,6 +116,157 @@ def run_instance(config_path: Path) -> None:
     asyncio.run(_Instance(config).run())
 
 
+class _Metrics:
+    """The instance's Prometheus metrics, in a registry of its own (docs/live.md lists them)."""
+
+    def __init__(self) -> None:
+        r = self.registry = CollectorRegistry()
+
+        def gauge(name: str, doc: str, labels: tuple[str, ...] = ()) -> Gauge:
+            return Gauge(f"geoslo_kurma_{name}", doc, labels, registry=r)
+
+        def counter(name: str, doc: str, labels: tuple[str, ...] = ()) -> Counter:
+            return Counter(f"geoslo_kurma_{name}", doc, labels, registry=r)
+
+        self.round = gauge("round", "Index of the last synchronised round")
+        self.site_available = gauge(
+            "site_available", "1 if the site took part in the last round", ("site",)
+        )
+        self.demand_rps = gauge(
+            "demand_rps", "Client requests arriving at each site in the last interval", ("site",)
+        )
+        self.base_rtt_ms = gauge(
+            "base_rtt_ms", "Estimated base RTT from this site (whole ms)", ("dst",)
+        )
+        self.probe_rtt_ms = gauge("probe_rtt_ms", "Last WAN probe RTT from this site", ("dst",))
+        self.redirect_fraction = gauge(
+            "redirect_fraction", "Share of this site's requests sent to each site", ("dst",)
+        )
+        self.plan_rate_rps = gauge(
+            "plan_rate_rps", "The global plan: rate from src served at dst", ("src", "dst")
+        )
+        self.expected_violation_fraction = gauge(
+            "expected_violation_fraction", "The plan's expected SLO misses per site", ("site",)
+        )
+        self.plan_optimal = gauge("plan_optimal", "1 if the last plan is a proven optimum")
+        self.solve_seconds = Summary(
+            "geoslo_kurma_solve_seconds", "Time to step the controller and solve", registry=r
+        )
+        self.solves_skipped = counter(
+            "solves_skipped", "Rounds not solved because the previous solve still ran"
+        )
+        self.solve_errors = counter("solve_errors", "Solves that failed (the plan stays)")
+        self.requests = counter(
+            "requests", "Client requests of this site, by serving site", ("dst",)
+        )
+        self.violations = counter(
+            "violations", "Of which missed the SLO (failures included)", ("dst",)
+        )
+        self.errors = counter("errors", "Of which failed or timed out", ("dst",))
+        self.wan_bytes = counter(
+            "wan_bytes", "Bytes this site's clients sent and received over the WAN", ("dst",)
+        )
+        self.redirected_requests = counter("redirected_requests", "Requests this site redirected")
+        self.redirected_violations = counter("redirected_violations", "Of which missed the SLO")
+        self.redirected_expected_violations = counter(
+            "redirected_expected_violations", "Kurma's estimate of that number"
+        )
+        self.states_received = counter(
+            "states_received", "State messages received from each site", ("site",)
+        )
+        self.exchange_rejected = Counter(
+            "geoslo_exchange_rejected",
+            "Exchange messages dropped: truncated, oversized, malformed, unauthenticated, "
+            "expired, replayed or misaddressed",
+            ("reason",),
+            registry=r,
+        )
+        for reason in REJECT_REASONS:  # every reason exposed from the start, at 0
+            self.exchange_rejected.labels(reason=reason)
+
+
+@dataclass(frozen=True)
+class _Solved:
+    """What one step on the worker thread hands back to the event loop."""
+
+    fractions_row: np.ndarray  # this site's row of the routing
+    rates_rps: np.ndarray
+    demand_rps: np.ndarray
+    status: str
+    optimal: bool
+    site_violation_fraction: np.ndarray
+    estimate_row: np.ndarray  # Omega_ij at the planned loads, own row
+    base_rtt_row_ms: np.ndarray
+    solve_s: float
+
+
+def _step(controller: KurmaController, m: IntervalMeasurements, me: int) -> _Solved:
+    """Step the controller and read off what the instance needs (in the solver process, the
+    only place that holds the controller)."""
+    started = time.perf_counter()
+    controller.step(m)  # the plan in force (a new one, or the last) is read below
+    solve_s = time.perf_counter() - started
+    plan, observation = controller.plan, controller.observation
+    problem = build_problem(observation, controller.model, controller.config)
+    load = plan.rates_rps.sum(axis=0)
+    n = len(load)
+    return _Solved(
+        fractions_row=np.array(controller.fractions[me], dtype=float),
+        rates_rps=np.array(plan.rates_rps, dtype=float),
+        demand_rps=np.array(observation.demand_rps, dtype=float),
+        status=plan.status,
+        optimal=bool(plan.optimal),
+        site_violation_fraction=np.array(plan.site_violation_fraction, dtype=float),
+        estimate_row=np.array([problem.omega(me, j, load[j]) for j in range(n)]),
+        base_rtt_row_ms=np.array(controller.base_rtt_ms[me], dtype=float),
+        solve_s=solve_s,
+    )
+
+
+class _SolverProcess:
+    """The instance's :class:`KurmaController` in a spawned process: the event loop's process
+    never runs a solve. :meth:`step` blocks (call it from a thread); one call at a time."""
+
+    def __init__(self, model: KurmaModel, config: KurmaConfig) -> None:
+        context = multiprocessing.get_context("spawn")  # no fork of a threaded process
+        self._conn, child = context.Pipe()
+        self._process = context.Process(
+            target=_solver_main, args=(child, model, config), name="kurma-solver", daemon=True
+        )
+        self._process.start()
+        child.close()
+
+    def step(self, m: IntervalMeasurements, me: int) -> _Solved:
+        """The worker's step; raises ``TestbedError`` if it failed, ``EOFError`` (or
+        ``OSError``) if the worker died."""
+        self._conn.send((m, me))
+        ok, value = self._conn.recv()
+        if not ok:
+            raise TestbedError(f"the solver failed: {value}")
+        return value
+
+    def close(self) -> None:
+        self._process.terminate()
+        self._process.join(5.0)
+        self._conn.close()
+
+
+def _solver_main(conn, model: KurmaModel, config: KurmaConfig) -> None:
+    """The solver process: step on every measurement received, until the pipe closes."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the instance decides when it ends
+    controller = KurmaController(model, config)
+    while True:
+        try:
+            m, me = conn.recv()
+        except (EOFError, OSError):
+            return
+        try:
+            answer = (True, _step(controller, m, me))
+        except Exception as error:  # reported to the instance, which keeps the plan in force
+            answer = (False, f"{type(error).__name__}: {error}")
+        conn.send(answer)
+
+
 class _Instance:
     def __init__(self, config: InstanceConfig) -> None:
         testbed = Testbed.load(Path(config.state_dir))
@@ -95,7 +278,13 @@ class _Instance:
         self.me = self.sites.index(config.site)
         self.n = len(self.sites)
         self.offset_s = dissemination_offset_s(np.array([testbed.max_one_way_ms()]))
-        self.controller = self._controller()
+        secret_path = config.exchange_secret_file or str(Path(config.state_dir) / SECRET_FILE)
+        self.secret = read_secret_file(Path(secret_path))
+        self.opener = Opener(self.secret, config.site)
+        self.kurma = self._kurma()  # (model, config), or None to only measure
+        self.solver: _SolverProcess | None = None  # started by run()
+        self.solving: asyncio.Task | None = None
+        self.waiting_records: list[dict] = []  # rounds skipped during a solve, logged after it
         self.clients: dict[asyncio.StreamWriter, asyncio.Queue] = {}
         self.leftover_reports: list[dict] = []
         self.peers: dict[int, asyncio.StreamWriter] = {}
@@ -108,10 +297,10 @@ class _Instance:
         stem = f"kurma-{config.site.lower()}"
         self.round_log = open(run_dir / f"{stem}-rounds.jsonl", "a")  # noqa: SIM115
         self.probe_log = open(run_dir / f"{stem}-probes.csv", "a")  # noqa: SIM115
-        self.metrics = _declare_metrics()
+        self.metrics = _Metrics()
         self.stopping = asyncio.Event()
 
-    def _controller(self) -> KurmaController | None:
+    def _kurma(self) -> tuple[KurmaModel, KurmaConfig] | None:
         c = self.config
         if c.objective is None:
             return None
@@ -125,69 +314,118 @@ class _Instance:
             interval_s=c.interval_s,
             slo_ms=c.slo_ms,
             slo_violation_target=c.slo_violation_target,
-            solve_time_limit_s=c.interval_s / 2,
+            quantum_fraction=c.quantum_fraction,
+            solve_time_limit_s=c.solve_time_limit_s or c.interval_s / 2,
         )
-        return KurmaController(model, config)
+        return model, config
 
     # --- run ---------------------------------------------------------------------------------
     async def run(self) -> None:
         loop = asyncio.get_running_loop()
         loop.add_signal_handler(signal.SIGTERM, self.stopping.set)
         ends = self.testbed.sites[self.config.site]
+        metrics = serve_metrics(self.metrics.registry, ends.metrics_port, self.config.metrics_host)
+        if self.kurma is not None:
+            self.solver = _SolverProcess(*self.kurma)
         servers = [
-            await asyncio.start_server(self._on_peer, "127.0.0.1", ends.agent_port),
+            await asyncio.start_server(
+                self._on_peer, self.config.exchange_host, ends.agent_port, limit=MAX_MESSAGE_BYTES
+            ),  # the clients' port last: start_instance waits for it, then everything answers
             await asyncio.start_server(self._on_client, "127.0.0.1", ends.agent_local_port),
-            await serve_metrics(self.metrics, ends.metrics_port),
         ]
         tasks = [loop.create_task(self._link(j)) for j in range(self.n) if j != self.me]
         tasks += [loop.create_task(self._probe_loop()), loop.create_task(self._round_loop())]
         await self.stopping.wait()
-        for task in tasks:
+        for task in tasks + ([self.solving] if self.solving else []):
             task.cancel()
         for server in servers:
             server.close()
+        metrics.close()
+        if self.solver is not None:
+            self.solver.close()  # a solve still running ends with its process
         self.round_log.close()
         self.probe_log.close()
 
     # --- peers -------------------------------------------------------------------------------
+    def _reject(self, reason: str) -> None:
+        self.metrics.exchange_rejected.labels(reason=reason).inc()
+
     async def _on_peer(self, reader, writer) -> None:
-        """Messages from other instances: their state, or a probe to echo."""
-        with contextlib.suppress(OSError, ValueError, asyncio.CancelledError):
-            while line := await reader.readline():
-                message = json.loads(line)
-                if message["type"] == "probe":
-                    writer.write(line)
-                elif message["type"] == "state":
-                    self.states[int(message["site"])] = message
-                    self.metrics.inc("states_received", site=self.sites[int(message["site"])])
+        """Messages from other instances: their state, or a probe to echo. A message that
+        fails a check is dropped and counted; one that breaks the framing (oversized,
+        truncated) also ends the connection."""
+        with contextlib.suppress(OSError, asyncio.CancelledError):
+            while True:
+                try:
+                    line = await reader.readline()
+                except ValueError:  # over the stream's limit: no telling where the next begins
+                    self._reject("oversized")
+                    break
+                if not line:
+                    break
+                try:
+                    self._on_peer_message(self.opener.open(line), line, writer)
+                except Rejected as rejected:
+                    self._reject(rejected.reason)
+                    if rejected.reason == "truncated":
+                        break
         writer.close()
+
+    def _on_peer_message(self, envelope: Envelope, line: bytes, writer) -> None:
+        body = envelope.body
+        if body.get("type") == "probe" and _is_count(body.get("id")):
+            writer.write(line)  # the sender checks its own MAC on the echo
+        elif body.get("type") == "state" and _valid_state(body, self.n, self.me):
+            site = self.sites[body["site"]]
+            if envelope.src != site:
+                raise Rejected("malformed")
+            self.states[body["site"]] = body
+            self.metrics.states_received.labels(site=site).inc()
+        else:
+            raise Rejected("malformed")
 
     async def _link(self, j: int) -> None:
         """Keep a connection to instance ``j`` through the WAN; read its probe echoes."""
         port = self.testbed.agent_port(self.config.site, self.sites[j])
         while True:
             try:
-                reader, writer = await asyncio.open_connection("127.0.0.1", port)
+                reader, writer = await asyncio.open_connection(
+                    "127.0.0.1", port, limit=MAX_MESSAGE_BYTES
+                )
             except OSError:
                 await asyncio.sleep(0.5)
                 continue
             self.peers[j] = writer
-            with contextlib.suppress(OSError, ValueError):
-                while line := await reader.readline():
-                    self._on_probe_echo(j, json.loads(line))
+            with contextlib.suppress(OSError):
+                try:
+                    while line := await reader.readline():
+                        self._on_probe_echo(j, line)
+                except ValueError:  # over the stream's limit: hang up, reconnect
+                    self._reject("oversized")
             self.peers.pop(j, None)
             writer.close()
             await asyncio.sleep(0.5)
 
-    def _on_probe_echo(self, j: int, message: dict) -> None:
-        sent = self.probe_sent.pop((j, int(message["id"])), None)
+    def _on_probe_echo(self, j: int, line: bytes) -> None:
+        received = time.monotonic()
+        try:
+            envelope = self.opener.open(line, dst=self.sites[j])
+            if envelope.src != self.config.site or not _is_count(envelope.body.get("id")):
+                raise Rejected("malformed")
+        except Rejected as rejected:
+            self._reject(rejected.reason)
+            return
+        sent = self.probe_sent.pop((j, envelope.body["id"]), None)
         if sent is None:
             return
-        rtt_ms = (time.monotonic() - sent) * 1e3
+        rtt_ms = (received - sent) * 1e3
         now = time.time()
         self.probe_rtts.append((now, j, rtt_ms))
         self.probe_log.write(f"{now:.4f},{self.sites[j]},{rtt_ms:.4f}\n")
-        self.metrics.set("probe_rtt_ms", rtt_ms, dst=self.sites[j])
+        self.metrics.probe_rtt_ms.labels(dst=self.sites[j]).set(rtt_ms)
+
+    def _seal(self, j: int, body: dict) -> bytes:
+        return seal(self.secret, self.config.site, self.sites[j], body)
 
     async def _probe_loop(self) -> None:
         probe_id = 0
@@ -195,8 +433,9 @@ class _Instance:
             for _ in range(PROBES_PER_SITE):
                 for j, writer in list(self.peers.items()):
                     probe_id += 1
+                    line = self._seal(j, {"type": "probe", "id": probe_id})
                     self.probe_sent[(j, probe_id)] = time.monotonic()
-                    writer.write(json.dumps({"type": "probe", "id": probe_id}).encode() + b"\n")
+                    writer.write(line)
                 await asyncio.sleep(0.002)  # separate segments: each probe sees its own delay
             await asyncio.sleep(PROBE_PERIOD_S - PROBES_PER_SITE * 0.002)
             horizon = time.monotonic() - 2.0
@@ -290,29 +529,31 @@ class _Instance:
             "min_response_ms": [m if np.isfinite(m) else None for m in report["min_response_ms"]],
             "probe_rtt_ms": self._probe_min_ms(),
         }
-        line = json.dumps(state).encode() + b"\n"
-        for writer in list(self.peers.values()):
-            writer.write(line)
+        for j, writer in list(self.peers.items()):
+            writer.write(self._seal(j, state))
         self.states[self.me] = state
         self._count(report)
         return state
 
     def _count(self, report: dict) -> None:
         """Counters of the interval just measured, and Kurma's estimate for its redirects."""
+        m = self.metrics
         for j, site in enumerate(self.sites):
-            self.metrics.inc("requests", report["requests"][j], dst=site)
-            self.metrics.inc("violations", report["violations"][j], dst=site)
-            self.metrics.inc("errors", report["errors"][j], dst=site)
-            self.metrics.inc("wan_bytes", report["wan_bytes"][j], dst=site)
+            m.requests.labels(dst=site).inc(float(report["requests"][j]))
+            m.violations.labels(dst=site).inc(float(report["violations"][j]))
+            m.errors.labels(dst=site).inc(float(report["errors"][j]))
+            m.wan_bytes.labels(dst=site).inc(float(report["wan_bytes"][j]))
         remote = np.arange(self.n) != self.me
         requests, violations = report["requests"][remote], report["violations"][remote]
-        self.metrics.inc("redirected_requests", float(requests.sum()))
-        self.metrics.inc("redirected_violations", float(violations.sum()))
+        m.redirected_requests.inc(float(requests.sum()))
+        m.redirected_violations.inc(float(violations.sum()))
         expected = float((requests * self.estimate_row[remote]).sum())
-        self.metrics.inc("redirected_expected_violations", expected)
+        m.redirected_expected_violations.inc(expected)
         self.last_expected = expected
 
     def _decide(self, k: int, own: dict) -> None:
+        """Round ``k``'s measurements; with an objective, a solve on the worker thread unless
+        the previous one still runs (then this round is skipped: one solve at a time)."""
         m = measurements_from_states(self.states, k, self.n, self.config.interval_s)
         record = {
             "round": k,
@@ -325,48 +566,71 @@ class _Instance:
             "expected_redirect_violations": self.last_expected,
         }
         for j, site in enumerate(self.sites):
-            self.metrics.set("site_available", float(m.available[j]), site=site)
-            self.metrics.set("demand_rps", m.arrivals[j] / m.duration_s, site=site)
-        self.metrics.set("round", k)
-        if self.controller is not None:
-            record.update(self._solve(m))
-        self.round_log.write(json.dumps(record) + "\n")
-        self.round_log.flush()
-        self.probe_log.flush()
+            self.metrics.site_available.labels(site=site).set(float(m.available[j]))
+            self.metrics.demand_rps.labels(site=site).set(m.arrivals[j] / m.duration_s)
+        self.metrics.round.set(k)
+        if self.solver is None:
+            self._log(record)
+        elif self.solving is not None and not self.solving.done():
+            record["skipped"] = "the previous round's solve still runs"
+            self.metrics.solves_skipped.inc()
+            self.waiting_records.append(record)
+        else:
+            self.solving = asyncio.get_running_loop().create_task(self._solve(m, record))
 
-    def _solve(self, m: IntervalMeasurements) -> dict:
-        started = time.perf_counter()
-        fractions = self.controller.step(m)
-        solve_s = time.perf_counter() - started
-        plan, observation = self.controller.plan, self.controller.observation
-        problem = build_problem(observation, self.controller.model, self.controller.config)
-        load = plan.rates_rps.sum(axis=0)
-        self.estimate_row = np.array([problem.omega(self.me, j, load[j]) for j in range(self.n)])
-        row = fractions[self.me]
+    async def _solve(self, m: IntervalMeasurements, record: dict) -> None:
+        """One solve, waited for on a thread; a failure keeps the plan in force (issue 16),
+        and a dead solver process is replaced (its controller's history is lost)."""
+        try:
+            solved = await asyncio.to_thread(self.solver.step, m, self.me)
+        except (EOFError, OSError) as error:
+            self.metrics.solve_errors.inc()
+            record["solve_error"] = f"the solver process ended ({type(error).__name__}); restarted"
+            self.solver.close()
+            self.solver = _SolverProcess(*self.kurma)
+        except TestbedError as error:
+            self.metrics.solve_errors.inc()
+            record["solve_error"] = str(error)
+        else:
+            record.update(self._enforce(solved))
+        self._log(record)
+        for waiting in self.waiting_records:
+            self._log(waiting)
+        self.waiting_records.clear()
+
+    def _enforce(self, solved: _Solved) -> dict:
+        """Send the clients this site's row; publish the plan's metrics."""
+        self.estimate_row = solved.estimate_row
+        row = solved.fractions_row
         message = json.dumps({"type": "plan", "fractions": row.tolist()}).encode() + b"\n"
         for writer in list(self.clients):
             writer.write(message)
-        self.metrics.observe("solve_seconds", solve_s)
-        self.metrics.set("plan_optimal", float(plan.optimal))
+        m = self.metrics
+        m.solve_seconds.observe(solved.solve_s)
+        m.plan_optimal.set(float(solved.optimal))
         for j, site in enumerate(self.sites):
-            self.metrics.set("redirect_fraction", float(row[j]), dst=site)
-            self.metrics.set(
-                "base_rtt_ms", float(self.controller.base_rtt_ms[self.me, j]), dst=site
-            )
-            self.metrics.set(
-                "expected_violation_fraction", float(plan.site_violation_fraction[j]), site=site
+            m.redirect_fraction.labels(dst=site).set(float(row[j]))
+            m.base_rtt_ms.labels(dst=site).set(float(solved.base_rtt_row_ms[j]))
+            m.expected_violation_fraction.labels(site=site).set(
+                float(solved.site_violation_fraction[j])
             )
             for i, src in enumerate(self.sites):
-                self.metrics.set("plan_rate_rps", float(plan.rates_rps[i, j]), src=src, dst=site)
+                m.plan_rate_rps.labels(src=src, dst=site).set(float(solved.rates_rps[i, j]))
         return {
             "fractions": row.tolist(),
-            "rates_rps": plan.rates_rps.tolist(),
-            "demand_rps": observation.demand_rps.tolist(),
-            "status": plan.status,
-            "solve_ms": solve_s * 1e3,
-            "estimate_row": self.estimate_row.tolist(),
-            "base_rtt_ms": self.controller.base_rtt_ms[self.me].tolist(),
+            "rates_rps": solved.rates_rps.tolist(),
+            "demand_rps": solved.demand_rps.tolist(),
+            "status": solved.status,
+            "solve_ms": solved.solve_s * 1e3,
+            "enforced_unix_s": time.time(),
+            "estimate_row": solved.estimate_row.tolist(),
+            "base_rtt_ms": solved.base_rtt_row_ms.tolist(),
         }
+
+    def _log(self, record: dict) -> None:
+        self.round_log.write(json.dumps(record) + "\n")
+        self.round_log.flush()
+        self.probe_log.flush()
 
 
 def measurements_from_states(
@@ -395,27 +659,44 @@ def measurements_from_states(
     )
 
 
-def _declare_metrics() -> MetricsRegistry:
-    r = MetricsRegistry("geoslo_kurma_")
-    r.gauge("round", "Index of the last synchronised round")
-    r.gauge("site_available", "1 if the site took part in the last round", ("site",))
-    r.gauge("demand_rps", "Client requests arriving at each site in the last interval", ("site",))
-    r.gauge("base_rtt_ms", "Estimated base RTT from this site (whole ms)", ("dst",))
-    r.gauge("probe_rtt_ms", "Last WAN probe RTT from this site", ("dst",))
-    r.gauge("redirect_fraction", "Share of this site's requests sent to each site", ("dst",))
-    r.gauge("plan_rate_rps", "The global plan: rate from src served at dst", ("src", "dst"))
-    r.gauge("expected_violation_fraction", "The plan's expected SLO misses per site", ("site",))
-    r.gauge("plan_optimal", "1 if the last plan is a proven optimum")
-    r.summary("solve_seconds", "Time to step the controller and solve")
-    r.counter("requests", "Client requests of this site, by serving site", ("dst",))
-    r.counter("violations", "Of which missed the SLO (failures included)", ("dst",))
-    r.counter("errors", "Of which failed or timed out", ("dst",))
-    r.counter("wan_bytes", "Bytes this site's clients sent and received over the WAN", ("dst",))
-    r.counter("redirected_requests", "Requests this site redirected")
-    r.counter("redirected_violations", "Of which missed the SLO")
-    r.counter("redirected_expected_violations", "Kurma's estimate of that number")
-    r.counter("states_received", "State messages received from each site", ("site",))
-    return r
+def _is_count(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+def _is_amount(value: object, optional: bool = False) -> bool:
+    if value is None:
+        return optional
+    return (
+        isinstance(value, int | float)
+        and not isinstance(value, bool)
+        and math.isfinite(value)
+        and value >= 0
+    )
+
+
+def _valid_state(body: dict, n: int, me: int) -> bool:
+    """Whether an (authenticated) state message has the fields :func:`measurements_from_states`
+    reads, of the right types and lengths, from another site than this one."""
+    site = body.get("site")
+    if not _is_count(site) or site >= n or site == me:
+        return False
+    if not _is_count(body.get("round")) or not isinstance(body.get("backend_up"), bool):
+        return False
+    if not (_is_amount(body.get("arrivals")) and _is_amount(body.get("writes"))):
+        return False
+    for key, optional in (
+        ("requests", False),
+        ("violations", False),
+        ("wan_bytes", False),
+        ("min_response_ms", True),
+        ("probe_rtt_ms", True),
+    ):
+        values = body.get(key)
+        if not isinstance(values, list) or len(values) != n:
+            return False
+        if not all(_is_amount(v, optional) for v in values):
+            return False
+    return True
 
 
 async def _reports_until(replies: asyncio.Queue, k: int, timeout_s: float) -> list[dict]:
