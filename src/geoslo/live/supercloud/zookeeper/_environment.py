@@ -131,6 +131,7 @@ class ZkEnsembleEnvironment:
         self._highest = max(START_IDS)
         self._read_offsets: dict[str, int] = {}
         self._current: Placement | None = None
+        self._ended_unseen = False
         self.intervals = 0
         self.applied: list[tuple[str, ...]] = []  # the step names of each applied plan
 
@@ -151,6 +152,8 @@ class ZkEnsembleEnvironment:
             leader = self._wait("the first leader", self._leader, self.settings.step_timeout_s)
             self._create_znodes(leader)
             self._start_clients()
+            for site in SITES:  # the first interval counts from here
+                self._site_counts(site)
         except BaseException:
             self._stop_all()
             raise
@@ -281,7 +284,11 @@ class ZkEnsembleEnvironment:
         if self._failure is not None:
             failure, self._failure = self._failure, None
             raise TestbedError(f"the last plan's reconfiguration failed: {failure}")
-        busy = self._worker is not None and self._worker.is_alive()
+        running = self._worker is not None and self._worker.is_alive()
+        # The interval in which a reconfiguration ended counts as busy too: its counts
+        # mix two placements and sessions that were moving (§5.1 waits for a migration).
+        busy = running or self._ended_unseen
+        self._ended_unseen = running and self._ended_unseen
         members, leader = await asyncio.to_thread(self._membership)
         front_ends = await asyncio.to_thread(self._workload)
         self.intervals += 1
@@ -289,22 +296,23 @@ class ZkEnsembleEnvironment:
             nodes = tuple(Node(node_name(i), site_of_server(i)) for i in members)
             self._current = Placement(nodes, node_name(leader))
         elif not busy or self._current is None:
-            raise TestbedError(f"no leader among the members {list(members)} (an election?)")
+            raise TestbedError(f"no leader among the members {list(members)}: none serves")
         # While a reconfiguration elects a new leader, the placement is the last one seen.
         now_s = self.intervals * self.interval_s
         return PlacementObservation(now_s, front_ends, self._current, busy)
 
     def _membership(self) -> tuple[tuple[int, ...], int | None]:
         """The ids in the dynamic configuration (``conf`` of the first member that
-        answers, in its own site) and the member whose ``srvr`` says leader."""
+        answers, in its own site) and the member whose ``srvr`` says leader (None while
+        none serves, as during an election)."""
         with self._lock:
             known = self.members
         for m in known:
             members = parse_members(four_letter(self._ns(m), server_address(m), "conf"))
             if members:
                 break
-        else:
-            raise TestbedError(f"no member of {list(known)} answers `conf`")
+        else:  # none serves: an election runs (or the ensemble is down)
+            return known, None
         for m in members:
             if server_mode(ZkServer(m, site_of_server(m)), self._ns(m)) == "leader":
                 return members, m
@@ -374,6 +382,8 @@ class ZkEnsembleEnvironment:
                 self._run_step(step)
         except Exception as error:  # reported by the next observe()
             self._failure = f"{type(error).__name__}: {error}"
+        finally:
+            self._ended_unseen = True
 
     def _run_step(self, step: ReconfigStep) -> None:
         from geoslo.live.supercloud.zookeeper import _admin  # imports kazoo
