@@ -5,10 +5,12 @@ driving the library's environment handle (``LinkEnvironment``) on it. Needs root
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -226,3 +228,76 @@ def test_start_without_the_privileges_says_why(tmp_path, can_run):
     assert not any(name.startswith("geoslo-rcaps") for name in _namespaces())
     with pytest.raises(TestbedError, match="not started"):
         asyncio.run(LinkEnvironment(LinkSpec()).observe())
+
+
+# --- geoslo run on the testbed -------------------------------------------------------------
+
+TESTBED_CONFIG = """\
+system = "replication"
+interval_s = 1.0
+[environment]
+kind = "testbed"
+namespace_prefix = "{prefix}"
+state_dir = "{state_dir}"
+[controller]
+policy = "{policy}"
+capacity_mbps = 20.0
+image_mb = 4.0
+image_period_s = 8.0
+[service]
+listen = "127.0.0.1:0"
+intervals = {intervals}
+"""
+
+
+def _geoslo_run(config: Path, *flags: str, prefix: list[str] = ()) -> tuple[int, list[dict], str]:
+    """`geoslo run CONFIG` to its end: exit status, JSON log lines, the rest of stderr."""
+    done = subprocess.run(
+        [*prefix, sys.executable, "-m", "geoslo", "run", str(config), *flags],
+        capture_output=True,
+        text=True,
+        timeout=90,
+        env={**os.environ, "PYTHONWARNINGS": "error", "PYTHONPATH": os.pathsep.join(sys.path)},
+    )
+    lines = [json.loads(x) for x in done.stderr.splitlines() if x.startswith('{"time"')]
+    rest = "\n".join(x for x in done.stderr.splitlines() if not x.startswith('{"time"'))
+    return done.returncode, lines, rest
+
+
+def _config(tmp_path: Path, prefix: str, policy: str = "mpc", intervals: int = 0) -> Path:
+    path = tmp_path / "testbed.toml"
+    text = TESTBED_CONFIG.format(
+        prefix=prefix, state_dir=tmp_path / "state", policy=policy, intervals=intervals
+    )
+    path.write_text(text)
+    return path
+
+
+def test_geoslo_run_once_on_the_testbed_decides_applies_and_cleans_up(tmp_path, can_run):
+    code, lines, rest = _geoslo_run(_config(tmp_path, "geoslo-rrun"), "--once")
+    assert code == 0, rest
+    events = [line["event"] for line in lines]
+    assert events == ["started", "interval", "stopped"], lines
+    assert lines[0]["environment"] == "testbed"
+    interval = lines[1]
+    assert interval["status"] == "optimal" and interval["applied"] and interval["errors"] == []
+    assert interval["decide_ms"] > 0 and interval["objective"] > 0
+    assert not any(name.startswith("geoslo-rrun") for name in _namespaces())
+
+
+def test_geoslo_run_drives_prio_on_the_testbed_for_several_intervals(tmp_path, can_run):
+    code, lines, rest = _geoslo_run(_config(tmp_path, "geoslo-rrunp", "prio", intervals=3))
+    assert code == 0, rest
+    intervals = [line for line in lines if line["event"] == "interval"]
+    assert len(intervals) == 3, lines
+    assert all(i["status"] == "feasible" and i["applied"] for i in intervals), intervals
+    assert not any(name.startswith("geoslo-rrunp") for name in _namespaces())
+
+
+def test_geoslo_run_without_the_privileges_says_why_in_one_line(tmp_path, can_run):
+    dropped = ["setpriv", "--inh-caps=-all", "--bounding-set=-all", "--"]
+    config = _config(tmp_path, "geoslo-rrunc")
+    code, lines, rest = _geoslo_run(config, "--once", prefix=dropped)
+    assert code != 0 and not [line for line in lines if line["event"] == "interval"]
+    assert rest.startswith("geoslo: error: the replication testbed cannot start here: "), rest
+    assert len(rest.splitlines()) == 1, rest

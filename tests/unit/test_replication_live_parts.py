@@ -106,3 +106,48 @@ def test_images_arrive_from_the_first_period_on(t_s, images):
 def test_a_bad_link_spec_names_its_field(field, value):
     with pytest.raises(ConfigError, match=field):
         LinkSpec(**{field: value})
+
+
+def _testbed_service(controller: dict, environment: dict):
+    from geoslo.runtime.replication import SYSTEM
+
+    settings = SYSTEM.controller_settings.model_validate(controller)
+    table = SYSTEM.environments["testbed"].model_validate({"kind": "testbed", **environment})
+    return SYSTEM.build(settings, table, 1.0)
+
+
+def test_the_testbed_environment_takes_the_link_and_the_controllers_image_schedule():
+    service = _testbed_service(
+        {"capacity_mbps": 20.0, "image_mb": 4.0, "image_period_s": 8.0},
+        {"application_mbps": [10.0], "namespace_prefix": "geoslo-x"},
+    )
+    spec = service.environment.spec
+    assert not service.environment.simulated and service.environment.link is None  # not started
+    assert spec.capacity_mbps == 20.0 and spec.application_mbps == (10.0,)
+    assert (spec.image_mb, spec.image_period_s, spec.namespace_prefix) == (4.0, 8.0, "geoslo-x")
+
+
+@pytest.mark.parametrize(
+    ("controller", "environment", "field"),
+    [
+        ({"capacity_mbps": 30.0}, {}, "environment.capacity_mbps"),  # the link is 20
+        ({}, {}, "environment.capacity_mbps"),  # the controller's 100, the link's 20
+    ],
+)
+def test_a_testbed_link_unlike_the_controllers_is_refused_by_name(controller, environment, field):
+    with pytest.raises(ConfigError) as caught:
+        _testbed_service(controller, environment)
+    assert caught.value.field == field
+
+
+@pytest.mark.parametrize(
+    ("key", "value"),
+    [("namespace_prefix", "Bad/Name"), ("capacity_mbps", 0.0), ("application_mbps", [])],
+)
+def test_the_testbed_table_refuses_bad_values(key, value):
+    from pydantic import ValidationError
+
+    from geoslo.runtime.replication import TestbedSettings
+
+    with pytest.raises(ValidationError, match=key):
+        TestbedSettings.model_validate({"kind": "testbed", key: value})

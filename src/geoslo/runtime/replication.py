@@ -2,13 +2,16 @@
 egress link for the application, the replication service and VM images, every interval.
 
 Environments: ``kind = "simulator"``, the link of ``geoslo.sim.replication`` one interval
-per observation (§V's set-up). The policies of §V-A are selectable: the MPC (§IV) and the
-FIFO, STATIC and PRIO baselines.
+per observation (§V's set-up); ``kind = "testbed"``, the real link of
+``geoslo.live.replication`` (two network namespaces, HTB, three TCP streams fed by a
+generator; root), observed in real time. The policies of §V-A are selectable: the MPC (§IV)
+and the FIFO, STATIC and PRIO baselines.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -26,11 +29,13 @@ from geoslo.control.replication import (
     Weights,
 )
 from geoslo.errors import ConfigError
+from geoslo.live.replication import LinkEnvironment as LiveLinkEnvironment
+from geoslo.live.replication import LinkSpec
 from geoslo.models import ArrivalModel
 from geoslo.runtime._service import Service, System
 from geoslo.sim.replication import LinkEnvironment, LinkSettings
 
-__all__ = ["SYSTEM", "ReplicationSettings", "SimulatorSettings"]
+__all__ = ["SYSTEM", "ReplicationSettings", "SimulatorSettings", "TestbedSettings"]
 
 DEFAULT_INTERVAL_S = 10.0  # the sampling time of Experiments 1 and 2 (§V-C)
 MAX_HORIZON = 180  # 30 minutes at 10 s; bounds the QP's size (3 x horizon shares), not the paper's
@@ -95,6 +100,40 @@ class SimulatorSettings(BaseModel):
     )
 
 
+class TestbedSettings(BaseModel):
+    """``[environment] kind = "testbed"``: the real link (docs/replication-live.md; root).
+    Its capacity must be the controller's ``capacity_mbps``; VM images arrive on the
+    controller's schedule (``image_mb`` every ``image_period_s``). The rates are ours: a
+    small form of Experiment 1 that one process's threads can drive."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    kind: Literal["testbed"]
+    capacity_mbps: float = Field(
+        20.0, gt=0, le=1_000, allow_inf_nan=False, description="The HTB link's rate (Mbit/s)."
+    )
+    application_mbps: list[Annotated[float, Field(ge=0, le=10_000, allow_inf_nan=False)]] = Field(
+        [15.2, 6.4],
+        min_length=1,
+        description="The application's rate levels, each held level_period_s in turn.",
+    )
+    replication_mbps: list[Annotated[float, Field(ge=0, le=10_000, allow_inf_nan=False)]] = Field(
+        [7.2], min_length=1, description="The replication service's rate levels."
+    )
+    level_period_s: float = Field(
+        8.0, gt=0, allow_inf_nan=False, description="How long each level holds."
+    )
+    tick_s: float = Field(
+        0.05, gt=0, le=1.0, description="How often the generator feeds the streams."
+    )
+    namespace_prefix: str = Field(
+        "geoslo",
+        pattern=r"^[a-z][a-z0-9-]{0,23}$",
+        description="Network namespaces <prefix>-tx-<pid> and <prefix>-rx-<pid>.",
+    )
+    state_dir: str | None = Field(None, description="Records the namespaces; default a temp dir.")
+
+
 def replication_config(settings: ReplicationSettings, interval_s: float) -> ReplicationConfig:
     return ReplicationConfig(
         capacity_mbps=settings.capacity_mbps,
@@ -142,6 +181,27 @@ def simulator(settings: SimulatorSettings, config: ReplicationConfig) -> LinkEnv
     )
 
 
+def testbed(settings: TestbedSettings, config: ReplicationConfig) -> LiveLinkEnvironment:
+    if settings.capacity_mbps != config.capacity_mbps:
+        raise ConfigError(
+            "environment.capacity_mbps",
+            f"must equal controller.capacity_mbps ({config.capacity_mbps:g}): the controller "
+            "shares the link it is given",
+        )
+    spec = LinkSpec(
+        capacity_mbps=settings.capacity_mbps,
+        application_mbps=tuple(settings.application_mbps),
+        replication_mbps=tuple(settings.replication_mbps),
+        level_period_s=settings.level_period_s,
+        image_mb=config.image_mb,
+        image_period_s=config.image_period_s,
+        tick_s=settings.tick_s,
+        namespace_prefix=settings.namespace_prefix,
+        state_dir=None if settings.state_dir is None else Path(settings.state_dir),
+    )
+    return LiveLinkEnvironment(spec)
+
+
 def plan_gauges(plan: Decision) -> Mapping[str, float]:
     allocation = plan.allocation
     if allocation.mode == "priority":
@@ -174,7 +234,7 @@ def plan_record(plan: Decision) -> Mapping[str, Any]:
 def build(controller: BaseModel, environment: BaseModel, interval_s: float) -> Service:
     """The controller and the environment the tables ask for (nothing started yet)."""
     config = replication_config(controller, interval_s)
-    environments = {"simulator": simulator}
+    environments = {"simulator": simulator, "testbed": testbed}
     return Service(
         system="replication",
         controller=controller_for(controller, config),
@@ -194,7 +254,8 @@ system = "replication"
 interval_s = 10.0              # the sampling time of Experiments 1 and 2 (§V-C)
 
 [environment]
-kind = "simulator"             # the link of geoslo.sim.replication, one interval per step
+kind = "simulator"             # the link of geoslo.sim.replication, one interval per step;
+                               # "testbed": the real HTB link (root; keys below)
 seed = 0
 # Mean rates (Mbps), each level held level_period_s in turn. One level each: the means of
 # Experiment 1 (§V-C). Our shape of Experiment 1's traffic (Fig. 3) would be, for example,
@@ -205,6 +266,14 @@ replication_mbps = [32.5]
 level_period_s = 1800.0
 message_mb = 0.0625            # one Poisson arrival of application or replication data
 step_s = 0.1                   # the link's time step; must divide interval_s
+# For kind = "testbed" instead (root; docs/replication-live.md), with interval_s = 1.0 and
+# the controller's capacity_mbps = 20.0, image_mb = 4.0, image_period_s = 8.0:
+#   capacity_mbps = 20.0         # the HTB link; must equal controller.capacity_mbps
+#   application_mbps = [15.2, 6.4]   # rate levels, each held level_period_s in turn
+#   replication_mbps = [7.2]
+#   level_period_s = 8.0
+#   tick_s = 0.05                # how often the generator feeds the streams
+#   namespace_prefix = "geoslo"  # namespaces <prefix>-tx-<pid>, <prefix>-rx-<pid>
 
 [controller]
 policy = "mpc"                 # mpc (§IV) | fifo | static | prio (the baselines of §V-A)
@@ -230,7 +299,7 @@ SYSTEM = System(
     name="replication",
     default_interval_s=DEFAULT_INTERVAL_S,
     controller_settings=ReplicationSettings,
-    environments={"simulator": SimulatorSettings},
+    environments={"simulator": SimulatorSettings, "testbed": TestbedSettings},
     build=build,
     example_config=EXAMPLE_CONFIG,
 )
