@@ -15,6 +15,7 @@ import math
 from typing import Annotated, Any, TypeVar
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, Strict, ValidationError
+from pydantic_core import PydanticKnownError
 
 from geoslo.errors import InputError
 
@@ -27,6 +28,7 @@ __all__ = [
     "Fraction",
     "Text",
     "Flag",
+    "List",
     "absent",
     "validate",
     "json_schema",
@@ -83,6 +85,21 @@ def absent() -> Any:
     """The default of an optional field that may not be null: absent, the parser fills in
     the paper's default (a default factory, so the schema shows no ``"default": null``)."""
     return Field(default_factory=_nothing)
+
+
+def List(item: Any, low: int = 0, high: int | None = None) -> Any:  # noqa: N802
+    """A JSON list of ``low`` to ``high`` entries of ``item``; its length is checked before
+    its entries, so that a list of a million entries is refused at once."""
+
+    def length_first(value: Any) -> Any:
+        if isinstance(value, list) and high is not None and len(value) > high:
+            context = {"field_type": "List", "max_length": high, "actual_length": len(value)}
+            raise PydanticKnownError("too_long", context)
+        return value
+
+    return Annotated[
+        list[item], Field(min_length=low or None, max_length=high), BeforeValidator(length_first)
+    ]
 
 
 Fraction = Number(0.0, 1.0)

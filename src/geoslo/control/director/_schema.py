@@ -8,7 +8,7 @@ from typing import Annotated, Literal
 
 from pydantic import Field
 
-from geoslo._schema import Contract, Flag, Integer, Number, Output
+from geoslo._schema import Contract, Flag, Integer, List, Number, Output
 from geoslo.control._schema import OutcomeFields
 from geoslo.control.director.types import DirectorConfig
 
@@ -82,7 +82,7 @@ def _config_field(name: str):
 
 
 def _at_most(item, count: int):
-    return Annotated[list[item], Field(max_length=count)]
+    return List(item, 0, count)
 
 
 class Server(Contract):
@@ -113,9 +113,7 @@ class SteadyState(Contract):
 class CopyDuration(Contract):
     """The copy-rate factor's linear regression (§5.4) and its floor."""
 
-    coefficients: Annotated[
-        list[Number(*COPY_COEFFICIENT_RANGE)], Field(min_length=COPY_TERMS, max_length=COPY_TERMS)
-    ]
+    coefficients: List(Number(*COPY_COEFFICIENT_RANGE), COPY_TERMS, COPY_TERMS)
     min_factor: Number(*MIN_FACTOR_RANGE) = 0.05
 
 

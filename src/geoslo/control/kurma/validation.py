@@ -1,9 +1,11 @@
 """The problem.json contract of Kurma's solver: parse, check, and write back (§5, §9).
 
 Every bad input raises :class:`~geoslo.errors.InputError` naming the field (a JSON path such
-as ``curves.violation[0][1][3]``) and what is wrong with it. Every number has a range and
-every list a length bound (the constants below, also in docs/kurma.md's table), so that
-whatever is accepted is solved within the time limit in bounded memory.
+as ``curves.violation[0][1][3]``) and what is wrong with it. The structure, types and
+ranges are the pydantic models of ``_schema.py`` (every number has a range and every list a
+length bound, also in docs/kurma.md's table, so that whatever is accepted is solved within
+the time limit in bounded memory); the checks across fields are here. Schema:
+``geoslo kurma schema``.
 """
 
 from __future__ import annotations
@@ -12,7 +14,14 @@ from typing import Any
 
 import numpy as np
 
-from geoslo._json import as_list, check_keys, fraction, number, numbers
+from geoslo._schema import validate
+from geoslo.control.kurma import _schema as schema
+from geoslo.control.kurma._schema import (
+    MAX_LOAD_POINTS,
+    MAX_RATE_RPS,
+    MAX_SITES,
+    MIN_CAPACITY_RPS,
+)
 from geoslo.control.kurma.problem import KurmaProblem
 from geoslo.errors import InputError
 
@@ -22,62 +31,27 @@ __all__ = [
     "MAX_SITES",
     "MAX_LOAD_POINTS",
     "MAX_RATE_RPS",
+    "MIN_CAPACITY_RPS",
     "MAX_QUANTA_PER_SITE",
 ]
 
-# Ranges (docs/kurma.md). The paper has 3-5 sites; 20 is twice the largest problem of the
-# report's scaling table. A profiled grid has tens of loads; 1,000 leaves room to spare.
-MAX_SITES = 20
-MAX_LOAD_POINTS = 1_000
-# A rate of 1e9 req/s is more than any one datacenter serves (the paper's sites: 55k).
-MAX_RATE_RPS = 1e9
-MIN_CAPACITY_RPS = 1.0  # a site serving under 1 req/s is no datacenter
 # The solver works in quanta: a site sends at most demand / (quantum_fraction * capacity)
 # of them, and its tables grow with that count. 10,000 is 100x capacity at the paper's 1%
 # quantum (or 10x at 0.1%); past that a site is hopelessly overloaded anyway.
 MAX_QUANTA_PER_SITE = 10_000
 
-_TOP_KEYS = {
-    "sites",
-    "demand_rps",
-    "capacity_rps",
-    "slo_violation_target",
-    "quantum_fraction",
-    "curves",
-    "available",
-    "max_redirect_fraction",
-}
-_CURVE_KEYS = {"load_rps", "violation"}
 
-
-def _sites(value: Any) -> tuple[str, ...]:
-    items = as_list(value, "sites")
-    if not 1 <= len(items) <= MAX_SITES:
-        raise InputError("sites", f"must name 1 to {MAX_SITES} sites, not {len(items)}")
-    for k, name in enumerate(items):
-        if not isinstance(name, str) or not name:
-            raise InputError(f"sites[{k}]", "must be a non-empty string")
-    if len(set(items)) != len(items):
+def _sites(names: list[str]) -> tuple[str, ...]:
+    if len(set(names)) != len(names):
         raise InputError("sites", "names must be unique")
-    return tuple(items)
+    return tuple(names)
 
 
-def _rates(value: Any, name: str, n: int) -> np.ndarray:
-    return numbers(value, name, n, "site", low=0.0, high=MAX_RATE_RPS)
-
-
-def _capacity(value: Any, n: int) -> np.ndarray:
-    """Capacities of at least 1 req/s: a site's quantum is a fraction of its capacity, and
-    a site with none must not receive (``available`` marks a site that is down)."""
-    return numbers(value, "capacity_rps", n, "site", low=MIN_CAPACITY_RPS, high=MAX_RATE_RPS)
-
-
-def _fraction_open(value: Any, name: str, closed_above: bool) -> float:
-    """A number in (0, 1), or in (0, 1] when ``closed_above``."""
-    x = number(value, name, 0.0, 1.0)
-    if x == 0.0 or (x == 1.0 and not closed_above):
-        raise InputError(name, f"must be in (0, {'1]' if closed_above else '1)'}, not {x:g}")
-    return x
+def _per_site(values: list, name: str, n: int) -> list:
+    """``values``, which must have one entry per site."""
+    if len(values) != n:
+        raise InputError(name, f"must have {n} entries (one per site), has {len(values)}")
+    return values
 
 
 def _check_quanta(demand: np.ndarray, capacity: np.ndarray, quantum_fraction: float) -> None:
@@ -92,70 +66,57 @@ def _check_quanta(demand: np.ndarray, capacity: np.ndarray, quantum_fraction: fl
             )
 
 
-def _grid(value: Any) -> np.ndarray:
-    grid = numbers(value, "curves.load_rps", low=0.0, high=MAX_RATE_RPS)
-    if not 2 <= grid.size <= MAX_LOAD_POINTS:
-        raise InputError(
-            "curves.load_rps", f"must have 2 to {MAX_LOAD_POINTS} loads, not {grid.size}"
-        )
+def _grid(values: list[float]) -> np.ndarray:
+    grid = np.array(values, dtype=float)
     if np.any(np.diff(grid) <= 0):
         raise InputError("curves.load_rps", "must be strictly increasing")
     return grid
 
 
-def _violation(value: Any, n: int, k: int) -> np.ndarray:
-    out = np.empty((n, n, k))
-    for i, row in enumerate(as_list(value, "curves.violation", n, "site")):
-        for j, curve in enumerate(as_list(row, f"curves.violation[{i}]", n, "site")):
-            name = f"curves.violation[{i}][{j}]"
-            items = as_list(curve, name)
-            if len(items) != k:
+def _violation(value: list, n: int, k: int) -> np.ndarray:
+    """An n x n x k array: one curve per (origin, serving) pair, one value per load."""
+    _per_site(value, "curves.violation", n)
+    for i, row in enumerate(value):
+        _per_site(row, f"curves.violation[{i}]", n)
+        for j, curve in enumerate(row):
+            if len(curve) != k:
+                name = f"curves.violation[{i}][{j}]"
                 raise InputError(name, f"must have {k} values (one per curves.load_rps)")
-            out[i, j] = [fraction(x, f"{name}[{m}]") for m, x in enumerate(items)]
-    return out
+    return np.array(value, dtype=float).reshape(n, n, k)
 
 
-def _available(value: Any, n: int) -> np.ndarray:
-    items = as_list(value, "available", n, "site")
-    for k, x in enumerate(items):
-        if not isinstance(x, bool):
-            raise InputError(f"available[{k}]", "must be true or false")
-    return np.array(items, dtype=bool)
-
-
-def _max_redirect(value: Any, n: int) -> np.ndarray:
-    out = np.empty((n, n))
-    for i, row in enumerate(as_list(value, "max_redirect_fraction", n, "site")):
-        items = as_list(row, f"max_redirect_fraction[{i}]", n, "site")
-        out[i] = [fraction(x, f"max_redirect_fraction[{i}][{j}]") for j, x in enumerate(items)]
-    return out
+def _max_redirect(value: list, n: int) -> np.ndarray:
+    _per_site(value, "max_redirect_fraction", n)
+    for i, row in enumerate(value):
+        _per_site(row, f"max_redirect_fraction[{i}]", n)
+    return np.array(value, dtype=float).reshape(n, n)
 
 
 def parse_problem(data: dict) -> KurmaProblem:
-    """A checked :class:`KurmaProblem` from the problem.json contract."""
-    check_keys(data, _TOP_KEYS, {"sites", "demand_rps", "capacity_rps", "curves"}, "")
-    sites = _sites(data["sites"])
+    """A checked :class:`KurmaProblem` from the problem.json contract: the model's checks
+    (``_schema.ProblemInput``), then the shapes, the unique names, the grid's order and the
+    quanta per site."""
+    problem = validate(schema.ProblemInput, data)
+    sites = _sites(problem.sites)
     n = len(sites)
-    demand = _rates(data["demand_rps"], "demand_rps", n)
-    capacity = _capacity(data["capacity_rps"], n)
-    rho = _fraction_open(data.get("slo_violation_target", 0.05), "slo_violation_target", False)
-    quantum = _fraction_open(data.get("quantum_fraction", 0.01), "quantum_fraction", True)
-    _check_quanta(demand, capacity, quantum)
-    curves = data["curves"]
-    check_keys(curves, _CURVE_KEYS, _CURVE_KEYS, "curves")
-    grid = _grid(curves["load_rps"])
-    violation = _violation(curves["violation"], n, grid.size)
-    available = data.get("available")
-    bounds = data.get("max_redirect_fraction")
+    demand = np.array(_per_site(problem.demand_rps, "demand_rps", n), dtype=float)
+    capacity = np.array(_per_site(problem.capacity_rps, "capacity_rps", n), dtype=float)
+    _check_quanta(demand, capacity, problem.quantum_fraction)
+    grid = _grid(problem.curves.load_rps)
+    violation = _violation(problem.curves.violation, n, grid.size)
+    available = problem.available
+    bounds = problem.max_redirect_fraction
     return KurmaProblem(
         sites=sites,
         demand_rps=demand,
         capacity_rps=capacity,
         load_grid_rps=grid,
         violation=violation,
-        slo_violation_target=rho,
-        quantum_fraction=quantum,
-        available=None if available is None else _available(available, n),
+        slo_violation_target=problem.slo_violation_target,
+        quantum_fraction=problem.quantum_fraction,
+        available=None
+        if available is None
+        else np.array(_per_site(available, "available", n), dtype=bool),
         max_redirect_fraction=None if bounds is None else _max_redirect(bounds, n),
     )
 

@@ -8,7 +8,7 @@ from typing import Annotated, Literal
 
 from pydantic import Field
 
-from geoslo._schema import Contract, Integer, Number, Output, absent
+from geoslo._schema import Contract, Integer, List, Number, Output, absent
 from geoslo.control._schema import OutcomeFields
 from geoslo.control.replication.types import ReplicationConfig
 
@@ -20,6 +20,7 @@ __all__ = ["StateInput", "SharesOutput", "INPUT", "OUTPUT", "RANGES", "MAX_HORIZ
 # its 30. The QP grows with H and OSQP stops at its iteration limit, so the slowest step
 # is bounded: about 1.6 s at 180 on a busy 2-core machine, 4 s at 360 (docs).
 MAX_HORIZON = 180
+MAX_ORDER = 2  # states of an arrival model: (4) has 1, (5) has 2
 _MB = 1e9  # 1 PB: more than any buffer, image or interval's data on one link
 # [low, high] of every number, by the name of its field (docs/replication.md, "Ranges").
 RANGES: dict[str, tuple[float, float]] = {
@@ -47,7 +48,7 @@ def _in(name: str):
 
 def _three(item):
     """One entry per stream (application, replication, vm_image)."""
-    return Annotated[list[item], Field(min_length=3, max_length=3)]
+    return List(item, 3, 3)
 
 
 def _streams(name: str) -> type[Contract]:
@@ -101,8 +102,8 @@ class Config(Contract):
 class Filter(Contract):
     """A Kalman filter's state: the mean and covariance (one entry per state of the model)."""
 
-    mean: list[_in("filter_mean_mb")]
-    covariance: list[list[_in("filter_covariance_mb2")]]
+    mean: List(_in("filter_mean_mb"), 1, MAX_ORDER)
+    covariance: List(List(_in("filter_covariance_mb2"), 1, MAX_ORDER), 1, MAX_ORDER)
 
 
 class Filters(Contract):

@@ -4,11 +4,11 @@ the one source of the structure, types and ranges that ``parse_state`` checks an
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Literal
 
 from pydantic import Field
 
-from geoslo._schema import Contract, Number, Output, Text, absent
+from geoslo._schema import Contract, List, Number, Output, Text, absent
 from geoslo.control._schema import OutcomeFields
 
 __all__ = [
@@ -57,7 +57,7 @@ class Node(Contract):
 class Placement(Contract):
     """The ensemble now: its nodes and the leader (default the first node)."""
 
-    nodes: Annotated[list[Node], Field(min_length=1, max_length=MAX_NODES)]
+    nodes: List(Node, 1, MAX_NODES)
     leader: Text = absent()
 
 
@@ -73,12 +73,9 @@ class StateInput(Contract):
     """state.json: the sites and their RTT matrix, the workload, the placement now, the
     evaluation function and the migration threshold T."""
 
-    sites: Annotated[list[Text], Field(min_length=1, max_length=MAX_SITES)]
-    rtt_ms: Annotated[
-        list[Annotated[list[Number(0.0, MAX_RTT_MS)], Field(max_length=MAX_SITES)]],
-        Field(max_length=MAX_SITES),
-    ]
-    workload: Annotated[list[FrontEnd], Field(max_length=MAX_FRONT_ENDS)]
+    sites: List(Text, 1, MAX_SITES)
+    rtt_ms: List(List(Number(0.0, MAX_RTT_MS), 1, MAX_SITES), 1, MAX_SITES)
+    workload: List(FrontEnd, 0, MAX_FRONT_ENDS)
     placement: Placement
     evaluation: Evaluation
     threshold: Number(0.0, MAX_THRESHOLD) = 0.0
