@@ -45,7 +45,9 @@ from geoslo.control.kurma import (
     KurmaConfig,
     KurmaController,
     KurmaModel,
+    KurmaObservation,
     build_problem,
+    decide,
     dissemination_offset_s,
 )
 from geoslo.errors import TestbedError
@@ -236,6 +238,10 @@ class _SolverProcess:
         self._process.start()
         child.close()
 
+    def wait_ready(self) -> None:
+        """Block until the worker has loaded the solver (raises ``EOFError`` if it died)."""
+        self._conn.recv()
+
     def step(self, m: IntervalMeasurements, me: int) -> _Solved:
         """The worker's step; raises ``TestbedError`` if it failed, ``EOFError`` (or
         ``OSError``) if the worker died."""
@@ -254,7 +260,9 @@ class _SolverProcess:
 def _solver_main(conn, model: KurmaModel, config: KurmaConfig) -> None:
     """The solver process: step on every measurement received, until the pipe closes."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the instance decides when it ends
+    _warm_up(model, config)
     controller = KurmaController(model, config)
+    conn.send((True, "ready"))
     while True:
         try:
             m, me = conn.recv()
@@ -265,6 +273,17 @@ def _solver_main(conn, model: KurmaModel, config: KurmaConfig) -> None:
         except Exception as error:  # reported to the instance, which keeps the plan in force
             answer = (False, f"{type(error).__name__}: {error}")
         conn.send(answer)
+
+
+def _warm_up(model: KurmaModel, config: KurmaConfig) -> None:
+    """Solve a made-up observation (every site at 90% of capacity) once, so the solver's
+    compiled kernels are loaded before the first round rather than during it."""
+    n = len(model.sites)
+    rtt_ms = np.full((n, n), 10.0)
+    np.fill_diagonal(rtt_ms, 0.0)
+    observation = KurmaObservation(0.9 * np.asarray(model.capacity_rps), np.zeros(n), rtt_ms)
+    with contextlib.suppress(Exception):  # a real solve would fail too, and say why
+        decide(observation, model, config)
 
 
 class _Instance:
@@ -327,6 +346,7 @@ class _Instance:
         metrics = serve_metrics(self.metrics.registry, ends.metrics_port, self.config.metrics_host)
         if self.kurma is not None:
             self.solver = _SolverProcess(*self.kurma)
+            await asyncio.to_thread(self.solver.wait_ready)  # the first round is solved in time
         servers = [
             await asyncio.start_server(
                 self._on_peer, self.config.exchange_host, ends.agent_port, limit=MAX_MESSAGE_BYTES
