@@ -216,7 +216,7 @@ CASES = [
      "limits.max_requests_per_copy"),
     ("limits not bool", mutate(["limits", "allow_timeout"], "yes"), "limits.allow_timeout"),
     ("limits bad percentile", mutate(["limits", "timeout_percentiles"], [50, 100]),
-     "limits.timeout_percentiles"),
+     r"limits.timeout_percentiles\[1\]"),
     ("limits percentile NaN", mutate(["limits", "timeout_percentiles", 1], math.nan),
      r"limits.timeout_percentiles\[1\]"),
     # Ranges (issue 15): nothing accepted crashes or hangs the selector.

@@ -5,9 +5,11 @@ every candidate region's prices, its agent's concurrent GET/PUT pairs and pings 
 prefix, and the rate one relay VM sustains; plus the SLO and the search's limits.
 config.json is the selected configuration with its estimated latency and monthly cost.
 Every bad input raises :class:`~geoslo.errors.InputError` naming the field by its JSON
-path (``regions[1].storage.get_same_object.network_ms[3][0]``). Schema: docs/costlo.md.
-Every number has a range and every list a length bound (the constants below, also in the
-docs' table), so that whatever is accepted is selected in bounded time and memory.
+path (``regions[1].storage.get_same_object.network_ms[3][0]``). The structure, types and
+ranges are the pydantic models of ``_schema.py`` (every number has a range and every list
+a length bound, also in the docs' table, so that whatever is accepted is selected in
+bounded time and memory); the checks across fields are here. Schema:
+``geoslo costlo schema``, docs/costlo.md.
 """
 
 from __future__ import annotations
@@ -18,16 +20,24 @@ from typing import Any
 
 import numpy as np
 
-from geoslo._json import (
-    as_list,
-    boolean,
-    check_keys,
-    check_non_negative,
-    integer,
-    number,
-    number_rows,
-    numbers,
-    string,
+from geoslo._schema import validate
+from geoslo.control.costlo import _schema as schema
+from geoslo.control.costlo._schema import (
+    LIMITS_RANGES,
+    MAX_ARRIVAL_MS,
+    MAX_LATENCY_MS,
+    MAX_OBJECT_BYTES,
+    MAX_PAGE_OBJECTS,
+    MAX_PER_MONTH,
+    MAX_PRICE_USD,
+    MAX_RATE_RPS,
+    MAX_REGIONS,
+    MAX_SAMPLES,
+    MAX_SLO_MS,
+    MAX_STORED_GB,
+    MAX_TIMEOUT_PERCENTILES,
+    MIN_RELAY_RPS,
+    MIN_SAMPLES,
 )
 from geoslo.control.costlo.decide import CostloProblem, RegionInput
 from geoslo.control.costlo.types import (
@@ -52,45 +62,26 @@ __all__ = [
     "MAX_PAIRS",
     "MAX_REGIONS",
     "JSON_APPLICATIONS",
+    "LIMITS_RANGES",
+    "MAX_TIMEOUT_PERCENTILES",
+    "MAX_LATENCY_MS",
+    "MAX_SLO_MS",
+    "MAX_ARRIVAL_MS",
+    "MAX_RATE_RPS",
+    "MIN_RELAY_RPS",
+    "MAX_PER_MONTH",
+    "MAX_OBJECT_BYTES",
+    "MAX_STORED_GB",
+    "MAX_PRICE_USD",
+    "MAX_PAGE_OBJECTS",
 ]
 
-MIN_SAMPLES = 10  # pairs per kind and pings per region; §6.5 uses 10K
-MAX_SAMPLES = 100_000  # ten times §6.5's 10K, per kind and for the pings
 MAX_PAIRS = 1_000_000  # pairs of every kind and region of one problem (the example: 160K)
-MAX_REGIONS = 32  # the paper's two providers had 21 regions
-# A latency sample over 5 s is a failed request, not a tail (the simulated clouds' slowest
-# PUT takes 2 s, the paper's medians are under 100 ms). The bound also bounds the width of
-# the estimator's distributions (10,000 points at 0.5 ms), and so an evaluation's cost.
-MAX_LATENCY_MS = 5_000.0
-MAX_SLO_MS = 60_000.0  # SLOs and margins: a minute
-MAX_ARRIVAL_MS = 1e13  # arrival times on any origin; Unix time in ms reaches 1e13 in 2286
-MAX_RATE_RPS = 1e9  # more than one prefix's clients send
-MIN_RELAY_RPS = 1.0  # a relay VM moves at least one request a second
-MAX_PER_MONTH = 1e16  # operations a month: 1e9 req/s for a month is 2.6e15
-MAX_OBJECT_BYTES = 5e12  # S3's largest object, 5 TB
-MAX_STORED_GB = 1e9  # an exabyte
-MAX_PRICE_USD = 1e4  # per unit of each price; list prices are cents
-MAX_PAGE_OBJECTS = 10_000  # §2's pages have 50
-# The search: best-first over copies x requests per copy in two regions and the PUT tuple.
-# One evaluation takes up to a few ms at these bounds (measured; docs/costlo.md).
-LIMITS_RANGES: dict[str, tuple[float, float]] = {
-    "max_copies": (1, 5),  # §5.2's default space goes to 3
-    "max_requests_per_copy": (1, 5),  # and to 4
-    "max_evaluations": (1, 10_000),  # twice the default
-    "probability_step": (0.001, 1.0),
-    "slo_margin_ms": (0.0, MAX_SLO_MS),
-}
-MAX_TIMEOUT_PERCENTILES = 100
 JSON_APPLICATIONS = ("operation", "page")
 _SOCIAL = (
     "'social' needs every follower prefix's regions and is available from the Python API "
     "only (geoslo.control.costlo); use 'operation' or 'page'"
 )
-
-_TOP_KEYS = {"prefix", "workload", "slo", "serving_region", "second_region", "regions", "limits"}
-_SLO_KEYS = {"get_ms", "put_ms", "percentile", "application", "page_objects"}
-_REGION_KEYS = {"name", "prices", "relay_rps", "ping_ms", "storage"}
-_PAIR_KEYS = {"network_ms", "service_ms", "arrival_ms"}
 
 
 def _names(cls) -> list[str]:
@@ -108,193 +99,99 @@ def _build(cls, kwargs: dict, where: str):
 # ---------------------------------------------------------------------------- parse
 
 
-_WORKLOAD_HIGH = {
-    "gets_per_month": MAX_PER_MONTH,
-    "puts_per_month": MAX_PER_MONTH,
-    "object_bytes": MAX_OBJECT_BYTES,
-    "stored_gb": MAX_STORED_GB,
-    "peak_get_rps": MAX_RATE_RPS,
-    "peak_put_rps": MAX_RATE_RPS,
-}
-
-
-def _workload(value: Any) -> PrefixWorkload:
-    names = _names(PrefixWorkload)
-    check_keys(value, set(names), {"gets_per_month"}, "workload")
-    kwargs = {
-        key: number(value[key], f"workload.{key}", 0.0, _WORKLOAD_HIGH[key])
-        for key in names
-        if key in value
-    }
-    return _build(PrefixWorkload, kwargs, "workload")
-
-
-def _slo(value: Any) -> Slo:
-    check_keys(value, _SLO_KEYS, set(), "slo")
-    kwargs: dict[str, Any] = {}
-    for key in ("get_ms", "put_ms"):
-        if key in value:
-            raw = value[key]
-            kwargs[key] = None if raw is None else number(raw, f"slo.{key}", 0.0, MAX_SLO_MS)
-    if "percentile" in value:
-        kwargs["percentile"] = number(value["percentile"], "slo.percentile")
-    if "application" in value:
-        application = value["application"]
-        if application == "social":
-            raise InputError("slo.application", _SOCIAL)
-        if application not in JSON_APPLICATIONS:
-            raise InputError("slo.application", f"must be one of {list(JSON_APPLICATIONS)}")
-        kwargs["application"] = application
-    if "page_objects" in value:
-        kwargs["page_objects"] = integer(
-            value["page_objects"], "slo.page_objects", 1, MAX_PAGE_OBJECTS
-        )
-    return _build(Slo, kwargs, "slo")
-
-
-def _limits(value: Any) -> SearchLimits:
-    """Each field is read by the type of its default (bool, int, float, tuple of numbers)."""
-    names = _names(SearchLimits)
-    check_keys(value, set(names), set(), "limits")
-    defaults = SearchLimits()
-    kwargs: dict[str, Any] = {}
-    for key in names:
-        if key not in value:
-            continue
-        raw, path, default = value[key], f"limits.{key}", getattr(defaults, key)
-        low, high = LIMITS_RANGES.get(key, (None, None))
-        if isinstance(default, bool):
-            kwargs[key] = boolean(raw, path)
-        elif isinstance(default, int):
-            kwargs[key] = integer(raw, path, low, high)
-        elif isinstance(default, tuple):
-            kwargs[key] = tuple(float(x) for x in _timeout_percentiles(raw, path))
-        else:
-            kwargs[key] = number(raw, path, low, high)
-    return _build(SearchLimits, kwargs, "limits")
-
-
-def _timeout_percentiles(value: Any, path: str) -> np.ndarray:
-    out = numbers(value, path, low=0.0, high=100.0)
-    if out.size > MAX_TIMEOUT_PERCENTILES:
-        raise InputError(path, f"must hold at most {MAX_TIMEOUT_PERCENTILES} percentiles")
-    return out
-
-
-def _prices(value: Any, where: str) -> StoragePrices:
-    names = _names(StoragePrices)
-    check_keys(value, set(names), set(names), where)
-    kwargs = {key: number(value[key], f"{where}.{key}", 0.0, MAX_PRICE_USD) for key in names}
-    return _build(StoragePrices, kwargs, where)
-
-
-def _count(value: Any, path: str, what: str) -> list:
-    """A list of MIN_SAMPLES to MAX_SAMPLES entries (checked before its entries are)."""
-    items = as_list(value, path)
-    if not MIN_SAMPLES <= len(items) <= MAX_SAMPLES:
-        raise InputError(path, f"must hold {MIN_SAMPLES} to {MAX_SAMPLES} {what}, has {len(items)}")
-    return items
-
-
-_PAIR_HIGH = {"network_ms": MAX_LATENCY_MS, "service_ms": MAX_LATENCY_MS}
-
-
-def _pairs(value: Any, where: str) -> PairSamples:
-    check_keys(value, _PAIR_KEYS, _PAIR_KEYS, where)
+def _pairs(value: schema.Pairs, where: str) -> PairSamples:
+    """The three arrays of (n, 2) pairs, as many in each as in ``network_ms``."""
     arrays = {}
     for key in ("network_ms", "service_ms", "arrival_ms"):
-        path = f"{where}.{key}"
-        rows = _count(value[key], path, "pairs [a, b]")
-        high = _PAIR_HIGH.get(key, MAX_ARRIVAL_MS)
-        arrays[key] = check_non_negative(number_rows(rows, path, 2, high=high), path)
-        count = arrays[key].shape[0]
-        first = arrays["network_ms"].shape[0]
-        if count != first:
-            raise InputError(path, f"must have as many pairs as network_ms ({first}), has {count}")
+        rows = getattr(value, key)
+        first = len(value.network_ms)
+        if len(rows) != first:
+            problem = f"must have as many pairs as network_ms ({first}), has {len(rows)}"
+            raise InputError(f"{where}.{key}", problem)
+        arrays[key] = np.array(rows, dtype=float).reshape(len(rows), 2)
     return _build(PairSamples, arrays, where)
 
 
-def _storage(value: Any, where: str) -> StorageMeasurements:
-    names = _names(StorageMeasurements)
-    check_keys(value, set(names), set(names), where)
-    kwargs = {key: _pairs(value[key], f"{where}.{key}") for key in names}
-    return StorageMeasurements(**kwargs)
-
-
-def _ping(value: Any, where: str) -> np.ndarray:
-    items = _count(value, where, "RTT samples")
-    return check_non_negative(numbers(items, where, high=MAX_LATENCY_MS), where)
-
-
-def _relay_rps(value: Any, where: str) -> float:
-    """Requests/s one VM relays; it divides the peak rate into VMs, so at least 1."""
-    return number(value, where, MIN_RELAY_RPS, MAX_RATE_RPS)
-
-
-def _region(value: Any, where: str) -> RegionInput:
-    check_keys(value, _REGION_KEYS, _REGION_KEYS, where)
-    relay_rps = _relay_rps(value["relay_rps"], f"{where}.relay_rps")
+def _region(value: schema.Region, where: str) -> RegionInput:
+    storage = value.storage
     return RegionInput(
-        name=string(value["name"], f"{where}.name"),
-        prices=_prices(value["prices"], f"{where}.prices"),
-        storage=_storage(value["storage"], f"{where}.storage"),
-        ping_ms=_ping(value["ping_ms"], f"{where}.ping_ms"),
-        relay_rps=relay_rps,
+        name=value.name,
+        prices=_build(StoragePrices, value.prices.model_dump(), f"{where}.prices"),
+        storage=StorageMeasurements(
+            **{
+                k: _pairs(getattr(storage, k), f"{where}.storage.{k}")
+                for k in schema.Storage.model_fields
+            }
+        ),
+        ping_ms=np.array(value.ping_ms, dtype=float),
+        relay_rps=value.relay_rps,
     )
 
 
-def _pair_count(problem_regions: list[RegionInput]) -> int:
-    """Pairs of every kind in ``problem_regions`` (what MAX_PAIRS bounds)."""
-    kinds = _names(StorageMeasurements)
-    return sum(getattr(r.storage, k).network_ms.shape[0] for r in problem_regions for k in kinds)
+def _pair_count(value: schema.Region) -> int:
+    """Pairs of every kind in a region (what MAX_PAIRS bounds)."""
+    storage = value.storage
+    return sum(len(getattr(storage, k).network_ms) for k in schema.Storage.model_fields)
 
 
-def _regions(value: Any) -> list[RegionInput]:
-    items = as_list(value, "regions")
-    if not 1 <= len(items) <= MAX_REGIONS:
-        raise InputError("regions", f"must hold 1 to {MAX_REGIONS} regions, not {len(items)}")
+def _regions(value: list[schema.Region]) -> list[RegionInput]:
+    """Regions with unique names, holding at most MAX_PAIRS pairs in all."""
     seen: dict[str, int] = {}
     out = []
-    for k, item in enumerate(items):
-        region = _region(item, f"regions[{k}]")
-        if _pair_count([*out, region]) > MAX_PAIRS:
+    pairs = 0
+    for k, item in enumerate(value):
+        pairs += _pair_count(item)
+        if pairs > MAX_PAIRS:
             raise InputError(
                 f"regions[{k}].storage", f"the regions hold more than {MAX_PAIRS} pairs in all"
             )
-        if region.name in seen:
+        if item.name in seen:
             raise InputError(
-                f"regions[{k}].name", f"{region.name!r} is already regions[{seen[region.name]}]"
+                f"regions[{k}].name", f"{item.name!r} is already regions[{seen[item.name]}]"
             )
-        seen[region.name] = k
-        out.append(region)
+        seen[item.name] = k
+        out.append(_region(item, f"regions[{k}]"))
     return out
 
 
-def _region_name(value: Any, field: str, names: list[str]) -> str:
-    name = string(value, field)
+def _region_name(name: str, field: str, names: list[str]) -> str:
     if name not in names:
         raise InputError(field, f"{name!r} is not the name of one of the regions {names}")
     return name
 
 
+def _validated(data: Any) -> schema.ProblemInput:
+    """The model's checks; 'social' gets its pointer to the Python API."""
+    try:
+        return validate(schema.ProblemInput, data)
+    except InputError as error:
+        slo = data.get("slo") if isinstance(data, dict) else None
+        if error.field == "slo.application" and isinstance(slo, dict):
+            if slo.get("application") == "social":
+                raise InputError("slo.application", _SOCIAL) from None
+        raise
+
+
 def parse_problem(data: dict) -> CostloProblem:
-    """A checked :class:`CostloProblem` from the problem.json contract (docs/costlo.md).
+    """A checked :class:`CostloProblem` from the problem.json contract (docs/costlo.md):
+    the model's checks (``_schema.ProblemInput``), then the pairs' lengths, the pairs in
+    all, the regions' names and the dataclasses' own checks.
 
     The serving region is the one ``serving_region`` names; the other regions are the
     candidates, of which the second region is ``second_region`` or the one with the
     lowest median ping (§5.2). The optional ``prefix`` name is not part of the problem;
     pass it to :func:`selection_to_dict`.
     """
-    check_keys(data, _TOP_KEYS, {"workload", "serving_region", "regions"}, "")
-    if data.get("prefix") is not None:
-        string(data["prefix"], "prefix")
-    workload = _workload(data["workload"])
-    slo = _slo(data["slo"]) if "slo" in data else Slo()
-    limits = _limits(data["limits"]) if "limits" in data else SearchLimits()
-    regions = _regions(data["regions"])
+    problem = _validated(data)
+    workload = _build(PrefixWorkload, problem.workload.model_dump(), "workload")
+    slo = _build(Slo, problem.slo.model_dump(), "slo")
+    limits = problem.limits.model_dump()
+    limits["timeout_percentiles"] = tuple(limits["timeout_percentiles"])
+    limits = _build(SearchLimits, limits, "limits")
+    regions = _regions(problem.regions)
     names = [r.name for r in regions]
-    serving = _region_name(data["serving_region"], "serving_region", names)
-    second = data.get("second_region")
+    serving = _region_name(problem.serving_region, "serving_region", names)
+    second = problem.second_region
     if second is not None:
         second = _region_name(second, "second_region", names)
         if second == serving:

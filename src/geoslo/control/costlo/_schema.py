@@ -1,0 +1,263 @@
+"""The problem.json and config.json contract of ``geoslo costlo decide`` as pydantic
+models: the one source of the structure, types and ranges that ``parse_problem`` checks and
+``geoslo costlo schema`` publishes (docs/costlo.md)."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import ConfigDict, Field, RootModel
+
+from geoslo._schema import Contract, Flag, Integer, List, Number, Output, Text
+from geoslo.control._schema import OutcomeFields
+from geoslo.control.costlo.types import PrefixWorkload, SearchLimits, Slo
+
+__all__ = [
+    "ProblemInput",
+    "SelectionOutput",
+    "INPUT",
+    "OUTPUT",
+    "MIN_SAMPLES",
+    "MAX_SAMPLES",
+    "MAX_REGIONS",
+    "MAX_LATENCY_MS",
+    "MAX_SLO_MS",
+    "MAX_ARRIVAL_MS",
+    "MAX_RATE_RPS",
+    "MIN_RELAY_RPS",
+    "MAX_PER_MONTH",
+    "MAX_OBJECT_BYTES",
+    "MAX_STORED_GB",
+    "MAX_PRICE_USD",
+    "MAX_PAGE_OBJECTS",
+    "LIMITS_RANGES",
+    "MAX_TIMEOUT_PERCENTILES",
+    "MAX_PROBLEMS",
+]
+
+MIN_SAMPLES = 10  # pairs per kind and pings per region; §6.5 uses 10K
+MAX_SAMPLES = 100_000  # ten times §6.5's 10K, per kind and for the pings
+MAX_REGIONS = 32  # the paper's two providers had 21 regions
+# A latency sample over 5 s is a failed request, not a tail (the simulated clouds' slowest
+# PUT takes 2 s, the paper's medians are under 100 ms). The bound also bounds the width of
+# the estimator's distributions (10,000 points at 0.5 ms), and so an evaluation's cost.
+MAX_LATENCY_MS = 5_000.0
+MAX_SLO_MS = 60_000.0  # SLOs and margins: a minute
+MAX_ARRIVAL_MS = 1e13  # arrival times on any origin; Unix time in ms reaches 1e13 in 2286
+MAX_RATE_RPS = 1e9  # more than one prefix's clients send
+MIN_RELAY_RPS = 1.0  # a relay VM moves at least one request a second
+MAX_PER_MONTH = 1e16  # operations a month: 1e9 req/s for a month is 2.6e15
+MAX_OBJECT_BYTES = 5e12  # S3's largest object, 5 TB
+MAX_STORED_GB = 1e9  # an exabyte
+MAX_PRICE_USD = 1e4  # per unit of each price; list prices are cents
+MAX_PAGE_OBJECTS = 10_000  # §2's pages have 50
+# The search: best-first over copies x requests per copy in two regions and the PUT tuple.
+# One evaluation takes up to a few ms at these bounds (measured; docs/costlo.md).
+LIMITS_RANGES: dict[str, tuple[float, float]] = {
+    "max_copies": (1, 5),  # §5.2's default space goes to 3
+    "max_requests_per_copy": (1, 5),  # and to 4
+    "max_evaluations": (1, 10_000),  # twice the default
+    "probability_step": (0.001, 1.0),
+    "slo_margin_ms": (0.0, MAX_SLO_MS),
+}
+MAX_TIMEOUT_PERCENTILES = 100
+MAX_PROBLEMS = 1_000  # prefixes in one `costlo decide` (each under a minute)
+
+_WORKLOAD = PrefixWorkload(0.0)
+_SLO = Slo()
+_LIMITS = SearchLimits()
+
+
+class Workload(Contract):
+    """What the prefix's clients do (§5.1): operations a month, object size, data stored
+    and peak rates (which provision relay VMs)."""
+
+    gets_per_month: Number(0.0, MAX_PER_MONTH)
+    puts_per_month: Number(0.0, MAX_PER_MONTH) = _WORKLOAD.puts_per_month
+    object_bytes: Number(0.0, MAX_OBJECT_BYTES) = _WORKLOAD.object_bytes
+    stored_gb: Number(0.0, MAX_STORED_GB) = _WORKLOAD.stored_gb
+    peak_get_rps: Number(0.0, MAX_RATE_RPS) = _WORKLOAD.peak_get_rps
+    peak_put_rps: Number(0.0, MAX_RATE_RPS) = _WORKLOAD.peak_put_rps
+
+
+class SloInput(Contract):
+    """The SLO on the tail's inflation over the baseline median (§3); null: none."""
+
+    get_ms: Number(0.0, MAX_SLO_MS) | None = _SLO.get_ms
+    put_ms: Number(0.0, MAX_SLO_MS) | None = _SLO.put_ms
+    percentile: Number(50.0, below=100.0) = _SLO.percentile
+    application: Literal["operation", "page"] = "operation"  # validation.JSON_APPLICATIONS
+    page_objects: Integer(1, MAX_PAGE_OBJECTS) = _SLO.page_objects
+
+
+def _limit(name: str):
+    low, high = LIMITS_RANGES[name]
+    return Integer(int(low), int(high)) if isinstance(getattr(_LIMITS, name), int) else None
+
+
+class Limits(Contract):
+    """The configuration space and the search's budget (§5.2)."""
+
+    max_copies: _limit("max_copies") = _LIMITS.max_copies
+    max_requests_per_copy: _limit("max_requests_per_copy") = _LIMITS.max_requests_per_copy
+    timeout_percentiles: List(Number(0.0, below=100.0), 0, MAX_TIMEOUT_PERCENTILES) = list(
+        _LIMITS.timeout_percentiles
+    )
+    probability_step: Number(*LIMITS_RANGES["probability_step"]) = _LIMITS.probability_step
+    slo_margin_ms: Number(*LIMITS_RANGES["slo_margin_ms"]) = _LIMITS.slo_margin_ms
+    max_evaluations: _limit("max_evaluations") = _LIMITS.max_evaluations
+    allow_relay: Flag = True
+    allow_copies: Flag = True
+    allow_second_region: Flag = True
+    allow_timeout: Flag = True
+
+
+class Prices(Contract):
+    """A region's list prices (USD)."""
+
+    storage_usd_per_gb_month: Number(0.0, MAX_PRICE_USD)
+    get_usd_per_10k: Number(0.0, MAX_PRICE_USD)
+    put_usd_per_1k: Number(0.0, MAX_PRICE_USD)
+    vm_usd_per_hour: Number(0.0, MAX_PRICE_USD)
+    egress_usd_per_gb: Number(0.0, MAX_PRICE_USD)
+
+
+def _pairs(high: float):
+    """MIN_SAMPLES to MAX_SAMPLES pairs [a, b] of numbers in [0, high]."""
+    entry = Number(0.0, high)
+    return List(tuple[entry, entry], MIN_SAMPLES, MAX_SAMPLES)  # a tuple: 4x a list's speed
+
+
+class Pairs(Contract):
+    """Concurrent request pairs measured by the region's agent (§4.2): the network and the
+    service latency of each request and their arrival times."""
+
+    network_ms: _pairs(MAX_LATENCY_MS)
+    service_ms: _pairs(MAX_LATENCY_MS)
+    arrival_ms: _pairs(MAX_ARRIVAL_MS)
+
+
+class Storage(Contract):
+    get_same_object: Pairs
+    get_distinct_objects: Pairs
+    put_same_object: Pairs
+    put_distinct_objects: Pairs
+
+
+class Region(Contract):
+    """A candidate region: its name, prices, relay VM rate, pings to the prefix and its
+    agent's measured pairs."""
+
+    name: Text
+    prices: Prices
+    relay_rps: Number(MIN_RELAY_RPS, MAX_RATE_RPS)
+    ping_ms: List(Number(0.0, MAX_LATENCY_MS), MIN_SAMPLES, MAX_SAMPLES)
+    storage: Storage
+
+
+class ProblemInput(Contract):
+    """problem.json: one prefix's workload, SLO, regions and search limits (§5.2)."""
+
+    prefix: Text | None = None
+    workload: Workload
+    slo: SloInput = SloInput()
+    serving_region: Text
+    second_region: Text | None = None  # null: the candidate with the lowest median ping
+    regions: List(Region, 1, MAX_REGIONS)
+    limits: Limits = Limits()
+
+
+class ProblemsInput(Contract):
+    """Many prefixes at once."""
+
+    problems: List(ProblemInput, 1, MAX_PROBLEMS)
+
+
+class DecideInput(RootModel[ProblemInput | ProblemsInput]):
+    """What ``geoslo costlo decide`` reads: one problem, or ``{"problems": [...]}``."""
+
+
+# ---------------------------------------------------------------------------- output
+
+
+class GetTupleOutput(Output):
+    copies: int
+    requests_per_copy: int
+    relay_vm: bool
+
+
+class PutTupleOutput(Output):
+    copies: int
+    requests_per_copy: int
+
+
+class ConfigurationOutput(Output):
+    """The selected configuration (§5.2): the GET tuples in the serving and the second
+    region, the PUT tuple, and the timeouts and probabilities of redundant requests."""
+
+    serving: GetTupleOutput
+    second: GetTupleOutput
+    put: PutTupleOutput
+    get_timeout_ms: float
+    get_probability: float
+    put_timeout_ms: float
+    put_probability: float
+
+
+class EstimateOutput(Output):
+    """An operation's estimated latency (ms; null: unbounded); the tail is named after the
+    SLO's percentile (``p99_ms``, ``p99.9_ms``)."""
+
+    model_config = ConfigDict(
+        extra="allow",
+        json_schema_extra={
+            "patternProperties": {r"^p[0-9.]+_ms$": {"type": ["number", "null"]}},
+            "additionalProperties": False,
+        },
+    )
+
+    p50_ms: float | None
+    baseline_p50_ms: float | None
+    inflation_ms: float | None
+
+
+class Estimates(Output):
+    get: EstimateOutput | None
+    put: EstimateOutput | None
+
+
+class Cost(Output):
+    """USD per month."""
+
+    storage: float
+    requests: float
+    vms: float
+    bandwidth: float
+    total: float
+
+
+class SelectionOutput(OutcomeFields):
+    """config.json: how the search ended (objective: the cost in USD per month), whether the
+    SLO is met, the regions, the configuration, its estimates and its cost."""
+
+    prefix: str | None
+    met: bool
+    serving_region: str | None
+    second_region: str | None
+    configuration: ConfigurationOutput
+    estimate: Estimates
+    cost_usd_per_month: Cost
+    baseline_cost_usd_per_month: Cost
+    cost_increase_fraction: float
+    evaluated: int = Field(ge=0)
+
+
+class SelectionsOutput(Output):
+    selections: list[SelectionOutput]
+
+
+class DecideOutput(RootModel[SelectionOutput | SelectionsOutput]):
+    """What ``geoslo costlo decide`` writes: one selection, or ``{"selections": [...]}``."""
+
+
+INPUT, OUTPUT = DecideInput, DecideOutput
