@@ -222,6 +222,7 @@ def _problem(error: dict[str, Any], loc: list[Any], system: System, kind: object
     error_type = error["type"]
     if error_type in bounds:
         limit = next(iter(ctx.values()))
+        limit = f"{limit:g}" if isinstance(limit, float) else limit
         return f"must be {bounds[error_type]} {limit}, not {value!r}"
     if error_type == "missing":
         return "required"
@@ -241,9 +242,10 @@ def _problem(error: dict[str, Any], loc: list[Any], system: System, kind: object
         return f"must be a number, not {value!r}"
     if error_type in ("model_type", "dict_type", "model_attributes_type"):
         return f"must be a table, not {value!r}"
-    if error_type in ("too_short", "too_long"):
-        length = ctx.get("max_length", ctx.get("min_length"))
-        return f"must hold {length} items, not {ctx.get('actual_length')}"
+    if error_type == "too_short":
+        return f"must hold at least {ctx.get('min_length')} item(s), not {ctx.get('actual_length')}"
+    if error_type == "too_long":
+        return f"must hold at most {ctx.get('max_length')} items, not {ctx.get('actual_length')}"
     message = str(error["msg"]).removeprefix("Value error, ")
     return message[:1].lower() + message[1:]
 

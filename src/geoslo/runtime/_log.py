@@ -1,11 +1,12 @@
 """The service's structured log: one JSON object per line on stderr (or one plain line),
-one per interval and one per error, so that an operator's log pipeline can read it."""
+one per interval, per error and per warning a library logs, for an operator's pipeline."""
 
 from __future__ import annotations
 
 import json
 import math
 import sys
+import threading
 from datetime import UTC, datetime
 from typing import Any, TextIO
 
@@ -19,6 +20,7 @@ class ServiceLog:
         self.system = system
         self.stream = stream if stream is not None else sys.stderr
         self.log_format = log_format
+        self._lock = threading.Lock()  # the signal watcher and solver threads log too
 
     def emit(self, event: str, level: str = "info", **fields: Any) -> None:
         record = {
@@ -36,8 +38,9 @@ class ServiceLog:
             line = " ".join(
                 [head, *(f"{k}={json.dumps(v, default=str)}" for k, v in record.items())]
             )
-        self.stream.write(line + "\n")
-        self.stream.flush()
+        with self._lock:
+            self.stream.write(line + "\n")
+            self.stream.flush()
 
 
 def _finite(value: Any) -> Any:

@@ -12,6 +12,8 @@ loop goes on. A step cannot be cancelled (it runs in a thread), so it is not tim
 from __future__ import annotations
 
 import asyncio
+import logging
+import os
 import signal
 import time
 from dataclasses import dataclass, field
@@ -28,6 +30,7 @@ from geoslo.runtime._service import Service
 __all__ = ["IntervalReport", "ServiceLoop", "serve", "ONCE_FAILED_EXIT"]
 
 ONCE_FAILED_EXIT = 3  # `geoslo run --once`: the one interval counted an error
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 _FAILED = object()  # an observation that did not come
 
 
@@ -73,15 +76,24 @@ class ServiceLoop:
         self.failed_intervals = 0  # intervals that counted at least one error
         self._stopping = False
         self._wake: asyncio.Event | None = None
+        self._event_loop: asyncio.AbstractEventLoop | None = None
+
+    @property
+    def stopping(self) -> bool:
+        return self._stopping
 
     def stop(self) -> None:
-        """Stop after the current interval (a signal handler calls this)."""
+        """Stop after the current interval (from any thread: the signal watcher calls it)."""
         self._stopping = True
-        if self._wake is not None:
-            self._wake.set()
+        if self._wake is not None and self._event_loop is not None:
+            try:
+                self._event_loop.call_soon_threadsafe(self._wake.set)
+            except RuntimeError:  # the event loop has closed: nothing left to wake
+                pass
 
     async def run(self) -> None:
         """Start the environment, run intervals, close the environment whatever happens."""
+        self._event_loop = asyncio.get_running_loop()
         self._wake = asyncio.Event()
         if self._stopping:
             self._wake.set()
@@ -162,6 +174,11 @@ class ServiceLoop:
             self._error(report, "decide", f"{type(plan).__name__} carries no Outcome (.outcome)")
             return None
         report.status, report.objective = outcome.status, outcome.objective
+        if outcome.solver_status.lower().startswith("interrupt"):
+            # a solver that hooks SIGINT while it runs (OSQP does) took the operator's
+            # Ctrl-C: stop as the signal would have
+            self.log.emit("stopping", signal="SIGINT", interval=report.interval, via="solver")
+            self.stop()
         self.metrics.plans.labels(self.service.system, outcome.status).inc()
         if outcome.objective is not None:
             self.metrics.objective.labels(self.service.system).set(outcome.objective)
@@ -207,52 +224,94 @@ def serve(
     log_stream: TextIO | None = None,
 ) -> int:
     """Run ``config``'s service with its HTTP endpoints until it stops; the exit status
-    (0: stopped cleanly; ``ONCE_FAILED_EXIT``: ``--once`` and its interval had an error)."""
+    (0: stopped cleanly; ``ONCE_FAILED_EXIT``: ``--once`` and its interval had an error).
+    SIGTERM or SIGINT stops it after the current interval; a second one exits at once."""
     system = config.system.name
     log = ServiceLog(system, log_stream, config.service.log_format)
     service = config.system.build(config.controller, config.environment, config.interval_s)
     loop = ServiceLoop(
         service, config.service, log, dry_run=dry_run, max_intervals=1 if once else None
     )
+    bridge = _LogBridge(log)
+    try:
+        server = _start_server(config, loop, log)
+        try:
+            log.emit(
+                "started",
+                listen="{}:{}".format(*server.address),
+                interval_s=service.interval_s,
+                environment=getattr(config.environment, "kind", None),
+                dry_run=dry_run,
+                intervals=loop.max_intervals,
+            )
+            asyncio.run(_run_with_signals(loop, log))
+        finally:
+            server.stop()
+            log.emit("stopped", intervals=loop.interval, failed_intervals=loop.failed_intervals)
+    finally:
+        bridge.close()
+    return ONCE_FAILED_EXIT if once and loop.failed_intervals else 0
+
+
+def _start_server(config: RunConfig, loop: ServiceLoop, log: ServiceLog) -> MetricsServer:
+    """/metrics and /healthz on ``service.listen``; a warning when beyond loopback."""
     host, port = parse_listen(config.service.listen)
     try:
         server = MetricsServer(host, port, loop.metrics, loop.health.report)
     except OSError as error:
+        reason = error.strerror or error
         raise GeosloError(
-            f"service.listen: cannot listen on {config.service.listen}: {error.strerror or error}"
+            f"service.listen: cannot listen on {config.service.listen}: {reason}"
         ) from None
-    bound_host, bound_port = server.address
     if not is_loopback(host):
         log.emit(
             "listen_beyond_loopback",
             level="warning",
-            address=f"{bound_host}:{bound_port}",
+            address="{}:{}".format(*server.address),
             note="/metrics and /healthz are reachable from other machines",
         )
     server.start()
-    log.emit(
-        "started",
-        listen=f"{bound_host}:{bound_port}",
-        interval_s=service.interval_s,
-        environment=getattr(config.environment, "kind", None),
-        dry_run=dry_run,
-        intervals=loop.max_intervals,
-    )
-    try:
-        asyncio.run(_run_with_signals(loop))
-    finally:
-        server.stop()
-        log.emit("stopped", intervals=loop.interval, failed_intervals=loop.failed_intervals)
-    return ONCE_FAILED_EXIT if once and loop.failed_intervals else 0
+    return server
 
 
-async def _run_with_signals(loop: ServiceLoop) -> None:
-    """SIGTERM and SIGINT stop the loop after its current interval."""
+async def _run_with_signals(loop: ServiceLoop, log: ServiceLog) -> None:
+    """SIGTERM and SIGINT stop the loop after its current interval; a second one exits."""
     event_loop = asyncio.get_running_loop()
-    for signum in (signal.SIGTERM, signal.SIGINT):
-        event_loop.add_signal_handler(signum, loop.stop)
+    for signum in STOP_SIGNALS:
+        event_loop.add_signal_handler(signum, _on_signal, loop, log, signum)
     try:
         await loop.run()
     finally:
-        for signum in (signal.SIGTERM, signal.SIGINT):
+        for signum in STOP_SIGNALS:
             event_loop.remove_signal_handler(signum)
+
+
+def _on_signal(loop: ServiceLoop, log: ServiceLog, signum: int) -> None:
+    name = signal.Signals(signum).name
+    if loop.stopping:
+        log.emit("stop_forced", level="warning", signal=name, interval=loop.interval)
+        os._exit(128 + signum)  # a second signal: the operator will not wait
+    log.emit("stopping", signal=name, interval=loop.interval)
+    loop.stop()
+
+
+class _LogBridge(logging.Handler):
+    """Warnings that libraries write with ``logging`` become records of the service log
+    (one JSON object per line, never a stray text line)."""
+
+    def __init__(self, log: ServiceLog) -> None:
+        super().__init__(logging.WARNING)
+        self._log = log
+        logging.getLogger().addHandler(self)
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self._log.emit(
+            "library_log",
+            level=record.levelname.lower(),
+            logger=record.name,
+            message=record.getMessage(),
+        )
+
+    def close(self) -> None:
+        logging.getLogger().removeHandler(self)
+        super().close()

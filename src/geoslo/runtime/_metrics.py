@@ -71,6 +71,8 @@ class Metrics:
         )
         for kind in ERROR_KINDS:  # present at 0 from the start, so rate() works
             self.errors.labels(system, kind)
+        self.decision_seconds.labels(system)
+        self.intervals.labels(system)
         self._names: dict[str, set[str]] = {"plan": set(), "observation": set()}
 
     def count_error(self, kind: str) -> None:

@@ -219,9 +219,9 @@ def _send_images(left: list[float], done: list[float], budget_mb: float, end_s: 
 
 class LinkStepper:
     """The link of :func:`simulate_link` one interval at a time (the runtime's simulator
-    environment): the same steps, images and allocation, with the arrivals handed in per
-    interval. Only images still in flight are kept, so memory stays bounded however long
-    it runs."""
+    environment): the same steps, image arrivals and allocation, with the messages handed
+    in per interval. It keeps no history (no per-image completion times, which the buffers
+    do not depend on), so memory stays bounded however long it runs."""
 
     def __init__(self, settings: LinkSettings) -> None:
         self.settings = settings
@@ -231,8 +231,6 @@ class LinkStepper:
         self.backlog_mb = np.zeros(3)
         self.arrived_mb = np.zeros(3)  # cumulative
         self.sent_mb = np.zeros(3)  # cumulative
-        self._images_left: list[float] = []
-        self._images_done: list[float] = []
         self._next_image_s = settings.image_period_s  # the backup holds the image of time 0
         self._step = 0
 
@@ -248,9 +246,6 @@ class LinkStepper:
         mark_in, mark_out = self.arrived_mb.copy(), self.sent_mb.copy()
         for row in messages_mb:
             self._advance_step(row, allocation)
-        in_flight = [n for n, mb in enumerate(self._images_left) if mb > 1e-9]
-        self._images_left = [self._images_left[n] for n in in_flight]
-        self._images_done = [self._images_done[n] for n in in_flight]
         return Measurement(
             self.backlog_mb.copy(), self.sent_mb - mark_out, self.arrived_mb - mark_in
         )
@@ -262,15 +257,11 @@ class LinkStepper:
         new = np.zeros(3)
         new[:2] = messages_mb
         while self._next_image_s < t + settings.step_s - 1e-9:
-            self._images_left.append(settings.image_mb)
-            self._images_done.append(np.nan)
             new[VM_IMAGE] += settings.image_mb
             self._next_image_s += settings.image_period_s
         self.backlog_mb += new
         self.arrived_mb += new
         out = allocate(self.backlog_mb, allocation, self._capacity_mb)
-        if out[VM_IMAGE] > 0:
-            _send_images(self._images_left, self._images_done, out[VM_IMAGE], t + settings.step_s)
         self.backlog_mb = np.maximum(self.backlog_mb - out, 0.0)
         self.sent_mb += out
         self._step += 1
