@@ -5,7 +5,9 @@ in-process run whose memory stays bounded."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import gc
+import io
 import json
 import signal
 import socket
@@ -20,7 +22,14 @@ from pathlib import Path
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from geoslo.runtime import ServiceLog, ServiceLoop, ServiceSettings
+from geoslo.runtime import (
+    ONCE_FAILED_EXIT,
+    ServiceLog,
+    ServiceLoop,
+    ServiceSettings,
+    load_config,
+    serve,
+)
 from geoslo.runtime.replication import SYSTEM, ReplicationSettings, SimulatorSettings
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
@@ -262,3 +271,37 @@ def test_memory_stays_bounded_over_thousands_of_intervals():
     before, after = asyncio.run(measure())
     assert loop.interval == 2500 and loop.failed_intervals == 0
     assert (after - before) / 750 < 100, f"grew {(after - before) / 1024:.0f} KiB in 750 intervals"
+
+
+def test_once_exits_3_when_its_interval_had_an_error(tmp_path):
+    """``serve`` as ``geoslo run --once`` calls it, on a link whose observation fails."""
+
+    class Unobservable:
+        simulated = True
+
+        def __init__(self, inner) -> None:
+            self.inner = inner
+
+        async def start(self) -> None: ...
+
+        async def observe(self):
+            raise ConnectionError("no counters")
+
+        async def apply(self, plan) -> None: ...
+
+        async def close(self) -> None: ...
+
+    config = load_config(write_config(tmp_path))
+    build = config.system.build
+    failing = dataclasses.replace(
+        config.system,
+        build=lambda *args: dataclasses.replace(
+            build(*args), environment=Unobservable(build(*args).environment)
+        ),
+    )
+    stream = io.StringIO()
+    assert serve(config, once=True, log_stream=stream) == 0
+    assert (
+        serve(dataclasses.replace(config, system=failing), once=True, log_stream=stream)
+        == ONCE_FAILED_EXIT
+    )

@@ -18,11 +18,12 @@ from geoslo.runtime._config import (
 )
 from geoslo.runtime._dryrun import DryRunEnvironment
 from geoslo.runtime._log import ServiceLog
-from geoslo.runtime._loop import IntervalReport, ServiceLoop, serve
+from geoslo.runtime._loop import ONCE_FAILED_EXIT, IntervalReport, ServiceLoop, serve
 from geoslo.runtime._metrics import Metrics, MetricsServer
 from geoslo.runtime._service import Service, System
 
 __all__ = [
+    "ONCE_FAILED_EXIT",
     "SYSTEM_NAMES",
     "DryRunEnvironment",
     "IntervalReport",
