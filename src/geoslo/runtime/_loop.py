@@ -104,20 +104,30 @@ class ServiceLoop:
             await self.environment.close()
 
     async def _intervals(self) -> None:
+        """A simulated environment's clock advances in observe(), so intervals follow each
+        other at once; a real one is observed at the end of each interval of wall time, the
+        first one included (an observation right after start() would cover nothing)."""
         clock = asyncio.get_running_loop()
         next_s = clock.time()
         while not self._stopping:
+            if not self.environment.simulated:
+                next_s = max(next_s + self.service.interval_s, clock.time())  # late: no burst
+                await self._sleep_until(next_s)
+                if self._stopping:
+                    break
             await self.run_interval()
             if self.max_intervals and self.interval >= self.max_intervals:
                 break
-            if self.environment.simulated:  # its clock advanced in observe(): no waiting
-                await asyncio.sleep(0)
-                continue
-            next_s = max(next_s + self.service.interval_s, clock.time())  # late: no burst
-            try:
-                await asyncio.wait_for(self._wake.wait(), next_s - clock.time())
-            except TimeoutError:
-                pass
+            await asyncio.sleep(0)  # let the signal handlers and the HTTP thread in
+
+    async def _sleep_until(self, deadline_s: float) -> None:
+        """Wait until ``deadline_s`` on the event loop's clock, or until stop()."""
+        assert self._wake is not None
+        remaining_s = deadline_s - asyncio.get_running_loop().time()
+        try:
+            await asyncio.wait_for(self._wake.wait(), max(remaining_s, 0.0))
+        except TimeoutError:
+            pass
 
     async def run_interval(self) -> IntervalReport:
         """Observe, decide, apply: one interval, which never raises for a bad one."""
