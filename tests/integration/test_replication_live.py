@@ -1,6 +1,6 @@
 """The geo-replication MPC's actuator on a real link (docs/replication-live.md): two
 network namespaces, a veth shaped by HTB, three real TCP streams; and the library's loop
-driving the library's environment handle (``LinkEnvironment``) on it. Needs root."""
+driving the library's environment handle (``ReplicationTestbedEnvironment``) on it. Needs root."""
 
 from __future__ import annotations
 
@@ -20,8 +20,8 @@ from geoslo.errors import TestbedError
 from geoslo.live.replication import (
     CLASS_IDS,
     EgressLink,
-    LinkEnvironment,
     LinkSpec,
+    ReplicationTestbedEnvironment,
     cannot_run_reason,
     cumulative_mb,
 )
@@ -84,7 +84,7 @@ def _namespaces() -> set[str]:
     return {line.split()[0] for line in listed.stdout.splitlines() if line.strip()}
 
 
-async def _drive(env: LinkEnvironment, controller, intervals: int, interval_s: float):
+async def _drive(env: ReplicationTestbedEnvironment, controller, intervals: int, interval_s: float):
     """What ``geoslo run`` does: every interval observe, step, apply; here also the HTB
     classes read back after each apply."""
     records = []
@@ -120,7 +120,7 @@ def test_the_library_loop_drives_the_live_link_from_its_measurements(tmp_path, c
         image_mb=spec.image_mb,
         image_period_s=spec.image_period_s,
     )
-    env = LinkEnvironment(spec)
+    env = ReplicationTestbedEnvironment(spec)
     records, pair = asyncio.run(_drive(env, ReplicationController(config), 16, interval_s))
     observations = [r[0] for r in records]
     measurements = [o.measurement for o in observations]
@@ -175,7 +175,7 @@ def test_prio_runs_on_the_same_environment_as_strict_priority(tmp_path, can_run)
     loop = policy_loop("PRIO", ReplicationConfig(capacity_mbps=spec.capacity_mbps))
 
     async def run():
-        env = LinkEnvironment(spec)
+        env = ReplicationTestbedEnvironment(spec)
         await env.start()
         try:
             await asyncio.sleep(1.2)
@@ -206,9 +206,9 @@ def test_start_without_the_privileges_says_why(tmp_path, can_run):
     script = (
         "import asyncio, sys\n"
         "from geoslo.errors import TestbedError\n"
-        "from geoslo.live.replication import LinkEnvironment, LinkSpec\n"
+        "from geoslo.live.replication import ReplicationTestbedEnvironment, LinkSpec\n"
         f"spec = LinkSpec(namespace_prefix='geoslo-rcaps', state_dir={str(tmp_path)!r})\n"
-        "env = LinkEnvironment(spec)\n"
+        "env = ReplicationTestbedEnvironment(spec)\n"
         "try:\n"
         "    asyncio.run(env.start())\n"
         "except TestbedError as error:\n"
@@ -227,7 +227,7 @@ def test_start_without_the_privileges_says_why(tmp_path, can_run):
     assert "cannot start here" in done.stdout and "network namespaces" in done.stdout
     assert not any(name.startswith("geoslo-rcaps") for name in _namespaces())
     with pytest.raises(TestbedError, match="not started"):
-        asyncio.run(LinkEnvironment(LinkSpec()).observe())
+        asyncio.run(ReplicationTestbedEnvironment(LinkSpec()).observe())
 
 
 # --- geoslo run on the testbed -------------------------------------------------------------

@@ -15,7 +15,7 @@ import pytest
 from _cli import geoslo
 from geoslo.control.costlo import Configuration, CostloLoop, EpochPlan, GetTuple, SearchLimits, Slo
 from geoslo.live._processes import process_alive
-from geoslo.live.costlo import CostloTestbed
+from geoslo.live.costlo import CostloTestbedEnvironment
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
 
@@ -111,7 +111,7 @@ def _processes_mentioning(state_dir: Path) -> list[int]:
     return found
 
 
-async def _applied(env: CostloTestbed, configuration: Configuration) -> list:
+async def _applied(env: CostloTestbedEnvironment, configuration: Configuration) -> list:
     """Observe once, apply a plan holding ``configuration``, and the next epoch's GETs."""
     loop = CostloLoop(Slo(get_ms=5.0), SearchLimits(max_copies=2, allow_second_region=False))
     plan = loop.step(await env.observe())
@@ -127,7 +127,9 @@ def test_the_client_library_issues_the_plans_configuration(tmp_path, needs_redis
     always_two_copies = Configuration(serving=GetTuple(2, 1), get_timeout_ms=0.0)
 
     async def scenario() -> tuple[list, list[int]]:
-        env = CostloTestbed(tmp_path / "state", servers_per_region=2, objects=50, agent_pairs=50)
+        env = CostloTestbedEnvironment(
+            tmp_path / "state", servers_per_region=2, objects=50, agent_pairs=50
+        )
         await env.start()
         try:
             pids = _recorded_pids(tmp_path / "state")

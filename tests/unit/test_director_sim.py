@@ -17,10 +17,10 @@ from geoslo.control.director import (
 )
 from geoslo.experiments.director._simulated import clock_units, percentiles_met, server_units
 from geoslo.sim.director import (
+    DirectorSimEnvironment,
     ServerPerformance,
     SimResult,
     SimSettings,
-    SimulatedStore,
     Workload,
     flash_crowd,
     round_robin_layout,
@@ -183,7 +183,7 @@ def _loop(config, bin_bytes):
     return DirectorLoop(steady, copy, config, bin_bytes)
 
 
-async def _drive(store: SimulatedStore, loop, intervals: int) -> list:
+async def _drive(store: DirectorSimEnvironment, loop, intervals: int) -> list:
     await store.start()
     observations = []
     for _ in range(intervals):
@@ -200,7 +200,7 @@ def test_the_handle_stepped_each_second_is_simulate_itself():
     """One code path: the handle driven second by second gives simulate()'s run."""
     workload, layout, bin_bytes, settings, config = _store_parts()
     reference = simulate(workload, layout, bin_bytes, _loop(config, bin_bytes), settings, 4e6)
-    store = SimulatedStore(workload, layout, bin_bytes, settings, 4e6)
+    store = DirectorSimEnvironment(workload, layout, bin_bytes, settings, 4e6)
     loop = _loop(config, bin_bytes)
     observations = asyncio.run(_drive(store, loop, len(workload.total_rps)))
     store.store.finish()  # the last second observed
@@ -214,7 +214,7 @@ def test_the_handle_stepped_each_second_is_simulate_itself():
 
 def test_the_handle_advances_a_period_per_observation_and_runs_past_the_workload():
     workload, layout, bin_bytes, settings, config = _store_parts(duration_s=200)
-    store = SimulatedStore(workload, layout, bin_bytes, settings, 4e6, advance_s=20)
+    store = DirectorSimEnvironment(workload, layout, bin_bytes, settings, 4e6, advance_s=20)
     observations = asyncio.run(_drive(store, _loop(config, bin_bytes), 15))  # 300 s
     assert [o.now_s for o in observations] == [19.0 + 20.0 * k for k in range(15)]
     assert [len(o.histograms) for o in observations] == [0] + [1] * 14  # one per period
@@ -226,4 +226,4 @@ def test_the_handle_advances_a_period_per_observation_and_runs_past_the_workload
 def test_the_handle_refuses_to_observe_before_start():
     workload, layout, bin_bytes, settings, _ = _store_parts()
     with pytest.raises(RuntimeError, match="start"):
-        asyncio.run(SimulatedStore(workload, layout, bin_bytes, settings, 4e6).observe())
+        asyncio.run(DirectorSimEnvironment(workload, layout, bin_bytes, settings, 4e6).observe())

@@ -52,7 +52,18 @@ PACKAGES = {
         "cannot_run_reason",
     },
     "geoslo.experiments.supercloud": {"reproduce", "run_ensemble", "check_sun"},
+    "geoslo.control": {"Outcome", "STATUSES", "Controller", "Environment"},
+    "geoslo.runtime": {"Service", "System", "ServiceLoop", "load_config", "serve"},
 }
+
+# Every system has its simulator and its testbed as environment handles of the same names.
+for _system in ("kurma", "costlo", "director", "replication", "supercloud"):
+    _name = _system.capitalize()
+    _live = (
+        "geoslo.live.supercloud.zookeeper" if _system == "supercloud" else f"geoslo.live.{_system}"
+    )
+    PACKAGES.setdefault(f"geoslo.sim.{_system}", set()).add(f"{_name}SimEnvironment")
+    PACKAGES.setdefault(_live, set()).add(f"{_name}TestbedEnvironment")
 
 
 @pytest.mark.parametrize("name", sorted(PACKAGES))

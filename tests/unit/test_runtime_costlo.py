@@ -21,7 +21,7 @@ from geoslo.runtime.costlo import (
     plan_gauges,
     plan_record,
 )
-from geoslo.sim.costlo import CostloSimulation
+from geoslo.sim.costlo import CostloSimEnvironment
 
 
 def config(environment: str = 'kind = "simulator"', controller: str = "") -> dict:
@@ -67,11 +67,11 @@ def test_the_simulator_service_is_the_loop_on_the_simulated_clouds():
     run = parse_config(config('kind = "simulator"\nprefixes = [0, 3]', "get_slo_ms = 30"))
     service = SYSTEM.build(run.controller, run.environment, run.interval_s)
     assert isinstance(service.controller, CostloLoop) and service.controller.slo.get_ms == 30.0
-    assert isinstance(service.environment, CostloSimulation) and service.environment.simulated
+    assert isinstance(service.environment, CostloSimEnvironment) and service.environment.simulated
     assert service.environment.prefixes == (0, 3)
 
 
-async def epochs(env: CostloSimulation, loop: CostloLoop, n: int) -> list:
+async def epochs(env: CostloSimEnvironment, loop: CostloLoop, n: int) -> list:
     """n epochs of observe, step, apply: (observation, plan) each."""
     await env.start()
     out = []
@@ -88,7 +88,7 @@ async def epochs(env: CostloSimulation, loop: CostloLoop, n: int) -> list:
 
 @pytest.fixture(scope="module")
 def simulated():
-    env = CostloSimulation(EXAMPLE_WORKLOAD, prefixes=(0, 3), samples=1_000, operations=20_000)
+    env = CostloSimEnvironment(EXAMPLE_WORKLOAD, prefixes=(0, 3), samples=1_000, operations=20_000)
     return env, asyncio.run(epochs(env, CostloLoop(Slo(get_ms=30.0)), 3))
 
 

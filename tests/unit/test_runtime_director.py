@@ -12,7 +12,7 @@ from geoslo.control.director import DirectorConfig, DirectorLoop
 from geoslo.errors import ConfigError, InputError
 from geoslo.runtime._config import parse_config
 from geoslo.runtime.director import SYSTEM, DirectorSettings
-from geoslo.sim.director import SimulatedStore
+from geoslo.sim.director import DirectorSimEnvironment
 
 SMALL_SIMULATOR = {
     "kind": "simulator",
@@ -74,7 +74,7 @@ def test_the_built_service_runs_the_loop_on_the_simulated_store():
     parsed = config(SMALL_SIMULATOR, {"period_s": 5.0}, interval_s=5.0)
     service = SYSTEM.build(parsed.controller, parsed.environment, parsed.interval_s)
     assert isinstance(service.controller, DirectorLoop)
-    assert isinstance(service.environment, SimulatedStore) and service.environment.simulated
+    assert isinstance(service.environment, DirectorSimEnvironment) and service.environment.simulated
 
     async def run() -> list:
         await service.environment.start()

@@ -18,10 +18,10 @@ from geoslo.runtime.replication import (
     plan_record,
 )
 from geoslo.sim.replication import (
-    LinkEnvironment,
     LinkSettings,
     LinkStepper,
     LinkWorkload,
+    ReplicationSimEnvironment,
     simulate_link,
 )
 from geoslo.sim.replication._link import _message_arrivals
@@ -71,7 +71,7 @@ def test_the_stepper_is_simulate_link_one_interval_at_a_time(policy):
 
 def test_the_environment_cycles_its_levels():
     settings = LinkSettings(step_s=1.0, seed=1)
-    link = LinkEnvironment(settings, [80.0, 0.0], [0.0], level_period_s=10.0)
+    link = ReplicationSimEnvironment(settings, [80.0, 0.0], [0.0], level_period_s=10.0)
     arrived = [asyncio.run(link.observe()).measurement.arrived_mb[0] for _ in range(4)]
     assert arrived[0] > 50 and arrived[2] > 50  # 80 Mbps for 10 s is 100 MB
     assert arrived[1] == 0 and arrived[3] == 0

@@ -14,14 +14,14 @@ from geoslo.control.supercloud.example import example_state
 from geoslo.control.supercloud.loop import PlacementLoop
 from geoslo.errors import InputError
 from geoslo.live.supercloud.zookeeper import PlanRefusedError, ReconfigStep, plan_steps
-from geoslo.sim.supercloud import EnsembleEnvironment, FollowTheSun, follow_the_sun_rps
+from geoslo.sim.supercloud import FollowTheSun, SupercloudSimEnvironment, follow_the_sun_rps
 
 SITES = ("Washington DC", "Tokyo")
 HOUR_S = 3600.0
 
 
 def _env(interval_s: float = 600.0, start=("Washington DC",) * 3, **workload):
-    return EnsembleEnvironment(SITES, start, interval_s, FollowTheSun(**workload))
+    return SupercloudSimEnvironment(SITES, start, interval_s, FollowTheSun(**workload))
 
 
 @pytest.mark.parametrize(

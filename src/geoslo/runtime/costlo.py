@@ -25,9 +25,9 @@ from geoslo.control.costlo import (
 )
 from geoslo.control.costlo.example import EXAMPLE_WORKLOAD
 from geoslo.control.costlo.validation import LIMITS_RANGES, MAX_SLO_MS
-from geoslo.live.costlo import CostloTestbed, StallSettings
+from geoslo.live.costlo import CostloTestbedEnvironment, StallSettings
 from geoslo.runtime._service import Service, System
-from geoslo.sim.costlo import CostloSimulation
+from geoslo.sim.costlo import CostloSimEnvironment
 
 __all__ = ["SYSTEM", "CostloSettings", "SimulatorSettings", "TestbedSettings"]
 
@@ -132,7 +132,7 @@ class TestbedSettings(BaseModel):
     seed: int = Field(0, ge=0)
 
 
-def simulator(settings: SimulatorSettings, controller: CostloSettings) -> CostloSimulation:
+def simulator(settings: SimulatorSettings, controller: CostloSettings) -> CostloSimEnvironment:
     workload = PrefixWorkload(
         settings.gets_per_month,
         settings.puts_per_month,
@@ -141,7 +141,7 @@ def simulator(settings: SimulatorSettings, controller: CostloSettings) -> Costlo
         settings.peak_get_rps,
         settings.peak_put_rps,
     )
-    return CostloSimulation(
+    return CostloSimEnvironment(
         workload,
         world_seed=settings.world_seed,
         prefixes=tuple(settings.prefixes),
@@ -153,8 +153,8 @@ def simulator(settings: SimulatorSettings, controller: CostloSettings) -> Costlo
     )
 
 
-def testbed(settings: TestbedSettings, controller: CostloSettings) -> CostloTestbed:
-    return CostloTestbed(
+def testbed(settings: TestbedSettings, controller: CostloSettings) -> CostloTestbedEnvironment:
+    return CostloTestbedEnvironment(
         state_dir=None if settings.state_dir is None else Path(settings.state_dir),
         servers_per_region=settings.servers_per_region,
         objects=settings.objects,

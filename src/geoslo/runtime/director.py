@@ -24,13 +24,13 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from geoslo.control.director import DirectorConfig, DirectorLoop, Step
 from geoslo.errors import ConfigError
-from geoslo.live.director import BinLayout, ClusterConfig, LiveStore, LoadSpec
+from geoslo.live.director import BinLayout, ClusterConfig, DirectorTestbedEnvironment, LoadSpec
 from geoslo.models import CopyDurationModel, SteadyStateModel
 from geoslo.runtime._service import Service, System
 from geoslo.sim.director import (
+    DirectorSimEnvironment,
     ServerPerformance,
     SimSettings,
-    SimulatedStore,
     flash_crowd,
     round_robin_layout,
     trained_models,
@@ -144,7 +144,7 @@ class TestbedSettings(BaseModel):
     read_fraction: float = Field(0.95, ge=0.0, le=1.0)
 
 
-class _Testbed(LiveStore):
+class _Testbed(DirectorTestbedEnvironment):
     """The live store in a temporary directory of its own, removed at close."""
 
     async def close(self) -> None:
@@ -197,7 +197,7 @@ def _simulator(env: SimulatorSettings, controller: DirectorSettings, interval_s:
         raise ConfigError("controller.period_s", "must be a whole number of seconds (simulator)")
     bin_bytes = np.full(env.bins, env.bin_bytes)
     layout = round_robin_layout(env.bins, env.servers, config.replicas, config.standbys)
-    store = SimulatedStore(
+    store = DirectorSimEnvironment(
         workload, layout, bin_bytes, settings, config.copy_rate_bytes_per_s, int(interval_s)
     )
     return store, bin_bytes, _models(controller, settings.performance, env.seed)
@@ -245,7 +245,9 @@ def _testbed(env: TestbedSettings, controller: DirectorSettings, interval_s: flo
         seed=env.seed,
     )
     state_dir = env.state_dir or tempfile.mkdtemp(prefix="geoslo-director-")
-    store = (LiveStore if env.state_dir else _Testbed)(Path(state_dir), cluster, load)
+    store = (DirectorTestbedEnvironment if env.state_dir else _Testbed)(
+        Path(state_dir), cluster, load
+    )
     sizes = [layout.size(b) for b in range(env.bins)]
     bin_bytes = np.asarray(sizes, dtype=float) * (env.value_bytes + 2)  # as the cluster stores
     return store, bin_bytes, _models(controller, None, env.seed)

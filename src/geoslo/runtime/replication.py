@@ -29,11 +29,10 @@ from geoslo.control.replication import (
     Weights,
 )
 from geoslo.errors import ConfigError
-from geoslo.live.replication import LinkEnvironment as LiveLinkEnvironment
-from geoslo.live.replication import LinkSpec
+from geoslo.live.replication import LinkSpec, ReplicationTestbedEnvironment
 from geoslo.models import ArrivalModel
 from geoslo.runtime._service import Service, System
-from geoslo.sim.replication import LinkEnvironment, LinkSettings
+from geoslo.sim.replication import LinkSettings, ReplicationSimEnvironment
 
 __all__ = ["SYSTEM", "ReplicationSettings", "SimulatorSettings", "TestbedSettings"]
 
@@ -163,7 +162,7 @@ def controller_for(
     return PolicyLoop(StaticPolicy(settings.static_shares))
 
 
-def simulator(settings: SimulatorSettings, config: ReplicationConfig) -> LinkEnvironment:
+def simulator(settings: SimulatorSettings, config: ReplicationConfig) -> ReplicationSimEnvironment:
     steps = config.interval_s / settings.step_s
     if abs(steps - round(steps)) > 1e-9:
         raise ConfigError("environment.step_s", f"must divide interval_s ({config.interval_s:g} s)")
@@ -176,12 +175,12 @@ def simulator(settings: SimulatorSettings, config: ReplicationConfig) -> LinkEnv
         image_period_s=config.image_period_s,
         seed=settings.seed,
     )
-    return LinkEnvironment(
+    return ReplicationSimEnvironment(
         link, settings.application_mbps, settings.replication_mbps, settings.level_period_s
     )
 
 
-def testbed(settings: TestbedSettings, config: ReplicationConfig) -> LiveLinkEnvironment:
+def testbed(settings: TestbedSettings, config: ReplicationConfig) -> ReplicationTestbedEnvironment:
     if settings.capacity_mbps != config.capacity_mbps:
         raise ConfigError(
             "environment.capacity_mbps",
@@ -199,7 +198,7 @@ def testbed(settings: TestbedSettings, config: ReplicationConfig) -> LiveLinkEnv
         namespace_prefix=settings.namespace_prefix,
         state_dir=None if settings.state_dir is None else Path(settings.state_dir),
     )
-    return LiveLinkEnvironment(spec)
+    return ReplicationTestbedEnvironment(spec)
 
 
 def plan_gauges(plan: Decision) -> Mapping[str, float]:

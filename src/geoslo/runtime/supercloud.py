@@ -95,16 +95,18 @@ def _template(sites: tuple[str, ...], rtt_ms, start: Placement, c: ControllerSet
 
 def _environment(e: BaseModel, interval_s: float):
     if isinstance(e, SimulatorSettings):
-        from geoslo.sim.supercloud import EnsembleEnvironment, FollowTheSun
+        from geoslo.sim.supercloud import FollowTheSun, SupercloudSimEnvironment
 
         workload = FollowTheSun(peak_rps=e.peak_rps, read_fraction=e.read_fraction)
-        return EnsembleEnvironment(e.sites, e.start_sites, interval_s, workload, seed=e.seed)
-    from geoslo.live.supercloud.zookeeper import ZkEnsembleEnvironment, ZkLiveSettings
+        return SupercloudSimEnvironment(e.sites, e.start_sites, interval_s, workload, seed=e.seed)
+    from geoslo.live.supercloud.zookeeper import SupercloudTestbedEnvironment, ZkLiveSettings
 
     settings = ZkLiveSettings(rtt_ms=e.rtt_ms, step_timeout_s=e.step_timeout_s)
     threads = {"virginia": e.virginia_threads, "tokyo": e.tokyo_threads}
     state_dir = Path(e.state_dir) if e.state_dir else None
-    return ZkEnsembleEnvironment(settings, threads, interval_s, state_dir, think_ms=e.think_ms)
+    return SupercloudTestbedEnvironment(
+        settings, threads, interval_s, state_dir, think_ms=e.think_ms
+    )
 
 
 def build(controller: BaseModel, environment: BaseModel, interval_s: float) -> Service:

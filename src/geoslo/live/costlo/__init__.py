@@ -1,13 +1,13 @@
 """CosTLO on the live testbed (NSDI 2015): its client library (GET), relay VMs, the
 per-region lock and version service and the VM library (PUT), with a small two-region
-deployment on loopback; ``CostloTestbed`` is the environment handle ``geoslo run`` drives
+deployment on loopback; ``CostloTestbedEnvironment`` is the environment handle ``geoslo run`` drives
 ``CostloLoop`` with. Reference: docs/costlo-live.md.
 """
 
 from geoslo.live.costlo._agent import StallSettings, agent_pairs, fill_objects, stall_server
 from geoslo.live.costlo._client import CostloClient, GetRecord
 from geoslo.live.costlo._cluster import CostloCluster
-from geoslo.live.costlo._environment import CostloTestbed
+from geoslo.live.costlo._environment import CostloTestbedEnvironment
 from geoslo.live.costlo._locks import (
     LockClient,
     LockGrant,
@@ -59,7 +59,7 @@ __all__ = [
     "CopyRef",
     "CostloClient",
     "CostloCluster",
-    "CostloTestbed",
+    "CostloTestbedEnvironment",
     "GetPlan",
     "GetRecord",
     "LockClient",

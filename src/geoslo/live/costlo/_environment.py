@@ -42,14 +42,14 @@ from geoslo.live.costlo._cluster import CostloCluster
 from geoslo.live.costlo._objects import SERVING
 from geoslo.topology import StoragePrices, cloud_regions
 
-__all__ = ["CostloTestbed", "PREFIX", "REGION"]
+__all__ = ["CostloTestbedEnvironment", "PREFIX", "REGION"]
 
 PREFIX = "local"  # the testbed's one prefix: this machine's end-host
 REGION = "serving"  # its serving region
 
 
 @dataclass
-class CostloTestbed:
+class CostloTestbedEnvironment:
     """The live deployment ``geoslo run`` drives. ``state_dir`` holds the processes' logs
     (a temporary directory, removed on close, when None)."""
 

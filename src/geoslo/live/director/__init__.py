@@ -4,8 +4,8 @@ Redis servers on loopback, each request carrying a service time; bins range-part
 and replicated; a router and client library (first-answer gets, versioned puts to every
 replica); the actions (add/remove server, copy, move, delete replica) with throttled,
 dual-write copies; the sampled workload statistics of §5.5; an open-loop load generator;
-the benchmarks that train §5.4's models; and ``LiveStore``, all of it as the Director's
-environment handle. Reference: docs/director-live.md.
+the benchmarks that train §5.4's models; and ``DirectorTestbedEnvironment``, all of it
+as the Director's environment handle. Reference: docs/director-live.md.
 """
 
 from geoslo.live.director._bench import (
@@ -22,7 +22,7 @@ from geoslo.live.director._cluster import (
     stop_recorded_in,
 )
 from geoslo.live.director._config import ClusterConfig
-from geoslo.live.director._environment import LiveStore
+from geoslo.live.director._environment import DirectorTestbedEnvironment
 from geoslo.live.director._executor import (
     ActionExecutor,
     ActionFailed,
@@ -56,7 +56,7 @@ __all__ = [
     "CopyBenchmark",
     "DirectorCluster",
     "FinishedAction",
-    "LiveStore",
+    "DirectorTestbedEnvironment",
     "LoadResult",
     "LoadSpec",
     "PeriodStats",

@@ -22,10 +22,10 @@ from geoslo.live.director._cluster import DirectorCluster
 from geoslo.live.director._config import ClusterConfig
 from geoslo.live.director._loadgen import LoadSpec, replay_load
 
-__all__ = ["LiveStore"]
+__all__ = ["DirectorTestbedEnvironment"]
 
 
-class LiveStore:
+class DirectorTestbedEnvironment:
     """One live cluster and its load; real time (``simulated = False``)."""
 
     simulated = False

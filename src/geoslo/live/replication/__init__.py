@@ -1,12 +1,12 @@
 """The geo-replication MPC's real actuator (Dürango et al., CDC 2016): a veth link between
 two network namespaces shaped by HTB, three real TCP streams with measured backlogs, and
-``LinkEnvironment``, the link as the controller's environment handle. Reference:
+``ReplicationTestbedEnvironment``, the link as the controller's environment handle. Reference:
 docs/replication-live.md."""
 
 from geoslo.live._netns import NamespacePair, cannot_run_reason, socket_in
 from geoslo.live.replication._environment import (
-    LinkEnvironment,
     LinkSpec,
+    ReplicationTestbedEnvironment,
     cumulative_mb,
     images_started,
 )
@@ -25,7 +25,7 @@ __all__ = [
     "CLASS_IDS",
     "DEFAULT_PORTS",
     "EgressLink",
-    "LinkEnvironment",
+    "ReplicationTestbedEnvironment",
     "LinkMeasurement",
     "LinkSpec",
     "NamespacePair",

@@ -35,7 +35,7 @@ from geoslo.errors import ConfigError, TestbedError
 from geoslo.live._netns import cannot_run_reason
 from geoslo.live.replication._link import DEFAULT_PORTS, EgressLink
 
-__all__ = ["LinkSpec", "LinkEnvironment", "cumulative_mb", "images_started"]
+__all__ = ["LinkSpec", "ReplicationTestbedEnvironment", "cumulative_mb", "images_started"]
 
 MB = 1e6  # bytes; the controller counts in MB (10^6 bytes) and Mbit/s
 _log = logging.getLogger(__name__)
@@ -97,7 +97,7 @@ def as_allocation(plan: Decision | Allocation) -> Allocation:
     raise TypeError(f"cannot apply {type(plan).__name__} to the link: a Decision or Allocation")
 
 
-class LinkEnvironment:
+class ReplicationTestbedEnvironment:
     """The real link, observed and shaped in real time (``simulated = False``)."""
 
     simulated = False

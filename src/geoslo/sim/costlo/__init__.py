@@ -4,7 +4,7 @@
 ``build_world`` draws regions (S3-like and Azure-like, at their real locations), client
 prefixes and the Internet between them; ``get_operations``/``put_operations`` play the
 client and VM libraries against it; the agents (``measure_storage``, ``ping_ms``) are the
-only view of it the decision engine gets. ``CostloSimulation`` is the environment handle
+only view of it the decision engine gets. ``CostloSimEnvironment`` is the environment handle
 that ``geoslo run`` drives ``CostloLoop`` with, one epoch per ``observe()``.
 """
 
@@ -16,7 +16,7 @@ from geoslo.sim.costlo._behaviour import (
     StorageBehaviour,
     provider_behaviour,
 )
-from geoslo.sim.costlo._environment import CostloSimulation
+from geoslo.sim.costlo._environment import CostloSimEnvironment
 from geoslo.sim.costlo._requests import (
     OperationSample,
     completion_ms,
@@ -30,7 +30,7 @@ __all__ = [
     "BUSIEST_REGION",
     "DEFAULT_SAMPLES",
     "CloudWorld",
-    "CostloSimulation",
+    "CostloSimEnvironment",
     "DnsResolver",
     "InternetPath",
     "OperationSample",

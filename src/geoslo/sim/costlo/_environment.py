@@ -28,7 +28,7 @@ from geoslo.sim.costlo._agents import measure_storage, ping_ms
 from geoslo.sim.costlo._requests import get_operations
 from geoslo.sim.costlo._world import CloudWorld, build_world
 
-__all__ = ["CostloSimulation"]
+__all__ = ["CostloSimEnvironment"]
 
 
 def _seed(*parts: int) -> int:
@@ -37,7 +37,7 @@ def _seed(*parts: int) -> int:
 
 
 @dataclass
-class CostloSimulation:
+class CostloSimEnvironment:
     """The world of ``world_seed``; the prefixes ``prefixes`` (indices of its client
     sites), each served by its closest S3-like region with ``extra_candidates`` regions
     beyond the second one (§5.2) measured by their agents."""

@@ -1,7 +1,7 @@
 """Simulation of the binned key-value store the SCADS Director controls (FAST 2011):
 the servers' ground truth (``_truth``), a time-stepped engine (``_engine``: the steppable
 ``StoreSimulation`` and ``simulate``, a director loop over it), the environment handle
-``SimulatedStore`` (``_environment``) and the benchmarks that train the director's models
+``DirectorSimEnvironment`` (``_environment``) and the benchmarks that train the director's models
 on it (``_benchmarks``)."""
 
 from geoslo.sim.director._benchmarks import (
@@ -16,14 +16,14 @@ from geoslo.sim.director._engine import (
     Workload,
     simulate,
 )
-from geoslo.sim.director._environment import SimulatedStore, flash_crowd, round_robin_layout
+from geoslo.sim.director._environment import DirectorSimEnvironment, flash_crowd, round_robin_layout
 from geoslo.sim.director._truth import ServerPerformance
 
 __all__ = [
     "ServerPerformance",
     "SimResult",
     "SimSettings",
-    "SimulatedStore",
+    "DirectorSimEnvironment",
     "StoreSimulation",
     "Workload",
     "copy_factor_runs",

@@ -18,10 +18,10 @@ from geoslo.control.director import Histogram, Observation, ServerState, Step
 from geoslo.sim.director._engine import SimResult, SimSettings, StoreSimulation, Workload
 from geoslo.workload import ZipfKeys
 
-__all__ = ["SimulatedStore", "flash_crowd", "round_robin_layout"]
+__all__ = ["DirectorSimEnvironment", "flash_crowd", "round_robin_layout"]
 
 
-class SimulatedStore:
+class DirectorSimEnvironment:
     """One simulated store; ``start()`` builds it afresh, ``close()`` ends the run."""
 
     simulated = True

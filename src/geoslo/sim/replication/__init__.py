@@ -3,7 +3,7 @@ buffers, a work-conserving link split by a policy every interval (``_link``), an
 metrics of §V-B (``_metrics``); the same link one interval at a time as an environment
 handle for ``geoslo run`` (``LinkStepper``, ``_environment``)."""
 
-from geoslo.sim.replication._environment import LinkEnvironment, as_allocation
+from geoslo.sim.replication._environment import ReplicationSimEnvironment, as_allocation
 from geoslo.sim.replication._link import (
     LinkRun,
     LinkSettings,
@@ -22,7 +22,7 @@ from geoslo.sim.replication._metrics import (
 )
 
 __all__ = [
-    "LinkEnvironment",
+    "ReplicationSimEnvironment",
     "LinkStepper",
     "as_allocation",
     "LinkMetrics",

@@ -13,7 +13,7 @@ from geoslo.control.replication.types import Allocation, ReplicationObservation
 from geoslo.errors import ConfigError
 from geoslo.sim.replication._link import LinkSettings, LinkStepper
 
-__all__ = ["LinkEnvironment", "as_allocation"]
+__all__ = ["ReplicationSimEnvironment", "as_allocation"]
 
 
 def as_allocation(plan: object) -> Allocation:
@@ -30,7 +30,7 @@ def as_allocation(plan: object) -> Allocation:
     raise TypeError(f"cannot apply {type(plan).__name__} to the link: no allocation or shares")
 
 
-class LinkEnvironment:
+class ReplicationSimEnvironment:
     """The link of ``simulate_link`` driven from outside, one interval per ``observe()``.
 
     The application's and the replication service's mean rates (Mbps) are levels, each

@@ -5,14 +5,14 @@ migration (``_ensemble``); the ensemble under a follow-the-sun workload as the e
 
 from geoslo.sim.supercloud._ensemble import EnsembleSettings, SimulatedEnsemble, StepResult
 from geoslo.sim.supercloud._environment import (
-    EnsembleEnvironment,
     FollowTheSun,
+    SupercloudSimEnvironment,
     follow_the_sun_rps,
     site_rtt_ms,
 )
 
 __all__ = [
-    "EnsembleEnvironment",
+    "SupercloudSimEnvironment",
     "EnsembleSettings",
     "FollowTheSun",
     "SimulatedEnsemble",

@@ -16,7 +16,7 @@ from geoslo.sim.supercloud._ensemble import EnsembleSettings, SimulatedEnsemble,
 from geoslo.topology import load_ibm_latency
 from geoslo.workload import load_trace_minutes
 
-__all__ = ["FollowTheSun", "EnsembleEnvironment", "site_rtt_ms", "follow_the_sun_rps"]
+__all__ = ["FollowTheSun", "SupercloudSimEnvironment", "site_rtt_ms", "follow_the_sun_rps"]
 
 _DAY_S = 86_400.0
 _KEPT_MIGRATIONS = 100  # the log's most recent entries
@@ -67,7 +67,7 @@ def site_rtt_ms(sites: tuple[str, ...]) -> np.ndarray:
     return np.asarray(rtt_ms, dtype=float)[np.ix_(index, index)]
 
 
-class EnsembleEnvironment:
+class SupercloudSimEnvironment:
     """A :class:`SimulatedEnsemble` driven from outside, ``interval_s`` per ``observe()``.
 
     ``start_sites`` places the nodes ``zk1``, ``zk2``, ... (the first leads). The report is

@@ -1,9 +1,9 @@
 """A live ZooKeeper ensemble moved between two emulated sites by dynamic reconfiguration,
 with a loaded client in each site: the 2-step and 3-step procedures of the Supercloud
 paper's §5.2.2 (Figure 7a, 7b); and the same testbed as the placement loop's environment
-(``ZkEnsembleEnvironment``). Needs root, Java and Debian's ``zookeeper`` package."""
+(``SupercloudTestbedEnvironment``). Needs root, Java and Debian's ``zookeeper`` package."""
 
-from geoslo.live.supercloud.zookeeper._environment import ZkEnsembleEnvironment
+from geoslo.live.supercloud.zookeeper._environment import SupercloudTestbedEnvironment
 from geoslo.live.supercloud.zookeeper._plan_steps import PlanRefusedError, ReconfigStep, plan_steps
 from geoslo.live.supercloud.zookeeper._procedures import PROCEDURES
 from geoslo.live.supercloud.zookeeper._results import ReconfigRun
@@ -17,7 +17,7 @@ __all__ = [
     "SITE_A",
     "SITE_B",
     "ReconfigRun",
-    "ZkEnsembleEnvironment",
+    "SupercloudTestbedEnvironment",
     "ZkLiveSettings",
     "cannot_run_reason",
     "plan_steps",

@@ -55,7 +55,7 @@ from geoslo.live.supercloud.zookeeper._settings import (
 )
 from geoslo.live.supercloud.zookeeper._sites import SiteNamespaces
 
-__all__ = ["ZkEnsembleEnvironment", "site_of_server", "parse_members"]
+__all__ = ["SupercloudTestbedEnvironment", "site_of_server", "parse_members"]
 
 READ_PATH = "/geoslo/read"
 START_IDS = (1, 2, 3)  # §5.2.2: Virginia 1 and 3 (3 leads: the highest id), Tokyo 2
@@ -86,7 +86,7 @@ class _Started:
     others: list[ManagedProcess] = field(default_factory=list)
 
 
-class ZkEnsembleEnvironment:
+class SupercloudTestbedEnvironment:
     """§5.2.2's live ensemble under the placement loop. ``client_threads`` sets each
     site's closed-loop workers (sessions), each pausing ``think_ms`` after an operation
     so that what a site asks for, not how near the servers are, sets its count (with
