@@ -74,3 +74,11 @@ def test_all_lists_existing_public_names_including_the_essentials(name):
     for member in exported:
         assert not member.startswith("_"), member
         assert hasattr(module, member), member
+
+
+@pytest.mark.parametrize("system", ["kurma", "costlo", "director", "replication", "supercloud"])
+def test_every_control_package_has_the_same_layout(system):
+    """types, validation, decide, loop, example in every system (CONVENTIONS: "Controllers
+    as plugins of one shape")."""
+    for part in ("types", "validation", "decide", "loop", "example"):
+        importlib.import_module(f"geoslo.control.{system}.{part}")
