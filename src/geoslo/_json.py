@@ -1,4 +1,4 @@
-"""Checks shared by geoslo's JSON contracts (``kurma solve``, ``costlo select``).
+"""Checks shared by geoslo's JSON contracts (every `geoslo <system> decide`).
 
 Each helper takes a decoded JSON value and the JSON path that names it (such as
 ``regions[1].ping_ms[3]``) and returns the value converted, or raises
