@@ -7,10 +7,12 @@ from collections import Counter
 
 import numpy as np
 import pytest
+from scipy.stats import chi2
 
 from geoslo.errors import InputError
 from geoslo.live.kurma._policies import (
     POLICY_NAMES,
+    AliasTable,
     GlobalRoundRobin,
     LatencyAware,
     RatesPolicy,
@@ -122,6 +124,101 @@ def test_a_row_without_local_share_never_makes_choose_fail():
     policy = rates(row=[0.0, 0.03, 0.29])  # normalised: [0, 0.09375..01, 0.90625..01]
     hosts = draw_hosts(policy, 200)
     assert {s for s, _ in hosts} <= {1, 2}
+
+
+# --- the alias table behind RatesPolicy.choose -------------------------------------------------
+@pytest.mark.parametrize(
+    "weights",
+    [
+        [1.0],
+        [0.5, 0.5],
+        [0.7, 0.2, 0.1],
+        [0.0, 3.0, 0.0, 1.0],
+        [1e-9, 1.0, 2.0, 0.0, 5.0, 0.25],
+        [1.0] * 7,
+    ],
+)
+def test_alias_table_holds_exactly_the_normalised_weights(weights):
+    outcomes = [f"host{i}" for i in range(len(weights))]
+    table = AliasTable(outcomes, weights)
+    total = sum(weights)
+    expected = {o: w / total for o, w in zip(outcomes, weights, strict=True) if w > 0}
+    got = table.distribution()
+    assert set(got) == set(expected)  # a zero weight is never drawn
+    for outcome, p in expected.items():
+        assert got[outcome] == pytest.approx(p, rel=1e-9, abs=1e-15)
+
+
+@pytest.mark.parametrize("uniform", [0.0, 0.25, 0.5, 0.999999, np.nextafter(1.0, 0.0)])
+def test_alias_table_draw_never_returns_a_zero_weight_outcome(uniform):
+    table = AliasTable(["a", "b", "c", "d"], [0.0, 1.0, 0.0, 2.0])
+    assert table.draw(uniform) in {"b", "d"}
+
+
+def test_alias_table_needs_a_positive_weight():
+    with pytest.raises(InputError, match="positive"):
+        AliasTable(["a", "b"], [0.0, -1.0])
+
+
+def chi_square_p_value(hosts: Counter, expected: dict) -> float:
+    """Pearson's chi-square test of the drawn counts against the expected probabilities."""
+    draws = sum(hosts.values())
+    statistic = sum((hosts.get(h, 0) - draws * p) ** 2 / (draws * p) for h, p in expected.items())
+    return float(chi2.sf(statistic, df=len(expected) - 1))
+
+
+@pytest.mark.parametrize(
+    ("servers", "row", "down"),
+    [
+        ([2, 2, 2], [0.5, 0.3, 0.2], []),
+        ([1, 3, 2], [0.1, 0.6, 0.3], [(1, 1)]),
+        ([2, 2, 2], [0.5, 0.3, 0.2], [(1, 0), (1, 1), (2, 0)]),  # site 1's share goes local
+        ([3, 1], [0.05, 0.95], [(0, 2)]),
+    ],
+)
+def test_choose_draws_each_host_with_its_weight_and_never_a_down_host(servers, row, down):
+    policy = rates(servers_per_site=servers, row=row)
+    for host in down:
+        policy.mark_down(*host, FAR_FUTURE_MS)
+    expected = policy.host_weights(now_ms=0.0)
+    # the expected split, by hand: the row, an unreachable site's share local, uniform servers
+    site_weight = np.asarray(row, dtype=float) / sum(row)
+    for j, n in enumerate(servers):
+        if j != 0 and all((j, s) in down for s in range(n)):
+            site_weight[0] += site_weight[j]
+            site_weight[j] = 0.0
+    for (j, _s), p in expected.items():
+        up = [t for t in range(servers[j]) if (j, t) not in down]
+        assert p == pytest.approx(site_weight[j] / len(up))
+    assert sum(expected.values()) == pytest.approx(1.0)
+
+    hosts = draw_hosts(policy, 60_000, seed=17)
+    assert not set(hosts) & set(down)
+    assert set(hosts) <= set(expected)
+    assert chi_square_p_value(hosts, expected) > 1e-3
+    assert policy.rebuilds == 1  # 60,000 choices, one table
+
+
+def test_the_table_is_rebuilt_when_the_plan_changes():
+    policy = rates(row=[1.0, 0.0, 0.0])
+    assert {s for s, _ in draw_hosts(policy, 200)} == {0}
+    policy.set_fractions(np.array([0.0, 0.0, 1.0]))
+    assert {s for s, _ in draw_hosts(policy, 200)} == {2}
+    policy.set_fractions(np.array([0.0, 1.0, 1.0]))
+    split = site_split(draw_hosts(policy, 20_000, seed=5), 3)
+    np.testing.assert_allclose(split, [0.0, 0.5, 0.5], atol=0.015)
+    assert policy.rebuilds == 3
+
+
+def test_the_table_is_rebuilt_when_a_host_goes_down_and_when_its_mark_expires():
+    policy = rates(servers_per_site=[1, 2], row=[0.0, 1.0])
+    assert set(draw_hosts(policy, 500, now_ms=0.0)) == {(1, 0), (1, 1)}
+    policy.mark_down(1, 0, 100.0)
+    assert set(draw_hosts(policy, 500, now_ms=50.0)) == {(1, 1)}
+    assert set(draw_hosts(policy, 500, now_ms=99.9)) == {(1, 1)}
+    assert policy.rebuilds == 2
+    assert set(draw_hosts(policy, 500, now_ms=100.0)) == {(1, 0), (1, 1)}
+    assert policy.rebuilds == 3
 
 
 # --- GlobalRoundRobin --------------------------------------------------------------------------

@@ -21,6 +21,7 @@ import numpy as np
 from geoslo.errors import InputError
 
 __all__ = [
+    "AliasTable",
     "RoutingPolicy",
     "RatesPolicy",
     "GlobalRoundRobin",
@@ -60,30 +61,107 @@ class RoutingPolicy:
         """A new row of the plan (only policies that follow a plan use it)."""
 
 
+class AliasTable:
+    """Walker's alias method (Vose's construction): O(1) draws from a fixed discrete
+    distribution over ``outcomes``, one uniform number a draw; zero weights are never drawn."""
+
+    def __init__(self, outcomes: list, weights: list[float]) -> None:
+        kept = [(o, float(w)) for o, w in zip(outcomes, weights, strict=True) if w > 0]
+        if not kept:
+            raise InputError("weights", "need at least one positive weight")
+        total = math.fsum(w for _, w in kept)
+        k = len(kept)
+        scaled = [w * k / total for _, w in kept]
+        self.outcomes = [o for o, _ in kept]
+        self.probability = [1.0] * k
+        self.alias = list(self.outcomes)
+        small = [i for i, p in enumerate(scaled) if p < 1.0]
+        large = [i for i, p in enumerate(scaled) if p >= 1.0]
+        while small and large:
+            less, more = small.pop(), large[-1]
+            self.probability[less] = scaled[less]
+            self.alias[less] = self.outcomes[more]
+            scaled[more] -= 1.0 - scaled[less]
+            if scaled[more] < 1.0:
+                small.append(large.pop())
+        # what is left is 1 up to rounding: those columns keep probability 1, alias unused
+        self.size = k
+
+    def draw(self, uniform: float):
+        """The outcome for one uniform number in [0, 1): its integer part of ``uniform * k``
+        picks a column, its fractional part the column's outcome or its alias."""
+        x = uniform * self.size
+        column = int(x)
+        if x - column < self.probability[column]:
+            return self.outcomes[column]
+        return self.alias[column]
+
+    def distribution(self) -> dict:
+        """The probability of each outcome the table draws (for tests and checks)."""
+        share: dict = {}
+        for column in range(self.size):
+            p = self.probability[column]
+            share[self.outcomes[column]] = share.get(self.outcomes[column], 0.0) + p / self.size
+            share[self.alias[column]] = share.get(self.alias[column], 0.0) + (1 - p) / self.size
+        return {o: p for o, p in share.items() if p > 0}
+
+
 class RatesPolicy(RoutingPolicy):
-    """Send a fraction ``row[j]`` of requests to site ``j`` (Kurma §6, enforcement)."""
+    """Send a fraction ``row[j]`` of requests to site ``j`` (Kurma §6, enforcement).
+
+    A remote site whose servers are all marked down gets nothing (its share stays local);
+    within a site the server is uniform over those that are up. Both are folded into one
+    alias table over hosts, rebuilt only when the row or the set of down hosts changes
+    (a host marked down, or a down mark expiring), so a choice costs O(1).
+    """
 
     def __init__(self, site: int, servers_per_site: list[int], follows_plan: bool) -> None:
         super().__init__(site, servers_per_site)
         self.follows_plan = follows_plan
         self.row = np.zeros(len(self.servers))
         self.row[site] = 1.0
+        self.table: AliasTable | None = None
+        self.rebuilds = 0
+        self._built_ms = math.inf  # the table holds for now_ms in [_built_ms, _valid_until_ms)
+        self._valid_until_ms = -math.inf
 
     def set_fractions(self, row: np.ndarray) -> None:
         row = np.clip(np.asarray(row, dtype=float), 0.0, None)
         self.row = row / row.sum() if row.sum() > 0 else np.eye(len(self.servers))[self.site]
+        self._valid_until_ms = -math.inf
+
+    def mark_down(self, site: int, server: int, until_ms: float) -> None:
+        super().mark_down(site, server, until_ms)
+        self._valid_until_ms = -math.inf
+
+    def host_weights(self, now_ms: float) -> dict[tuple[int, int], float]:
+        """The probability of each host at ``now_ms`` (what the alias table draws)."""
+        site_weights = [float(w) for w in self.row]
+        up = [[s for s in range(n) if self.is_up(j, s, now_ms)] for j, n in enumerate(self.servers)]
+        for j in range(len(self.servers)):
+            if j != self.site and not up[j]:
+                site_weights[self.site] += site_weights[j]  # unreachable: keep it local
+                site_weights[j] = 0.0
+        if not up[self.site]:
+            up[self.site] = list(range(self.servers[self.site]))  # nowhere better to go
+        return {
+            (j, s): site_weights[j] / len(up[j])
+            for j in range(len(self.servers))
+            for s in up[j]
+            if site_weights[j] > 0
+        }
+
+    def _rebuild(self, now_ms: float) -> None:
+        weights = self.host_weights(now_ms)
+        self.table = AliasTable(list(weights), list(weights.values()))
+        self.rebuilds += 1
+        later = [t for t in self.down_until_ms.values() if t > now_ms]
+        self._built_ms, self._valid_until_ms = now_ms, min(later, default=math.inf)
 
     def choose(self, rng: np.random.Generator, now_ms: float) -> tuple[int, int]:
-        weights = self.row.copy()
-        for j, n in enumerate(self.servers):
-            if j != self.site and not any(self.is_up(j, s, now_ms) for s in range(n)):
-                weights[self.site] += weights[j]  # a remote site we cannot reach: keep it local
-                weights[j] = 0.0
-        cumulative = np.cumsum(weights)
-        site = int(np.searchsorted(cumulative, rng.random() * cumulative[-1], side="right"))
-        site = min(site, len(weights) - 1)
-        up = [s for s in range(self.servers[site]) if self.is_up(site, s, now_ms)]
-        return site, int(rng.choice(up)) if up else int(rng.integers(self.servers[site]))
+        if not self._built_ms <= now_ms < self._valid_until_ms:
+            self._rebuild(now_ms)
+        return self.table.draw(rng.random())
 
 
 class GlobalRoundRobin(RoutingPolicy):
