@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import time
 
 import numpy as np
@@ -37,6 +39,27 @@ def knee_problem(demand_rps, capacity_rps=1000.0, quantum_fraction=0.05, shift_f
         violation=violation,
         quantum_fraction=quantum_fraction,
         **extra,
+    )
+
+
+def logistic_problem(n_sites: int, quantum_fraction: float, seed: int) -> KurmaProblem:
+    """Issue 17's family: equal sites, demand 20-95% of capacity, RTT 8-28 ms, logistic
+    curves with the knee at (82% - 0.8% x RTT) and floor 0.2% + 0.15% x RTT, 1% grid."""
+    rng = np.random.default_rng(seed)
+    capacity = 1000.0
+    grid = np.arange(151) * 0.01 * capacity
+    rtt_ms = np.triu(rng.uniform(8, 28, (n_sites, n_sites)), 1)
+    rtt_ms = rtt_ms + rtt_ms.T
+    knee = (0.82 - 0.008 * rtt_ms[..., None]) * capacity
+    floor = 0.002 + 0.0015 * rtt_ms[..., None]
+    violation = floor + (1 - floor) / (1 + np.exp(-(grid - knee) / (0.03 * capacity)))
+    return KurmaProblem(
+        sites=tuple(f"s{i}" for i in range(n_sites)),
+        demand_rps=rng.uniform(0.2, 0.95, n_sites) * capacity,
+        capacity_rps=np.full(n_sites, capacity),
+        load_grid_rps=grid,
+        violation=violation,
+        quantum_fraction=quantum_fraction,
     )
 
 
@@ -227,7 +250,7 @@ def test_plan_to_dict_is_the_contract() -> None:
     assert set(plan) == {
         "rates_rps", "expected_violations_rps", "site_violation_fraction", "redirected_rps",
         "optimal", "gap", "feasible", "infeasible_sites", "formulation",
-        "status", "solver_status", "objective", "decide_ms",
+        "status", "solver_status", "objective", "decide_ms", "work_limit",
     }  # fmt: skip
     assert plan["formulation"] == "cost" and isinstance(plan["rates_rps"][0], list)
     assert plan["status"] == "optimal" and plan["objective"] == plan["redirected_rps"]
@@ -273,13 +296,46 @@ def test_time_limit_is_kept_on_a_large_problem() -> None:
     plan = solve(problem, "perf", time_limit_s=0.5)
     elapsed_s = time.perf_counter() - start
     print(f"10 sites, 1% quantum, limit 0.5 s: {elapsed_s:.2f} s, {plan.status}, gap {plan.gap}")
-    assert elapsed_s < 1.5
+    assert elapsed_s < 5.0  # a work limit: generous margin for a busy machine
+    assert plan.work_units <= plan.work_limit * 1.5
     assert np.isfinite(plan.gap) and plan.gap >= 0
     assert plan.optimal == (plan.status == "optimal")
     if not plan.optimal:
         assert plan.status == "time_limit" and plan.gap > 0
         assert plan.outcome.solver_status == "limit"
     assert np.allclose(plan.rates_rps.sum(axis=1), problem.demand_rps)
+
+
+def test_work_limited_solve_is_deterministic_on_a_busy_machine() -> None:
+    """A limit counts work, not time: a solve the limit stops gives the same plan and spends
+    the same work whether the machine is quiet or two CPU hogs compete with it (issue 17)."""
+    problem = logistic_problem(8, 0.01, seed=0)
+    limit = 3 * 10**7
+    quiet = solve(problem, "perf", work_limit=limit)
+    hogs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(2)]
+    try:
+        time.sleep(0.2)
+        busy = solve(problem, "perf", work_limit=limit)
+    finally:
+        for hog in hogs:
+            hog.kill()
+            hog.wait()
+    assert quiet.status == "time_limit" and quiet.gap > 0  # the limit did stop it
+    assert quiet.work_units == busy.work_units and quiet.work_limit == limit
+    assert np.array_equal(quiet.rates_rps, busy.rates_rps)
+    assert quiet.gap == busy.gap and quiet.to_dict()["work_limit"] == limit
+
+
+def test_time_limit_is_a_fixed_work_limit() -> None:
+    """--time-limit-s stands for work at a fixed rate: the same plan at any machine load."""
+    problem = logistic_problem(8, 0.01, seed=0)
+    first = solve(problem, "perf", time_limit_s=0.2)
+    second = solve(problem, "perf", time_limit_s=0.2)
+    assert first.work_limit == second.work_limit > 0
+    assert first.work_units == second.work_units
+    assert np.array_equal(first.rates_rps, second.rates_rps)
+    with pytest.raises(InputError, match="work_limit"):
+        solve(problem, "perf", work_limit=0)
 
 
 def test_many_senders_do_not_overflow_the_state_count() -> None:

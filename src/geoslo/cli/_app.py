@@ -155,8 +155,15 @@ def kurma_decide(
     ] = "perf",
     output: OutputOption = None,
     time_limit_s: Annotated[
-        float, typer.Option(help="Stop and report the gap after this long.")
+        float,
+        typer.Option(
+            help="Nominal limit: converted to work units at a fixed rate (deterministic)."
+        ),
     ] = 10.0,
+    work_limit: Annotated[
+        int | None,
+        typer.Option(help="Stop and report the gap after this many work units (overrides)."),
+    ] = None,
 ) -> None:
     """Solve Kurma's redirect-rate problem: the plan and its status (schema: docs/kurma.md)."""
     from geoslo.control.kurma import parse_problem, solve
@@ -165,8 +172,11 @@ def kurma_decide(
         raise InputError("--objective", f"must be 'perf' or 'cost', not {objective!r}")
     if not 0 < time_limit_s <= 3600:  # also NaN; an hour bounds any accepted solve
         raise InputError("--time-limit-s", f"must be in (0, 3600] seconds, not {time_limit_s}")
+    if work_limit is not None and work_limit < 1:
+        raise InputError("--work-limit", f"must be >= 1, not {work_limit}")
     problem = parse_problem(read_json(input))
-    write_json(solve(problem, objective, time_limit_s=time_limit_s).to_dict(), output)
+    plan = solve(problem, objective, time_limit_s=time_limit_s, work_limit=work_limit)
+    write_json(plan.to_dict(), output)
 
 
 kurma_app.command("solve", help="Same as `decide` (its name before 0.2).", hidden=True)(

@@ -76,6 +76,7 @@ class PlanOutput(OutcomeFields):
     gap: float
     feasible: bool
     infeasible_sites: list[str]
+    work_limit: int = 0  # work units the search was allowed (a limit counts work, not time)
 
 
 INPUT, OUTPUT = ProblemInput, PlanOutput

@@ -369,7 +369,8 @@ def label_dp(
     each sender's remote violations and the receivers' excess (a Pareto set per state),
     because a sender's excess max(0, own + remote - rho D) is only known at the end. Labels
     whose bound cannot beat the incumbent (objective, then redirected) are dropped.
-    Returns (status 0 done / 1 stopped, best label or -1, value, redirected, parent, intake).
+    Returns (status 0 done / 1 stopped, best label or -1, value, redirected, parent, intake,
+    work spent: transitions tried plus Pareto comparisons).
     """
     n_s = upper.shape[0]
     n_states = 1
@@ -495,7 +496,7 @@ def label_dp(
                         continue
                 if size >= cap:
                     if size >= label_limit:
-                        return 1, -1, 0.0, 0.0, lab_parent[:size], lab_intake[:size]
+                        return 1, -1, 0.0, 0.0, lab_parent[:size], lab_intake[:size], work
                     cap *= 2
                     lab_state = _grow(lab_state, cap)
                     lab_value = _grow(lab_value, cap)
@@ -515,7 +516,7 @@ def label_dp(
                 head[np_] = size
                 size += 1
             if work > work_limit:
-                return 1, -1, 0.0, 0.0, lab_parent[:size], lab_intake[:size]
+                return 1, -1, 0.0, 0.0, lab_parent[:size], lab_intake[:size], work
         begin = end
         end = size
     best = -1
@@ -539,7 +540,7 @@ def label_dp(
                     value += e
         if _better(value, redirected, best_value, best_rps, tol, tol_rps):
             best, best_value, best_rps = lab, value, redirected
-    return 0, best, best_value, best_rps, lab_parent[:size], lab_intake[:size]
+    return 0, best, best_value, best_rps, lab_parent[:size], lab_intake[:size], work
 
 
 @njit(cache=True)
@@ -647,7 +648,7 @@ def single_receiver(grid, vio, demand, q, rho, mode, j, senders, caps, own, rdem
     ties go to fewer redirected quanta. Intakes whose separable bound (receiver term plus
     each sender's least term) cannot beat the incumbent (objective, then redirected) are
     skipped. Stops once ``work_limit`` knapsack steps are spent. Returns (finished, best a
-    or -1, value, redirected, x[s]).
+    or -1, value, redirected, x[s], work spent).
     """
     n_s = senders.shape[0]
     total = 0
@@ -696,7 +697,7 @@ def single_receiver(grid, vio, demand, q, rho, mode, j, senders, caps, own, rdem
             best_a, best_v, best_r = a, value, r
     x_out = np.zeros(n_s, dtype=np.int64)
     if best_a < 0:
-        return done, best_a, best_v, best_r, x_out
+        return done, best_a, best_v, best_r, x_out, work
     a = best_a
     _receiver_terms(grid, vio, demand, q, rho, mode, j, senders, caps, own, rdem, a, h)
     table = np.full((n_s + 1, a + 1), np.inf)
@@ -715,7 +716,7 @@ def single_receiver(grid, vio, demand, q, rho, mode, j, senders, caps, own, rdem
     for s in range(n_s - 1, -1, -1):
         x_out[s] = choice[s + 1, b]
         b -= x_out[s]
-    return done, best_a, best_v, best_r, x_out
+    return done, best_a, best_v, best_r, x_out, work
 
 
 @njit(cache=True)
@@ -799,7 +800,7 @@ def two_receivers(grid, vio, demand, q, rho, mode, j1, j2, senders, caps1, caps2
     term only grows with its remote violations, so this is below the exact value). Pairs
     that survive against the incumbent (objective, then redirected) get the exact 2-D DP
     over senders, in increasing (bound, a1 + a2, a1) order. Stops after ``work_limit``
-    steps. Returns (finished, a1 or -1, a2, value, redirected, x[s, 2]).
+    steps. Returns (finished, a1 or -1, a2, value, redirected, x[s, 2], work spent).
     """
     n_s = senders.shape[0]
     tot1 = 0
@@ -818,7 +819,7 @@ def two_receivers(grid, vio, demand, q, rho, mode, j1, j2, senders, caps1, caps2
     x_out = np.zeros((n_s, 2), dtype=np.int64)
     for a1 in range(tot1 + 1):  # (i): separable bound of every pair
         if work > work_limit:
-            return False, -1, -1, inc, inc_rps, x_out
+            return False, -1, -1, inc, inc_rps, x_out, work
         for a2 in range(tot2 + 1):
             work += width * n_s
             c = _pair_terms(grid, vio, demand, q, rho, mode, j1, j2, senders, caps1, caps2,
@@ -895,7 +896,7 @@ def two_receivers(grid, vio, demand, q, rho, mode, j1, j2, senders, caps1, caps2
         if _better(value, r, best_v, best_r, tol, tol_rps):
             best_a1, best_a2, best_v, best_r = a1, a2, value, r
     if best_a1 < 0:
-        return done, best_a1, best_a2, best_v, best_r, x_out
+        return done, best_a1, best_a2, best_v, best_r, x_out, work
     a1, a2 = best_a1, best_a2
     _pair_terms(grid, vio, demand, q, rho, mode, j1, j2, senders, caps1, caps2, own, rdem,
                 upper, a1, a2, rates)  # fmt: skip
@@ -907,4 +908,4 @@ def two_receivers(grid, vio, demand, q, rho, mode, j1, j2, senders, caps1, caps2
         x_out[s, 1] = choice[s, b1, b2, 1]
         b1 -= x_out[s, 0]
         b2 -= x_out[s, 1]
-    return done, best_a1, best_a2, best_v, best_r, x_out
+    return done, best_a1, best_a2, best_v, best_r, x_out, work

@@ -62,7 +62,12 @@ def decide(observation: KurmaObservation, model: KurmaModel, config: KurmaConfig
     outcome's ``decide_ms`` covers building the problem from the curves and the solve."""
     started = time.perf_counter()
     problem = build_problem(observation, model, config)
-    plan = solve(problem, config.objective, time_limit_s=config.solve_time_limit_s)
+    plan = solve(
+        problem,
+        config.objective,
+        time_limit_s=config.solve_time_limit_s,
+        work_limit=config.solve_work_limit,
+    )
     decide_ms = (time.perf_counter() - started) * 1e3
     return replace(plan, outcome=replace(plan.outcome, decide_ms=decide_ms))
 

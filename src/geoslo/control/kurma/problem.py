@@ -83,7 +83,9 @@ class KurmaPlan:
     decision time. ``optimal``: a proven optimum of the quantised problem; otherwise ``gap``
     bounds how far from it, in the objective's unit. ``feasible`` is false when KurmaCost
     cannot meet every site's bound; then ``infeasible_sites`` names the sites that miss it and
-    the plan is the least violating.
+    the plan is the least violating. ``work_limit``: the work units the search was allowed
+    (a limit counts work, not time, so a stopped search is reproducible); ``work_units``: how
+    many it spent (not in plan.json).
     """
 
     formulation: str
@@ -96,6 +98,8 @@ class KurmaPlan:
     gap: float
     feasible: bool
     infeasible_sites: tuple[str, ...] = field(default_factory=tuple)
+    work_limit: int = 0
+    work_units: int = 0
 
     @property
     def status(self) -> str:
@@ -117,4 +121,5 @@ class KurmaPlan:
             "gap": float(self.gap),
             "feasible": bool(self.feasible),
             "infeasible_sites": list(self.infeasible_sites),
+            "work_limit": int(self.work_limit),
         }

@@ -37,13 +37,15 @@ from geoslo.control.kurma import _solver_kernels as kern
 from geoslo.control.kurma.problem import OBJECTIVES, KurmaPlan, KurmaProblem
 from geoslo.errors import InputError
 
-__all__ = ["solve", "evaluate", "check_problem"]
+__all__ = ["solve", "evaluate", "check_problem", "work_limit_for"]
 
-WORK_PER_S = 6e7  # perf DP transitions per second of time limit (measured here, 2 cores)
+WORK_PER_S = 6e7  # perf DP transitions per nominal second of limit (measured here, 2 cores)
 WORK_PER_S_COST = 7e6  # cost: each step also bounds and compares Pareto labels
+WORK_PER_PARTITION = 10_000  # a partition's Python set-up (bounds, tables), in work units
 MAX_STATES = 10_000_000  # states of one partition's DP (memory: 8 bytes each)
 MAX_LABELS = 4_000_000
 DUAL_ITERATIONS = 40  # supergradient steps for a perf partition's Lagrangian bound
+DUAL_STEPS_PER_WORK = 4  # intake rows a dual step prices per work unit (measured here)
 COARSE_BELOW = 8  # solve at twice the quantum first when a sender has more quanta than this
 COARSE_MIN_SITES = 3  # ...and more sites than this (measured: 3 sites at 1%, 6 ms -> 1.5 ms)
 _HUGE_RATE = 1e300  # "no receiver left": a per-quantum rate no budget can pay
@@ -225,10 +227,11 @@ def _tables_from(prep, senders, upper, m_rate, stage_terms):
 class _Search:
     """Incumbent, bounds and the partition loop of one solve."""
 
-    def __init__(self, problem: KurmaProblem, mode: int, time_limit_s: float):
+    def __init__(self, problem: KurmaProblem, mode: int, work_limit: int):
         self.problem = problem
         self.prep = _prepare(problem, mode)
-        self.deadline = time.perf_counter() + time_limit_s
+        self.work_limit = int(work_limit)
+        self.work = 0  # work units spent: the limit counts these, never the clock
         prep = self.prep
         n = prep.demand.size
         self.candidates = _candidates(prep)
@@ -237,9 +240,10 @@ class _Search:
         capu = prep.capu.copy()
         capu[~can_send] = 0
         start = np.zeros((n, n), dtype=np.int64)
-        coarse = _coarse_plan(problem, mode, prep, time_limit_s)
+        coarse = _coarse_plan(problem, mode, prep, self.work_limit)
         if coarse is not None:
-            start = coarse
+            start, coarse_work = coarse
+            self.work += coarse_work
         self.units, self.value, self.rps = kern.local_search(
             prep.grid, prep.vio, prep.demand, prep.q, capu, can_send, prep.avail, prep.rho,
             mode, prep.tol, prep.tol_rps, start,
@@ -257,16 +261,17 @@ class _Search:
         available = [int(i) for i in np.flatnonzero(prep.avail)]
         for size in range(1, len(self.candidates) + 1):
             for senders in itertools.combinations(self.candidates, size):
-                if self._out_of_time():
+                if self._out_of_work():
                     # Every partition not yet solved (this one and the rest) is covered by
                     # the problem-wide bound: record it once and stop.
                     self.unfinished.append((self.floor, 0.0))
                     return
+                self.work += WORK_PER_PARTITION
                 receivers = [j for j in available if j not in senders]
                 self._partition(list(senders), receivers)
 
-    def _out_of_time(self) -> bool:
-        return time.perf_counter() > self.deadline
+    def _out_of_work(self) -> bool:
+        return self.work > self.work_limit
 
     def _partition(self, senders: list[int], receivers: list[int]) -> None:
         prep = self.prep
@@ -303,11 +308,15 @@ class _Search:
                 self.unfinished.append(root)
             return
         n_states = math.prod(int(u) + 1 for u in upper)  # Python ints: no int64 overflow
-        if n_states > MAX_STATES or self._out_of_time():
+        if n_states > MAX_STATES or self._out_of_work():
             self.unfinished.append(root)
             return
+        rows = self._intake_rows(senders, receivers, upper)
+        if self.work + rows * len(senders) > self.work_limit:
+            self.unfinished.append(root)  # its tables alone would overrun the work limit
+            return
         intakes = self._intakes(senders, receivers, upper)
-        if intakes is None or self._out_of_time():
+        if intakes is None or self._out_of_work():
             self.unfinished.append(root)
             return
         if prep.mode == kern.PERF:
@@ -319,13 +328,13 @@ class _Search:
         in_start, in_units, in_off, in_cost, in_vec, least_intake = intakes
         lb_b = np.append(np.cumsum(least_intake[::-1])[::-1], 0.0)
         rdem = prep.rho * prep.demand[senders]
-        rate = WORK_PER_S if prep.mode == kern.PERF else WORK_PER_S_COST
-        status, best, value, rps, parent, intake = kern.label_dp(
+        status, best, value, rps, parent, intake, work = kern.label_dp(
             prep.mode, upper, _strides(upper), prep.q[senders].copy(), own, rdem, in_start,
             in_units, in_off, in_cost, in_vec, bound_b, bound_own, lb_a, lb_b, m_rate,
-            self.base, self.value, self.rps, prep.tol, prep.tol_rps, self._work_left(rate),
+            self.base, self.value, self.rps, prep.tol, prep.tol_rps, self._work_left(),
             MAX_LABELS,
         )  # fmt: skip
+        self.work += work
         if status != 0:
             self.unfinished.append(root)
             return
@@ -342,12 +351,13 @@ class _Search:
         """
         prep = self.prep
         caps = np.minimum(prep.capu[senders, j], upper).astype(np.int64)
-        done, best, value, rps, x = kern.single_receiver(
+        done, best, value, rps, x, work = kern.single_receiver(
             prep.grid, prep.vio, prep.demand, float(prep.q[senders[0]]), prep.rho, prep.mode,
             j, np.asarray(senders, dtype=np.int64), caps, np.ascontiguousarray(own),
             prep.rho * prep.demand[senders], self.base, self.value, self.rps, prep.tol,
-            prep.tol_rps, self._work_left(WORK_PER_S),
+            prep.tol_rps, self._work_left(),
         )  # fmt: skip
+        self.work += work
         if best >= 0:
             units = np.zeros_like(self.units)
             units[senders, j] = x
@@ -363,13 +373,14 @@ class _Search:
         j1, j2 = receivers
         caps1 = np.minimum(prep.capu[senders, j1], upper).astype(np.int64)
         caps2 = np.minimum(prep.capu[senders, j2], upper).astype(np.int64)
-        done, a1, _, value, rps, x = kern.two_receivers(
+        done, a1, _, value, rps, x, work = kern.two_receivers(
             prep.grid, prep.vio, prep.demand, float(prep.q[senders[0]]), prep.rho, prep.mode,
             j1, j2, np.asarray(senders, dtype=np.int64), caps1, caps2,
             np.asarray(upper, dtype=np.int64), np.ascontiguousarray(own),
             prep.rho * prep.demand[senders], self.base, self.value, self.rps, prep.tol,
-            prep.tol_rps, self._work_left(WORK_PER_S),
+            prep.tol_rps, self._work_left(),
         )  # fmt: skip
+        self.work += work
         if a1 >= 0:
             units = np.zeros_like(self.units)
             units[senders, j1] = x[:, 0]
@@ -377,8 +388,8 @@ class _Search:
             self.units, self.value, self.rps = units, value, rps
         return done
 
-    def _work_left(self, rate: float) -> int:
-        return int(max(self.deadline - time.perf_counter(), 0.0) * rate)
+    def _work_left(self) -> int:
+        return max(self.work_limit - self.work, 0)
 
     def _price(self, senders, receivers, upper, intakes, tables):
         """Lagrangian prices for a perf partition: a tight bound, then fixing by reduced cost.
@@ -397,6 +408,7 @@ class _Search:
             mu0.astype(float), own, upper, in_start, in_units, in_cost,
             self.value - self.base, DUAL_ITERATIONS,
         )  # fmt: skip
+        self.work += DUAL_ITERATIONS * len(in_cost) // DUAL_STEPS_PER_WORK
         slack = self.value + prep.tol - (self.base + dual)
         if slack < 0:
             return None
@@ -483,19 +495,28 @@ class _Search:
             return None
         return lb, t_lb
 
+    def _intake_rows(self, senders, receivers, upper) -> int:
+        """How many intake vectors the receivers' tables hold (before building them)."""
+        prep = self.prep
+        return sum(
+            math.prod(int(min(prep.capu[i, j], u)) + 1 for i, u in zip(senders, upper, strict=True))
+            for j in receivers
+        )
+
     def _intakes(self, senders, receivers, upper):
         """Concatenated intake tables of the receivers, with state offsets (None: out of time)."""
         prep = self.prep
         strides = _strides(upper)
         starts, units, offs, costs, vecs, least = [0], [], [], [], [], []
         for j in receivers:
-            if self._out_of_time():
+            if self._out_of_work():
                 return None
             caps = np.minimum(prep.capu[senders, j], upper).astype(np.int64)
             u, perf_cost, excess, per_sender = kern.build_intakes(
                 prep.grid, prep.vio, prep.demand, prep.q, prep.rho, j,
                 np.asarray(senders, dtype=np.int64), caps,
             )  # fmt: skip
+            self.work += len(perf_cost) * len(senders)
             cost = perf_cost if prep.mode == kern.PERF else excess
             units.append(u)
             offs.append(kern.offsets(u, strides))
@@ -547,20 +568,21 @@ def _floor(prep: _Prepared, base: float) -> float:
     return total
 
 
-def _coarse_plan(problem, mode, prep, time_limit_s):
+def _coarse_plan(problem, mode, prep, work_limit):
     """An incumbent from the same problem at twice the quantum, solved exactly (recursively).
 
     Every plan of the coarse problem is a plan of this one (each amount is a multiple of
     2 quanta and within the same bounds), so its optimum is a good, valid starting point.
+    Returns (units, work spent) or None; it gets a quarter of the work limit.
     """
     if prep.upper.max(initial=0) <= COARSE_BELOW or problem.quantum_fraction * 2 > 1:
         return None
     if prep.avail.sum() <= COARSE_MIN_SITES:
         return None  # few partitions, each tiny: the recursion's overhead costs more
     coarse = replace(problem, quantum_fraction=problem.quantum_fraction * 2)
-    search = _Search(coarse, mode, time_limit_s / 4)
+    search = _Search(coarse, mode, work_limit // 4)
     search.run()
-    return search.units * 2
+    return search.units * 2, search.work
 
 
 def _strides(upper: np.ndarray) -> np.ndarray:
@@ -609,24 +631,46 @@ def _ensure_compiled() -> None:
         quantum_fraction=0.05,
     )
     for mode in (kern.PERF, kern.COST):
-        _Search(problem, mode, 1e6).run()
+        _Search(problem, mode, 10**12).run()
     _compiled = True
 
 
-def solve(problem: KurmaProblem, objective: str = "perf", time_limit_s: float = 10.0) -> KurmaPlan:
+def work_limit_for(time_limit_s: float, objective: str = "perf") -> int:
+    """The work limit a nominal time limit stands for: work units at this machine's measured
+    rate (WORK_PER_S; cost steps are dearer). A fixed conversion, so a limit is the same
+    amount of search wherever and however busy the solve runs."""
+    rate = WORK_PER_S if objective == "perf" else WORK_PER_S_COST
+    return max(int(time_limit_s * rate), 1)
+
+
+def solve(
+    problem: KurmaProblem,
+    objective: str = "perf",
+    time_limit_s: float = 10.0,
+    work_limit: int | None = None,
+) -> KurmaPlan:
     """The optimal quantised plan of KurmaPerf (1) or KurmaCost (2), §5, with §9's bounds.
 
-    Stops at ``time_limit_s`` with the best plan found and its gap (``optimal`` false).
+    The search stops after ``work_limit`` work units (DP transitions, knapsack steps, label
+    comparisons; default: :func:`work_limit_for` ``time_limit_s``) with the best plan found
+    and its gap (``optimal`` false). The limit counts work, never the clock, so the same
+    problem and limit always give the same plan. No wall-clock cut-off is applied.
     """
     if objective not in OBJECTIVES:
         raise InputError("objective", f"must be one of {list(OBJECTIVES)}, not {objective!r}")
     if not time_limit_s > 0:
         raise InputError("time_limit_s", "must be > 0")
+    if work_limit is None:
+        work_limit = work_limit_for(time_limit_s, objective)
+    if isinstance(work_limit, bool) or not isinstance(work_limit, (int, np.integer)):
+        raise InputError("work_limit", f"must be an integer, not {work_limit!r}")
+    if work_limit < 1:
+        raise InputError("work_limit", "must be >= 1")
     check_problem(problem)
     _ensure_compiled()
     start = time.perf_counter()
     mode = kern.PERF if objective == "perf" else kern.COST
-    search = _Search(problem, mode, time_limit_s)
+    search = _Search(problem, mode, int(work_limit))
     search.run()
     rates = _rates(problem, search.units)
     violations, fraction = evaluate(problem, rates)
@@ -659,6 +703,8 @@ def solve(problem: KurmaProblem, objective: str = "perf", time_limit_s: float = 
         gap=gap,
         feasible=feasible,
         infeasible_sites=missing,
+        work_limit=int(work_limit),
+        work_units=int(search.work),
     )
 
 

@@ -30,7 +30,8 @@ class KurmaConfig:
     quantum_fraction: float = 0.01  # load balancing quantum, 1% of capacity, §5.2 and §7.1
     dissemination_margin_ms: float = 20.0  # NTP error and processing margin, §6
     max_fraction_change_per_s: float | None = None  # None = Kurma; 0.013 = the DNS baseline, §7.1.2
-    solve_time_limit_s: float = 2.0
+    solve_time_limit_s: float = 2.0  # nominal: converted to work units at a fixed rate
+    solve_work_limit: int | None = None  # work units per solve (None: from the time limit)
     interference_window_s: float = 60.0  # recent (load, violation) points for curve fitting, §7.1.4
     recompute_every_s: float | None = None  # None = every interval; 600 = the EWMA baseline, §7.1.2
     demand_ewma_alpha: float | None = None  # weight of the newest demand mean (EWMA baseline: 0.8)
@@ -45,6 +46,8 @@ class KurmaConfig:
             raise ConfigError("slo_violation_target", "must be in (0, 1)")
         if not 0 < self.quantum_fraction <= 1:
             raise ConfigError("quantum_fraction", "must be in (0, 1]")
+        if self.solve_work_limit is not None and not self.solve_work_limit >= 1:
+            raise ConfigError("solve_work_limit", "must be >= 1 work unit")
 
 
 @dataclass(frozen=True)
