@@ -44,14 +44,22 @@ def key_name(index: int) -> bytes:
     return b"k:%d" % index
 
 
+_DEBUG_SLEEP = encode_command(b"DEBUG", b"SLEEP", b"")[:-6]  # up to the argument's length
+
+
 def work_payload(work_s: float) -> bytes:
     """``DEBUG SLEEP``: the server's work for the request pipelined after it."""
-    return encode_command(b"DEBUG", b"SLEEP", b"%.6f" % work_s)
+    seconds = b"%.6f" % work_s
+    return b"%s$%d\r\n%s\r\n" % (_DEBUG_SLEEP, len(seconds), seconds)
 
 
 def get_payload(key: bytes, work_s: float) -> bytes:
-    """``DEBUG SLEEP`` then ``GET``: two replies (OK, the value)."""
-    return work_payload(work_s) + encode_command(b"GET", key)
+    """``DEBUG SLEEP`` then ``GET``: two replies (OK, the value); built with two format
+    operations, as it is on every request's path."""
+    seconds = b"%.6f" % work_s
+    return b"%s$%d\r\n%s\r\n*2\r\n$3\r\nGET\r\n$%d\r\n%s\r\n" % (
+        _DEBUG_SLEEP, len(seconds), seconds, len(key), key
+    )  # fmt: skip
 
 
 def put_payload(key: bytes, value: bytes, work_s: float | None) -> bytes:

@@ -12,14 +12,16 @@ it on the remaining replicas. Failed or timed-out requests count as SLO violatio
 
 from __future__ import annotations
 
+import array
 import asyncio
 import contextlib
 import json
+import math
 import os
 import tempfile
 import time
 import weakref
-from dataclasses import dataclass, field
+from collections import deque
 
 import numpy as np
 
@@ -33,25 +35,41 @@ __all__ = ["SiteClient", "RequestLog", "IntervalCounters"]
 
 DOWN_BACKOFF_MS = 500.0  # a host that refused a connection is skipped this long
 REPLY_OVERHEAD_BYTES = 16  # RESP framing of a reply, for the WAN byte count
+WATCHDOG_FRACTION = 0.1  # deadlines are checked every 10% of the request timeout
 
 
-@dataclass
 class IntervalCounters:
-    """What the client counted since the agent last collected (Kurma §6 measurements)."""
+    """What the client counted since the agent last collected (Kurma §6 measurements).
 
-    n_sites: int
-    arrivals: int = 0
-    writes: int = 0
-    requests: np.ndarray = field(default=None)  # type: ignore[assignment]
-    violations: np.ndarray = field(default=None)  # type: ignore[assignment]
-    errors: np.ndarray = field(default=None)  # type: ignore[assignment]
-    wan_bytes: np.ndarray = field(default=None)  # type: ignore[assignment]
-    min_by_second: dict[int, np.ndarray] = field(default_factory=dict)
+    Counts are plain Python lists (one ``+= 1`` a request); the properties read them as
+    arrays. ``min_by_second`` maps a Unix second to the min response per destination.
+    """
 
-    def __post_init__(self) -> None:
-        n = self.n_sites
-        self.requests, self.violations = np.zeros(n, int), np.zeros(n, int)
-        self.errors, self.wan_bytes = np.zeros(n, int), np.zeros(n, int)
+    def __init__(self, n_sites: int) -> None:
+        self.n_sites = n_sites
+        self.arrivals = 0
+        self.writes = 0
+        self.request_counts = [0] * n_sites
+        self.violation_counts = [0] * n_sites
+        self.error_counts = [0] * n_sites
+        self.wan_byte_counts = [0] * n_sites
+        self.min_by_second: dict[int, list[float]] = {}
+
+    @property
+    def requests(self) -> np.ndarray:
+        return np.array(self.request_counts, dtype=int)
+
+    @property
+    def violations(self) -> np.ndarray:
+        return np.array(self.violation_counts, dtype=int)
+
+    @property
+    def errors(self) -> np.ndarray:
+        return np.array(self.error_counts, dtype=int)
+
+    @property
+    def wan_bytes(self) -> np.ndarray:
+        return np.array(self.wan_byte_counts, dtype=int)
 
     def min_response_ms(self, now_s: float, window_s: float) -> np.ndarray:
         """Min response per destination over the last ``window_s`` (base RTT, §6)."""
@@ -66,10 +84,10 @@ class IntervalCounters:
         return {
             "arrivals": self.arrivals,
             "writes": self.writes,
-            "requests": self.requests.tolist(),
-            "violations": self.violations.tolist(),
-            "errors": self.errors.tolist(),
-            "wan_bytes": self.wan_bytes.tolist(),
+            "requests": list(self.request_counts),
+            "violations": list(self.violation_counts),
+            "errors": list(self.error_counts),
+            "wan_bytes": list(self.wan_byte_counts),
             "min_response_ms": [None if not np.isfinite(m) else float(m) for m in mins],
         }
 
@@ -88,11 +106,12 @@ _RECORD = np.dtype(
 class RequestLog:
     """Every request's issue time (Unix s), destination site, response (ms) and outcome.
 
-    At most ``capacity`` records are held in memory: a full buffer is appended to an
-    anonymous temporary file (20 bytes a request), which :meth:`arrays` reads back whole,
-    so a run of any length keeps bounded memory while the load generator's output stays
-    complete. Running counts per destination (requests, failures, SLO violations) are
-    exact at every moment without reading anything back.
+    At most ``capacity`` records are held in memory, one compact ``array.array`` per field
+    (appending is a few tens of ns): a full buffer is appended to an anonymous temporary
+    file (20 bytes a request), which :meth:`arrays` reads back whole, so a run of any
+    length keeps bounded memory while the load generator's output stays complete. Running
+    counts per destination (requests, failures, SLO violations) are exact at every moment
+    without reading anything back.
     """
 
     def __init__(self, n_sites: int, slo_ms: float, capacity: int = 65_536) -> None:
@@ -100,48 +119,76 @@ class RequestLog:
             raise ConfigError("capacity", f"must be >= 1 record, not {capacity}")
         self.slo_ms = slo_ms
         self.capacity = capacity
-        self.requests = np.zeros(n_sites, dtype=np.int64)
-        self.failures = np.zeros(n_sites, dtype=np.int64)
-        self.violations = np.zeros(n_sites, dtype=np.int64)  # failed, or over the SLO
+        self.request_counts = [0] * n_sites
+        self.failure_counts = [0] * n_sites
+        self.violation_counts = [0] * n_sites  # failed, or over the SLO
         self.writes = 0
-        self._buffer = np.empty(capacity, dtype=_RECORD)
-        self._buffered = 0
+        self._new_buffer()
         self._spool = None  # made when the buffer first fills
+
+    def _new_buffer(self) -> None:
+        self._issued, self._site = array.array("d"), array.array("h")
+        self._response, self._ok, self._write = array.array("d"), array.array("b"), array.array("b")
 
     def append(
         self, issued_unix_s: float, site: int, response_ms: float, ok: bool, write: bool
     ) -> None:
         """Record one request and count it."""
-        self._buffer[self._buffered] = (issued_unix_s, site, response_ms, ok, write)
-        self._buffered += 1
-        self.requests[site] += 1
-        self.writes += bool(write)
+        self._issued.append(issued_unix_s)
+        self._site.append(site)
+        self._response.append(response_ms)
+        self._ok.append(ok)
+        self._write.append(write)
+        self.request_counts[site] += 1
+        if write:
+            self.writes += 1
         if not ok:
-            self.failures[site] += 1
-        if not ok or response_ms > self.slo_ms:
-            self.violations[site] += 1
-        if self._buffered == self.capacity:
+            self.failure_counts[site] += 1
+            self.violation_counts[site] += 1
+        elif response_ms > self.slo_ms:
+            self.violation_counts[site] += 1
+        if len(self._site) == self.capacity:
             self._flush()
+
+    @property
+    def requests(self) -> np.ndarray:
+        return np.array(self.request_counts, dtype=np.int64)
+
+    @property
+    def failures(self) -> np.ndarray:
+        return np.array(self.failure_counts, dtype=np.int64)
+
+    @property
+    def violations(self) -> np.ndarray:
+        return np.array(self.violation_counts, dtype=np.int64)
 
     @property
     def buffered(self) -> int:
         """Records held in memory now (never more than ``capacity``)."""
-        return self._buffered
+        return len(self._site)
 
     def __len__(self) -> int:
-        return int(self.requests.sum())
+        return sum(self.request_counts)
+
+    def _records(self) -> np.ndarray:
+        """The buffered records as one structured array."""
+        records = np.empty(len(self._site), dtype=_RECORD)
+        fields = (self._issued, self._site, self._response, self._ok, self._write)
+        for name, values in zip(_RECORD.names, fields, strict=True):
+            records[name] = np.frombuffer(values, dtype=_RECORD[name]) if len(values) else []
+        return records
 
     def _flush(self) -> None:
         if self._spool is None:
             self._spool = tempfile.TemporaryFile()
             weakref.finalize(self, self._spool.close)
         self._spool.seek(0, os.SEEK_END)
-        self._spool.write(self._buffer[: self._buffered].tobytes())
-        self._buffered = 0
+        self._spool.write(self._records().tobytes())
+        self._new_buffer()
 
     def arrays(self) -> dict[str, np.ndarray]:
         """Every record so far, one array per field (read back from the spool file)."""
-        records = self._buffer[: self._buffered]
+        records = self._records()
         if self._spool is not None:
             self._spool.seek(0)
             spooled = np.frombuffer(self._spool.read(), dtype=_RECORD)
@@ -184,6 +231,10 @@ class SiteClient:
         self._background: set[asyncio.Future] = set()
         self._agent_task: asyncio.Task | None = None
         self._agent_writer: asyncio.StreamWriter | None = None
+        self._deadlines: deque[tuple[float, asyncio.Future]] = deque()
+        self._watchdog: asyncio.Task | None = None
+        # RoutingPolicy.observe does nothing: skip the call unless a policy overrides it
+        self._observes = type(policy).observe is not RoutingPolicy.observe
 
     # --- lifecycle ---------------------------------------------------------------------------
     async def start(self) -> SiteClient:
@@ -202,6 +253,8 @@ class SiteClient:
             self.counters = IntervalCounters(len(self.sites))
         if self._agent_task is not None:
             self._agent_task.cancel()
+        if self._watchdog is not None:
+            self._watchdog.cancel()
         for connection in self._connections.values():
             await connection.close()
         self._connections.clear()
@@ -217,7 +270,7 @@ class SiteClient:
         self.counters.arrivals += 1
         site, server = self.policy.choose(self.rng, _now_ms())
         payload = get_payload(key, self.work.draw_s(self.rng))
-        reply = await self._request(site, server, payload, write=False)
+        reply = await self._request(site, server, payload, False)
         return reply[1] if reply is not None else None
 
     async def put(self, key: bytes, value: bytes) -> bool:
@@ -226,7 +279,7 @@ class SiteClient:
         self.counters.writes += 1
         site, server = self.policy.choose(self.rng, _now_ms())
         payload = put_payload(key, value, self.work.draw_s(self.rng))
-        ok = await self._request(site, server, payload, write=True) is not None
+        ok = await self._request(site, server, payload, True) is not None
         if ok:
             self._propagate(site, server, key, value)
         return ok
@@ -236,8 +289,10 @@ class SiteClient:
         start = time.perf_counter()
         reply = None
         try:
-            connection = await self._connection(site, server)
-            reply = await asyncio.wait_for(connection.send(payload, 2), self.timeout_s)
+            connection = self._connections.get((site, server))
+            if connection is None or connection.closed:
+                connection = await self._connection(site, server)
+            reply = await self._with_deadline(connection.send(payload, 2), start)
         except (TimeoutError, TestbedError):
             self.policy.mark_down(site, server, _now_ms() + DOWN_BACKOFF_MS)
         response_ms = (time.perf_counter() - start) * 1e3
@@ -245,22 +300,46 @@ class SiteClient:
         self.log.append(issued, site, response_ms, reply is not None, write)
         return reply
 
+    def _with_deadline(self, future: asyncio.Future, sent: float) -> asyncio.Future:
+        """``future``, failed with TimeoutError if it is not done ``timeout_s`` after
+        ``sent`` (perf_counter s). One watchdog checks every deadline in order, a few
+        times per timeout, instead of a timer per request (``asyncio.wait_for``)."""
+        self._deadlines.append((sent + self.timeout_s, future))
+        if self._watchdog is None or self._watchdog.done():
+            self._watchdog = asyncio.get_running_loop().create_task(self._expire_deadlines())
+        return future
+
+    async def _expire_deadlines(self) -> None:
+        """Fail requests past their deadline; deadlines are in issue order (same timeout)."""
+        deadlines = self._deadlines
+        while deadlines:
+            now = time.perf_counter()
+            while deadlines and (deadlines[0][1].done() or deadlines[0][0] <= now):
+                _, future = deadlines.popleft()
+                if not future.done():
+                    future.set_exception(TimeoutError("no reply within the request timeout"))
+            await asyncio.sleep(self.timeout_s * WATCHDOG_FRACTION)
+
     def _count(self, site, server, payload, reply, response_ms: float, issued: float) -> None:
         c = self.counters
-        c.requests[site] += 1
+        c.request_counts[site] += 1
         if reply is None:
-            c.errors[site] += 1
-            c.violations[site] += 1
+            c.error_counts[site] += 1
+            c.violation_counts[site] += 1
             return
         if response_ms > self.slo_ms:
-            c.violations[site] += 1
+            c.violation_counts[site] += 1
         if site != self.site:
             value = reply[1] if isinstance(reply, list) else b""
-            c.wan_bytes[site] += len(payload) + len(value or b"") + REPLY_OVERHEAD_BYTES
+            c.wan_byte_counts[site] += len(payload) + len(value or b"") + REPLY_OVERHEAD_BYTES
         second = int(issued)
-        mins = c.min_by_second.setdefault(second, np.full(len(self.sites), np.inf))
-        mins[site] = min(mins[site], response_ms)
-        self.policy.observe(site, server, response_ms, _now_ms())
+        mins = c.min_by_second.get(second)
+        if mins is None:
+            mins = c.min_by_second[second] = [math.inf] * len(self.sites)
+        if response_ms < mins[site]:
+            mins[site] = response_ms
+        if self._observes:
+            self.policy.observe(site, server, response_ms, _now_ms())
 
     def _propagate(self, site: int, server: int, key: bytes, value: bytes) -> None:
         """Eventual consistency: every other replica gets the write; one server per other
@@ -274,7 +353,7 @@ class SiteClient:
                 work = self.work.draw_s(self.rng) if s == worker else None
                 payload = put_payload(key, value, work)
                 if j != self.site:
-                    self.counters.wan_bytes[j] += len(payload) + REPLY_OVERHEAD_BYTES
+                    self.counters.wan_byte_counts[j] += len(payload) + REPLY_OVERHEAD_BYTES
                 task = asyncio.ensure_future(self._fire(j, s, payload, 1 if work is None else 2))
                 self._background.add(task)
                 task.add_done_callback(self._background.discard)
@@ -282,7 +361,7 @@ class SiteClient:
     async def _fire(self, site: int, server: int, payload: bytes, replies: int) -> None:
         try:
             connection = await self._connection(site, server)
-            await asyncio.wait_for(connection.send(payload, replies), self.timeout_s)
+            await self._with_deadline(connection.send(payload, replies), time.perf_counter())
         except (TimeoutError, TestbedError):
             pass  # a replica that is down catches up when it is restarted (Testbed)
 
