@@ -16,9 +16,32 @@ SAMPLES = "2000"  # enough for the inference, small enough to keep the test fast
 @pytest.fixture(scope="module")
 def problem_file(tmp_path_factory) -> Path:
     path = tmp_path_factory.mktemp("costlo") / "problem.json"
+    result = geoslo(
+        "costlo", "example", "--raw", "--samples", SAMPLES, "--prefix", "3", "-o", str(path)
+    )
+    assert result.returncode == 0, result.stderr
+    return path
+
+
+@pytest.fixture(scope="module")
+def compact_file(tmp_path_factory) -> Path:
+    """The default form: the same prefix's samples on the lattice with counts."""
+    path = tmp_path_factory.mktemp("costlo") / "compact.json"
     result = geoslo("costlo", "example", "--samples", SAMPLES, "--prefix", "3", "-o", str(path))
     assert result.returncode == 0, result.stderr
     return path
+
+
+def test_example_is_compact_by_default_and_decides_like_the_raw_form(problem_file, compact_file):
+    compact = json.loads(compact_file.read_text())
+    assert compact["step_ms"] == 0.5 and "ping" in compact["regions"][1]
+    pairs = compact["regions"][2]["storage"]["put_distinct_objects"]["network"]
+    assert sum(row[-1] for row in pairs) == int(SAMPLES)
+    assert compact_file.stat().st_size < problem_file.stat().st_size / 10
+    answers = [geoslo("costlo", "decide", "-i", str(f)) for f in (problem_file, compact_file)]
+    assert answers[0].returncode == answers[1].returncode == 0, answers[1].stderr
+    raw, lattice = (_without_time(json.loads(a.stdout)) for a in answers)
+    assert lattice == raw
 
 
 def test_example_is_a_valid_problem_with_four_regions(problem_file):

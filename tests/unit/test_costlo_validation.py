@@ -23,7 +23,12 @@ from geoslo.control.costlo import (
     problem_to_dict,
     selection_to_dict,
 )
+from geoslo.control.costlo.decide import decide
+from geoslo.control.costlo.example import example_problem
+from geoslo.control.costlo.validation import problem_to_compact_dict
+from geoslo.dist import LatencyDistribution
 from geoslo.errors import InputError
+from geoslo.models import infer_storage_model
 
 KINDS = ("get_same_object", "get_distinct_objects", "put_same_object", "put_distinct_objects")
 
@@ -326,3 +331,100 @@ def test_selection_to_dict_names_the_tail_by_the_percentile_and_nulls_infinity()
     assert out["estimate"]["put"] == {
         "p50_ms": 40.0, "p99.9_ms": None, "baseline_p50_ms": 40.0, "inflation_ms": None,
     }  # fmt: skip
+
+
+# ---------------------------------------------------------------------------- compact form
+
+
+def _compact(data: dict) -> dict:
+    return problem_to_compact_dict(parse_problem(data), prefix=data.get("prefix"))
+
+
+def test_compact_round_trip_and_lattice() -> None:
+    written = _compact(good())
+    again = parse_problem(written)
+    assert problem_to_compact_dict(again, prefix="us-kansas") == written
+    assert written["step_ms"] == 0.5 and written["regions"][0]["name"] == "s3:us-east-1"
+    pairs = again.serving.storage.get_same_object
+    assert pairs.network_ms.shape == (20, 2) and again.serving.ping_ms.shape == (20,)
+    assert np.all(pairs.service_ms % 0.5 == 0) and np.all(pairs.arrival_ms[:, 0] == 0.0)
+
+
+@pytest.mark.parametrize(("seed", "prefix"), [(0, 0), (3, 11)])
+def test_compact_form_gives_the_same_storage_model_and_selection(seed, prefix) -> None:
+    """The compact form keeps what the estimator uses: the storage models' structure and
+    distributions, the pings' distribution and so the selection come out the same."""
+    raw = example_problem(seed, prefix, samples=2_000)
+    compact = parse_problem(problem_to_compact_dict(raw))
+    for a, b in zip(
+        (raw.serving, *raw.candidates), (compact.serving, *compact.candidates), strict=True
+    ):
+        ma, mb = infer_storage_model(a.storage), infer_storage_model(b.storage)
+        assert (ma.get_replicas, ma.put_replicas, ma.shared_network, ma.put_serialised) == (
+            mb.get_replicas, mb.put_replicas, mb.shared_network, mb.put_serialised,
+        )  # fmt: skip
+        for dist in ("network", "get_service", "put_service"):
+            assert getattr(ma, dist).offset_ms == getattr(mb, dist).offset_ms
+            np.testing.assert_array_equal(getattr(ma, dist).pmf, getattr(mb, dist).pmf)
+        pa, pb = (LatencyDistribution.from_samples(r.ping_ms, 0.5) for r in (a, b))
+        assert pa.offset_ms == pb.offset_ms and np.array_equal(pa.pmf, pb.pmf)
+    assert compact.second().name == raw.second().name
+    a, b = selection_to_dict(decide(raw)), selection_to_dict(decide(compact))
+    a.pop("decide_ms"), b.pop("decide_ms")
+    assert a == b
+
+
+def test_compact_ties_stay_ties_and_distinct_arrivals_keep_a_gap() -> None:
+    data = good()
+    rows = data["regions"][1]["storage"]["put_distinct_objects"]
+    rows["arrival_ms"] = [[5.0, 5.0]] * 10 + [[5.0, 5.1]] * 5 + [[5.2, 5.0]] * 5
+    pairs = parse_problem(_compact(data)).serving.storage.put_distinct_objects
+    gaps = pairs.arrival_ms[:, 1] - pairs.arrival_ms[:, 0]
+    assert np.sum(gaps == 0.0) == 10 and np.all(gaps[gaps > 0] == 0.5)
+
+
+CR1 = ["regions", 1]
+CGSO = [*CR1, "storage", "get_same_object"]
+
+
+def cmutate(path: list, value) -> dict:
+    data = _compact(good())
+    node = data
+    for key in path[:-1]:
+        node = node[key]
+    node[path[-1]] = value
+    return data
+
+
+def _too_few_pairs() -> dict:
+    data = cmutate([*CGSO, "network"], [[2, 2, 9]])
+    node = data["regions"][1]["storage"]["get_same_object"]
+    node["service"] = [[20, 20, 0, 9]]
+    return data
+
+
+COMPACT_CASES = [
+    ("negative index", cmutate([*CGSO, "network", 0, 0], -1),
+     r"regions\[1\].storage.get_same_object.network\[0\]\[0\]"),
+    ("float index", cmutate([*CGSO, "service", 0, 1], 2.5),
+     r"regions\[1\].storage.get_same_object.service\[0\]\[1\]"),
+    ("zero count", cmutate([*CR1, "ping", 0, 1], 0), r"regions\[1\].ping\[0\]\[1\]"),
+    ("short row", cmutate([*CGSO, "service", 0], [1, 2, 3]),
+     r"regions\[1\].storage.get_same_object.service\[0\]\[3\]"),
+    ("counts disagree", cmutate([*CGSO, "network"], [[2, 2, 19]]),
+     r"regions\[1\].storage.get_same_object.service"),
+    ("too few pairs", _too_few_pairs(), r"regions\[1\].storage.get_same_object.network"),
+    ("too few pings", cmutate([*CR1, "ping"], [[40, 9]]), r"regions\[1\].ping"),
+    ("too many pings", cmutate([*CR1, "ping"], [[40, 60_000], [41, 60_000]]),
+     r"regions\[1\].ping"),
+    ("raw key in compact", cmutate([*CR1, "ping_ms"], [1.0] * 20), r"regions\[1\].ping_ms"),
+    ("step too fine", cmutate(["step_ms"], 0.001), "step_ms"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("kind", "data", "field"), COMPACT_CASES, ids=[c[0] for c in COMPACT_CASES]
+)
+def test_bad_compact_input_names_the_field(kind: str, data, field: str) -> None:
+    with pytest.raises(InputError, match=f"^{field}: "):
+        parse_problem(data)

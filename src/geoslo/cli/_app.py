@@ -137,8 +137,10 @@ def read_json(path: Path) -> dict:
     return data
 
 
-def write_json(data: dict, output: Path | None) -> None:
-    text = json.dumps(data, indent=2, allow_nan=False) + "\n"
+def write_json(data: dict, output: Path | None, indent: int | None = 2) -> None:
+    """``data`` as JSON (``indent`` None: one line without spaces, for bulky sample data)."""
+    separators = (",", ":") if indent is None else None
+    text = json.dumps(data, indent=indent, separators=separators, allow_nan=False) + "\n"
     if output is None:
         sys.stdout.write(text)
     else:
@@ -257,11 +259,20 @@ def costlo_example(
     samples: Annotated[
         int, typer.Option(help="Concurrent pairs of each kind and pings per region.")
     ] = 10_000,
+    raw: Annotated[
+        bool,
+        typer.Option(
+            "--raw/--compact",
+            help="Raw samples at full precision (~47 MB), or the compact form: the samples "
+            "on the estimator's 0.5 ms lattice with counts (~0.5 MB, the same selection).",
+        ),
+    ] = False,
 ) -> None:
     """Write a problem.json for `geoslo costlo decide` (an illustrative prefix, §5.2's inputs)."""
     from geoslo.control.costlo.example import example_dict
 
-    write_json(example_dict(seed, prefix, samples), output)
+    problem = example_dict(seed, prefix, samples, compact=not raw)
+    write_json(problem, output, indent=2 if raw else None)
 
 
 @director_app.command("decide")

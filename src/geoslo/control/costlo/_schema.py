@@ -4,9 +4,9 @@ models: the one source of the structure, types and ranges that ``parse_problem``
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
-from pydantic import ConfigDict, Field, RootModel
+from pydantic import ConfigDict, Field, RootModel, Strict
 
 from geoslo._schema import Contract, Flag, Integer, List, Number, Output, Text
 from geoslo.control._schema import OutcomeFields
@@ -14,6 +14,8 @@ from geoslo.control.costlo.types import PrefixWorkload, SearchLimits, Slo
 
 __all__ = [
     "ProblemInput",
+    "CompactProblemInput",
+    "MAX_STEP_INDEX",
     "SelectionOutput",
     "INPUT",
     "OUTPUT",
@@ -62,6 +64,10 @@ LIMITS_RANGES: dict[str, tuple[float, float]] = {
 }
 MAX_TIMEOUT_PERCENTILES = 100
 MAX_PROBLEMS = 1_000  # prefixes in one `costlo decide` (each under a minute)
+# The compact form: samples as counts on a lattice of step_ms (the estimator's by default);
+# an index times step_ms is at most MAX_LATENCY_MS at the finest step allowed.
+MIN_STEP_MS, MAX_STEP_MS = 0.01, 10.0
+MAX_STEP_INDEX = int(MAX_LATENCY_MS / MIN_STEP_MS)
 
 _WORKLOAD = PrefixWorkload(0.0)
 _SLO = Slo()
@@ -167,14 +173,62 @@ class ProblemInput(Contract):
     limits: Limits = Limits()
 
 
+# ---------------------------------------------------------------------------- compact form
+
+# Lattice indices and counts: plain strict ints (no per-item Python validator; 10^5 of them
+# validate in a few ms).
+_Index = Annotated[int, Strict(), Field(ge=0, le=MAX_STEP_INDEX)]
+_Count = Annotated[int, Strict(), Field(ge=1, le=MAX_SAMPLES)]
+
+
+class CompactPairs(Contract):
+    """One kind of pairs as counts on the lattice (what ``infer_storage_model`` uses, §5.3):
+    ``network`` rows ``[i, j, count]``, the pair's network latencies ``i <= j`` steps;
+    ``service`` rows ``[i, j, gap, count]``, the service latency of the earlier-arriving
+    request (``i``) and of the later one (``j``) and their arrival gap in steps (0: they
+    arrived together; a gap under half a step counts as one). Both add up to the same
+    number of pairs; which network row goes with which service row is not kept (the
+    inference never joins them)."""
+
+    network: List(tuple[_Index, _Index, _Count], 1, MAX_SAMPLES)
+    service: List(tuple[_Index, _Index, _Index, _Count], 1, MAX_SAMPLES)
+
+
+class CompactStorage(Contract):
+    get_same_object: CompactPairs
+    get_distinct_objects: CompactPairs
+    put_same_object: CompactPairs
+    put_distinct_objects: CompactPairs
+
+
+class CompactRegion(Contract):
+    """A candidate region in the compact form: pings as ``[index, count]`` rows."""
+
+    name: Text
+    prices: Prices
+    relay_rps: Number(MIN_RELAY_RPS, MAX_RATE_RPS)
+    ping: List(tuple[_Index, _Count], 1, MAX_SAMPLES)
+    storage: CompactStorage
+
+
+class CompactProblemInput(ProblemInput):
+    """problem.json's compact form: the same problem with every sample on the lattice of
+    ``step_ms`` (``geoslo costlo example``'s default; under 1 MB a prefix; the estimator's
+    lattice is DEFAULT_STEP_MS)."""
+
+    step_ms: Number(MIN_STEP_MS, MAX_STEP_MS)  # its presence marks the compact form
+    regions: List(CompactRegion, 1, MAX_REGIONS)
+
+
 class ProblemsInput(Contract):
     """Many prefixes at once."""
 
-    problems: List(ProblemInput, 1, MAX_PROBLEMS)
+    problems: List(ProblemInput | CompactProblemInput, 1, MAX_PROBLEMS)
 
 
-class DecideInput(RootModel[ProblemInput | ProblemsInput]):
-    """What ``geoslo costlo decide`` reads: one problem, or ``{"problems": [...]}``."""
+class DecideInput(RootModel[ProblemInput | CompactProblemInput | ProblemsInput]):
+    """What ``geoslo costlo decide`` reads: one problem (raw or compact: the compact form
+    has ``step_ms``), or ``{"problems": [...]}``."""
 
 
 # ---------------------------------------------------------------------------- output

@@ -21,7 +21,7 @@ import numpy as np
 
 from geoslo.control.costlo.decide import CostloProblem, RegionInput
 from geoslo.control.costlo.types import PrefixWorkload, Slo
-from geoslo.control.costlo.validation import problem_to_dict
+from geoslo.control.costlo.validation import problem_to_compact_dict, problem_to_dict
 from geoslo.errors import InputError
 from geoslo.models import PairSamples, StorageMeasurements
 from geoslo.topology import (
@@ -168,7 +168,11 @@ def example_problem(
     )
 
 
-def example_dict(seed: int = 0, prefix: int = 0, samples: int = DEFAULT_SAMPLES) -> dict:
-    """The problem.json of :func:`example_problem`, named after the client site."""
+def example_dict(
+    seed: int = 0, prefix: int = 0, samples: int = DEFAULT_SAMPLES, compact: bool = False
+) -> dict:
+    """The problem.json of :func:`example_problem`, named after the client site: the raw
+    samples, or (``compact``) the same samples on the estimator's lattice with counts."""
     problem = example_problem(seed, prefix, samples)
-    return problem_to_dict(problem, prefix=client_prefixes()[prefix].name)
+    write = problem_to_compact_dict if compact else problem_to_dict
+    return write(problem, prefix=client_prefixes()[prefix].name)

@@ -50,11 +50,13 @@ from geoslo.control.costlo.types import (
 )
 from geoslo.errors import InputError
 from geoslo.models import PairSamples, StorageMeasurements
+from geoslo.models._storage_service import DEFAULT_STEP_MS
 from geoslo.topology import StoragePrices
 
 __all__ = [
     "parse_problem",
     "problem_to_dict",
+    "problem_to_compact_dict",
     "selection_to_dict",
     "tail_key",
     "MIN_SAMPLES",
@@ -128,14 +130,72 @@ def _region(value: schema.Region, where: str) -> RegionInput:
     )
 
 
-def _pair_count(value: schema.Region) -> int:
+def _expanded(rows: list[tuple], where: str) -> np.ndarray:
+    """Lattice rows ``[..., count]`` as one row per sample (the count dropped), at most
+    MAX_SAMPLES of them."""
+    table = np.array(rows, dtype=np.int64)
+    counts = table[:, -1]
+    if int(counts.sum()) > MAX_SAMPLES:
+        raise InputError(where, f"the counts add up to more than {MAX_SAMPLES} samples")
+    return np.repeat(table[:, :-1], counts, axis=0)
+
+
+def _compact_pairs(value: schema.CompactPairs, step_ms: float, where: str) -> PairSamples:
+    """The pairs of the compact form on the lattice: the earlier arrival at 0, the later
+    one ``gap`` steps after it (the inference looks only at a pair's arrival order, its
+    gap and ties)."""
+    network = _expanded(value.network, f"{where}.network")
+    service = _expanded(value.service, f"{where}.service")
+    if len(service) != len(network):
+        problem = f"counts add up to {len(service)} pairs, network's to {len(network)}"
+        raise InputError(f"{where}.service", problem)
+    if len(network) < MIN_SAMPLES:
+        raise InputError(f"{where}.network", f"counts must add up to at least {MIN_SAMPLES}")
+    arrival = np.zeros((len(service), 2))
+    arrival[:, 1] = service[:, 2] * step_ms
+    return _build(
+        PairSamples,
+        {
+            "network_ms": network * step_ms,
+            "service_ms": service[:, :2] * step_ms,
+            "arrival_ms": arrival,
+        },
+        where,
+    )
+
+
+def _compact_region(value: schema.CompactRegion, step_ms: float, where: str) -> RegionInput:
+    storage = value.storage
+    ping = _expanded(value.ping, f"{where}.ping")[:, 0] * step_ms
+    if len(ping) < MIN_SAMPLES:
+        raise InputError(f"{where}.ping", f"counts must add up to at least {MIN_SAMPLES}")
+    kinds = schema.CompactStorage.model_fields
+    return RegionInput(
+        name=value.name,
+        prices=_build(StoragePrices, value.prices.model_dump(), f"{where}.prices"),
+        storage=StorageMeasurements(
+            **{
+                k: _compact_pairs(getattr(storage, k), step_ms, f"{where}.storage.{k}")
+                for k in kinds
+            }
+        ),
+        ping_ms=ping.astype(float),
+        relay_rps=value.relay_rps,
+    )
+
+
+def _pair_count(value: schema.Region | schema.CompactRegion) -> int:
     """Pairs of every kind in a region (what MAX_PAIRS bounds)."""
     storage = value.storage
+    if isinstance(value, schema.CompactRegion):
+        kinds = schema.CompactStorage.model_fields
+        return sum(sum(row[-1] for row in getattr(storage, k).network) for k in kinds)
     return sum(len(getattr(storage, k).network_ms) for k in schema.Storage.model_fields)
 
 
-def _regions(value: list[schema.Region]) -> list[RegionInput]:
-    """Regions with unique names, holding at most MAX_PAIRS pairs in all."""
+def _regions(value: list, step_ms: float | None) -> list[RegionInput]:
+    """Regions with unique names, holding at most MAX_PAIRS pairs in all (``step_ms``:
+    the compact form's lattice, None for the raw form)."""
     seen: dict[str, int] = {}
     out = []
     pairs = 0
@@ -150,7 +210,10 @@ def _regions(value: list[schema.Region]) -> list[RegionInput]:
                 f"regions[{k}].name", f"{item.name!r} is already regions[{seen[item.name]}]"
             )
         seen[item.name] = k
-        out.append(_region(item, f"regions[{k}]"))
+        if step_ms is None:
+            out.append(_region(item, f"regions[{k}]"))
+        else:
+            out.append(_compact_region(item, step_ms, f"regions[{k}]"))
     return out
 
 
@@ -161,9 +224,11 @@ def _region_name(name: str, field: str, names: list[str]) -> str:
 
 
 def _validated(data: Any) -> schema.ProblemInput:
-    """The model's checks; 'social' gets its pointer to the Python API."""
+    """The model's checks (the compact form's when ``step_ms`` is present); 'social' gets
+    its pointer to the Python API."""
+    compact = isinstance(data, dict) and "step_ms" in data
     try:
-        return validate(schema.ProblemInput, data)
+        return validate(schema.CompactProblemInput if compact else schema.ProblemInput, data)
     except InputError as error:
         slo = data.get("slo") if isinstance(data, dict) else None
         if error.field == "slo.application" and isinstance(slo, dict):
@@ -173,8 +238,9 @@ def _validated(data: Any) -> schema.ProblemInput:
 
 
 def parse_problem(data: dict) -> CostloProblem:
-    """A checked :class:`CostloProblem` from the problem.json contract (docs/costlo.md):
-    the model's checks (``_schema.ProblemInput``), then the pairs' lengths, the pairs in
+    """A checked :class:`CostloProblem` from the problem.json contract (docs/costlo.md),
+    raw or compact: the model's checks (``_schema.ProblemInput`` or
+    ``CompactProblemInput``), then the pairs' lengths, the pairs in
     all, the regions' names and the dataclasses' own checks.
 
     The serving region is the one ``serving_region`` names; the other regions are the
@@ -188,7 +254,7 @@ def parse_problem(data: dict) -> CostloProblem:
     limits = problem.limits.model_dump()
     limits["timeout_percentiles"] = tuple(limits["timeout_percentiles"])
     limits = _build(SearchLimits, limits, "limits")
-    regions = _regions(problem.regions)
+    regions = _regions(problem.regions, getattr(problem, "step_ms", None))
     names = [r.name for r in regions]
     serving = _region_name(problem.serving_region, "serving_region", names)
     second = problem.second_region
@@ -249,9 +315,12 @@ def _limits_to_dict(limits: SearchLimits) -> dict:
     return out
 
 
-def problem_to_dict(problem: CostloProblem, prefix: str | None = None) -> dict:
-    """The problem.json form of ``problem`` (``parse_problem`` reads it back unchanged);
-    the serving region comes first in ``regions``."""
+def _others(problem: CostloProblem) -> list[RegionInput]:
+    return [r for r in problem.candidates if r.name != problem.serving.name]
+
+
+def _head(problem: CostloProblem, prefix: str | None) -> dict:
+    """Both forms' fields before the regions."""
     out: dict[str, Any] = {} if prefix is None else {"prefix": prefix}
     w = problem.workload
     out["workload"] = {key: float(getattr(w, key)) for key in _names(PrefixWorkload)}
@@ -259,9 +328,72 @@ def problem_to_dict(problem: CostloProblem, prefix: str | None = None) -> dict:
     out["serving_region"] = problem.serving.name
     if problem.second_region is not None:
         out["second_region"] = problem.second_region
-    others = [r for r in problem.candidates if r.name != problem.serving.name]
-    out["regions"] = [_region_to_dict(r) for r in (problem.serving, *others)]
+    return out
+
+
+def problem_to_dict(problem: CostloProblem, prefix: str | None = None) -> dict:
+    """The problem.json form of ``problem`` (``parse_problem`` reads it back unchanged);
+    the serving region comes first in ``regions``."""
+    out = _head(problem, prefix)
+    out["regions"] = [_region_to_dict(r) for r in (problem.serving, *_others(problem))]
     out["limits"] = _limits_to_dict(problem.limits)
+    return out
+
+
+def _steps(values: np.ndarray, step_ms: float) -> np.ndarray:
+    """Lattice indices as ``LatencyDistribution.from_samples`` rounds them (nearest point),
+    clipped to the contract's bound."""
+    return np.clip(np.rint(np.asarray(values, dtype=float) / step_ms), 0, schema.MAX_STEP_INDEX)
+
+
+def _counted(rows: np.ndarray) -> list:
+    """Distinct rows with their counts appended: ``[[..., count], ...]``."""
+    unique, counts = np.unique(rows.astype(np.int64), axis=0, return_counts=True)
+    return np.column_stack([unique, counts]).tolist()
+
+
+def _compact_pairs_to_dict(pairs: PairSamples, step_ms: float) -> dict:
+    """One kind of pairs on the lattice (``_schema.CompactPairs``): network pairs sorted,
+    service pairs in arrival order (ties: the shorter first) with their arrival gap; a
+    tie stays a tie (``np.isclose``, as the inference decides it) and a distinct arrival
+    keeps a gap of at least one step."""
+    network = np.sort(_steps(pairs.network_ms, step_ms), axis=1)
+    arrival, service = pairs.arrival_ms, pairs.service_ms
+    tied = np.isclose(arrival[:, 0], arrival[:, 1])
+    swap = np.where(tied, service[:, 1] < service[:, 0], arrival[:, 1] < arrival[:, 0])
+    ordered = np.where(swap[:, None], service[:, ::-1], service)
+    gap = np.maximum(_steps(np.abs(arrival[:, 1] - arrival[:, 0]), step_ms), 1.0)
+    gap = np.where(tied, 0.0, gap)
+    return {
+        "network": _counted(network),
+        "service": _counted(np.column_stack([_steps(ordered, step_ms), gap])),
+    }
+
+
+def problem_to_compact_dict(
+    problem: CostloProblem, prefix: str | None = None, step_ms: float = DEFAULT_STEP_MS
+) -> dict:
+    """The compact problem.json form of ``problem``: every sample on the lattice of
+    ``step_ms`` (the estimator's by default, where the storage model's and the pings'
+    distributions come out the same as from the raw samples, docs/costlo.md)."""
+    out = _head(problem, prefix)
+    regions = []
+    for region in (problem.serving, *_others(problem)):
+        kinds = _names(StorageMeasurements)
+        regions.append(
+            {
+                "name": region.name,
+                "prices": {k: float(getattr(region.prices, k)) for k in _names(StoragePrices)},
+                "relay_rps": float(region.relay_rps),
+                "ping": _counted(_steps(region.ping_ms, step_ms)[:, None]),
+                "storage": {
+                    k: _compact_pairs_to_dict(getattr(region.storage, k), step_ms) for k in kinds
+                },
+            }
+        )
+    out["regions"] = regions
+    out["limits"] = _limits_to_dict(problem.limits)
+    out["step_ms"] = float(step_ms)
     return out
 
 
