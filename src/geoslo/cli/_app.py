@@ -619,6 +619,16 @@ def _print_status(testbed) -> None:
         typer.echo(f"  {site}: redis {','.join(map(str, ends.servers))}")
 
 
+@app.command("warmup")
+@user_errors
+def warmup() -> None:
+    """Compile every numba kernel into NUMBA_CACHE_DIR (run once after installing)."""
+    from geoslo._warmup import compile_kernels
+
+    for module, seconds in compile_kernels().items():
+        typer.echo(f"{module}: {seconds:.1f} s")
+
+
 from geoslo.cli._run import register_run  # noqa: E402 (after the apps it extends)
 
 register_run(

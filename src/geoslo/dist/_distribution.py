@@ -21,12 +21,19 @@ from functools import cached_property
 from typing import Any
 
 import numpy as np
-import scipy.stats
 
 from geoslo.dist import _lattice
 from geoslo.errors import InputError
 
 SeedLike = int | np.random.SeedSequence | np.random.Generator
+
+
+def _stats() -> Any:
+    """``scipy.stats``, imported on first use: it takes ~0.5 s, and a controller's
+    decision on already-tabulated curves never needs it (issue 17, start-up)."""
+    import scipy.stats
+
+    return scipy.stats
 
 
 @dataclass(frozen=True, eq=False)
@@ -92,7 +99,7 @@ class LatencyDistribution:
     ) -> LatencyDistribution:
         """Exponential with mean ``mean_ms``, shifted by ``shift_ms``."""
         mean_ms = _positive(mean_ms, "mean_ms")
-        return cls.from_scipy(scipy.stats.expon(scale=mean_ms), step_ms).shift(shift_ms)
+        return cls.from_scipy(_stats().expon(scale=mean_ms), step_ms).shift(shift_ms)
 
     @classmethod
     def lognormal(
@@ -101,7 +108,7 @@ class LatencyDistribution:
         """Log-normal with median ``median_ms`` and log-scale ``sigma``, shifted by ``shift_ms``."""
         median_ms = _positive(median_ms, "median_ms")
         sigma = _positive(sigma, "sigma")
-        rv = scipy.stats.lognorm(s=sigma, scale=median_ms)
+        rv = _stats().lognorm(s=sigma, scale=median_ms)
         return cls.from_scipy(rv, step_ms).shift(shift_ms)
 
     @classmethod
@@ -111,7 +118,7 @@ class LatencyDistribution:
         """Gamma with ``shape`` and ``scale_ms`` (mean ``shape * scale_ms``), shifted."""
         shape = _positive(shape, "shape")
         scale_ms = _positive(scale_ms, "scale_ms")
-        rv = scipy.stats.gamma(a=shape, scale=scale_ms)
+        rv = _stats().gamma(a=shape, scale=scale_ms)
         return cls.from_scipy(rv, step_ms).shift(shift_ms)
 
     @classmethod
@@ -123,7 +130,7 @@ class LatencyDistribution:
             raise InputError("high_ms", f"must be >= low_ms ({low_ms}), got {high_ms}")
         if high_ms == low_ms:
             return cls.point(low_ms, step_ms)
-        return cls.from_scipy(scipy.stats.uniform(loc=low_ms, scale=high_ms - low_ms), step_ms)
+        return cls.from_scipy(_stats().uniform(loc=low_ms, scale=high_ms - low_ms), step_ms)
 
     @classmethod
     def from_scipy(

@@ -9,7 +9,6 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from scipy.signal import fftconvolve
 
 from geoslo.errors import InputError
 
@@ -88,6 +87,8 @@ def convolve_pmfs(pmf_a: np.ndarray, pmf_b: np.ndarray) -> np.ndarray:
     if pmf_a.size * pmf_b.size <= _DIRECT_CONVOLVE_MAX_PRODUCT:
         out = np.convolve(pmf_a, pmf_b)
     else:
+        from scipy.signal import fftconvolve  # ~0.1 s to import: only when an FFT is needed
+
         out = fftconvolve(pmf_a, pmf_b)
         np.clip(out, 0.0, None, out=out)
     return out / out.sum()

@@ -1,0 +1,87 @@
+"""Compile every numba kernel once, at install, so that no first call pays for it.
+
+numba compiles a kernel the first time it is called with a new signature and, with
+``cache=True``, stores the machine code in ``NUMBA_CACHE_DIR``; later processes load it.
+A cold cache costs a first ``geoslo kurma decide`` about 20-50 s (issue 17, start-up).
+``./dev`` runs ``geoslo warmup`` after installing and whenever a kernel's source changes.
+
+Kernel signatures depend on argument types (dtypes, dimensions, layouts), not sizes, so
+one call of each entry point compiles it for every problem size; but the solver reaches
+some entry points only on larger problems (the label DP and its Lagrangian bound from
+4 sites, one or two receivers below that), so the warm-up solves a family of sizes and
+both objectives. ``tests/unit/test_startup.py`` checks that solving other problems
+afterwards compiles nothing new.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+__all__ = ["compile_kernels", "WARMUP_SITES"]
+
+WARMUP_SITES = (2, 3, 4, 5, 6)  # reaches one receiver, two receivers and the label DP
+WARMUP_SEEDS = (0, 1)
+SIM_SECONDS = 1.0  # one simulated second per routing policy
+
+
+def compile_kernels() -> dict[str, float]:
+    """Compile (or load from the cache) every kernel; seconds spent per kernel module."""
+    return {
+        "kurma solver": _timed(_kurma_solver),
+        "kurma simulator": _timed(_kurma_simulator),
+    }
+
+
+def _timed(step: Callable[[], None]) -> float:
+    start = time.perf_counter()
+    step()
+    return time.perf_counter() - start
+
+
+def _kurma_solver() -> None:
+    """Solve the example at every size in WARMUP_SITES, both objectives, with every site
+    available and with one down (its demand is a constant of the objective, Kurma §5)."""
+    from dataclasses import replace
+
+    import numpy as np
+
+    from geoslo.control.kurma import solve
+    from geoslo.control.kurma.example import example_problem
+
+    for n_sites in WARMUP_SITES:
+        for seed in WARMUP_SEEDS:
+            problem = example_problem(n_sites, seed)
+            one_down = np.arange(n_sites) != seed % n_sites
+            for variant in (problem, replace(problem, available=one_down)):
+                for objective in ("perf", "cost"):
+                    solve(variant, objective, time_limit_s=2.0)
+
+
+def _kurma_simulator() -> None:
+    """One simulated second per routing policy (Kurma §7.1), and one profiling run (§4.1)."""
+    import numpy as np
+
+    from geoslo.sim.kurma import (
+        POLICIES,
+        BackendParams,
+        RequestLevelSim,
+        profile_site,
+        residual_wan_samples_ms,
+    )
+
+    rtt_ms = np.array([[0.0, 10.0, 12.0], [10.0, 0.0, 22.0], [12.0, 22.0, 0.0]])
+    fractions = np.full((3, 3), 1.0 / 3.0)
+    for policy in POLICIES:
+        sim = RequestLevelSim(
+            site_names=["a", "b", "c"],
+            backend=BackendParams(),
+            rate_traces=[np.full(3, 200.0)] * 3,
+            write_fraction=0.1,
+            base_rtt_ms=rtt_ms,
+            residual_rtt_samples_ms=residual_wan_samples_ms(100, seed=0),
+            seed=0,
+            policy=policy,
+        )
+        sim.run(SIM_SECONDS, fractions)
+    profile_site(BackendParams(), load_rps=100.0, write_fraction=0.1, duration_s=1.0, seed=0)
