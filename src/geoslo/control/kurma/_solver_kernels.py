@@ -789,6 +789,34 @@ def _pair_dp(mode, own, rdem, upper, caps1, caps2, rates, a1, a2, f, g, choice, 
 
 
 @njit(cache=True)
+def _least_terms(grid, vio, demand, q, rho, mode, j, senders, caps, caps1, caps2, own, rdem,
+                 upper, c, g):  # fmt: skip
+    """Receiver j's own term c[a] and each sender's least term g[a, s] at j's rate, for every
+    intake a (the sender's quanta all priced at j's rate; inf rate when it cannot reach j).
+    Returns the work spent."""
+    n_s = senders.shape[0]
+    work = 0
+    for a in range(c.shape[0]):
+        load = demand[j] + a * q
+        w = omega(grid, vio, j, j, load)
+        if mode == PERF:
+            c[a] = demand[j] * w
+        else:
+            c[a] = demand[j] * (w - rho) if w > rho else 0.0
+        for s in range(n_s):
+            m = q * omega(grid, vio, senders[s], j, load) if caps[s] > 0 else np.inf
+            top = min(upper[s], caps1[s] + caps2[s])
+            best = np.inf
+            for u in range(top + 1):
+                v = _sender_term(mode, own[s, u], rdem[s], u * m if u > 0 else 0.0)
+                if v < best:
+                    best = v
+            g[a, s] = best
+            work += top + 1
+    return work
+
+
+@njit(cache=True)
 def two_receivers(grid, vio, demand, q, rho, mode, j1, j2, senders, caps1, caps2, upper, own,
                   rdem, base, inc, inc_rps, tol, tol_rps, work_limit):  # fmt: skip
     """Exact optimum of a partition with two receivers and equal quanta ``q`` (§5).
@@ -817,23 +845,28 @@ def two_receivers(grid, vio, demand, q, rho, mode, j1, j2, senders, caps1, caps2
     h = np.empty(width)
     work = 0
     x_out = np.zeros((n_s, 2), dtype=np.int64)
-    for a1 in range(tot1 + 1):  # (i): separable bound of every pair
+    # (i): separable bound of every pair. A receiver's rates depend on its own intake only,
+    # and u * min(m1, m2) = min(u m1, u m2), so a sender's least term at (a1, a2) is the
+    # lesser of its least terms at j1's rate (a1) and at j2's rate (a2): tabulate both once.
+    c1 = np.empty(tot1 + 1)
+    c2 = np.empty(tot2 + 1)
+    g1 = np.empty((tot1 + 1, n_s))
+    g2 = np.empty((tot2 + 1, n_s))
+    work += _least_terms(grid, vio, demand, q, rho, mode, j1, senders, caps1, caps1, caps2,
+                         own, rdem, upper, c1, g1)  # fmt: skip
+    work += _least_terms(grid, vio, demand, q, rho, mode, j2, senders, caps2, caps1, caps2,
+                         own, rdem, upper, c2, g2)  # fmt: skip
+    if work > work_limit:
+        return False, -1, -1, inc, inc_rps, x_out, work
+    for a1 in range(tot1 + 1):
         if work > work_limit:
             return False, -1, -1, inc, inc_rps, x_out, work
         for a2 in range(tot2 + 1):
-            work += width * n_s
-            c = _pair_terms(grid, vio, demand, q, rho, mode, j1, j2, senders, caps1, caps2,
-                            own, rdem, upper, a1, a2, rates)  # fmt: skip
+            work += n_s
+            c = c1[a1] + c2[a2]
             total = base + c
             for s in range(n_s):
-                m = min(rates[s, 0], rates[s, 1])
-                top = min(upper[s], caps1[s] + caps2[s])
-                best = np.inf
-                for u in range(top + 1):
-                    v = _sender_term(mode, own[s, u], rdem[s], u * m if u > 0 else 0.0)
-                    if v < best:
-                        best = v
-                total += best
+                total += min(g1[a1, s], g2[a2, s])
             lb[a1 * (tot2 + 1) + a2] = total
             recv[a1 * (tot2 + 1) + a2] = c
     order = np.argsort(lb, kind="mergesort")  # by bound, ties by (a1, a2)
