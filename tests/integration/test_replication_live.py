@@ -5,7 +5,6 @@ driving the library's environment handle (``ReplicationTestbedEnvironment``) on 
 from __future__ import annotations
 
 import asyncio
-import json
 import os
 import subprocess
 import sys
@@ -15,14 +14,17 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from _run import Running, run_service, write_config
 from geoslo.control.replication import ReplicationConfig, ReplicationController, policy_loop
 from geoslo.errors import TestbedError
+from geoslo.live._processes import find_program
 from geoslo.live.replication import (
     CLASS_IDS,
     EgressLink,
     LinkSpec,
     ReplicationTestbedEnvironment,
     cannot_run_reason,
+    class_rates,
     cumulative_mb,
 )
 
@@ -244,38 +246,28 @@ policy = "{policy}"
 capacity_mbps = 20.0
 image_mb = 4.0
 image_period_s = 8.0
+{controller}
 [service]
 listen = "127.0.0.1:0"
 intervals = {intervals}
 """
 
 
-def _geoslo_run(config: Path, *flags: str, prefix: list[str] = ()) -> tuple[int, list[dict], str]:
-    """`geoslo run CONFIG` to its end: exit status, JSON log lines, the rest of stderr."""
-    done = subprocess.run(
-        [*prefix, sys.executable, "-m", "geoslo", "run", str(config), *flags],
-        capture_output=True,
-        text=True,
-        timeout=90,
-        env={**os.environ, "PYTHONWARNINGS": "error", "PYTHONPATH": os.pathsep.join(sys.path)},
-    )
-    lines = [json.loads(x) for x in done.stderr.splitlines() if x.startswith('{"time"')]
-    rest = "\n".join(x for x in done.stderr.splitlines() if not x.startswith('{"time"'))
-    return done.returncode, lines, rest
-
-
-def _config(tmp_path: Path, prefix: str, policy: str = "mpc", intervals: int = 0) -> Path:
-    path = tmp_path / "testbed.toml"
+def _config(
+    tmp_path: Path, prefix: str, policy: str = "mpc", intervals: int = 0, controller: str = ""
+) -> Path:
     text = TESTBED_CONFIG.format(
-        prefix=prefix, state_dir=tmp_path / "state", policy=policy, intervals=intervals
+        prefix=prefix,
+        state_dir=tmp_path / "state",
+        policy=policy,
+        intervals=intervals,
+        controller=controller,
     )
-    path.write_text(text)
-    return path
+    return write_config(tmp_path, text, "testbed.toml")
 
 
 def test_geoslo_run_once_on_the_testbed_decides_applies_and_cleans_up(tmp_path, can_run):
-    code, lines, rest = _geoslo_run(_config(tmp_path, "geoslo-rrun"), "--once")
-    assert code == 0, rest
+    lines = run_service(_config(tmp_path, "geoslo-rrun"), "--once", timeout_s=90).records
     events = [line["event"] for line in lines]
     assert events == ["started", "interval", "stopped"], lines
     assert lines[0]["environment"] == "testbed"
@@ -286,9 +278,8 @@ def test_geoslo_run_once_on_the_testbed_decides_applies_and_cleans_up(tmp_path, 
 
 
 def test_geoslo_run_drives_prio_on_the_testbed_for_several_intervals(tmp_path, can_run):
-    code, lines, rest = _geoslo_run(_config(tmp_path, "geoslo-rrunp", "prio", intervals=3))
-    assert code == 0, rest
-    intervals = [line for line in lines if line["event"] == "interval"]
+    run = run_service(_config(tmp_path, "geoslo-rrunp", "prio", intervals=3), timeout_s=90)
+    lines, intervals = run.records, run.events("interval")
     assert len(intervals) == 3, lines
     assert all(i["status"] == "feasible" and i["applied"] for i in intervals), intervals
     assert not any(name.startswith("geoslo-rrunp") for name in _namespaces())
@@ -297,7 +288,53 @@ def test_geoslo_run_drives_prio_on_the_testbed_for_several_intervals(tmp_path, c
 def test_geoslo_run_without_the_privileges_says_why_in_one_line(tmp_path, can_run):
     dropped = ["setpriv", "--inh-caps=-all", "--bounding-set=-all", "--"]
     config = _config(tmp_path, "geoslo-rrunc")
-    code, lines, rest = _geoslo_run(config, "--once", prefix=dropped)
-    assert code != 0 and not [line for line in lines if line["event"] == "interval"]
+    run = run_service(config, "--once", timeout_s=90, expect_exit=None, prefix=dropped)
+    rest = run.other
+    assert run.returncode != 0 and not run.events("interval")
     assert rest.startswith("geoslo: error: the replication testbed cannot start here: "), rest
     assert len(rest.splitlines()) == 1, rest
+
+
+STATIC_SHARES = (0.6, 0.3, 0.1)  # far from the equal split the link starts with
+
+
+def _htb_rates_bps(prefix: str, pid: int) -> list[float]:
+    """The guaranteed rate HTB holds per class, in the link ``geoslo run`` (``pid``) set up."""
+    tc = find_program("tc", "iproute2")
+    namespace, device = f"{prefix}-tx-{pid}", f"gtx{pid}"
+    shown = subprocess.run(
+        ["ip", "netns", "exec", namespace, tc, "class", "show", "dev", device],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    rates = class_rates(shown.stdout)
+    return [rates[class_id][0] for class_id in CLASS_IDS]
+
+
+@pytest.mark.parametrize("flags", [(), ("--dry-run",)], ids=["apply", "dry-run"])
+def test_geoslo_run_puts_plans_in_htb_and_a_dry_run_only_logs_them(tmp_path, can_run, flags):
+    """STATIC's shares on the live link, read from HTB while the service runs: applied,
+    the classes hold them; in a dry run every plan is logged and HTB keeps the equal split
+    the link started with."""
+    shares = ", ".join(map(str, STATIC_SHARES))
+    config = _config(tmp_path, "geoslo-rrunh", "static", controller=f"static_shares = [{shares}]")
+    run = Running(config, *flags)
+    try:
+        run.wait_for(lambda: len(run.result().events("interval")) >= 2, "2 intervals")
+        rates_bps = _htb_rates_bps("geoslo-rrunh", run.process.pid)
+        assert run.stop() == 0
+    finally:
+        run.close()
+    result = run.result()
+    intervals = result.events("interval")
+    assert all(i["status"] == "feasible" and i["applied"] and not i["errors"] for i in intervals)
+    plans = [record["plan"]["shares"] for record in result.events("dry_run")]
+    in_force = (1 / 3, 1 / 3, 1 / 3) if flags else STATIC_SHARES
+    assert rates_bps == pytest.approx([s * CAPACITY_BPS for s in in_force], rel=0.01)
+    if flags:
+        assert len(plans) == len(intervals) >= 2
+        assert all(list(plan.values()) == pytest.approx(STATIC_SHARES) for plan in plans)
+    else:
+        assert plans == []
+    assert not any(name.startswith("geoslo-rrunh") for name in _namespaces())

@@ -11,17 +11,13 @@ import io
 import json
 import signal
 import socket
-import subprocess
-import sys
-import time
 import tracemalloc
-import urllib.error
-import urllib.request
 from pathlib import Path
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from _run import Running, http_get, run_service
 from geoslo.runtime import (
     ONCE_FAILED_EXIT,
     ServiceLog,
@@ -50,62 +46,9 @@ def write_config(
     return path
 
 
-class Running:
-    """``geoslo run CONFIG ARGS`` in the background, its log in a file."""
-
-    def __init__(self, config: Path, *args: str) -> None:
-        self.log_path = config.with_suffix(".log")
-        self._log = self.log_path.open("w")
-        self.process = subprocess.Popen(
-            [sys.executable, "-m", "geoslo", "run", str(config), *args],
-            stdout=subprocess.DEVNULL,
-            stderr=self._log,
-        )
-
-    def records(self) -> list[dict]:
-        """Every complete line of the log so far, as JSON."""
-        text = self.log_path.read_text()
-        return [json.loads(line) for line in text[: text.rfind("\n") + 1].splitlines()]
-
-    def wait_for(self, predicate, what: str) -> dict | bool:
-        deadline = time.monotonic() + WAIT_S
-        while time.monotonic() < deadline:
-            found = predicate()
-            if found:
-                return found
-            assert self.process.poll() is None, (
-                f"exited {self.process.returncode}: {self.log_path.read_text()[-2000:]}"
-            )
-            time.sleep(0.05)
-        raise AssertionError(f"no {what} within {WAIT_S} s")
-
-    def started(self) -> dict:
-        return self.wait_for(
-            lambda: next((r for r in self.records() if r["event"] == "started"), None), "start"
-        )
-
-    def stop(self, signum: int = signal.SIGTERM) -> int:
-        self.process.send_signal(signum)
-        return self.process.wait(timeout=WAIT_S)
-
-    def close(self) -> None:
-        if self.process.poll() is None:
-            self.process.kill()
-            self.process.wait(timeout=WAIT_S)
-        self._log.close()
-
-
-def get(url: str) -> tuple[int, bytes]:
-    try:
-        with urllib.request.urlopen(url, timeout=10) as response:
-            return response.status, response.read()
-    except urllib.error.HTTPError as error:
-        return error.code, error.read()
-
-
 def decision_count(url: str) -> float:
     """The decision-time histogram's count in a scrape of ``url`` (0: not there yet)."""
-    _, body = get(url)
+    _, body = http_get(url)
     for family in text_string_to_metric_families(body.decode()):
         if family.name == "geoslo_decision_seconds" and family.type == "histogram":
             counts = (s.value for s in family.samples if s.name == "geoslo_decision_seconds_count")
@@ -134,7 +77,7 @@ def test_metrics_are_scraped_during_a_run_and_sigterm_stops_it_cleanly(tmp_path)
         assert listening_addresses(run.process.pid, int(port)) == {"0100007F"}  # 127.0.0.1
         base = f"http://127.0.0.1:{port}"
         run.wait_for(lambda: decision_count(f"{base}/metrics") > 0, "decision in /metrics")
-        _, body = get(f"{base}/metrics")
+        _, body = http_get(f"{base}/metrics")
         families = {f.name: f for f in text_string_to_metric_families(body.decode())}
         buckets = [
             s.labels["le"]
@@ -163,12 +106,14 @@ def test_metrics_are_scraped_during_a_run_and_sigterm_stops_it_cleanly(tmp_path)
         assert "buffer_mb:application" in {
             s.labels["name"] for s in families["geoslo_observation"].samples
         }
-        status, body = get(f"{base}/healthz")
+        status, body = http_get(f"{base}/healthz")
         health = json.loads(body)
         assert status == 200 and health["status"] == "ok" and health["intervals"] > 0
-        assert get(f"{base}/nothing-here")[0] == 404
+        assert http_get(f"{base}/nothing-here")[0] == 404
         assert run.stop(signal.SIGTERM) == 0
-        records = run.records()  # every line is one JSON object
+        result = run.result()
+        assert result.other == ""  # every line is one JSON object
+        records = result.records
         stopped = records[-1]
         assert stopped["event"] == "stopped"
         intervals = [r for r in records if r["event"] == "interval"]
@@ -195,14 +140,9 @@ def test_sigint_stops_it_cleanly_too(tmp_path):
 
 
 def test_once_with_a_dry_run_decides_logs_the_plan_and_applies_nothing(tmp_path):
-    result = subprocess.run(
-        [sys.executable, "-m", "geoslo", "run", str(write_config(tmp_path)), "--once", "--dry-run"],
-        capture_output=True,
-        text=True,
-        timeout=WAIT_S,
-    )
-    assert result.returncode == 0, result.stderr
-    records = [json.loads(line) for line in result.stderr.splitlines()]
+    result = run_service(write_config(tmp_path), "--once", "--dry-run", timeout_s=WAIT_S)
+    assert result.other == ""  # every line is one JSON object
+    records = result.records
     assert [r["event"] for r in records] == ["started", "dry_run", "interval", "stopped"]
     assert records[0]["dry_run"] is True
     assert set(records[1]["plan"]["shares"]) == {"application", "replication", "vm_image"}
@@ -214,14 +154,9 @@ def test_a_port_in_use_is_one_line_and_exit_1(tmp_path):
         taken.listen()
         port = taken.getsockname()[1]
         config = write_config(tmp_path, listen=f"127.0.0.1:{port}")
-        result = subprocess.run(
-            [sys.executable, "-m", "geoslo", "run", str(config), "--once"],
-            capture_output=True,
-            text=True,
-            timeout=WAIT_S,
-        )
-    assert result.returncode == 1
-    assert result.stderr.strip() == (
+        result = run_service(config, "--once", timeout_s=WAIT_S, expect_exit=1)
+    assert result.records == []
+    assert result.other.strip() == (
         f"geoslo: error: service.listen: cannot listen on 127.0.0.1:{port}: Address already in use"
     )
 
