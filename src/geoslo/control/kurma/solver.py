@@ -45,7 +45,8 @@ WORK_PER_PARTITION = 10_000  # a partition's Python set-up (bounds, tables), in 
 MAX_STATES = 10_000_000  # states of one partition's DP (memory: 8 bytes each)
 MAX_LABELS = 4_000_000
 DUAL_ITERATIONS = 40  # supergradient steps for a perf partition's Lagrangian bound
-DUAL_STEPS_PER_WORK = 4  # intake rows a dual step prices per work unit (measured here)
+DUAL_STEPS_PER_WORK = 2  # intake rows a dual step prices per work unit (measured here)
+INTAKE_WORK = 6  # work units per (intake row, sender) built (measured here: build + offsets)
 COARSE_BELOW = 8  # solve at twice the quantum first when a sender has more quanta than this
 COARSE_MIN_SITES = 3  # ...and more sites than this (measured: 3 sites at 1%, 6 ms -> 1.5 ms)
 _HUGE_RATE = 1e300  # "no receiver left": a per-quantum rate no budget can pay
@@ -312,7 +313,7 @@ class _Search:
             self.unfinished.append(root)
             return
         rows = self._intake_rows(senders, receivers, upper)
-        if self.work + rows * len(senders) > self.work_limit:
+        if self.work + rows * len(senders) * INTAKE_WORK > self.work_limit:
             self.unfinished.append(root)  # its tables alone would overrun the work limit
             return
         intakes = self._intakes(senders, receivers, upper)
@@ -516,7 +517,7 @@ class _Search:
                 prep.grid, prep.vio, prep.demand, prep.q, prep.rho, j,
                 np.asarray(senders, dtype=np.int64), caps,
             )  # fmt: skip
-            self.work += len(perf_cost) * len(senders)
+            self.work += len(perf_cost) * len(senders) * INTAKE_WORK
             cost = perf_cost if prep.mode == kern.PERF else excess
             units.append(u)
             offs.append(kern.offsets(u, strides))
