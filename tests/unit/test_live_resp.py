@@ -9,7 +9,13 @@ import pytest
 
 from geoslo.errors import ConfigError, TestbedError
 from geoslo.live._backend import ServiceWork, get_payload, key_name, put_payload
-from geoslo.live._resp import RedisConnection, RedisReplyError, _read_reply, encode_command
+from geoslo.live._resp import (
+    RedisConnection,
+    RedisReplyError,
+    _parse_reply,
+    _read_reply,
+    encode_command,
+)
 
 
 def run(coroutine):
@@ -88,28 +94,69 @@ def test_encode_command_length_counts_bytes_of_a_long_argument():
     )
 
 
-# --- _read_reply -------------------------------------------------------------------------------
-@pytest.mark.parametrize(
-    ("data", "expected"),
-    [
-        (b"+OK\r\n", b"OK"),
-        (b"+\r\n", b""),
-        (b":42\r\n", 42),
-        (b":-7\r\n", -7),
-        (b":0\r\n", 0),
-        (b"$-1\r\n", None),
-        (b"$5\r\nhello\r\n", b"hello"),
-        (b"$0\r\n\r\n", b""),
-        (b"$4\r\na\r\nb\r\n", b"a\r\nb"),
-        (b"*-1\r\n", None),
-        (b"*0\r\n", []),
-        (b"*2\r\n$1\r\na\r\n:1\r\n", [b"a", 1]),
-        (b"*3\r\n$1\r\na\r\n*2\r\n:1\r\n+x\r\n$-1\r\n", [b"a", [1, b"x"], None]),
-        (b"*2\r\n*1\r\n*0\r\n*-1\r\n", [[[]], None]),
-    ],
-)
+# --- _read_reply and _parse_reply -------------------------------------------------------------
+REPLIES = [
+    (b"+OK\r\n", b"OK"),
+    (b"+\r\n", b""),
+    (b":42\r\n", 42),
+    (b":-7\r\n", -7),
+    (b":0\r\n", 0),
+    (b"$-1\r\n", None),
+    (b"$5\r\nhello\r\n", b"hello"),
+    (b"$0\r\n\r\n", b""),
+    (b"$4\r\na\r\nb\r\n", b"a\r\nb"),
+    (b"*-1\r\n", None),
+    (b"*0\r\n", []),
+    (b"*2\r\n$1\r\na\r\n:1\r\n", [b"a", 1]),
+    (b"*3\r\n$1\r\na\r\n*2\r\n:1\r\n+x\r\n$-1\r\n", [b"a", [1, b"x"], None]),
+    (b"*2\r\n*1\r\n*0\r\n*-1\r\n", [[[]], None]),
+]
+
+
+@pytest.mark.parametrize(("data", "expected"), REPLIES)
 def test_read_reply(data, expected):
     assert parse(data) == expected
+
+
+@pytest.mark.parametrize(("data", "expected"), REPLIES)
+def test_parse_reply_reads_the_same_value_and_ends_after_it(data, expected):
+    assert _parse_reply(data, 0) == (expected, len(data))
+    assert _parse_reply(b"+OK\r\n" + data + b":1\r\n", 5) == (expected, 5 + len(data))
+
+
+@pytest.mark.parametrize(("data", "expected"), REPLIES)
+def test_parse_reply_of_a_cut_reply_asks_for_more_bytes(data, expected):
+    for cut in range(len(data)):
+        value, end = _parse_reply(data[:cut], 0)
+        assert value is None and end < 0, cut
+        assert cut < -end <= len(data), cut  # it asks for more, never beyond the reply
+
+
+@pytest.mark.parametrize("piece_bytes", [1, 3, 64, 70_000])
+def test_pipelined_replies_cut_anywhere_resolve_every_future_in_order(piece_bytes):
+    # longer than one read of the socket (fed in pieces of 64 bytes or more)
+    large = b"x" * (150_000 if piece_bytes >= 64 else 300)
+    stream = (
+        b"+OK\r\n$5\r\nhello\r\n"
+        + b"$%d\r\n%s\r\n" % (len(large), large)
+        + b"*2\r\n:1\r\n$-1\r\n+OK\r\n-ERR no\r\n:7\r\n"
+    )
+
+    async def scenario():
+        connection, reader, _ = await fake_connection()
+        futures = [connection.send(b"", 2), connection.send(b""), connection.send(b"")]
+        futures += [connection.send(b"", 2), connection.send(b"")]
+        for start in range(0, len(stream), piece_bytes):
+            reader.feed_data(stream[start : start + piece_bytes])
+            await asyncio.sleep(0)
+        results = [await outcome(f) for f in futures]
+        await connection.close()
+        return results
+
+    pair, big, array, failed, last = run(scenario())
+    assert pair == [b"OK", b"hello"] and big == large and array == [1, None]
+    assert isinstance(failed, RedisReplyError) and str(failed) == "ERR no"
+    assert last == 7
 
 
 @pytest.mark.parametrize(

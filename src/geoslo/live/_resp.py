@@ -15,6 +15,8 @@ from geoslo.errors import TestbedError
 
 __all__ = ["RedisConnection", "RedisReplyError", "encode_command"]
 
+READ_CHUNK_BYTES = 1 << 16
+
 
 class RedisReplyError(TestbedError):
     """Redis answered a command with an error reply."""
@@ -64,23 +66,47 @@ class RedisConnection:
         return await self.send(encode_command(*args))
 
     async def _read_replies(self) -> None:
-        """Replies arrive in command order: each one goes to the oldest waiting future."""
+        """Replies arrive in command order: each one goes to the oldest waiting future.
+
+        The socket is read a chunk at a time and every complete reply in it is parsed
+        without awaiting (:func:`_parse_reply`); an incomplete one waits for more bytes."""
         error = TestbedError("connection closed by the server")
         values: list = []
+        buffer, need = b"", 0  # bytes not parsed yet; the next reply needs ``need`` of them
+        chunks, held = [], 0  # bytes received while ``need`` is not there: not joined yet
         try:
             while True:
-                values.append(await _read_reply(self._reader))
-                future, count = self._waiting[0]
-                if len(values) < count:
-                    continue
-                self._waiting.popleft()
-                if not future.done():
-                    failure = next((v for v in values if isinstance(v, RedisReplyError)), None)
-                    if failure is not None:
-                        future.set_exception(failure)
-                    else:
-                        future.set_result(values[0] if count == 1 else values)
-                values = []
+                data = await self._reader.read(READ_CHUNK_BYTES)
+                if not data:
+                    break
+                if chunks or len(buffer) + len(data) < need:
+                    chunks.append(data)
+                    held += len(data)
+                    if len(buffer) + held < need:
+                        continue
+                    buffer, chunks, held = buffer + b"".join(chunks), [], 0
+                else:
+                    buffer = buffer + data if buffer else data
+                position = 0
+                while True:
+                    value, end = _parse_reply(buffer, position)
+                    if end < 0:
+                        need = -end - position  # at least this many bytes from position
+                        break
+                    position = end
+                    values.append(value)
+                    future, count = self._waiting[0]
+                    if len(values) < count:
+                        continue
+                    self._waiting.popleft()
+                    if not future.done():
+                        failure = next((v for v in values if isinstance(v, RedisReplyError)), None)
+                        if failure is not None:
+                            future.set_exception(failure)
+                        else:
+                            future.set_result(values[0] if count == 1 else values)
+                    values = []
+                buffer = buffer[position:]
         except (
             OSError,
             asyncio.IncompleteReadError,
@@ -113,6 +139,41 @@ class RedisConnection:
             await self._writer.wait_closed()
         except OSError:
             pass
+
+
+def _parse_reply(data: bytes, start: int) -> tuple[object, int]:
+    """One reply from ``data`` at ``start``: ``(value, end)``; ``(None, -n)`` if ``data``
+    does not hold it whole yet (``n``: the length it needs from 0, as far as known)."""
+    line_end = data.find(b"\r\n", start)
+    if line_end < 0:
+        return None, -(len(data) + 1)
+    kind, body, end = data[start], data[start + 1 : line_end], line_end + 2
+    if kind == 43:  # +
+        return body, end
+    if kind == 36:  # $
+        size = int(body)
+        if size < 0:
+            return None, end
+        stop = end + size
+        if len(data) < stop + 2:
+            return None, -(stop + 2)
+        return data[end:stop], stop + 2
+    if kind == 42:  # *
+        size = int(body)
+        if size < 0:
+            return None, end
+        items = []
+        for _ in range(size):
+            item, end = _parse_reply(data, end)
+            if end < 0:
+                return None, end
+            items.append(item)
+        return items, end
+    if kind == 58:  # :
+        return int(body), end
+    if kind == 45:  # -
+        return RedisReplyError(body.decode(errors="replace")), end
+    raise TestbedError(f"unexpected reply from Redis: {data[start : start + 40]!r}")
 
 
 async def _read_reply(reader: asyncio.StreamReader):
