@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from _cli import geoslo
+from _run import events, processes_mentioning, run_service, write_config
 from geoslo.control.costlo import Configuration, CostloLoop, EpochPlan, GetTuple, SearchLimits, Slo
 from geoslo.live._processes import process_alive
 from geoslo.live.costlo import CostloTestbedEnvironment
@@ -53,18 +53,11 @@ observe_timeout_s = 30.0
 
 
 def run(tmp_path: Path, text: str, *flags: str) -> list[dict]:
-    path = tmp_path / "costlo.toml"
-    path.write_text(text)
-    result = geoslo("run", str(path), *flags)
-    assert result.returncode == 0, result.stderr[-2000:]
-    return [json.loads(line) for line in result.stderr.splitlines() if line.startswith("{")]
+    """`geoslo run` on ``text`` (a config) to its end (exit 0); its JSON log records."""
+    return run_service(write_config(tmp_path, text, "costlo.toml"), *flags, timeout_s=200).records
 
 
-def events(lines: list[dict], name: str) -> list[dict]:
-    return [line for line in lines if line["event"] == name]
-
-
-@pytest.mark.parametrize("flags", [(), ("--dry-run",)])
+@pytest.mark.parametrize("flags", [(), ("--dry-run",)], ids=["apply", "dry-run"])
 def test_run_on_the_simulator(tmp_path, flags):
     lines = run(tmp_path, SIMULATOR, *flags)
     intervals = events(lines, "interval")
@@ -84,7 +77,7 @@ def _recorded_pids(state_dir: Path) -> list[int]:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("flags", [(), ("--dry-run",)])
+@pytest.mark.parametrize("flags", [(), ("--dry-run",)], ids=["apply", "dry-run"])
 def test_run_on_the_testbed_stops_everything_it_started(tmp_path, needs_redis, flags):
     state_dir = tmp_path / "state"
     lines = run(tmp_path, TESTBED.format(state_dir=state_dir), *flags)
@@ -94,21 +87,8 @@ def test_run_on_the_testbed_stops_everything_it_started(tmp_path, needs_redis, f
     assert all(not i["errors"] for i in intervals), intervals
     assert len(events(lines, "dry_run")) == (3 if flags else 0)
     assert len(list(state_dir.glob("redis-serving-*.log"))) == 2  # it did start them
-    assert _processes_mentioning(state_dir) == []  # and they have all exited
-
-
-def _processes_mentioning(state_dir: Path) -> list[int]:
-    """PIDs whose command line names ``state_dir`` (every process the cluster starts
-    does: Redis's --dir, the relays' and lock services' config files)."""
-    found = []
-    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
-        try:
-            text = cmdline.read_bytes().replace(b"\0", b" ").decode(errors="replace")
-        except OSError:
-            continue
-        if str(state_dir) in text:
-            found.append(int(cmdline.parent.name))
-    return found
+    # and they have all exited (Redis's --dir, the relays' and lock services' configs name it)
+    assert processes_mentioning(str(state_dir)) == []
 
 
 async def _applied(env: CostloTestbedEnvironment, configuration: Configuration) -> list:

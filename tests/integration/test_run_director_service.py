@@ -4,12 +4,11 @@ Redis servers), each for a bounded number of intervals, with and without --dry-r
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+
+from _run import events, run_service
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
 
@@ -66,23 +65,14 @@ intervals = 12
 
 
 def geoslo_run(config: Path, *flags: str) -> list[dict]:
-    """Run `geoslo run CONFIG` to its end; its JSON log lines."""
-    done = subprocess.run(
-        [sys.executable, "-m", "geoslo", "run", str(config), *flags],
-        capture_output=True,
-        text=True,
-        timeout=100,
-        env={**os.environ, "PYTHONWARNINGS": "error"},
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
-    found = ((line, line.find('{"time"')) for line in done.stderr.splitlines())
-    lines = [json.loads(line[at:]) for line, at in found if at >= 0]  # whatever precedes it
-    assert lines, done.stderr[-3000:]
-    return lines
+    """Run `geoslo run CONFIG` to its end (exit 0); its JSON log records."""
+    records = run_service(config, *flags, timeout_s=100).records
+    assert records, "no log record"
+    return records
 
 
 def intervals(lines: list[dict]) -> list[dict]:
-    return [line for line in lines if line["event"] == "interval"]
+    return events(lines, "interval")
 
 
 def test_run_on_the_simulator_scales_out_for_the_spike(tmp_path):
@@ -96,6 +86,7 @@ def test_run_on_the_simulator_scales_out_for_the_spike(tmp_path):
     assert all(t["applied"] for t in decided)
     servers = [t["objective"] for t in decided]
     assert max(servers) > servers[0]  # the spike made it lease servers
+    assert events(lines, "dry_run") == []
     assert lines[-1]["event"] == "stopped"
 
 
@@ -103,7 +94,7 @@ def test_dry_run_on_the_simulator_logs_steps_and_applies_none(tmp_path):
     config = tmp_path / "director.toml"
     config.write_text(SIMULATOR.replace("intervals = 240", "intervals = 120"))
     lines = geoslo_run(config, "--dry-run")
-    logged = [line["plan"] for line in lines if line["event"] == "dry_run"]
+    logged = [line["plan"] for line in events(lines, "dry_run")]
     assert logged and logged[0]["decided"] and logged[0]["outcome"]["status"] == "feasible"
     # Nothing was applied: every decision that leases a server names the same next one.
     added = [
@@ -138,7 +129,8 @@ def test_run_on_the_testbed_decides_and_stops_every_process(tmp_path, flags):
     alive, removed = _testbed_state(state_dir)
     assert alive == []  # close() stopped every server it started
     if flags:
-        assert [line for line in lines if line["event"] == "dry_run"], lines
+        assert events(lines, "dry_run"), lines
         assert removed == []  # nothing applied
     else:
+        assert events(lines, "dry_run") == []
         assert removed  # the light load was coalesced and an emptied server released
