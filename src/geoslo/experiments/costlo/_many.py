@@ -2,18 +2,30 @@
 parallelises across a cluster): sequentially, or on Ray, local by default.
 
 ``ray_address``: None runs in this process; ``"local"`` starts a local Ray instance (one
-worker per core); anything else is a cluster address given to ``ray.init``.
+worker per core, its files in a temporary folder of its own, removed afterwards); anything
+else is a cluster address given to ``ray.init``. Prefixes go to Ray in batches (one task's
+overhead is a few ms, a prefix's selection ~30 ms on the example) and at most
+``IN_FLIGHT_PER_CPU`` batches per CPU are submitted at a time, so that the problems' samples
+in Ray's object store stay bounded (benchmarks/bench_costlo_ray.py measures when Ray pays).
 """
 
 from __future__ import annotations
 
+import math
+import os
+import shutil
+import tempfile
 from collections.abc import Callable, Sequence
 
 from geoslo.control.costlo import Selection
 from geoslo.control.costlo.decide import CostloProblem, decide
 from geoslo.errors import DependencyError
 
-__all__ = ["select_many"]
+__all__ = ["select_many", "batch_size", "BATCHES_PER_CPU", "IN_FLIGHT_PER_CPU", "MAX_BATCH"]
+
+BATCHES_PER_CPU = 4  # enough batches to even out prefixes of unequal cost
+IN_FLIGHT_PER_CPU = 2  # batches submitted ahead per CPU (keeps every worker busy)
+MAX_BATCH = 16  # prefixes per task: ~0.5 s of work, 16 x 8 MB of samples
 
 
 def select_many(
@@ -32,30 +44,68 @@ def select_many(
     return _on_ray(problems, ray_address, on_done)
 
 
-def _on_ray(problems, ray_address: str, on_done) -> list[Selection]:
+def batch_size(problems: int, cpus: int) -> int:
+    """Prefixes per Ray task: about BATCHES_PER_CPU batches per CPU, at most MAX_BATCH."""
+    return max(1, min(MAX_BATCH, math.ceil(problems / (BATCHES_PER_CPU * max(1, cpus)))))
+
+
+def _decide_batch(problems: list[CostloProblem]) -> list[Selection]:
+    return [decide(p) for p in problems]
+
+
+def _import_ray():
     try:
         import ray
     except ImportError:
         raise DependencyError(
             "--ray needs the ray package: pip install 'ray>=2.40' (or ./dev, which installs it)"
         ) from None
+    return ray
+
+
+def _on_ray(problems, ray_address: str, on_done) -> list[Selection]:
+    ray = _import_ray()
     started_here = not ray.is_initialized()
+    temp_dir = None
     if started_here:
+        os.environ.setdefault("RAY_AUTH_MODE", "disabled")  # a local instance: no tokens
         address = None if ray_address == "local" else ray_address
+        # Ray's socket paths must stay short: a folder directly under /tmp.
+        temp_dir = tempfile.mkdtemp(prefix="geoslo-ray-", dir="/tmp") if address is None else None
         ray.init(
-            address=address, include_dashboard=False, log_to_driver=False, logging_level="ERROR"
+            address=address,
+            include_dashboard=False,
+            log_to_driver=False,
+            logging_level="ERROR",
+            **({"_temp_dir": temp_dir} if temp_dir else {}),
         )
     try:
-        remote_decide = ray.remote(decide)
-        pending = {remote_decide.remote(p): k for k, p in enumerate(problems)}
-        results: dict[int, Selection] = {}
-        while pending:
-            done, _ = ray.wait(list(pending), num_returns=1)
-            k = pending.pop(done[0])
-            results[k] = ray.get(done[0])
-            if on_done:
-                on_done(k)
-        return [results[k] for k in range(len(problems))]
+        return _run_batches(ray, problems, on_done)
     finally:
         if started_here:
             ray.shutdown()
+        if temp_dir:
+            shutil.rmtree(temp_dir, ignore_errors=True)
+
+
+def _run_batches(ray, problems, on_done) -> list[Selection]:
+    """Batches of consecutive prefixes, at most IN_FLIGHT_PER_CPU per CPU at a time."""
+    cpus = int(ray.cluster_resources().get("CPU", 1))
+    size = batch_size(len(problems), cpus)
+    starts = list(range(0, len(problems), size))
+    remote = ray.remote(_decide_batch)
+    results: list[Selection | None] = [None] * len(problems)
+    pending: dict = {}
+    next_batch = 0
+    while next_batch < len(starts) or pending:
+        while next_batch < len(starts) and len(pending) < IN_FLIGHT_PER_CPU * cpus:
+            start = starts[next_batch]
+            pending[remote.remote(list(problems[start : start + size]))] = start
+            next_batch += 1
+        done, _ = ray.wait(list(pending), num_returns=1)
+        start = pending.pop(done[0])
+        for offset, selection in enumerate(ray.get(done[0])):
+            results[start + offset] = selection
+            if on_done:
+                on_done(start + offset)
+    return results  # type: ignore[return-value]
