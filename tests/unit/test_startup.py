@@ -30,7 +30,12 @@ def _imported_after(module: str) -> set[str]:
     ("module", "forbidden"),
     [
         ("geoslo.cli", HEAVY + ("numba", "geoslo.control.kurma")),
-        ("geoslo.control.kurma", HEAVY),
+        *[
+            (f"geoslo.control.{system}", HEAVY)
+            for system in ("kurma", "costlo", "director", "replication", "supercloud")
+        ],
+        ("geoslo.experiments.costlo", HEAVY),  # `costlo decide` runs its select_many
+        ("geoslo.runtime", HEAVY),
         ("geoslo.dist", HEAVY),
         ("geoslo.models", HEAVY),
     ],

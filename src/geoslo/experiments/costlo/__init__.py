@@ -11,7 +11,6 @@ import time
 from pathlib import Path
 
 from geoslo.control.costlo.example import example_dict, example_problem  # the CLI's example
-from geoslo.experiments.costlo import _figures
 from geoslo.experiments.costlo._live import LiveSettings, live_report
 from geoslo.experiments.costlo._many import select_many
 from geoslo.experiments.costlo._study import Settings, Study, build_study
@@ -97,6 +96,8 @@ def differences(results: dict) -> str:
 
 def reproduce(out_dir: str | Path, quick: bool = False, seed: int = 1) -> Path:
     """Run every CosTLO experiment and write the report; returns the path of index.md."""
+    from geoslo.experiments.costlo import _figures  # matplotlib: not for `costlo decide`
+
     settings = Settings.quick() if quick else Settings()
     paper = load_paper_values(PAPER_VALUES)
     report = Report(
