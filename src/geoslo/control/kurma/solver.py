@@ -1,6 +1,6 @@
 """Exact solver of KurmaPerf and KurmaCost on the quantised problem (Kurma §5, §9).
 
-Method (the paper used MiniZinc + Gecode; this is orders of magnitude faster, and exact):
+Method (the paper used MiniZinc + Gecode; benchmarks/bench_kurma_solver.py compares):
 
 1. Roles. Complementarity (§5.1) splits the available sites into senders S and receivers
    R; a sender that sends nothing or a receiver that takes nothing is neutral, so the
@@ -20,7 +20,8 @@ KurmaCost when no plan meets every bound returns the least violating plan: it mi
 the total violations in excess of the bounds, sum_i max(0, V_i - rho D_i) over available
 sites (req/s), then the redirected rate; with zero excess this is exactly model (2).
 Ties: fewer redirected req/s first (within 1e-9 of total demand); remaining ties by a fixed
-search order, so the same problem always gives the same plan.
+search order. The limit counts work units (never the clock), so the same problem and limit
+always give the same plan, stopped or not.
 """
 
 from __future__ import annotations
