@@ -21,10 +21,11 @@ from typing import Any, TextIO
 
 from geoslo.control import Outcome
 from geoslo.errors import GeosloError
+from geoslo.live._metrics import MetricsServer, serve_metrics
 from geoslo.runtime._config import RunConfig, ServiceSettings, is_loopback, parse_listen
 from geoslo.runtime._dryrun import DryRunEnvironment
 from geoslo.runtime._log import ServiceLog
-from geoslo.runtime._metrics import Health, Metrics, MetricsServer
+from geoslo.runtime._metrics import Health, Metrics
 from geoslo.runtime._service import Service
 
 __all__ = ["IntervalReport", "ServiceLoop", "serve", "ONCE_FAILED_EXIT"]
@@ -248,7 +249,7 @@ def serve(
         try:
             log.emit(
                 "started",
-                listen="{}:{}".format(*server.address),
+                listen=f"{server.host}:{server.port}",
                 interval_s=service.interval_s,
                 environment=getattr(config.environment, "kind", None),
                 dry_run=dry_run,
@@ -256,7 +257,7 @@ def serve(
             )
             asyncio.run(_run_with_signals(loop, log))
         finally:
-            server.stop()
+            server.close()
             log.emit("stopped", intervals=loop.interval, failed_intervals=loop.failed_intervals)
     finally:
         bridge.close()
@@ -267,7 +268,7 @@ def _start_server(config: RunConfig, loop: ServiceLoop, log: ServiceLog) -> Metr
     """/metrics and /healthz on ``service.listen``; a warning when beyond loopback."""
     host, port = parse_listen(config.service.listen)
     try:
-        server = MetricsServer(host, port, loop.metrics, loop.health.report)
+        server = serve_metrics(loop.metrics.registry, port, host, health=loop.health.report)
     except OSError as error:
         reason = error.strerror or error
         raise GeosloError(
@@ -277,10 +278,9 @@ def _start_server(config: RunConfig, loop: ServiceLoop, log: ServiceLog) -> Metr
         log.emit(
             "listen_beyond_loopback",
             level="warning",
-            address="{}:{}".format(*server.address),
+            address=f"{server.host}:{server.port}",
             note="/metrics and /healthz are reachable from other machines",
         )
-    server.start()
     return server
 
 

@@ -1,21 +1,17 @@
 """What a running service exposes (DESIGN: "The runtime"; the metrics row of "Real
-components"): Prometheus metrics in a registry of its own, ``/metrics`` and ``/healthz``
-on a small HTTP server bound to loopback unless the configuration says otherwise."""
+components"): Prometheus metrics in a registry of its own and the health of its loop,
+served at ``/metrics`` and ``/healthz`` by ``geoslo.live._metrics.serve_metrics``."""
 
 from __future__ import annotations
 
-import json
-import math
-import threading
 import time
-from collections.abc import Callable, Mapping
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from collections.abc import Mapping
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
-from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
+from prometheus_client.exposition import generate_latest
 
-__all__ = ["DECISION_BUCKETS_S", "ERROR_KINDS", "Health", "Metrics", "MetricsServer"]
+__all__ = ["DECISION_BUCKETS_S", "ERROR_KINDS", "Health", "Metrics"]
 
 # 1 ms (an OSQP solve) to 10 s (a large MILP or a Monte Carlo search)
 DECISION_BUCKETS_S = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
@@ -122,67 +118,3 @@ class Health:
             "stale_after_s": self.stale_after_s,
         }
         return (200 if ok else 503), body
-
-
-class MetricsServer:
-    """``/metrics`` and ``/healthz`` on a ThreadingHTTPServer in a daemon thread."""
-
-    def __init__(
-        self, host: str, port: int, metrics: Metrics, health: Callable[[], tuple[int, dict]]
-    ):
-        handler = _handler(metrics, health)
-        self._server = ThreadingHTTPServer((host, port), handler)
-        self._server.daemon_threads = True
-        self._thread = threading.Thread(
-            target=self._server.serve_forever, name="geoslo-metrics", daemon=True
-        )
-
-    @property
-    def address(self) -> tuple[str, int]:
-        """The address bound (the port chosen when 0 was asked)."""
-        host, port = self._server.server_address[:2]
-        return str(host), int(port)
-
-    def start(self) -> None:
-        self._thread.start()
-
-    def stop(self) -> None:
-        self._server.shutdown()
-        self._server.server_close()
-        self._thread.join(timeout=5)
-
-
-def _handler(
-    metrics: Metrics, health: Callable[[], tuple[int, dict]]
-) -> type[BaseHTTPRequestHandler]:
-    class Handler(BaseHTTPRequestHandler):
-        def do_GET(self) -> None:  # noqa: N802 (the standard library's name)
-            path = self.path.split("?", 1)[0]
-            if path == "/metrics":
-                self._send(200, CONTENT_TYPE_LATEST, metrics.exposition())
-            elif path == "/healthz":
-                status, body = health()
-                self._send(status, "application/json", _json_bytes(body))
-            else:
-                self._send(
-                    404, "text/plain; charset=utf-8", b"not found: try /metrics or /healthz\n"
-                )
-
-        def _send(self, status: int, content_type: str, body: bytes) -> None:
-            self.send_response(status)
-            self.send_header("Content-Type", content_type)
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-        def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
-            """Quiet: the service's own log is the structured one."""
-
-    return Handler
-
-
-def _json_bytes(body: dict[str, Any]) -> bytes:
-    clean = {
-        k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in body.items()
-    }
-    return (json.dumps(clean) + "\n").encode()
