@@ -13,6 +13,7 @@ from numba.core.registry import CPUDispatcher
 from geoslo._warmup import compile_kernels
 from geoslo.control.kurma import _solver_kernels, solve
 from geoslo.control.kurma.example import example_problem
+from geoslo.sim.kurma import BackendParams, RequestLevelSim, residual_wan_samples_ms
 from geoslo.sim.kurma import _kernels as _sim_kernels
 
 HEAVY = ("scipy.stats", "scipy.signal", "matplotlib", "ray")
@@ -63,13 +64,29 @@ def _other_problems():
         yield replace(problem, available=available)
 
 
-def test_warmup_compiles_every_solver_signature() -> None:
-    """After the warm-up, solving other problems compiles nothing (each kernel signature
-    is already in memory or loaded from NUMBA_CACHE_DIR)."""
+def _other_simulation(policy: str) -> None:
+    """Two sites, reads only, a policy's own parameters: none of the warm-up's choices."""
+    sim = RequestLevelSim(
+        site_names=["x", "y"],
+        backend=BackendParams(),
+        rate_traces=[np.full(2, 150.0)] * 2,
+        base_rtt_ms=np.array([[0.0, 15.0], [15.0, 0.0]]),
+        residual_rtt_samples_ms=residual_wan_samples_ms(50, seed=3),
+        seed=4,
+        policy=policy,
+    )
+    sim.run(0.5, np.array([[0.8, 0.2], [0.0, 1.0]]))
+
+
+def test_warmup_compiles_every_kernel_signature() -> None:
+    """After the warm-up, solving other problems and simulating other sites compiles
+    nothing (each signature is already in memory or loaded from NUMBA_CACHE_DIR)."""
     compile_kernels()
     before = _signatures()
     for problem in _other_problems():
         for objective in ("perf", "cost"):
             solve(problem, objective, time_limit_s=0.5)
+    for policy in ("rates", "c3"):
+        _other_simulation(policy)
     after = _signatures()
     assert {k: (before[k], v) for k, v in after.items() if v != before[k]} == {}
