@@ -181,3 +181,13 @@ def test_ray_local_gives_the_same_answers_as_in_process(problem_file, tmp_path):
     plain_answers = json.loads(plain.read_text())["selections"]
     ray_answers = json.loads(on_ray.read_text())["selections"]
     assert [_without_time(a) for a in plain_answers] == [_without_time(a) for a in ray_answers]
+
+
+@pytest.mark.parametrize(
+    ("problems", "cpus", "size"),
+    [(1, 2, 1), (8, 2, 1), (9, 2, 2), (1000, 2, 16), (1000, 64, 4), (3, 0, 1)],
+)
+def test_ray_batches_hold_about_four_per_cpu_and_at_most_sixteen(problems, cpus, size):
+    from geoslo.experiments.costlo._many import batch_size
+
+    assert batch_size(problems, cpus) == size
