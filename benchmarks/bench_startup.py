@@ -63,7 +63,20 @@ def warm(problem: Path, env: dict[str, str], repeats: int) -> None:
         )
 
 
+KERNELS = [
+    REPO / "src" / "geoslo" / "control" / "kurma" / "_solver_kernels.py",
+    REPO / "src" / "geoslo" / "sim" / "kurma" / "_kernels.py",
+]
+
+
+def kernel_stamps() -> list[int]:
+    """numba invalidates its cache when a kernel file's mtime changes: an edit during the
+    cold runs would make a warm call compile again."""
+    return [path.stat().st_mtime_ns for path in KERNELS]
+
+
 def cold(problem: Path, env: dict[str, str]) -> None:
+    stamps = kernel_stamps()
     decide = geoslo("kurma", "decide", "-i", str(problem))
     with tempfile.TemporaryDirectory(prefix="numba-cold-") as cache:
         cold_env = {**env, "NUMBA_CACHE_DIR": cache}
@@ -81,6 +94,8 @@ def cold(problem: Path, env: dict[str, str]) -> None:
         f"geoslo warmup on a cold cache {warmup_s:5.1f} s (once, at install); "
         f"first decide after it {after_s:5.2f} s"
     )
+    if kernel_stamps() != stamps:
+        print("a kernel file changed during the cold runs: the figures above are not valid")
 
 
 def main() -> None:
