@@ -15,7 +15,7 @@ PERF = 0
 COST = 1
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def omega(grid, vio, i, j, load):
     """Omega_ij(load): linear between grid points, first value below, 1 above the last."""
     k = grid.shape[0]
@@ -35,7 +35,7 @@ def omega(grid, vio, i, j, load):
     return vio[i, j, lo] + slope * (load - grid[lo])
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def curve_min_from(grid, vio, i, j, load):
     """min of Omega_ij over [load, inf): a bound valid for any curve shape."""
     best = omega(grid, vio, i, j, load)
@@ -45,7 +45,7 @@ def curve_min_from(grid, vio, i, j, load):
     return best
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def own_costs(grid, vio, demand, q, i, n_units):
     """own[u] = (D_i - u q_i) Omega_ii(D_i - u q_i): violations of what i keeps, u = 0..n."""
     out = np.empty(n_units + 1)
@@ -55,7 +55,7 @@ def own_costs(grid, vio, demand, q, i, n_units):
     return out
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _column(grid, vio, demand, q, units, j, contrib):
     """Fill contrib[:] with the violations at site j of requests from each origin."""
     n = demand.shape[0]
@@ -75,7 +75,7 @@ def _column(grid, vio, demand, q, units, j, contrib):
         contrib[i] = rate * omega(grid, vio, i, j, load) if rate > 0 else 0.0
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def score_plan(grid, vio, demand, q, units, avail, rho, mode):
     """(objective, redirected): perf = total violations; cost = excess over rho * D_i."""
     n = demand.shape[0]
@@ -87,7 +87,7 @@ def score_plan(grid, vio, demand, q, units, avail, rho, mode):
     return _score_from(contrib, demand, q, units, avail, rho, mode)
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _score_from(contrib, demand, q, units, avail, rho, mode):
     n = demand.shape[0]
     value = 0.0
@@ -107,7 +107,7 @@ def _score_from(contrib, demand, q, units, avail, rho, mode):
     return value, redirected
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _better(value, redirected, best_value, best_redirected, tol, tol_rps):
     """Lexicographic (objective, redirected) with absolute tolerances."""
     if value < best_value - tol:
@@ -115,7 +115,7 @@ def _better(value, redirected, best_value, best_redirected, tol, tol_rps):
     return value <= best_value + tol and redirected < best_redirected - tol_rps
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _sends(units, i):
     n = units.shape[0]
     total = 0
@@ -125,7 +125,7 @@ def _sends(units, i):
     return total
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _receives(units, j):
     n = units.shape[0]
     total = 0
@@ -135,7 +135,7 @@ def _receives(units, j):
     return total
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def local_search(grid, vio, demand, q, capu, can_send, avail, rho, mode, tol, tol_rps, units):
     """Best-improvement descent over one-quantum moves: add i->j, return i->j, shift i: j->k.
 
@@ -196,7 +196,7 @@ def local_search(grid, vio, demand, q, capu, can_send, avail, rho, mode, tol, to
     return units, value, redirected
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def build_intakes(grid, vio, demand, q, rho, j, senders, caps):
     """Every intake vector of receiver j (a[s] quanta from senders[s], a[s] <= caps[s]).
 
@@ -235,7 +235,7 @@ def build_intakes(grid, vio, demand, q, rho, j, senders, caps):
     return units, perf_cost, excess, per_sender
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def offsets(units, strides):
     """State offset of each intake row: units[m] . strides (integer, no BLAS)."""
     out = np.zeros(units.shape[0], dtype=np.int64)
@@ -245,7 +245,7 @@ def offsets(units, strides):
     return out
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _lower_bound(mode, t, value, vvec, stage, bound_b, bound_own, lb_a, lb_b, rdem):
     """(bound, separable bound) on the final objective of a label.
 
@@ -269,7 +269,7 @@ def _lower_bound(mode, t, value, vvec, stage, bound_b, bound_own, lb_a, lb_b, rd
     return lb1, lb1
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _redirect_bound(mode, t, vvec, lb1, stage, bound_b, own, m_rate, q_s, upper, rdem, inc, tol):
     """Least redirected rate of any completion whose objective is within inc + tol.
 
@@ -297,7 +297,7 @@ def _redirect_bound(mode, t, vvec, lb1, stage, bound_b, own, m_rate, q_s, upper,
     return total
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _prunable(
     mode,
     t,
@@ -330,14 +330,14 @@ def _prunable(
     return t_lb >= inc_rps - tol_rps
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _grow(arr, size):
     out = np.empty((size,) + arr.shape[1:], dtype=arr.dtype)
     out[: arr.shape[0]] = arr
     return out
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def label_dp(
     mode,
     upper,
@@ -543,7 +543,7 @@ def label_dp(
     return 0, best, best_value, best_rps, lab_parent[:size], lab_intake[:size], work
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def dual_value(mu, own, upper, in_start, in_units, in_cost, grad):
     """Lagrangian bound L(mu) of one partition (perf), and its supergradient in ``grad``.
 
@@ -578,7 +578,7 @@ def dual_value(mu, own, upper, in_start, in_units, in_cost, grad):
     return total
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def dual_ascent(mu0, own, upper, in_start, in_units, in_cost, target, iterations):
     """Best prices found by supergradient ascent with Polyak steps toward ``target``."""
     n_s = upper.shape[0]
@@ -610,7 +610,7 @@ def dual_ascent(mu0, own, upper, in_start, in_units, in_cost, target, iterations
     return best_mu, best
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _receiver_terms(grid, vio, demand, q, rho, mode, j, senders, caps, own, rdem, a, h):
     """Receiver j's term at intake ``a`` quanta and each sender's term h[s, x] (x to j).
 
@@ -638,7 +638,7 @@ def _receiver_terms(grid, vio, demand, q, rho, mode, j, senders, caps, own, rdem
     return c, least
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def single_receiver(grid, vio, demand, q, rho, mode, j, senders, caps, own, rdem, base,
                     inc, inc_rps, tol, tol_rps, work_limit):  # fmt: skip
     """Exact optimum of a partition with one receiver j and equal quanta ``q`` (§5).
@@ -719,7 +719,7 @@ def single_receiver(grid, vio, demand, q, rho, mode, j, senders, caps, own, rdem
     return done, best_a, best_v, best_r, x_out, work
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _pair_terms(grid, vio, demand, q, rho, mode, j1, j2, senders, caps1, caps2, own, rdem,
                 upper, a1, a2, rates):  # fmt: skip
     """Receivers' terms at intakes (a1, a2) quanta; rates[s, k] per quantum of s at k."""
@@ -739,7 +739,7 @@ def _pair_terms(grid, vio, demand, q, rho, mode, j1, j2, senders, caps1, caps2, 
     return c
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _sender_term(mode, own_u, rdem_s, cost):
     v = own_u + cost
     if mode == COST:
@@ -747,7 +747,7 @@ def _sender_term(mode, own_u, rdem_s, cost):
     return v
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _pair_dp(mode, own, rdem, upper, caps1, caps2, rates, a1, a2, f, g, choice, keep):
     """Exact 2-D knapsack: least sum of sender terms taking a1 quanta to j1 and a2 to j2.
 
@@ -788,7 +788,7 @@ def _pair_dp(mode, own, rdem, upper, caps1, caps2, rates, a1, a2, f, g, choice, 
     return f[a1, a2], work
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _least_terms(grid, vio, demand, q, rho, mode, j, senders, caps, caps1, caps2, own, rdem,
                  upper, c, g):  # fmt: skip
     """Receiver j's own term c[a] and each sender's least term g[a, s] at j's rate, for every
@@ -816,7 +816,7 @@ def _least_terms(grid, vio, demand, q, rho, mode, j, senders, caps, caps1, caps2
     return work
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def two_receivers(grid, vio, demand, q, rho, mode, j1, j2, senders, caps1, caps2, upper, own,
                   rdem, base, inc, inc_rps, tol, tol_rps, work_limit):  # fmt: skip
     """Exact optimum of a partition with two receivers and equal quanta ``q`` (§5).
