@@ -4,6 +4,8 @@ while it runs in the background, its ``/metrics``."""
 
 from __future__ import annotations
 
+import asyncio
+import io
 import json
 import os
 import signal
@@ -12,10 +14,12 @@ import sys
 import time
 import urllib.error
 import urllib.request
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from prometheus_client.parser import text_string_to_metric_families
+
+from geoslo.runtime import Service, ServiceLog, ServiceLoop, load_config
 
 RECORD_START = '{"time"'  # every record of the service's log begins so
 WAIT_S = 60.0  # generous: the machine is shared
@@ -193,3 +197,35 @@ def processes_mentioning(text: str) -> list[int]:
         except OSError:
             pass
     return found
+
+
+class Recorder:
+    """A controller that keeps each plan the one it wraps decides (None included)."""
+
+    def __init__(self, inner) -> None:
+        self.inner, self.plans = inner, []
+
+    def step(self, observation):
+        plan = self.inner.step(observation)
+        self.plans.append(plan)
+        return plan
+
+
+def run_in_process(config: Path, *, dry_run: bool) -> tuple[Service, list, list[dict]]:
+    """CONFIG's service through ``ServiceLoop`` (the loop ``geoslo run`` runs, without its
+    HTTP server) for its ``[service] intervals``: the service (its environment to look at
+    afterwards), the plans decided, and the log records."""
+    loaded = load_config(config)
+    service = loaded.system.build(loaded.controller, loaded.environment, loaded.interval_s)
+    recorder = Recorder(service.controller)
+    stream = io.StringIO()
+    loop = ServiceLoop(
+        replace(service, controller=recorder),
+        loaded.service,
+        ServiceLog(loaded.system.name, stream),
+        dry_run=dry_run,
+    )
+    asyncio.run(loop.run())
+    records, other = parse_log(stream.getvalue())
+    assert other == "", other
+    return service, recorder.plans, records

@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from _run import events, processes_mentioning, run_service, write_config
+from _run import events, processes_mentioning, run_in_process, run_service, write_config
 from geoslo.control.costlo import Configuration, CostloLoop, EpochPlan, GetTuple, SearchLimits, Slo
 from geoslo.live._processes import process_alive
 from geoslo.live.costlo import CostloTestbedEnvironment
@@ -70,6 +70,21 @@ def test_run_on_the_simulator(tmp_path, flags):
         assert len(plans[0]["plan"]["prefixes"]) == 2  # one configuration per prefix
     else:
         assert not plans and all(i["applied"] for i in intervals)
+
+
+@pytest.mark.parametrize("dry_run", [False, True], ids=["apply", "dry-run"])
+def test_the_service_loop_puts_configurations_in_force_unless_dry(tmp_path, dry_run):
+    """Through ServiceLoop, to look at the simulated clouds afterwards: applied, the last
+    plan's configurations are what the clients use; dry, none was ever put in force."""
+    config = write_config(tmp_path, SIMULATOR, "costlo.toml")
+    service, plans, records = run_in_process(config, dry_run=dry_run)
+    decided = [plan for plan in plans if plan is not None]
+    assert len(decided) == 3 and decided[-1].configurations
+    if dry_run:
+        assert service.environment.in_force == {}
+        assert len([r for r in records if r["event"] == "dry_run"]) == 3
+    else:
+        assert service.environment.in_force == dict(decided[-1].configurations)
 
 
 def _recorded_pids(state_dir: Path) -> list[int]:

@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
 import pytest
 
-from _run import processes_mentioning, run_service, write_config
+from _run import processes_mentioning, run_in_process, run_service, write_config
 from geoslo.control import APPLICABLE_STATUSES
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(150)]
@@ -63,6 +64,23 @@ def test_run_on_the_simulator(tmp_path, flags):
             assert [sum(row) for row in plan["fractions"]] == pytest.approx([1.0] * 3, abs=1e-4)
     else:
         assert plans == []
+
+
+@pytest.mark.parametrize("dry_run", [False, True], ids=["apply", "dry-run"])
+def test_the_service_loop_puts_the_routing_in_force_unless_dry(tmp_path, dry_run):
+    """Through ServiceLoop, to look at the simulator afterwards: applied, the last plan's
+    fractions are in force; dry, every site still serves its own requests (the start)."""
+    config = write_config(tmp_path, SIMULATOR)
+    service, plans, records = run_in_process(config, dry_run=dry_run)
+    decided = [plan for plan in plans if plan is not None]
+    assert len(decided) == 8
+    assert not np.allclose(decided[-1].fractions, np.eye(3))  # the plan redirects
+    in_force = service.environment.fractions
+    if dry_run:
+        assert np.array_equal(in_force, np.eye(3))
+        assert len([r for r in records if r["event"] == "dry_run"]) == 8
+    else:
+        assert np.allclose(in_force, decided[-1].fractions)
 
 
 @pytest.mark.usefixtures("needs_redis")
