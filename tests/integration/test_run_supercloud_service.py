@@ -50,12 +50,6 @@ intervals = {intervals}
 """
 
 
-# The testbed's delay proxy runs as `python -m geoslo.live.supercloud.zookeeper._proxy`, a
-# module its package imports first: runpy's RuntimeWarning, under PYTHONWARNINGS=error, ends
-# the proxy before it starts. The service itself still runs with warnings as errors.
-CHILDREN_WARNINGS_ERROR = False
-
-
 class Recorded:
     """The placement loop, keeping each (observation, plan) it saw and decided; ``rewrite``
     may change a plan before the runtime gets it."""
@@ -170,7 +164,7 @@ def _moved_to_tokyo(base_url: str) -> dict | None:
 def test_run_on_the_testbed_moves_the_ensemble_to_the_busier_site(testbed_ok, tmp_path):
     state_dir = tmp_path / "zk"
     config = write_config(tmp_path, TESTBED.format(state_dir=state_dir, intervals=0))
-    run = Running(config, wait_s=90, children_warnings_error=CHILDREN_WARNINGS_ERROR)
+    run = Running(config, wait_s=90)
     try:
         base_url = run.base_url()
         observed = run.wait_for(lambda: _moved_to_tokyo(base_url), "three Tokyo members")
@@ -196,9 +190,7 @@ def test_run_on_the_testbed_moves_the_ensemble_to_the_busier_site(testbed_ok, tm
 def test_dry_run_on_the_testbed_decides_every_interval_and_moves_nothing(testbed_ok, tmp_path):
     state_dir = tmp_path / "zk"
     config = write_config(tmp_path, TESTBED.format(state_dir=state_dir, intervals=3))
-    service = Running(
-        config, "--dry-run", wait_s=80, children_warnings_error=CHILDREN_WARNINGS_ERROR
-    )
+    service = Running(config, "--dry-run", wait_s=80)
     try:
         run = service.finish()
     finally:

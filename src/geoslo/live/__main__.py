@@ -16,6 +16,8 @@ ROLES = (
     "costlo-relay",
     "costlo-locks",
     "costlo-vm",
+    "zk-proxy",
+    "zk-client",
 )
 
 
@@ -51,6 +53,14 @@ def main(argv: list[str]) -> None:
         from geoslo.live.costlo import run_vm_process
 
         run_vm_process(config)
+    elif role == "zk-proxy":
+        from geoslo.live.supercloud.zookeeper._proxy import main as run_proxy
+
+        run_proxy([str(config)])
+    elif role == "zk-client":
+        from geoslo.live.supercloud.zookeeper._client import main as run_client
+
+        run_client([str(config)])
     else:
         raise InputError("role", f"unknown role {role!r}; use one of {', '.join(ROLES)}")
 

@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import random
 import signal
-import sys
 import threading
 import time
 from dataclasses import dataclass
@@ -108,7 +107,3 @@ def main(argv: list[str]) -> None:
         out.close()
     for worker in workers:
         worker.client.stop()
-
-
-if __name__ == "__main__":
-    main(sys.argv[1:])

@@ -197,7 +197,7 @@ class SupercloudTestbedEnvironment:
         ]
         config = self.state_dir / "proxy.json"
         write_routes(config, routes, self.settings.rtt_ms)
-        command = python_module_command("geoslo.live.supercloud.zookeeper._proxy", str(config))
+        command = python_module_command("geoslo.live", "zk-proxy", str(config))
         log = self.state_dir / "proxy.log"
         self._started.others.append(ManagedProcess("wan-proxy", command, log).start())
         self._wait("the delay proxy", config.with_suffix(".ready").exists, 20)
@@ -257,7 +257,7 @@ class SupercloudTestbedEnvironment:
             config.write(path)
             command = [
                 find_program("ip", "iproute2"), "netns", "exec", self._started.sites.of(site),
-                *python_module_command("geoslo.live.supercloud.zookeeper._client", str(path)),
+                *python_module_command("geoslo.live", "zk-client", str(path)),
             ]  # fmt: skip
             log = self.state_dir / f"client-{site}.log"
             self._started.others.append(ManagedProcess(f"client-{site}", command, log).start())

@@ -4,7 +4,7 @@ For a server of site S with address A, the proxy listens on A in each site other
 and forwards each connection to A inside S's namespace, holding every chunk for half the
 RTT in each direction, in order (the project's :func:`geoslo.live._wan.pump_both_ways`). So the
 same address is reached directly in-site and across the WAN from elsewhere (§5.2.2).
-Run as ``python -m geoslo.live.supercloud.zookeeper._proxy <config.json>``; it touches
+Run as ``python -m geoslo.live zk-proxy <config.json>``; it touches
 ``<config>.ready`` once every listener is bound.
 """
 
@@ -13,7 +13,6 @@ from __future__ import annotations
 import asyncio
 import json
 import socket
-import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -99,7 +98,3 @@ def main(argv: list[str]) -> None:
     routes = [ProxyRoute(**r) for r in data["routes"]]
     ready = config_path.with_suffix(".ready")
     asyncio.run(serve(routes, float(data["rtt_ms"]), ready))
-
-
-if __name__ == "__main__":
-    main(sys.argv[1:])

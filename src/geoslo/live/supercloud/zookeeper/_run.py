@@ -116,7 +116,7 @@ def _start_proxy(live: _Live, server_ids: list[int]) -> None:
     ]
     config = live.state_dir / "proxy.json"
     write_routes(config, routes, live.settings.rtt_ms)
-    command = python_module_command("geoslo.live.supercloud.zookeeper._proxy", str(config))
+    command = python_module_command("geoslo.live", "zk-proxy", str(config))
     live.others.append(ManagedProcess("wan-proxy", command, live.state_dir / "proxy.log").start())
     ready = config.with_suffix(".ready")
     _wait_until("the delay proxy", ready.exists, 15)
@@ -203,7 +203,7 @@ def _start_clients(live: _Live, server_ids: list[int]) -> dict[str, Path]:
         config.write(path)
         command = [
             find_program("ip", "iproute2"), "netns", "exec", live.sites.of(site),
-            *python_module_command("geoslo.live.supercloud.zookeeper._client", str(path)),
+            *python_module_command("geoslo.live", "zk-client", str(path)),
         ]  # fmt: skip
         log = live.state_dir / f"client-{site}.log"
         live.others.append(ManagedProcess(f"client-{site}", command, log).start())
