@@ -3,8 +3,8 @@
 Layers, importing downward only (see docs/architecture.md)::
 
     geoslo.cli                      command line
-    geoslo.experiments, .report     paper reproductions and their reports
     geoslo.runtime                  `geoslo run`: a controller as a service
+    geoslo.experiments, .report     paper reproductions and their reports
     geoslo.live                     real processes (Redis, ZooKeeper, HTB links, ...)
     geoslo.sim                      simulation environments
     geoslo.control.<system>         decision engines: kurma, costlo, director,

@@ -124,9 +124,7 @@ class TestbedSettings(BaseModel):
 
 def _simulator_model(c: ControllerSettings, e: SimulatorSettings):
     """(scenario, KurmaModel): the simulated backend profiled at a small scale (§4.1)."""
-    from geoslo.experiments.kurma._runs import kurma_model
-    from geoslo.experiments.kurma._scenario import SLO_MS, build_scenario
-    from geoslo.experiments.kurma._settings import Settings
+    from geoslo.experiments.kurma import SLO_MS, Settings, build_scenario, kurma_model
 
     if c.slo_ms != SLO_MS:
         raise ConfigError("controller.slo_ms", f"the simulator's profile is for {SLO_MS:g} ms")
@@ -178,7 +176,7 @@ def _kurma_config(c: ControllerSettings, interval_s: float) -> KurmaConfig:
 
 
 def _simulator(c: ControllerSettings, e: SimulatorSettings, interval_s: float):
-    from geoslo.experiments.kurma._traces import trace_pair
+    from geoslo.experiments.kurma import trace_pair
     from geoslo.sim.kurma import KurmaSimEnvironment
 
     scenario, model = _simulator_model(c, e)

@@ -13,15 +13,19 @@ from pathlib import Path
 from geoslo.errors import GeosloError
 from geoslo.experiments.kurma import _fig4_5, _fig8_10, _fig11, _fig12, _scaling
 from geoslo.experiments.kurma._live_report import reproduce_live
-from geoslo.experiments.kurma._scenario import Scenario, build_scenario
+from geoslo.experiments.kurma._runs import kurma_model
+from geoslo.experiments.kurma._scenario import SLO_MS, Scenario, build_scenario
 from geoslo.experiments.kurma._settings import Settings
 from geoslo.experiments.kurma._traces import trace_pair
 from geoslo.report import Report, load_paper_values, progress
 
 __all__ = [
+    "SLO_MS",
     "Settings",
     "Scenario",
     "build_scenario",
+    "kurma_model",
+    "trace_pair",
     "check_done",
     "reproduce",
     "reproduce_live",
