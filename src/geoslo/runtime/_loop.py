@@ -21,7 +21,7 @@ from typing import Any, TextIO
 
 from geoslo.control import Outcome
 from geoslo.errors import GeosloError
-from geoslo.live._metrics import MetricsServer, serve_metrics
+from geoslo.live import MetricsServer, serve_metrics
 from geoslo.runtime._config import RunConfig, ServiceSettings, is_loopback, parse_listen
 from geoslo.runtime._dryrun import DryRunEnvironment
 from geoslo.runtime._log import ServiceLog
