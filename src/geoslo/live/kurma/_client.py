@@ -231,7 +231,8 @@ class SiteClient:
         self._background: set[asyncio.Future] = set()
         self._agent_task: asyncio.Task | None = None
         self._agent_writer: asyncio.StreamWriter | None = None
-        self._deadlines: deque[tuple[float, asyncio.Future]] = deque()
+        self._deadlines: deque[float] = deque()  # of the requests in _pending, in order
+        self._pending: deque[asyncio.Future] = deque()
         self._watchdog: asyncio.Task | None = None
         # RoutingPolicy.observe does nothing: skip the call unless a policy overrides it
         self._observes = type(policy).observe is not RoutingPolicy.observe
@@ -268,28 +269,31 @@ class SiteClient:
     async def get(self, key: bytes) -> bytes | None:
         """Read ``key`` from the site the policy picks; None if it failed (counted)."""
         self.counters.arrivals += 1
-        site, server = self.policy.choose(self.rng, _now_ms())
+        host = self.policy.choose(self.rng, _now_ms())
         payload = get_payload(key, self.work.draw_s(self.rng))
-        reply = await self._request(site, server, payload, False)
+        reply = await self._request(host, payload, False)
         return reply[1] if reply is not None else None
 
     async def put(self, key: bytes, value: bytes) -> bool:
         """Write ``key`` at the site the policy picks, then propagate it everywhere."""
         self.counters.arrivals += 1
         self.counters.writes += 1
-        site, server = self.policy.choose(self.rng, _now_ms())
+        host = self.policy.choose(self.rng, _now_ms())
         payload = put_payload(key, value, self.work.draw_s(self.rng))
-        ok = await self._request(site, server, payload, True) is not None
+        ok = await self._request(host, payload, True) is not None
         if ok:
-            self._propagate(site, server, key, value)
+            self._propagate(*host, key, value)
         return ok
 
-    async def _request(self, site: int, server: int, payload: bytes, write: bool):
+    async def _request(self, host: tuple[int, int], payload: bytes, write: bool):
+        """Send ``payload`` (two commands) to ``host``, the policy's tuple (reused as the
+        key of its connection: no allocation a request), time it and count it."""
         issued = time.time()
         start = time.perf_counter()
+        site, server = host
         reply = None
         try:
-            connection = self._connections.get((site, server))
+            connection = self._connections.get(host)
             if connection is None or connection.closed:
                 connection = await self._connection(site, server)
             reply = await self._with_deadline(connection.send(payload, 2), start)
@@ -304,18 +308,20 @@ class SiteClient:
         """``future``, failed with TimeoutError if it is not done ``timeout_s`` after
         ``sent`` (perf_counter s). One watchdog checks every deadline in order, a few
         times per timeout, instead of a timer per request (``asyncio.wait_for``)."""
-        self._deadlines.append((sent + self.timeout_s, future))
+        self._deadlines.append(sent + self.timeout_s)  # floats: nothing for the GC to track
+        self._pending.append(future)
         if self._watchdog is None or self._watchdog.done():
             self._watchdog = asyncio.get_running_loop().create_task(self._expire_deadlines())
         return future
 
     async def _expire_deadlines(self) -> None:
         """Fail requests past their deadline; deadlines are in issue order (same timeout)."""
-        deadlines = self._deadlines
+        deadlines, pending = self._deadlines, self._pending
         while deadlines:
             now = time.perf_counter()
-            while deadlines and (deadlines[0][1].done() or deadlines[0][0] <= now):
-                _, future = deadlines.popleft()
+            while deadlines and (pending[0].done() or deadlines[0] <= now):
+                deadlines.popleft()
+                future = pending.popleft()
                 if not future.done():
                     future.set_exception(TimeoutError("no reply within the request timeout"))
             await asyncio.sleep(self.timeout_s * WATCHDOG_FRACTION)
