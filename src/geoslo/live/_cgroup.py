@@ -6,6 +6,10 @@ serves the replay. Inside ``cpu_priority`` the calling process and every process
 get ``weight`` times the CPU share of an ordinary process whenever the cores are contested
 (cgroup v1 ``cpu.shares`` or v2 ``cpu.weight``); idle cores are still free for anyone.
 Without root or a CPU controller nothing changes, and the context says so.
+
+``limit_cpu`` caps one process instead (cgroup v1 ``cpu.cfs_quota_us`` over
+``cpu.cfs_period_us``, or v2 ``cpu.max``): the testbed's way to give every server the same,
+realistic per-request cost; ``remove_group`` deletes the group once its processes exited.
 """
 
 from __future__ import annotations
@@ -15,7 +19,9 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-__all__ = ["cpu_priority"]
+__all__ = ["cpu_priority", "limit_cpu", "remove_group", "CPU_PERIOD_US"]
+
+CPU_PERIOD_US = 100_000  # the kernel's default CFS period (100 ms)
 
 _V1 = Path("/sys/fs/cgroup/cpu")
 _V2 = Path("/sys/fs/cgroup")
@@ -71,3 +77,36 @@ def _remove(group: Path) -> None:
         group.rmdir()  # fails only while a process started inside still runs
     except OSError:
         pass
+
+
+def limit_cpu(pid: int, fraction: float, name: str) -> Path | None:
+    """Move process ``pid`` (all its threads) into its own cgroup ``geoslo-<name>`` that may
+    use ``fraction`` of one CPU per CFS period; the group, or None without root or a CPU
+    controller (then nothing is limited). The group is reused if it exists."""
+    controller = _controller()
+    if os.geteuid() != 0 or controller is None:
+        return None
+    root, _, _ = controller
+    group = root / f"geoslo-{name}"
+    quota_us = max(1000, round(fraction * CPU_PERIOD_US))  # the kernel's floor is 1 ms
+    try:
+        group.mkdir(exist_ok=True)
+        if root == _V1:
+            (group / "cpu.cfs_period_us").write_text(str(CPU_PERIOD_US))
+            (group / "cpu.cfs_quota_us").write_text(str(quota_us))
+        else:
+            (group / "cpu.max").write_text(f"{quota_us} {CPU_PERIOD_US}")
+        (group / "cgroup.procs").write_text(str(pid))
+    except OSError:
+        _remove(group)
+        return None
+    return group
+
+
+def remove_group(group: Path | str | None) -> bool:
+    """Delete a group ``limit_cpu`` made (after its processes exited); whether it is gone."""
+    if group is None:
+        return True
+    group = Path(group)
+    _remove(group)
+    return not group.exists()

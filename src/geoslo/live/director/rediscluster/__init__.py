@@ -1,0 +1,37 @@
+"""The SCADS Director's engine that users run: a real Redis Cluster (FAST 2011 §5 mapped
+onto hash slots). A bin is a contiguous range of ``SLOTS_PER_BIN`` hash slots.
+
+``RedisClusterTestbed`` starts and records the cluster's ``redis-server`` nodes (AOF on,
+optionally CPU-limited through cgroups). Reference: docs/director-live.md,
+"Redis Cluster engine".
+"""
+
+from geoslo.live.director.rediscluster._engine import (
+    SLOTS,
+    SLOTS_PER_BIN,
+    STATE_FILE,
+    ClusterNode,
+    ClusterSpec,
+    NodeInfo,
+    RedisClusterTestbed,
+    cluster_view,
+    default_command_template,
+    parse_cluster_nodes,
+    render_command,
+    slot_ranges,
+)
+
+__all__ = [
+    "SLOTS",
+    "SLOTS_PER_BIN",
+    "STATE_FILE",
+    "ClusterNode",
+    "ClusterSpec",
+    "NodeInfo",
+    "RedisClusterTestbed",
+    "cluster_view",
+    "default_command_template",
+    "parse_cluster_nodes",
+    "render_command",
+    "slot_ranges",
+]
