@@ -10,12 +10,25 @@ import pytest
 from geoslo.errors import ConfigError, TestbedError
 from geoslo.live._backend import ServiceWork, get_payload, key_name, put_payload
 from geoslo.live._resp import (
+    REPLY_READERS,
+    PythonReader,
     RedisConnection,
     RedisReplyError,
     _parse_reply,
     _read_reply,
     encode_command,
+    new_reply_reader,
 )
+
+READER_KINDS = ["python", "hiredis"]
+
+
+@pytest.fixture(params=READER_KINDS)
+def reader_kind(request) -> str:
+    """Every connection test runs with the pure-Python reader and with hiredis's."""
+    if request.param not in REPLY_READERS:
+        pytest.skip(f"{request.param} is not installed (pip install hiredis)")
+    return request.param
 
 
 def run(coroutine):
@@ -51,10 +64,10 @@ class FakeWriter:
         return None
 
 
-async def fake_connection():
+async def fake_connection(reader_kind: str):
     reader = asyncio.StreamReader()
     writer = FakeWriter()
-    return RedisConnection(reader, writer), reader, writer
+    return RedisConnection(reader, writer, reader_kind), reader, writer
 
 
 async def outcome(future, timeout_s: float = 1.0):
@@ -132,8 +145,90 @@ def test_parse_reply_of_a_cut_reply_asks_for_more_bytes(data, expected):
         assert cut < -end <= len(data), cut  # it asks for more, never beyond the reply
 
 
+# --- reply readers: hiredis's against the pure-Python reference ---------------------------------
+def read_all(kind: str, stream: bytes, piece_bytes: int) -> list:
+    """Every reply a reader of ``kind`` gives when ``stream`` is fed in pieces."""
+    reader, values = new_reply_reader(kind), []
+    for start in range(0, len(stream), piece_bytes):
+        reader.feed(stream[start : start + piece_bytes])
+        while (value := reader.gets()) is not False:
+            values.append(value)
+    return values
+
+
+def comparable(value):
+    """Error replies compare by class and message."""
+    if isinstance(value, RedisReplyError):
+        return ("error", str(value))
+    if isinstance(value, list):
+        return [comparable(v) for v in value]
+    return value
+
+
+ERROR_REPLIES = [(b"-ERR no\r\n", ("error", "ERR no")), (b"*1\r\n-E x\r\n", [("error", "E x")])]
+
+
+@pytest.mark.parametrize("piece_bytes", [1, 2, 5, 17, 64, 100_000])
+def test_every_reader_gives_every_reply_of_a_stream_cut_anywhere(reader_kind, piece_bytes):
+    cases = REPLIES + ERROR_REPLIES
+    stream = b"".join(data for data, _ in cases)
+    values = read_all(reader_kind, stream, piece_bytes)
+    assert [comparable(v) for v in values] == [expected for _, expected in cases]
+
+
+def random_reply(rng: np.random.Generator, depth: int = 0) -> bytes:
+    """One random RESP2 reply (arrays nest up to 3 deep; bulks up to 3,000 bytes)."""
+    kind = int(rng.integers(6 if depth < 3 else 5))
+    if kind == 0:
+        return b"+%s\r\n" % (b"s" * int(rng.integers(10)))
+    if kind == 1:
+        return b":%d\r\n" % int(rng.integers(-(10**12), 10**12))
+    if kind == 2:
+        return b"-ERR e%d\r\n" % int(rng.integers(100))
+    if kind == 3:
+        return b"$-1\r\n"
+    if kind == 4:
+        body = rng.integers(0, 256, int(rng.integers(3000)), dtype=np.uint8).tobytes()
+        return b"$%d\r\n%s\r\n" % (len(body), body)
+    items = [random_reply(rng, depth + 1) for _ in range(int(rng.integers(4)))]
+    return b"*%d\r\n%s" % (len(items), b"".join(items))
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_hiredis_reader_agrees_with_the_python_reference_on_random_streams(seed):
+    if "hiredis" not in REPLY_READERS:
+        pytest.skip("hiredis is not installed (pip install hiredis)")
+    rng = np.random.default_rng(seed)
+    stream = b"".join(random_reply(rng) for _ in range(300))
+    piece_bytes = int(rng.integers(1, 400))
+    reference = [comparable(v) for v in read_all("python", stream, piece_bytes)]
+    assert len(reference) == 300
+    assert [comparable(v) for v in read_all("hiredis", stream, piece_bytes)] == reference
+
+
+def test_python_reader_holds_a_long_reply_until_it_is_whole():
+    body = b"x" * 200_000
+    reader = PythonReader()
+    reader.feed(b"$%d\r\n" % len(body))
+    assert reader.gets() is False
+    data = body + b"\r\n+OK\r\n"
+    head, tail = data[:-10], data[-10:]  # the head stops 3 bytes short of the body
+    for start in range(0, len(head), 1000):
+        reader.feed(head[start : start + 1000])
+        assert reader.gets() is False
+    reader.feed(tail)
+    assert reader.gets() == body
+    assert reader.gets() == b"OK"
+    assert reader.gets() is False
+
+
+def test_an_unknown_reader_kind_names_the_ones_there_are():
+    with pytest.raises(TestbedError, match="no RESP reply reader 'nope'; use one of"):
+        new_reply_reader("nope")
+
+
 @pytest.mark.parametrize("piece_bytes", [1, 3, 64, 70_000])
-def test_pipelined_replies_cut_anywhere_resolve_every_future_in_order(piece_bytes):
+def test_pipelined_replies_cut_anywhere_resolve_every_future_in_order(piece_bytes, reader_kind):
     # longer than one read of the socket (fed in pieces of 64 bytes or more)
     large = b"x" * (150_000 if piece_bytes >= 64 else 300)
     stream = (
@@ -143,7 +238,7 @@ def test_pipelined_replies_cut_anywhere_resolve_every_future_in_order(piece_byte
     )
 
     async def scenario():
-        connection, reader, _ = await fake_connection()
+        connection, reader, _ = await fake_connection(reader_kind)
         futures = [connection.send(b"", 2), connection.send(b""), connection.send(b"")]
         futures += [connection.send(b"", 2), connection.send(b"")]
         for start in range(0, len(stream), piece_bytes):
@@ -198,9 +293,9 @@ def test_truncated_reply_raises_incomplete_read(data):
 
 
 # --- RedisConnection over a fake stream ---------------------------------------------------------
-def test_replies_resolve_the_oldest_waiting_future_with_one_or_several_replies():
+def test_replies_resolve_the_oldest_waiting_future_with_one_or_several_replies(reader_kind):
     async def scenario():
-        connection, reader, writer = await fake_connection()
+        connection, reader, writer = await fake_connection(reader_kind)
         payload = encode_command("SET", "k", "v") + encode_command("GET", "k")
         pair = connection.send(payload, 2)
         single = connection.send(encode_command("INCR", "n"))
@@ -216,9 +311,9 @@ def test_replies_resolve_the_oldest_waiting_future_with_one_or_several_replies()
     assert run(scenario()) == [[b"OK", b"v"], 3]
 
 
-def test_an_error_among_the_replies_of_a_payload_fails_only_that_future():
+def test_an_error_among_the_replies_of_a_payload_fails_only_that_future(reader_kind):
     async def scenario():
-        connection, reader, _ = await fake_connection()
+        connection, reader, _ = await fake_connection(reader_kind)
         pair = connection.send(b"", 2)
         after = connection.send(b"")
         reader.feed_data(b"$1\r\nv\r\n-ERR not an integer\r\n:1\r\n")
@@ -232,9 +327,9 @@ def test_an_error_among_the_replies_of_a_payload_fails_only_that_future():
     assert after == 1
 
 
-def test_end_of_stream_fails_waiting_futures_and_later_sends():
+def test_end_of_stream_fails_waiting_futures_and_later_sends(reader_kind):
     async def scenario():
-        connection, reader, writer = await fake_connection()
+        connection, reader, writer = await fake_connection(reader_kind)
         pending = connection.send(b"", 2)
         reader.feed_data(b"+OK\r\n")
         reader.feed_eof()
@@ -253,9 +348,9 @@ def test_end_of_stream_fails_waiting_futures_and_later_sends():
     assert written == b""  # nothing is written once the connection is closed
 
 
-def test_garbage_from_the_server_fails_every_waiting_future_with_its_message():
+def test_garbage_from_the_server_fails_every_waiting_future_with_its_message(reader_kind):
     async def scenario():
-        connection, reader, _ = await fake_connection()
+        connection, reader, _ = await fake_connection(reader_kind)
         futures = [connection.send(b"") for _ in range(3)]
         reader.feed_data(b":1\r\n?garbage\r\n")
         results = [await outcome(f) for f in futures]
@@ -267,9 +362,9 @@ def test_garbage_from_the_server_fails_every_waiting_future_with_its_message():
     assert all(isinstance(r, TestbedError) and "unexpected reply" in str(r) for r in rest)
 
 
-def test_a_reply_nobody_waits_for_closes_the_connection():
+def test_a_reply_nobody_waits_for_closes_the_connection(reader_kind):
     async def scenario():
-        connection, reader, _ = await fake_connection()
+        connection, reader, _ = await fake_connection(reader_kind)
         reader.feed_data(b"+OK\r\n")
         for _ in range(10):
             await asyncio.sleep(0)
@@ -280,9 +375,9 @@ def test_a_reply_nobody_waits_for_closes_the_connection():
     assert run(scenario()) is True
 
 
-def test_close_fails_the_futures_still_waiting():
+def test_close_fails_the_futures_still_waiting(reader_kind):
     async def scenario():
-        connection, _, writer = await fake_connection()
+        connection, _, writer = await fake_connection(reader_kind)
         pending = connection.send(b"")
         await asyncio.sleep(0)
         await connection.close()
@@ -293,9 +388,9 @@ def test_close_fails_the_futures_still_waiting():
     assert writer_closed
 
 
-def test_a_malformed_integer_reply_fails_the_future_and_close_still_succeeds():
+def test_a_malformed_integer_reply_fails_the_future_and_close_still_succeeds(reader_kind):
     async def scenario():
-        connection, reader, _ = await fake_connection()
+        connection, reader, _ = await fake_connection(reader_kind)
         pending = connection.send(b"")
         reader.feed_data(b":not-a-number\r\n")
         failed = await outcome(pending)
