@@ -8,6 +8,7 @@ import sys
 import traceback
 from collections.abc import Callable
 from dataclasses import replace
+from enum import StrEnum
 from pathlib import Path
 from typing import Annotated
 
@@ -543,18 +544,51 @@ def reproduce_supercloud(
     _finish_reproduction(index)
 
 
+class TestbedEngine(StrEnum):
+    """What `geoslo testbed up` starts."""
+
+    sites = "sites"
+    redis_cluster = "redis-cluster"
+
+
 @testbed_app.command("up")
 @user_errors
 def testbed_up(
+    engine: Annotated[
+        TestbedEngine,
+        typer.Option(
+            help="sites: Kurma's Redis servers per site and WAN; redis-cluster: the "
+            "Director's Redis Cluster.",
+        ),
+    ] = TestbedEngine.sites,
     sites: Annotated[str, typer.Option(help="Comma-separated sites.")] = "london,ireland,frankfurt",
     servers_per_site: Annotated[int, typer.Option(help="Redis servers per site.")] = 2,
     service_mean_ms: Annotated[
         float, typer.Option(help="Mean backend work per request (ms).")
     ] = 2.0,
     seed: Annotated[int, typer.Option(help="Seed of the WAN's routing changes.")] = 0,
+    masters: Annotated[int, typer.Option(help="redis-cluster: masters holding slots.")] = 3,
+    replicas: Annotated[int, typer.Option(help="redis-cluster: replicas per master.")] = 0,
+    standbys: Annotated[int, typer.Option(help="redis-cluster: empty masters kept ready.")] = 1,
+    cpu_quota: Annotated[
+        float | None,
+        typer.Option(help="redis-cluster: each node's share of one CPU (cgroup quota, root)."),
+    ] = None,
     state_dir: StateDirOption = None,
 ) -> None:
-    """Start Redis servers per site and the WAN emulator on loopback."""
+    """Start Redis servers per site and the WAN emulator on loopback, or (--engine
+    redis-cluster) a Redis Cluster of masters, replicas and standbys."""
+    if engine is TestbedEngine.redis_cluster:
+        from geoslo.live.director.rediscluster import ClusterSpec, RedisClusterTestbed
+
+        cluster_spec = ClusterSpec(
+            masters=masters, replicas=replicas, standbys=standbys, cpu_quota_fraction=cpu_quota
+        )
+        cluster = RedisClusterTestbed.up(
+            cluster_spec, _testbed_dir(state_dir), progress=lambda line: typer.echo(line, err=True)
+        )
+        _print_cluster_status(cluster)
+        return
     from geoslo.live.kurma import Testbed, TestbedSpec
 
     spec = TestbedSpec(
@@ -567,17 +601,33 @@ def testbed_up(
     _print_status(testbed)
 
 
+def _testbed_dir(state_dir: Path | None) -> Path:
+    from geoslo.live.kurma import default_state_dir
+
+    return Path(state_dir or default_state_dir())
+
+
+def _recorded_cluster(state_dir: Path | None):
+    """The Redis Cluster the state dir recorded, or None (then it is the sites testbed's)."""
+    from geoslo.live.director.rediscluster import RedisClusterTestbed
+
+    return RedisClusterTestbed.load(_testbed_dir(state_dir))
+
+
 @testbed_app.command("status")
 @user_errors
 def testbed_status(state_dir: StateDirOption = None) -> None:
-    """Each recorded process: alive or not, and the sites' ports."""
+    """Each recorded process: alive or not, and the sites' ports (or the cluster's nodes)."""
     from geoslo.live.kurma import Testbed
 
-    testbed = Testbed.load(state_dir)
+    testbed = _recorded_cluster(state_dir) or Testbed.load(state_dir)
     if testbed is None:
         typer.echo("no testbed recorded (start one with `geoslo testbed up`)")
         raise typer.Exit(1)
-    _print_status(testbed)
+    if hasattr(testbed, "slot_counts"):
+        _print_cluster_status(testbed)
+    else:
+        _print_status(testbed)
     processes = testbed.status()
     if not processes or not all(p["alive"] for p in processes):
         typer.echo("the testbed is not (fully) running", err=True)
@@ -590,7 +640,7 @@ def testbed_down(state_dir: StateDirOption = None) -> None:
     """Stop every process the testbed started (by PID)."""
     from geoslo.live.kurma import Testbed
 
-    testbed = Testbed.load(state_dir)
+    testbed = _recorded_cluster(state_dir) or Testbed.load(state_dir)
     stopped = 0 if testbed is None else testbed.down()
     typer.echo(f"stopped {stopped} process(es)")
 
@@ -617,6 +667,19 @@ def _print_status(testbed) -> None:
         typer.echo(f"  {p['name']:<20} pid {p['pid']:<8} port {p['port']:<6} {state}")
     for site, ends in testbed.sites.items():  # no metrics port: only a site agent serves it
         typer.echo(f"  {site}: redis {','.join(map(str, ends.servers))}")
+
+
+def _print_cluster_status(cluster) -> None:
+    """One row per node: name, role, port, slots served (as the cluster sees it), pid."""
+    typer.echo(f"redis-cluster in {cluster.state_dir} ({cluster.cpu_limit})")
+    slots = cluster.slot_counts()
+    for p, node in zip(cluster.status(), cluster.nodes(), strict=True):
+        state = "up" if p["alive"] else "DOWN"
+        count = slots.get(node.name, "?")
+        typer.echo(
+            f"  {node.name:<8} {node.role:<8} port {node.port:<6} slots {count:<6}"
+            f" pid {p['pid']:<8} {state}"
+        )
 
 
 @app.command("warmup")

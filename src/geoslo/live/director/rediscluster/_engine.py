@@ -84,6 +84,7 @@ def default_command_template(
         f" --cluster-node-timeout {node_timeout_ms}"
         f" --appendonly yes --appendfsync {appendfsync} --save ''"
         " --enable-debug-command local"
+        " --repl-diskless-sync-delay 0"  # a new replica syncs at once, not after 5 s
     )
 
 
@@ -499,6 +500,14 @@ class RedisClusterTestbed:
         if not live:
             raise TestbedError("no node of the cluster runs")
         return cluster_view(live[0]["port"])
+
+    def slot_counts(self) -> dict[str, int]:
+        """Slots each node serves as the cluster sees it, by node name ({} if none answers)."""
+        try:
+            view = {n.node_id: n.slot_count for n in self.cluster_view()}
+        except (TestbedError, redis.exceptions.RedisError):
+            return {}
+        return {r["name"]: view[r["node_id"]] for r in self.records if r["node_id"] in view}
 
     def _record(self, name: str) -> dict:
         for record in self.records:

@@ -1,0 +1,196 @@
+"""The Redis Cluster testbed against real ``redis-server`` processes: the cluster forms and
+serves a cluster client, a new node joins, a killed node comes back with its AOF data,
+nothing outlives ``down``, the CLI round trip, and the per-node CPU quota."""
+
+from __future__ import annotations
+
+import os
+import re
+import time
+from pathlib import Path
+
+import pytest
+import redis
+from redis.cluster import ClusterNode as ClientNode
+from redis.cluster import RedisCluster
+from typer.testing import CliRunner
+
+from geoslo.cli import app
+from geoslo.errors import TestbedError
+from geoslo.live._processes import process_alive
+from geoslo.live.director.rediscluster import ClusterSpec, RedisClusterTestbed, cluster_view
+
+pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("needs_redis")]
+
+KEYS = 1000
+
+
+def cluster_client(testbed: RedisClusterTestbed) -> RedisCluster:
+    nodes = [ClientNode(host, port) for host, port in testbed.seed_nodes()]
+    return RedisCluster(startup_nodes=nodes, decode_responses=True, socket_timeout=10)
+
+
+def admin(port: int) -> redis.Redis:
+    return redis.Redis("127.0.0.1", port, decode_responses=True, socket_timeout=10)
+
+
+def write_keys(testbed: RedisClusterTestbed) -> None:
+    with cluster_client(testbed) as client:
+        for k in range(KEYS):
+            assert client.set(f"key:{k}", f"value-{k}")
+
+
+def read_keys(testbed: RedisClusterTestbed) -> list[str | None]:
+    with cluster_client(testbed) as client:
+        return [client.get(f"key:{k}") for k in range(KEYS)]
+
+
+def assert_all_exited(pids: list[int], state_dir: Path) -> None:
+    assert pids and all(not process_alive(pid) for pid in pids), pids
+    assert processes_running_in(state_dir) == []
+
+
+def test_cluster_forms_serves_and_takes_a_new_node(tmp_path):
+    spec = ClusterSpec(masters=3, replicas=1, standbys=1)
+    testbed = RedisClusterTestbed.up(spec, tmp_path, progress=lambda line: None)
+    pids = [n.pid for n in testbed.nodes()]
+    try:
+        nodes = testbed.nodes()
+        assert [n.role for n in nodes] == ["master"] * 3 + ["replica"] * 3 + ["standby"]
+        for node in nodes:
+            with admin(node.port) as connection:
+                assert "cluster_state:ok" in connection.execute_command("CLUSTER", "INFO")
+        view = {n.node_id: n for n in cluster_view(nodes[0].port)}
+        assert sum(view[n.node_id].slot_count for n in nodes[:3]) == 16384
+        assert view[nodes[6].node_id].is_master and view[nodes[6].node_id].slot_count == 0
+        assert view[nodes[3].node_id].master_id == nodes[0].node_id
+        write_keys(testbed)
+        assert read_keys(testbed) == [f"value-{k}" for k in range(KEYS)]
+        held = [admin(n.port).dbsize() for n in nodes[:3]]
+        assert sum(held) == KEYS and min(held) > KEYS / 6  # spread over the three masters
+
+        new = testbed.start_node()
+        pids.append(new.pid)
+        assert new.name == "node-7" and new.role == "standby"
+        for node in testbed.nodes():
+            known = {n.node_id for n in cluster_view(node.port) if "handshake" not in n.flags}
+            assert new.node_id in known, node.name
+        assert RedisClusterTestbed.load(tmp_path).node("node-7").port == new.port
+    finally:
+        stopped = testbed.down()
+    assert stopped == 8
+    assert_all_exited(pids, tmp_path)
+    assert RedisClusterTestbed.load(tmp_path).status() == []
+
+
+def test_a_killed_master_restarts_with_its_aof_data(tmp_path):
+    # appendfsync always: every acknowledged write is in the AOF before the reply
+    spec = ClusterSpec(masters=3, replicas=0, standbys=0, appendfsync="always")
+    with RedisClusterTestbed.up(spec, tmp_path, progress=lambda line: None) as testbed:
+        write_keys(testbed)
+        victim = testbed.node("node-1")
+        held = admin(victim.port).dbsize()
+        assert held > 0
+        testbed.stop_node("node-1", kill=True)
+        assert not process_alive(victim.pid)
+        assert testbed.status()[1]["alive"] is False
+        restarted = testbed.restart_node("node-1")
+        assert restarted.port == victim.port and restarted.pid != victim.pid
+        assert admin(victim.port).execute_command("CLUSTER", "MYID") == victim.node_id
+        assert admin(victim.port).dbsize() == held  # loaded from its AOF: no replica to copy
+        deadline = time.monotonic() + 30
+        while "cluster_state:ok" not in admin(victim.port).execute_command("CLUSTER", "INFO"):
+            assert time.monotonic() < deadline, "the cluster did not recover"
+            time.sleep(0.1)
+        assert read_keys(testbed) == [f"value-{k}" for k in range(KEYS)]
+        pids = [n.pid for n in testbed.nodes()]
+    assert_all_exited(pids + [victim.pid], tmp_path)
+
+
+def test_a_cluster_that_does_not_converge_names_the_node_and_stops(tmp_path):
+    spec = ClusterSpec(masters=2, standbys=0, converge_timeout_s=0.001)
+    with pytest.raises(TestbedError, match=r"node-\d \(port \d+\) does not know every node"):
+        RedisClusterTestbed.up(spec, tmp_path, progress=lambda line: None)
+    assert processes_running_in(tmp_path) == []
+
+
+def processes_running_in(state_dir: Path) -> list[int]:
+    """PIDs of live processes whose command line names ``state_dir`` (a node's --dir)."""
+    pids = []
+    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+        try:
+            if str(state_dir).encode() in cmdline.read_bytes():
+                pid = int(cmdline.parent.name)
+                if process_alive(pid):
+                    pids.append(pid)
+        except OSError:
+            pass
+    return pids
+
+
+def run(*args: str):
+    return CliRunner().invoke(app, list(args))
+
+
+def test_cli_up_status_down(tmp_path):
+    state = str(tmp_path / "bed")
+    try:
+        up = run("testbed", "up", "--engine", "redis-cluster", "--masters", "2",
+                 "--standbys", "1", "--state-dir", state)  # fmt: skip
+        assert up.exit_code == 0, up.output
+        status = run("testbed", "status", "--state-dir", state)
+        assert status.exit_code == 0, status.output
+        rows = re.findall(
+            r"(node-\d)\s+(\w+)\s+port (\d+)\s+slots (\d+)\s+pid (\d+)\s+up", status.output
+        )
+        assert [(r[0], r[1], r[3]) for r in rows] == [
+            ("node-0", "master", "8192"), ("node-1", "master", "8192"), ("node-2", "standby", "0")
+        ]  # fmt: skip
+        pids = [int(r[4]) for r in rows]
+        assert all(process_alive(pid) for pid in pids)
+    finally:
+        down = run("testbed", "down", "--state-dir", state)
+    assert down.exit_code == 0 and "stopped 3 process(es)" in down.output
+    assert_all_exited(pids, tmp_path)
+    after = run("testbed", "status", "--state-dir", state)
+    assert after.exit_code == 1
+
+
+def _cgroup_cpu_available() -> str | None:
+    if os.geteuid() != 0:
+        return "needs root to make cgroups"
+    if not Path("/sys/fs/cgroup/cpu/cpu.cfs_quota_us").exists():
+        return "needs the cgroup v1 cpu controller at /sys/fs/cgroup/cpu"
+    return None
+
+
+BUSY_LUA = "for i = 1, 200000 do end return 1"  # ~1 ms of the server's CPU, nothing client-side
+
+
+def served_per_s(port: int, duration_s: float = 1.5) -> float:
+    with admin(port) as connection:
+        script = connection.script_load(BUSY_LUA)
+        served, start = 0, time.monotonic()
+        while time.monotonic() - start < duration_s:
+            connection.evalsha(script, 0)
+            served += 1
+        return served / (time.monotonic() - start)
+
+
+@pytest.mark.skipif(_cgroup_cpu_available() is not None, reason=str(_cgroup_cpu_available()))
+def test_a_node_at_a_tenth_of_a_cpu_serves_fewer_requests(tmp_path):
+    limited_spec = ClusterSpec(masters=1, standbys=0, cpu_quota_fraction=0.1)
+    with RedisClusterTestbed.up(limited_spec, tmp_path / "limited", progress=lambda _: None) as tb:
+        node = tb.node("node-0")
+        group = Path(node.cgroup)
+        assert int((group / "cpu.cfs_quota_us").read_text()) == 10_000
+        assert str(node.pid) in (group / "cgroup.procs").read_text().split()
+        assert "10% of a CPU" in tb.cpu_limit
+        limited_rps = served_per_s(node.port)
+    assert not group.exists()  # removed at down
+    free_spec = ClusterSpec(masters=1, standbys=0)
+    with RedisClusterTestbed.up(free_spec, tmp_path / "free", progress=lambda _: None) as tb:
+        assert tb.node("node-0").cgroup is None
+        free_rps = served_per_s(tb.node("node-0").port)
+    print(f"busy-script requests/s: limited {limited_rps:.0f}, unlimited {free_rps:.0f}")
+    assert limited_rps < 0.5 * free_rps
