@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import os
 import re
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -132,28 +134,44 @@ def run(*args: str):
     return CliRunner().invoke(app, list(args))
 
 
+def run_geoslo(*args: str) -> subprocess.CompletedProcess:
+    """The command line as a user runs it: its own process, its real exit status."""
+    command = [sys.executable, "-m", "geoslo", *args]
+    return subprocess.run(command, capture_output=True, text=True, timeout=120)
+
+
+STATUS_ROW = r"(node-\d)\s+(\w+)\s+port (\d+)\s+slots (\d+)\s+pid (\d+)\s+up"
+
+
 def test_cli_up_status_down(tmp_path):
     state = str(tmp_path / "bed")
+    pids: list[int] = []
     try:
-        up = run("testbed", "up", "--engine", "redis-cluster", "--masters", "2",
-                 "--standbys", "1", "--state-dir", state)  # fmt: skip
-        assert up.exit_code == 0, up.output
+        # up in its own process: the nodes outlive it; status and down find them by the file
+        up = run_geoslo("testbed", "up", "--engine", "redis-cluster", "--masters", "2",
+                        "--standbys", "1", "--state-dir", state)  # fmt: skip
+        assert up.returncode == 0, up.stderr
         status = run("testbed", "status", "--state-dir", state)
         assert status.exit_code == 0, status.output
-        rows = re.findall(
-            r"(node-\d)\s+(\w+)\s+port (\d+)\s+slots (\d+)\s+pid (\d+)\s+up", status.output
-        )
+        rows = re.findall(STATUS_ROW, status.output)
         assert [(r[0], r[1], r[3]) for r in rows] == [
             ("node-0", "master", "8192"), ("node-1", "master", "8192"), ("node-2", "standby", "0")
         ]  # fmt: skip
         pids = [int(r[4]) for r in rows]
         assert all(process_alive(pid) for pid in pids)
     finally:
-        down = run("testbed", "down", "--state-dir", state)
-    assert down.exit_code == 0 and "stopped 3 process(es)" in down.output
+        down = run_geoslo("testbed", "down", "--state-dir", state)
+    assert down.returncode == 0 and "stopped 3 process(es)" in down.stdout
     assert_all_exited(pids, tmp_path)
-    after = run("testbed", "status", "--state-dir", state)
-    assert after.exit_code == 1
+    assert run("testbed", "status", "--state-dir", state).exit_code == 1
+    # the same folder again: a fresh cluster (old nodes.conf and AOF are not reused)
+    try:
+        again = run("testbed", "up", "--engine", "redis-cluster", "--masters", "1",
+                    "--standbys", "0", "--state-dir", state)  # fmt: skip
+        assert again.exit_code == 0, again.output
+        assert re.findall(STATUS_ROW, again.output)[0][3] == "16384"
+    finally:
+        assert "stopped 1 process(es)" in run("testbed", "down", "--state-dir", state).output
 
 
 def _cgroup_cpu_available() -> str | None:

@@ -15,6 +15,7 @@ realistic per-request cost; ``remove_group`` deletes the group once its processe
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -103,10 +104,15 @@ def limit_cpu(pid: int, fraction: float, name: str) -> Path | None:
     return group
 
 
-def remove_group(group: Path | str | None) -> bool:
-    """Delete a group ``limit_cpu`` made (after its processes exited); whether it is gone."""
+def remove_group(group: Path | str | None, timeout_s: float = 5.0) -> bool:
+    """Delete a group ``limit_cpu`` made, once its processes exited; whether it is gone.
+    A process that exited may stay in the group until its parent reaps it, so retry."""
     if group is None:
         return True
     group = Path(group)
-    _remove(group)
-    return not group.exists()
+    deadline = time.monotonic() + timeout_s
+    while True:
+        _remove(group)
+        if not group.exists() or time.monotonic() > deadline:
+            return not group.exists()
+        time.sleep(0.02)

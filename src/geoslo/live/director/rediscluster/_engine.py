@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import os
 import shlex
+import shutil
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
@@ -244,8 +245,13 @@ def _admin(port: int, timeout_s: float = 5.0) -> redis.Redis:
 
 
 def _call(port: int, *args) -> str:
+    """One command to the node on ``port``; a refusal becomes a TestbedError naming it."""
     with _admin(port) as connection:
-        return connection.execute_command(*args)
+        try:
+            return connection.execute_command(*args)
+        except redis.exceptions.ResponseError as error:
+            command = " ".join(str(a) for a in args[:2])
+            raise TestbedError(f"the node on port {port} refused {command}: {error}") from None
 
 
 def cluster_view(port: int) -> list[ClusterNode]:
@@ -325,7 +331,8 @@ class RedisClusterTestbed:
     def _launch(self, name: str, role: str, master: str | None) -> dict:
         """Start one node on fresh ports in ``<state_dir>/<name>`` and record it."""
         directory = self.state_dir / name
-        directory.mkdir(parents=True, exist_ok=True)
+        shutil.rmtree(directory, ignore_errors=True)  # a new node: no old AOF or nodes.conf
+        directory.mkdir(parents=True)
         port, bus_port = free_ports(2)
         if not uses_bus_port(self.template):
             bus_port = port + 10000
