@@ -20,6 +20,17 @@ from geoslo.live.director.rediscluster._engine import (
     render_command,
     slot_ranges,
 )
+from geoslo.live.director.rediscluster._migrate import (
+    MigrationProgress,
+    MigrationResult,
+    RepairReport,
+    RepairStep,
+    add_master,
+    decide_repairs,
+    migrate_slots,
+    remove_master,
+    repair,
+)
 
 __all__ = [
     "SLOTS",
@@ -34,4 +45,14 @@ __all__ = [
     "parse_cluster_nodes",
     "render_command",
     "slot_ranges",
+    # slot migration, adding and removing masters, repair (_migrate)
+    "MigrationProgress",
+    "MigrationResult",
+    "RepairReport",
+    "RepairStep",
+    "add_master",
+    "decide_repairs",
+    "migrate_slots",
+    "remove_master",
+    "repair",
 ]

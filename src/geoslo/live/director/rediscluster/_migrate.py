@@ -1,0 +1,713 @@
+"""Slot migration on Redis Cluster: the Director's moves, adding and removing masters, repair.
+
+A move of a bin is a migration of its hash slots (FAST 2011 §5.6 "move"; the Redis Cluster
+specification, "Live reconfiguration"). Per slot, in the specification's order:
+
+1. target ``CLUSTER SETSLOT s IMPORTING <source-id>``, then source ``... MIGRATING <target-id>``
+   (importing first: once the source says ``ASK``, the target must accept ``ASKING``);
+2. ``CLUSTER GETKEYSINSLOT`` and ``MIGRATE host port "" 0 timeout KEYS ...`` in batches,
+   paced to a specified bytes/s as the paper throttles copies (§5.4, ``_throttle``);
+3. ``CLUSTER SETSLOT s NODE <target-id>`` on the target (it bumps its epoch), the source,
+   and every other master.
+
+While a slot migrates, a key still on the source is served there; a key already gone is
+redirected with ``ASK`` to the target, so a client never reads a value older than one it
+was told was written. A cancelled migration (an overrun, §5.6) finishes the slot in
+progress and stops: every slot is then wholly on the source or wholly on the target.
+``repair`` finishes or rolls back slots that a crash left half-way.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import redis.asyncio as aioredis
+from redis.exceptions import ResponseError
+
+from .._throttle import pace_delay_s
+from ._engine import SLOTS, ClusterNode, parse_cluster_nodes
+
+__all__ = [
+    "MigrationProgress",
+    "MigrationResult",
+    "RepairStep",
+    "RepairReport",
+    "add_master",
+    "batch_bytes_for_rate",
+    "decide_repairs",
+    "migrate_slots",
+    "config_epochs",
+    "plan_batches",
+    "plan_rebalance",
+    "remove_master",
+    "repair",
+]
+
+Address = tuple[str, int]
+MigrationOrder = Literal["spec", "assign-before-keys"]
+
+
+# --------------------------------------------------------------------------- parsing
+
+
+def config_epochs(text: str | bytes) -> dict[str, int]:
+    """Each node's config epoch from ``CLUSTER NODES`` (its seventh field)."""
+    if isinstance(text, bytes):
+        text = text.decode()
+    fields = (line.split() for line in text.splitlines())
+    return {f[0]: int(f[6]) for f in fields if len(f) >= 8}
+
+
+def _slots_of(node: ClusterNode) -> list[int]:
+    return [s for lo, hi in node.slots for s in range(lo, hi + 1)]
+
+
+def _claims(node: ClusterNode, slot: int) -> bool:
+    return any(lo <= slot <= hi for lo, hi in node.slots)
+
+
+# --------------------------------------------------------------------------- planning
+
+
+def batch_bytes_for_rate(
+    rate_bytes_per_s: float, max_batch_bytes: int, pace_interval_s: float = 0.05
+) -> int:
+    """Bytes per ``MIGRATE`` batch: what the rate sends in ``pace_interval_s``, capped.
+
+    Small batches keep the pacing smooth (§5.4's throttled copy) and bound how long one
+    ``MIGRATE`` blocks the source; the cap bounds it at high rates.
+    """
+    return int(max(1, min(max_batch_bytes, rate_bytes_per_s * pace_interval_s)))
+
+
+def plan_batches(key_sizes: Sequence[tuple[bytes, int]], batch_bytes: int) -> list[list[bytes]]:
+    """Split ``(key, size_bytes)`` in order into batches of at most ``batch_bytes``.
+
+    A batch holds at least one key, so a key larger than the batch goes alone.
+    """
+    batches: list[list[bytes]] = []
+    current: list[bytes] = []
+    current_bytes = 0
+    for key, size_bytes in key_sizes:
+        if current and current_bytes + size_bytes > batch_bytes:
+            batches.append(current)
+            current, current_bytes = [], 0
+        current.append(key)
+        current_bytes += size_bytes
+    if current:
+        batches.append(current)
+    return batches
+
+
+def _even_shares(total: int, members: Sequence[str]) -> dict[str, int]:
+    base, extra = divmod(total, len(members))
+    return {m: base + (1 if i < extra else 0) for i, m in enumerate(members)}
+
+
+def plan_rebalance(
+    owned: Mapping[str, Sequence[int]],
+    joining: Sequence[str] = (),
+    leaving: Sequence[str] = (),
+) -> list[tuple[str, str, list[int]]]:
+    """Moves ``(source, target, slots)`` that spread the slots evenly over the new masters.
+
+    ``owned`` maps each master to its slots. A leaving master gives all of its slots, the
+    others give only their excess, from the end of their ranges, so contiguous ranges stay
+    contiguous; joining and under-loaded masters receive them.
+    """
+    members = sorted(m for m in {*owned, *joining} if m not in leaving)
+    if not members:
+        raise ValueError("plan_rebalance: no master would be left to own the slots")
+    total = sum(len(s) for s in owned.values())
+    shares = _even_shares(total, members)
+    surplus: list[tuple[str, list[int]]] = []
+    for node in sorted(owned):
+        slots = sorted(owned[node])
+        keep = 0 if node in leaving else shares.get(node, 0)
+        if len(slots) > keep:
+            surplus.append((node, slots[keep:]))
+    deficits = [(m, shares[m] - len(owned.get(m, ()))) for m in members]
+    moves: list[tuple[str, str, list[int]]] = []
+    for target, need in deficits:
+        while need > 0 and surplus:
+            source, slots = surplus[0]
+            taken, rest = slots[:need], slots[need:]
+            moves.append((source, target, taken))
+            need -= len(taken)
+            if rest:
+                surplus[0] = (source, rest)
+            else:
+                surplus.pop(0)
+    return moves
+
+
+RepairKind = Literal["finish", "roll-back", "assign"]
+
+
+@dataclass(frozen=True)
+class RepairStep:
+    """What ``repair`` does to one slot, and why."""
+
+    slot: int
+    kind: RepairKind
+    source: str | None  # node id the keys come from (finish) or the owner (roll-back)
+    target: str | None  # node id that ends up owning the slot (None: any master)
+    reason: str
+
+
+def _owner_of(slot: int, selves: Sequence[ClusterNode], epochs: Mapping[str, int]) -> str | None:
+    """The claimant of ``slot`` with the highest config epoch (how Redis settles it)."""
+    claimants = [n.node_id for n in selves if _claims(n, slot)]
+    return max(claimants, key=lambda n: (epochs.get(n, 0), n), default=None)
+
+
+def decide_repairs(
+    selves: Sequence[ClusterNode],
+    epochs: Mapping[str, int],
+    keys_in_slot: Mapping[tuple[str, int], int],
+) -> list[RepairStep]:
+    """Repair decisions from each master's own ``CLUSTER NODES`` line (its ``myself``).
+
+    ``epochs`` are the masters' config epochs; ``keys_in_slot[(node_id, slot)]`` counts
+    a node's keys in a slot (missing: 0). The rule, per slot:
+
+    * half-migrated from S to T, it **finishes** (keys to T, T owns it) if T already owns
+      it or holds any of its keys: a key reaches T only through ``MIGRATE`` (which deletes
+      it on S) or through a write redirected by ``ASK`` (S no longer had it), so T's copy
+      is the newer one and a key on both keeps T's;
+    * otherwise no key has left S and it **rolls back** (markers cleared, S keeps it);
+    * no master claims it: it is **assigned** to the master holding most of its keys
+      (``target`` None when none holds any: ``repair`` picks the least loaded master).
+    """
+    steps: dict[int, RepairStep] = {}
+    for node in selves:
+        for slot, target in node.migrating.items():
+            step = _decide_open(slot, node.node_id, target, selves, epochs, keys_in_slot)
+            steps.setdefault(slot, step)
+        for slot, source in node.importing.items():
+            step = _decide_open(slot, source, node.node_id, selves, epochs, keys_in_slot)
+            steps.setdefault(slot, step)
+    claimed = [False] * SLOTS
+    for node in selves:
+        for lo, hi in node.slots:
+            claimed[lo : hi + 1] = [True] * (hi - lo + 1)
+    for slot in (s for s in range(SLOTS) if not claimed[s]):
+        holders = {n.node_id: keys_in_slot.get((n.node_id, slot), 0) for n in selves}
+        holders = {n: c for n, c in holders.items() if c > 0}
+        target = max(sorted(holders), key=holders.__getitem__) if holders else None
+        steps[slot] = RepairStep(slot, "assign", None, target, "no master owns it")
+    return [steps[s] for s in sorted(steps)]
+
+
+def _decide_open(
+    slot: int,
+    source: str,
+    target: str,
+    selves: Sequence[ClusterNode],
+    epochs: Mapping[str, int],
+    keys_in_slot: Mapping[tuple[str, int], int],
+) -> RepairStep:
+    owner = _owner_of(slot, selves, epochs)
+    if owner == target:
+        return RepairStep(slot, "finish", source, target, "the target already owns it")
+    if keys_in_slot.get((target, slot), 0) > 0:
+        return RepairStep(slot, "finish", source, target, "the target holds some of its keys")
+    return RepairStep(slot, "roll-back", owner or source, None, "no key reached the target")
+
+
+# --------------------------------------------------------------------------- node access
+
+
+@dataclass
+class _Node:
+    """An admin connection to one node, with its id."""
+
+    address: Address
+    node_id: str
+    conn: aioredis.Redis
+
+    async def cmd(self, *args: Any) -> Any:
+        return await self.conn.execute_command(*args)
+
+
+def _address_of(node: Any) -> Address:
+    if isinstance(node, tuple):
+        return (str(node[0]), int(node[1]))
+    return (str(node.host), int(node.port))
+
+
+async def _connect(node: Any, timeout_s: float = 10.0) -> _Node:
+    host, port = _address_of(node)
+    conn = aioredis.Redis(host=host, port=port, socket_timeout=timeout_s)
+    try:
+        node_id = (await conn.execute_command("CLUSTER", "MYID")).decode()
+    except BaseException:
+        await conn.aclose()
+        raise
+    return _Node((host, port), node_id, conn)
+
+
+async def _cluster_entries(node: _Node) -> list[ClusterNode]:
+    return parse_cluster_nodes((await node.cmd("CLUSTER", "NODES")).decode())
+
+
+async def _close(nodes: Iterable[_Node]) -> None:
+    for node in nodes:
+        await node.conn.aclose()
+
+
+# --------------------------------------------------------------------------- migration
+
+
+@dataclass(frozen=True)
+class MigrationResult:
+    """What one ``migrate_slots`` call moved (observed rate: §5.4's copy-duration model)."""
+
+    slots_moved: int
+    keys_moved: int
+    bytes_moved: int
+    duration_s: float
+    rate_bytes_per_s: float  # the specified rate
+    cancelled: bool
+
+    @property
+    def observed_bytes_per_s(self) -> float:
+        return self.bytes_moved / self.duration_s if self.duration_s > 0 else 0.0
+
+
+@dataclass
+class MigrationProgress:
+    """Live counters of a migration; pass one in to read them after a cancel."""
+
+    rate_bytes_per_s: float = 0.0
+    started_s: float = field(default_factory=time.monotonic)
+    slots: int = 0
+    keys: int = 0
+    bytes: int = 0
+    paced: bool = True
+    cancelled: bool = False
+
+    def result(self) -> MigrationResult:
+        return MigrationResult(
+            slots_moved=self.slots,
+            keys_moved=self.keys,
+            bytes_moved=self.bytes,
+            duration_s=time.monotonic() - self.started_s,
+            rate_bytes_per_s=self.rate_bytes_per_s,
+            cancelled=self.cancelled,
+        )
+
+
+async def _key_sizes(node: _Node, keys: Sequence[bytes]) -> list[tuple[bytes, int]]:
+    """Each key's size in bytes as the source stores it (``MEMORY USAGE``, one pipeline)."""
+    async with node.conn.pipeline(transaction=False) as pipe:
+        for key in keys:
+            pipe.execute_command("MEMORY", "USAGE", key, "SAMPLES", "0")
+        sizes = await pipe.execute()
+    return [(k, int(s or 0)) for k, s in zip(keys, sizes, strict=True)]
+
+
+async def _local(node: _Node, asking: bool, *args: Any) -> Any:
+    """A keyed command on ``node``; ``asking`` lets a node importing the slot serve it."""
+    if not asking:
+        return await node.cmd(*args)
+    async with node.conn.pipeline(transaction=False) as pipe:
+        pipe.execute_command("ASKING")
+        pipe.execute_command(*args)
+        return (await pipe.execute())[1]
+
+
+async def _migrate_batch(
+    source: _Node, target: _Node, keys: Sequence[bytes], timeout_ms: int, asking: bool = False
+) -> None:
+    """``MIGRATE`` a batch; a key already on the target keeps the target's copy."""
+    host, port = target.address
+    migrate = ("MIGRATE", host, port, "", 0, timeout_ms, "KEYS")
+    try:
+        await _local(source, asking, *migrate, *keys)
+    except ResponseError as err:
+        if "BUSYKEY" not in str(err):
+            raise
+        # Keys restored before the clash were deleted on the source; the rest are on both,
+        # and the target's copy is the newer one (see decide_repairs).
+        on_target = [bool(await target.cmd("EXISTS", k)) for k in keys]
+        for key, there in zip(keys, on_target, strict=True):
+            if there:
+                await _local(source, asking, "DEL", key)
+        left = [k for k, there in zip(keys, on_target, strict=True) if not there]
+        if left:
+            await _local(source, asking, *migrate, *left)
+
+
+async def _move_keys(
+    source: _Node,
+    target: _Node,
+    slot: int,
+    progress: MigrationProgress,
+    batch_bytes: int,
+    keys_per_scan: int,
+    timeout_ms: int,
+    asking: bool = False,
+) -> None:
+    """Move every key of ``slot`` from source to target in batches paced to the rate."""
+    while keys := await source.cmd("CLUSTER", "GETKEYSINSLOT", slot, keys_per_scan):
+        key_sizes = await _key_sizes(source, keys)
+        size_of = dict(key_sizes)
+        for batch in plan_batches(key_sizes, batch_bytes):
+            if progress.paced:
+                elapsed_s = time.monotonic() - progress.started_s
+                await asyncio.sleep(
+                    pace_delay_s(progress.bytes, elapsed_s, progress.rate_bytes_per_s)
+                )
+            await _migrate_batch(source, target, batch, timeout_ms, asking)
+            progress.keys += len(batch)
+            progress.bytes += sum(size_of[k] for k in batch)
+
+
+async def _assign(slot: int, owner: _Node, others: Sequence[_Node]) -> None:
+    """``SETSLOT NODE`` on the new owner first (it bumps its epoch), then on the others."""
+    await owner.cmd("CLUSTER", "SETSLOT", slot, "NODE", owner.node_id)
+    for node in others:
+        try:
+            await node.cmd("CLUSTER", "SETSLOT", slot, "NODE", owner.node_id)
+        except (OSError, aioredis.ConnectionError):
+            pass  # gossip carries the new owner's higher epoch to a node that is down
+
+
+async def _other_masters(source: _Node, exclude: set[str]) -> list[_Node]:
+    entries = await _cluster_entries(source)
+    wanted = [
+        e
+        for e in entries
+        if e.is_master
+        and e.node_id not in exclude
+        and "fail" not in e.flags
+        and "handshake" not in e.flags
+        and "noaddr" not in e.flags
+    ]
+    nodes = []
+    for e in wanted:
+        try:
+            nodes.append(await _connect((e.host, e.port)))
+        except (OSError, aioredis.ConnectionError):
+            continue
+    return nodes
+
+
+async def _migrate_slot(
+    source: _Node,
+    target: _Node,
+    others: Sequence[_Node],
+    slot: int,
+    progress: MigrationProgress,
+    order: MigrationOrder,
+    **move: int,
+) -> None:
+    await target.cmd("CLUSTER", "SETSLOT", slot, "IMPORTING", source.node_id)
+    await source.cmd("CLUSTER", "SETSLOT", slot, "MIGRATING", target.node_id)
+    if order == "assign-before-keys":
+        # Deliberately broken (for the safety tests only): the target and the other
+        # masters take the slot before its keys moved.
+        await _assign(slot, target, others)
+    await _move_keys(source, target, slot, progress, **move)
+    await _assign(slot, target, [source, *others])
+    progress.slots += 1
+
+
+async def migrate_slots(
+    source: Any,
+    target: Any,
+    slots: Iterable[int],
+    bytes_per_s: float,
+    *,
+    max_batch_bytes: int = 64 * 1024,
+    keys_per_scan: int = 256,
+    migrate_timeout_ms: int = 5000,
+    progress: MigrationProgress | None = None,
+    order: MigrationOrder = "spec",
+) -> MigrationResult:
+    """Move ``slots`` from ``source`` to ``target`` (addresses or ``NodeInfo``), paced.
+
+    The copy runs at most at ``bytes_per_s`` (§5.4). Cancelled (§5.6's overrun), it
+    finishes the slot in progress unpaced and re-raises; the slots before it are then on
+    the target, the ones after it untouched on the source, and ``progress`` (if given)
+    holds what moved. ``order="assign-before-keys"`` breaks the specification's order,
+    for the safety tests only.
+    """
+    if bytes_per_s <= 0:
+        raise ValueError(f"migrate_slots: bytes_per_s must be > 0, got {bytes_per_s}")
+    progress = progress or MigrationProgress()
+    progress.rate_bytes_per_s, progress.started_s = bytes_per_s, time.monotonic()
+    src, dst = await _connect(source), await _connect(target)
+    batch_bytes = batch_bytes_for_rate(bytes_per_s, max_batch_bytes)
+    move = dict(batch_bytes=batch_bytes, keys_per_scan=keys_per_scan, timeout_ms=migrate_timeout_ms)
+    others: list[_Node] = []
+    try:
+        others = await _other_masters(src, {src.node_id, dst.node_id})
+        for slot in slots:
+            one = _migrate_slot(src, dst, others, slot, progress, order, **move)
+            await _finish_even_if_cancelled(asyncio.ensure_future(one), progress)
+    finally:
+        await _close([src, dst, *others])
+    return progress.result()
+
+
+async def _finish_even_if_cancelled(task: asyncio.Future, progress: MigrationProgress) -> None:
+    """Await ``task``; on cancel let it finish unpaced, then re-raise the cancel."""
+    while True:
+        try:
+            await asyncio.shield(task)
+            break
+        except asyncio.CancelledError:
+            if task.done() and task.cancelled():
+                raise
+            progress.cancelled, progress.paced = True, False
+            if task.done():
+                break
+    if progress.cancelled:
+        task.result()
+        raise asyncio.CancelledError
+
+
+# --------------------------------------------------------------------------- masters
+
+
+async def _owned_slots(seed: _Node) -> tuple[list[ClusterNode], dict[str, list[int]]]:
+    entries = await _cluster_entries(seed)
+    owned = {e.node_id: _slots_of(e) for e in entries if e.is_master and e.slots}
+    return entries, owned
+
+
+async def _run_moves(
+    entries: Sequence[ClusterNode],
+    moves: Sequence[tuple[str, str, list[int]]],
+    bytes_per_s: float,
+    **options: Any,
+) -> list[MigrationResult]:
+    address = {e.node_id: (e.host, e.port) for e in entries}
+    results = []
+    for source, target, slots in moves:
+        results.append(
+            await migrate_slots(address[source], address[target], slots, bytes_per_s, **options)
+        )
+    return results
+
+
+async def add_master(
+    seed: Any, new_master: Any, bytes_per_s: float, **options: Any
+) -> list[MigrationResult]:
+    """Give ``new_master`` (a standby or a fresh node already met) an even share of slots.
+
+    The slots come from the masters with more than their share (``plan_rebalance``), each
+    move a paced ``migrate_slots`` (the Director's add-server then move, §5.6).
+    """
+    seed_node, new = await _connect(seed), await _connect(new_master)
+    try:
+        entries, owned = await _owned_slots(seed_node)
+    finally:
+        await _close([seed_node, new])
+    if new.node_id not in {e.node_id for e in entries}:
+        raise ValueError(f"add_master: {new.address} is not in the cluster; CLUSTER MEET it first")
+    moves = plan_rebalance(owned, joining=[new.node_id])
+    return await _run_moves(entries, moves, bytes_per_s, **options)
+
+
+async def remove_master(
+    seed: Any, leaving: Any, bytes_per_s: float, **options: Any
+) -> list[MigrationResult]:
+    """Drain every slot of ``leaving`` to the other masters, then drop it and its replicas.
+
+    The drained node and its replicas are reset (``CLUSTER RESET HARD``: they forget the
+    cluster, so they cannot gossip their way back), then every other node
+    ``CLUSTER FORGET``s them. Stopping their processes is the caller's (the testbed's).
+    """
+    seed_node, gone = await _connect(seed), await _connect(leaving)
+    try:
+        entries, owned = await _owned_slots(seed_node)
+    finally:
+        await _close([seed_node])
+    owned.setdefault(gone.node_id, [])
+    try:
+        results = await _run_moves(
+            entries, plan_rebalance(owned, leaving=[gone.node_id]), bytes_per_s, **options
+        )
+    finally:
+        await _close([gone])
+    removed = [e for e in entries if e.node_id == gone.node_id or e.master_id == gone.node_id]
+    await _forget(entries, removed)
+    return results
+
+
+async def _forget(entries: Sequence[ClusterNode], removed: Sequence[ClusterNode]) -> None:
+    removed_ids = {e.node_id for e in removed}
+    for entry in removed:
+        try:
+            node = await _connect((entry.host, entry.port))
+        except (OSError, aioredis.ConnectionError):
+            continue  # already stopped
+        try:
+            await node.cmd("CLUSTER", "RESET", "HARD")
+        finally:
+            await _close([node])
+    for entry in entries:
+        if entry.node_id in removed_ids or "fail" in entry.flags:
+            continue
+        node = await _connect((entry.host, entry.port))
+        try:
+            for node_id in removed_ids:
+                await node.cmd("CLUSTER", "FORGET", node_id)
+        finally:
+            await _close([node])
+
+
+# --------------------------------------------------------------------------- repair
+
+
+@dataclass(frozen=True)
+class RepairReport:
+    """What ``repair`` found and did."""
+
+    steps: tuple[RepairStep, ...]
+    keys_moved: int
+    orphan_keys_moved: int
+
+
+async def _masters(seed: Any) -> list[_Node]:
+    """Admin connections to every master the seed knows; all must answer."""
+    seed_node = await _connect(seed)
+    try:
+        entries = await _cluster_entries(seed_node)
+    finally:
+        await _close([seed_node])
+    nodes = []
+    for entry in entries:
+        if not entry.is_master or "handshake" in entry.flags or "noaddr" in entry.flags:
+            continue
+        try:
+            nodes.append(await _connect((entry.host, entry.port)))
+        except (OSError, aioredis.ConnectionError) as err:
+            await _close(nodes)
+            raise RuntimeError(
+                f"repair: master {entry.node_id[:8]} at {entry.host}:{entry.port} does not "
+                f"answer ({err}); restart it (its AOF and nodes.conf keep its keys and "
+                "markers) and repair again"
+            ) from err
+    return nodes
+
+
+async def _self_views(nodes: Sequence[_Node]) -> tuple[list[ClusterNode], dict[str, int]]:
+    """Each master's own line (its slots and markers) and its own config epoch."""
+    selves, epochs = [], {}
+    for node in nodes:
+        text = (await node.cmd("CLUSTER", "NODES")).decode()
+        selves.append(next(e for e in parse_cluster_nodes(text) if "myself" in e.flags))
+        epochs[node.node_id] = config_epochs(text)[node.node_id]
+    return selves, epochs
+
+
+async def _myself(node: _Node) -> ClusterNode:
+    return next(e for e in await _cluster_entries(node) if "myself" in e.flags)
+
+
+async def _key_counts(nodes: Sequence[_Node]) -> dict[tuple[str, int], int]:
+    """Every master's key count in every slot (one pipeline of 16384 commands each)."""
+    counts: dict[tuple[str, int], int] = {}
+    for node in nodes:
+        async with node.conn.pipeline(transaction=False) as pipe:
+            for slot in range(SLOTS):
+                pipe.execute_command("CLUSTER", "COUNTKEYSINSLOT", slot)
+            replies = await pipe.execute()
+        counts.update({(node.node_id, s): int(c) for s, c in enumerate(replies) if int(c)})
+    return counts
+
+
+async def repair(
+    seed: Any, *, bytes_per_s: float | None = None, log: Callable[[str], Any] | None = None
+) -> RepairReport:
+    """Finish or roll back every half-migrated slot, assign unowned ones, rehome orphans.
+
+    For after a crash of the controller or of a node (restarted from its AOF and
+    nodes.conf, which keep its keys and its ``MIGRATING``/``IMPORTING`` markers). Every
+    master must answer. The decisions are ``decide_repairs``'; ``bytes_per_s`` paces the
+    keys it moves (None: unpaced). Keys left on a master that does not own their slot
+    (an ``ASK``-redirected write racing a roll-back) go to the owner; the owner's copy wins.
+    """
+    say = log or (lambda _message: None)
+    nodes = await _masters(seed)
+    by_id = {n.node_id: n for n in nodes}
+    progress = MigrationProgress(rate_bytes_per_s=bytes_per_s or 0.0, paced=bytes_per_s is not None)
+    try:
+        selves, epochs = await _self_views(nodes)
+        steps = decide_repairs(selves, epochs, await _key_counts(nodes))
+        for step in steps:
+            say(f"repair slot {step.slot}: {step.kind} ({step.reason})")
+            await _apply_step(step, by_id, nodes, progress)
+        keys_moved = progress.keys
+        orphans = await _rehome_orphans(nodes, progress, say)
+    finally:
+        await _close(nodes)
+    return RepairReport(tuple(steps), keys_moved, orphans)
+
+
+_MOVE = dict(batch_bytes=64 * 1024, keys_per_scan=256, timeout_ms=5000)
+
+
+async def _apply_step(
+    step: RepairStep,
+    by_id: Mapping[str, _Node],
+    nodes: Sequence[_Node],
+    progress: MigrationProgress,
+) -> None:
+    slot = step.slot
+    if step.kind == "assign":
+        owner = by_id[step.target] if step.target else await _least_loaded(nodes)
+        await owner.cmd("CLUSTER", "ADDSLOTS", slot)
+        return
+    if step.kind == "roll-back":
+        owner = by_id.get(step.source or "")
+        for node in ([owner] if owner else []) + [n for n in nodes if n is not owner]:
+            await node.cmd("CLUSTER", "SETSLOT", slot, "STABLE")  # the owner first: no new ASK
+        return
+    source, target = by_id[step.source or ""], by_id[step.target or ""]
+    me = await _myself(source)
+    owns = _claims(me, slot)
+    if owns:
+        await target.cmd("CLUSTER", "SETSLOT", slot, "IMPORTING", source.node_id)
+        await source.cmd("CLUSTER", "SETSLOT", slot, "MIGRATING", target.node_id)
+        await _move_keys(source, target, slot, progress, **_MOVE)
+    elif int(await source.cmd("CLUSTER", "COUNTKEYSINSLOT", slot)):
+        await _evacuate(source, target, slot, progress)
+    await _assign(slot, target, [n for n in nodes if n is not target])
+
+
+async def _least_loaded(nodes: Sequence[_Node]) -> _Node:
+    loads = [(sum(hi - lo + 1 for lo, hi in (await _myself(n)).slots), n.node_id, n) for n in nodes]
+    return min(loads, key=lambda t: (t[0], t[1]))[2]
+
+
+async def _evacuate(holder: _Node, owner: _Node, slot: int, progress: MigrationProgress) -> None:
+    """Move a non-owner's keys of ``slot`` to its owner (marked importing to reach them)."""
+    await holder.cmd("CLUSTER", "SETSLOT", slot, "IMPORTING", owner.node_id)
+    try:
+        await _move_keys(holder, owner, slot, progress, asking=True, **_MOVE)
+    finally:
+        await holder.cmd("CLUSTER", "SETSLOT", slot, "STABLE")
+
+
+async def _rehome_orphans(
+    nodes: Sequence[_Node], progress: MigrationProgress, say: Callable[[str], Any]
+) -> int:
+    before = progress.keys
+    selves, epochs = await _self_views(nodes)
+    by_id = {n.node_id: n for n in nodes}
+    for (node_id, slot), _count in sorted((await _key_counts(nodes)).items()):
+        owner = _owner_of(slot, selves, epochs)
+        if owner is None or owner == node_id:
+            continue
+        say(f"repair slot {slot}: {_count} orphan key(s) on {node_id[:8]} go to {owner[:8]}")
+        await _evacuate(by_id[node_id], by_id[owner], slot, progress)
+    return progress.keys - before
