@@ -117,16 +117,16 @@ def test_a_cluster_that_does_not_converge_names_the_node_and_stops(tmp_path):
 
 
 def processes_running_in(state_dir: Path) -> list[int]:
-    """PIDs of live processes whose command line names ``state_dir`` (a node's --dir)."""
+    """PIDs of live processes working in a folder under ``state_dir`` (a node's --dir:
+    redis-server rewrites its command line, but it works in its own folder)."""
     pids = []
-    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+    for cwd in Path("/proc").glob("[0-9]*/cwd"):
         try:
-            if str(state_dir).encode() in cmdline.read_bytes():
-                pid = int(cmdline.parent.name)
-                if process_alive(pid):
-                    pids.append(pid)
+            inside = Path(os.readlink(cwd)).is_relative_to(state_dir)
         except OSError:
-            pass
+            continue
+        if inside and process_alive(int(cwd.parent.name)):
+            pids.append(int(cwd.parent.name))
     return pids
 
 
