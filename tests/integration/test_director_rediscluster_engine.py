@@ -47,6 +47,14 @@ def read_keys(testbed: RedisClusterTestbed) -> list[str | None]:
         return [client.get(f"key:{k}") for k in range(KEYS)]
 
 
+def wait_for(condition, timeout_s: float = 60.0) -> None:
+    """Poll until ``condition()`` holds (a failover takes node_timeout plus an election)."""
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.1)
+
+
 def assert_all_exited(pids: list[int], state_dir: Path) -> None:
     assert pids and all(not process_alive(pid) for pid in pids), pids
     assert processes_running_in(state_dir) == []
@@ -78,6 +86,17 @@ def test_cluster_forms_serves_and_takes_a_new_node(tmp_path):
             known = {n.node_id for n in cluster_view(node.port) if "handshake" not in n.flags}
             assert new.node_id in known, node.name
         assert RedisClusterTestbed.load(tmp_path).node("node-7").port == new.port
+
+        # a killed master's replica takes over; the master comes back as its replica
+        testbed.stop_node("node-0", kill=True)
+        wait_for(lambda: testbed.live_view().get("node-3") == ("master", 5462))
+        pids.append(testbed.restart_node("node-0").pid)
+        wait_for(lambda: testbed.live_view().get("node-0") == ("replica", 0))
+        refreshed = {n.name: (n.role, n.master) for n in testbed.refresh()}
+        assert refreshed["node-0"] == ("replica", "node-3")
+        assert refreshed["node-3"] == ("master", None) and refreshed["node-7"][0] == "standby"
+        assert RedisClusterTestbed.load(tmp_path).node("node-0").role == "replica"
+        assert read_keys(testbed) == [f"value-{k}" for k in range(KEYS)]
     finally:
         stopped = testbed.down()
     assert stopped == 8

@@ -18,6 +18,7 @@ from geoslo.live.director.rediscluster import (
     default_command_template,
     parse_cluster_nodes,
     render_command,
+    roles_in_view,
     slot_ranges,
 )
 
@@ -137,3 +138,23 @@ def test_template_is_shell_split_like_a_command_line():
     template = default_command_template("/path with space/redis-server")
     assert render_command(template, 1, Path("/d"), 2)[0] == "/path with space/redis-server"
     assert shlex.quote("/path with space/redis-server") in template
+
+
+def _node(name: str, node_id: str, role: str = "master") -> NodeInfo:
+    return NodeInfo(name, "127.0.0.1", 7000, node_id, role, 1)
+
+
+def test_roles_in_view_follow_the_cluster_not_the_start():
+    nodes = [_node("node-0", "e7d1"), _node("node-1", "67ed"), _node("node-2", "07c3", "replica"),
+             _node("node-3", "292f", "standby"), _node("node-4", "9fd3"),
+             _node("node-5", "absent")]  # fmt: skip
+    # 67ed serves slots now; 07c3 replicates e7d1; 292f holds slots; 9fd3 failed
+    assert roles_in_view(nodes, parse_cluster_nodes(NODES_REPLY)) == {
+        "node-0": ("master", None),
+        "node-1": ("master", None),
+        "node-2": ("replica", "node-0"),
+        "node-3": ("master", None),
+        "node-4": ("failed", None),
+    }
+    empty = parse_cluster_nodes("e7d1 127.0.0.1:30001@31001 myself,master - 0 0 1 connected\n")
+    assert roles_in_view(nodes, empty) == {"node-0": ("standby", None)}

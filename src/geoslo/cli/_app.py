@@ -624,7 +624,7 @@ def testbed_status(state_dir: StateDirOption = None) -> None:
     if testbed is None:
         typer.echo("no testbed recorded (start one with `geoslo testbed up`)")
         raise typer.Exit(1)
-    if hasattr(testbed, "slot_counts"):
+    if hasattr(testbed, "live_view"):
         _print_cluster_status(testbed)
     else:
         _print_status(testbed)
@@ -670,14 +670,14 @@ def _print_status(testbed) -> None:
 
 
 def _print_cluster_status(cluster) -> None:
-    """One row per node: name, role, port, slots served (as the cluster sees it), pid."""
+    """One row per node: name, role and slots served (as the cluster sees them), port, pid."""
     typer.echo(f"redis-cluster in {cluster.state_dir} ({cluster.cpu_limit})")
-    slots = cluster.slot_counts()
+    live = cluster.live_view()
     for p, node in zip(cluster.status(), cluster.nodes(), strict=True):
         state = "up" if p["alive"] else "DOWN"
-        count = slots.get(node.name, "?")
+        role, count = live.get(node.name, (node.role, "?"))
         typer.echo(
-            f"  {node.name:<8} {node.role:<8} port {node.port:<6} slots {count:<6}"
+            f"  {node.name:<8} {role:<8} port {node.port:<6} slots {count:<6}"
             f" pid {p['pid']:<8} {state}"
         )
 

@@ -18,6 +18,7 @@ from geoslo.live.director.rediscluster._engine import (
     default_command_template,
     parse_cluster_nodes,
     render_command,
+    roles_in_view,
     slot_ranges,
 )
 from geoslo.live.director.rediscluster._migrate import (
@@ -44,6 +45,7 @@ __all__ = [
     "default_command_template",
     "parse_cluster_nodes",
     "render_command",
+    "roles_in_view",
     "slot_ranges",
     # slot migration, adding and removing masters, repair (_migrate)
     "MigrationProgress",

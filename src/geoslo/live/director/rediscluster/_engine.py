@@ -46,6 +46,7 @@ __all__ = [
     "default_command_template",
     "parse_cluster_nodes",
     "render_command",
+    "roles_in_view",
     "slot_ranges",
 ]
 
@@ -227,6 +228,28 @@ def parse_cluster_nodes(text: str) -> list[ClusterNode]:
             )
         )
     return nodes
+
+
+def roles_in_view(
+    nodes: list[NodeInfo], view: list[ClusterNode]
+) -> dict[str, tuple[str, str | None]]:
+    """Each node's role now, as ``view`` shows it, by name: ("replica", its master's name),
+    ("master", None) while it serves slots, ("standby", None) for an empty master, or
+    ("failed", None); nodes the view lacks are left out."""
+    seen = {n.node_id: n for n in view}
+    names = {n.node_id: n.name for n in nodes}
+    roles = {}
+    for node in nodes:
+        entry = seen.get(node.node_id)
+        if entry is None:
+            continue
+        if entry.failed:
+            roles[node.name] = ("failed", None)
+        elif not entry.is_master:
+            roles[node.name] = ("replica", names.get(entry.master_id or ""))
+        else:
+            roles[node.name] = ("master" if entry.slot_count else "standby", None)
+    return roles
 
 
 def _topology(view: list[ClusterNode]) -> frozenset:
@@ -493,6 +516,16 @@ class RedisClusterTestbed:
         self._start_process(record)
         return NodeInfo(**record)
 
+    def refresh(self) -> list[NodeInfo]:
+        """Record every node's role as the cluster sees it now (after a failover, or a
+        standby given slots) and return the nodes."""
+        for name, (role, master) in roles_in_view(self.nodes(), self.cluster_view()).items():
+            if role in ROLES:
+                record = self._record(name)
+                record["role"], record["master"] = role, master
+        self.save()
+        return self.nodes()
+
     def set_role(self, name: str, role: str, master: str | None = None) -> None:
         """Record a node's new role (a standby given slots becomes a master)."""
         if role not in ROLES:
@@ -508,13 +541,18 @@ class RedisClusterTestbed:
             raise TestbedError("no node of the cluster runs")
         return cluster_view(live[0]["port"])
 
-    def slot_counts(self) -> dict[str, int]:
-        """Slots each node serves as the cluster sees it, by node name ({} if none answers)."""
+    def live_view(self) -> dict[str, tuple[str, int]]:
+        """Each node's role and slot count as the cluster sees it now, by node name
+        ({} if no node answers); for the status table."""
         try:
-            view = {n.node_id: n.slot_count for n in self.cluster_view()}
+            view = self.cluster_view()
         except (TestbedError, redis.exceptions.RedisError):
             return {}
-        return {r["name"]: view[r["node_id"]] for r in self.records if r["node_id"] in view}
+        slots = {n.node_id: n.slot_count for n in view}
+        roles = roles_in_view(self.nodes(), view)
+        return {
+            name: (role, slots[self._record(name)["node_id"]]) for name, (role, _) in roles.items()
+        }
 
     def _record(self, name: str) -> dict:
         for record in self.records:
