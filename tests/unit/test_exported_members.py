@@ -31,6 +31,12 @@ PACKAGES = {
     "geoslo.control.director": {"DirectorConfig", "DirectorLoop", "decide", "Action", "Plan"},
     "geoslo.sim.director": {"ServerPerformance", "SimSettings", "Workload", "simulate"},
     "geoslo.live.director": {"DirectorCluster", "ClusterConfig", "replay_load", "LoadSpec"},
+    "geoslo.live.director.rediscluster": {
+        "ClusterSpec",
+        "RedisClusterTestbed",
+        "NodeInfo",
+        "SLOTS_PER_BIN",
+    },
     "geoslo.experiments.director": {
         "reproduce",
         "check_done",
