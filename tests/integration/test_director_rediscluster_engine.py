@@ -19,7 +19,7 @@ from typer.testing import CliRunner
 
 from geoslo.cli import app
 from geoslo.errors import TestbedError
-from geoslo.live._processes import process_alive
+from geoslo.live._processes import find_program, process_alive
 from geoslo.live.director.rediscluster import ClusterSpec, RedisClusterTestbed, cluster_view
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("needs_redis")]
@@ -126,6 +126,22 @@ def test_a_killed_master_restarts_with_its_aof_data(tmp_path):
         assert read_keys(testbed) == [f"value-{k}" for k in range(KEYS)]
         pids = [n.pid for n in testbed.nodes()]
     assert_all_exited(pids + [victim.pid], tmp_path)
+
+
+def test_a_users_template_without_a_bus_port_forms_a_cluster(tmp_path):
+    """A user's own provisioning command: only {port} and {dir}; the bus is port + 10000."""
+    redis_path = find_program("redis-server", "redis-server", install=False)
+    template = (f"{redis_path} --port {{port}} --dir {{dir}} --bind 127.0.0.1"
+                " --cluster-enabled yes --appendonly yes --save ''")  # fmt: skip
+    spec = ClusterSpec(masters=2, standbys=1, command_template=template)
+    with RedisClusterTestbed.up(spec, tmp_path, progress=lambda line: None) as testbed:
+        assert all(n.bus_port == n.port + 10000 for n in testbed.nodes())
+        assert testbed.live_view() == {
+            "node-0": ("master", 8192), "node-1": ("master", 8192), "node-2": ("standby", 0)
+        }  # fmt: skip
+        assert testbed.start_node().bus_port == testbed.node("node-3").port + 10000
+        pids = [n.pid for n in testbed.nodes()]
+    assert_all_exited(pids, tmp_path)
 
 
 def test_a_cluster_that_does_not_converge_names_the_node_and_stops(tmp_path):

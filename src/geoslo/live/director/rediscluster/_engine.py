@@ -257,6 +257,19 @@ def _topology(view: list[ClusterNode]) -> frozenset:
     return frozenset((n.node_id, n.is_master, n.master_id, n.slots) for n in view if not n.failed)
 
 
+def _node_ports(own_bus_port: bool) -> tuple[int, int]:
+    """A free client port and the cluster bus port: a free one when the template sets
+    ``{bus_port}``, else Redis's port + 10000 (so the client port must be below 55536)."""
+    if own_bus_port:
+        port, bus_port = free_ports(2)
+        return port, bus_port
+    for _ in range(100):
+        (port,) = free_ports(1)
+        if port + 10000 <= 65535:
+            return port, port + 10000
+    raise TestbedError("no free port below 55536 for a node whose bus port is port + 10000")
+
+
 def _group_name(state_dir: Path, node: str) -> str:
     """A cgroup name unique to this testbed's folder and node (parallel testbeds differ)."""
     digest = sha1(str(state_dir.resolve()).encode()).hexdigest()[:10]
@@ -356,9 +369,7 @@ class RedisClusterTestbed:
         directory = self.state_dir / name
         shutil.rmtree(directory, ignore_errors=True)  # a new node: no old AOF or nodes.conf
         directory.mkdir(parents=True)
-        port, bus_port = free_ports(2)
-        if not uses_bus_port(self.template):
-            bus_port = port + 10000
+        port, bus_port = _node_ports(uses_bus_port(self.template))
         record = {
             "name": name, "host": HOST, "port": port, "node_id": "", "role": role,
             "pid": None, "bus_port": bus_port, "dir": str(directory), "master": master,
