@@ -462,3 +462,13 @@ def test_service_work_never_draws_below_min_ms():
 def test_service_work_rejects_a_mean_that_is_not_positive(mean_ms):
     with pytest.raises(ConfigError, match="service_mean_ms"):
         ServiceWork(mean_ms=mean_ms)
+
+
+@pytest.mark.parametrize("kind", READER_KINDS)
+def test_the_environment_chooses_the_default_reader(monkeypatch, kind):
+    if kind not in REPLY_READERS:
+        pytest.skip(f"{kind} is not installed (pip install hiredis)")
+    monkeypatch.setenv("GEOSLO_RESP_READER", kind)
+    reader = new_reply_reader()
+    assert isinstance(reader, PythonReader) == (kind == "python")
+    assert type(reader) is type(REPLY_READERS[kind]())

@@ -11,6 +11,7 @@ reference with the same interface that the tests compare it with
 from __future__ import annotations
 
 import asyncio
+import os
 from collections import deque
 
 from geoslo.errors import TestbedError
@@ -30,6 +31,7 @@ __all__ = [
 ]
 
 READ_CHUNK_BYTES = 1 << 16
+READER_VARIABLE = "GEOSLO_RESP_READER"  # hiredis or python: the default reply reader
 
 
 class RedisReplyError(TestbedError):
@@ -96,9 +98,10 @@ if hiredis is not None:
 
 
 def new_reply_reader(kind: str | None = None):
-    """A reply reader: ``kind`` one of ``REPLY_READERS`` (default hiredis if installed)."""
+    """A reply reader: ``kind`` one of ``REPLY_READERS``; by default the environment's
+    ``GEOSLO_RESP_READER``, else hiredis if it is installed."""
     if kind is None:
-        kind = "hiredis" if hiredis is not None else "python"
+        kind = os.environ.get(READER_VARIABLE) or ("hiredis" if hiredis is not None else "python")
     try:
         return REPLY_READERS[kind]()
     except KeyError:

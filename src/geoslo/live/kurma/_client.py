@@ -36,6 +36,27 @@ __all__ = ["SiteClient", "RequestLog", "IntervalCounters"]
 DOWN_BACKOFF_MS = 500.0  # a host that refused a connection is skipped this long
 REPLY_OVERHEAD_BYTES = 16  # RESP framing of a reply, for the WAN byte count
 WATCHDOG_FRACTION = 0.1  # deadlines are checked every 10% of the request timeout
+DRAW_BLOCK = 1024  # random numbers drawn from numpy at a time (_Draws)
+
+
+def _stream(draw):
+    """The numbers of ``draw(DRAW_BLOCK)``, one at a time, block after block."""
+    while True:
+        yield from draw(DRAW_BLOCK).tolist()
+
+
+class _Draws:
+    """``rng`` with ``random()`` and ``standard_exponential()`` served from blocks drawn
+    ahead (a step of a list iterator a request, not a call into numpy); every other method
+    is ``rng``'s. The same seed gives the same numbers for the same sequence of calls."""
+
+    def __init__(self, rng: np.random.Generator) -> None:
+        self.generator = rng
+        self.random = _stream(rng.random).__next__
+        self.standard_exponential = _stream(rng.standard_exponential).__next__
+
+    def __getattr__(self, name: str):
+        return getattr(self.generator, name)
 
 
 class IntervalCounters:
@@ -223,7 +244,7 @@ class SiteClient:
         self.base_rtt_window_s = base_rtt_window_s
         self.use_agent = use_agent
         self.work = testbed.spec.work
-        self.rng = np.random.default_rng(seed)
+        self.rng = _Draws(np.random.default_rng(seed))
         self.counters = IntervalCounters(len(self.sites))
         self.log = RequestLog(len(self.sites), slo_ms)
         self.plans_received = 0
@@ -269,40 +290,54 @@ class SiteClient:
     async def get(self, key: bytes) -> bytes | None:
         """Read ``key`` from the site the policy picks; None if it failed (counted)."""
         self.counters.arrivals += 1
-        host = self.policy.choose(self.rng, _now_ms())
+        host = self.policy.choose(self.rng, time.perf_counter() * 1e3)
         payload = get_payload(key, self.work.draw_s(self.rng))
-        reply = await self._request(host, payload, False)
+        issued, start = time.time(), time.perf_counter()
+        try:
+            reply = await self._send(host, payload, start)
+        except (TimeoutError, TestbedError):
+            reply = self._failed(host)
+        self._finish(host, payload, reply, issued, start, False)
         return reply[1] if reply is not None else None
 
     async def put(self, key: bytes, value: bytes) -> bool:
         """Write ``key`` at the site the policy picks, then propagate it everywhere."""
         self.counters.arrivals += 1
         self.counters.writes += 1
-        host = self.policy.choose(self.rng, _now_ms())
+        host = self.policy.choose(self.rng, time.perf_counter() * 1e3)
         payload = put_payload(key, value, self.work.draw_s(self.rng))
-        ok = await self._request(host, payload, True) is not None
-        if ok:
-            self._propagate(*host, key, value)
-        return ok
-
-    async def _request(self, host: tuple[int, int], payload: bytes, write: bool):
-        """Send ``payload`` (two commands) to ``host``, the policy's tuple (reused as the
-        key of its connection: no allocation a request), time it and count it."""
-        issued = time.time()
-        start = time.perf_counter()
-        site, server = host
-        reply = None
+        issued, start = time.time(), time.perf_counter()
         try:
-            connection = self._connections.get(host)
-            if connection is None or connection.closed:
-                connection = await self._connection(site, server)
-            reply = await self._with_deadline(connection.send(payload, 2), start)
+            reply = await self._send(host, payload, start)
         except (TimeoutError, TestbedError):
-            self.policy.mark_down(site, server, _now_ms() + DOWN_BACKOFF_MS)
+            reply = self._failed(host)
+        self._finish(host, payload, reply, issued, start, True)
+        if reply is not None:
+            self._propagate(*host, key, value)
+        return reply is not None
+
+    def _send(self, host: tuple[int, int], payload: bytes, start: float):
+        """Send ``payload`` (two commands) to ``host``, the policy's tuple (reused as the
+        key of its connection): the reply's future, under the request's deadline. Only a
+        first request to a host awaits (its connection opening): a coroutine then."""
+        connection = self._connections.get(host)
+        if connection is None or connection.closed:
+            return self._connect_and_send(host, payload, start)
+        return self._with_deadline(connection.send(payload, 2), start)
+
+    async def _connect_and_send(self, host: tuple[int, int], payload: bytes, start: float):
+        connection = await self._connection(*host)
+        return await self._with_deadline(connection.send(payload, 2), start)
+
+    def _failed(self, host: tuple[int, int]) -> None:
+        """A request that failed or timed out: its host is skipped for a while."""
+        self.policy.mark_down(*host, _now_ms() + DOWN_BACKOFF_MS)
+
+    def _finish(self, host, payload: bytes, reply, issued: float, start: float, write: bool):
+        """Time the request (from ``start``, perf_counter s, when it was sent) and count it."""
         response_ms = (time.perf_counter() - start) * 1e3
-        self._count(site, server, payload, reply, response_ms, issued)
-        self.log.append(issued, site, response_ms, reply is not None, write)
-        return reply
+        self._count(host[0], host[1], payload, reply, response_ms, issued)
+        self.log.append(issued, host[0], response_ms, reply is not None, write)
 
     def _with_deadline(self, future: asyncio.Future, sent: float) -> asyncio.Future:
         """``future``, failed with TimeoutError if it is not done ``timeout_s`` after
@@ -421,4 +456,5 @@ class SiteClient:
 
 
 def _now_ms() -> float:
-    return time.monotonic() * 1e3
+    """The policies' clock (ms): perf_counter's, which the request path reads anyway."""
+    return time.perf_counter() * 1e3
