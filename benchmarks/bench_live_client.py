@@ -1,29 +1,35 @@
 """Benchmark of the live client library's own overhead per request (a script, not a test).
 
-    python benchmarks/bench_live_client.py [--requests 20000] [--blocks 5] [--json PATH]
+    python benchmarks/bench_live_client.py [--rounds 20] [--requests 2000] [--json PATH]
+    GEOSLO_RESP_READER=python python benchmarks/bench_live_client.py   # our Python reader
 
 Starts a small testbed (2 sites, 1 Redis server each, backend work ~0) in a temporary
 folder, always stops it, and times closed-loop sequential GETs of one key on the LOCAL
-server (no WAN), each request with ``time.perf_counter_ns``, for four variants measured
-in the same run, interleaved request by request (one of each variant in turn, the order
-rotated every time), so that the machine's load falls on all of them alike; the run is
-cut into blocks, and each figure is the median over blocks of that block's percentile
-(a burst of load from elsewhere spoils one block, not the figure):
+server (no WAN), each request with ``time.perf_counter_ns``, for these variants measured
+in the same run, interleaved request by request (one of each in turn, in a random order
+every time) so that the machine's load falls on all of them alike:
 
-* ``redis-py``: a plain ``redis.asyncio.Redis`` client's GET (the baseline; its reply
-  parser, hiredis or pure Python, is printed);
+* ``redis-py``: a plain ``redis.asyncio.Redis`` client's GET with its strongest reply
+  parser, hiredis (the baseline of issue 17 §3);
+* ``redis-py (Python)``: the same client with its pure-Python parser (the baseline as it
+  was without hiredis);
 * ``raw GET``: geoslo's ``RedisConnection.command("GET", key)`` (one command);
-* ``raw DEBUG+GET``: ``RedisConnection.send(get_payload(key, 0.0), 2)``, the two
-  pipelined commands SiteClient sends, without any of the library's own work;
+* ``raw DEBUG+GET`` and ``raw DEBUG+GET'``: ``RedisConnection.send(get_payload(key, 0.0),
+  2)``, the two pipelined commands SiteClient sends without any of the library's own
+  work, on two connections: the second is the benchmark's noise floor (the "added share"
+  it measures between two identical variants);
 * ``SiteClient``: ``SiteClient(testbed, "London", "AllLocal", use_agent=False).get(key)``.
 
-Prints p50, p99 and mean per variant, their ratios to both baselines, and the library's
-added share: SiteClient minus ``raw DEBUG+GET`` at p50 and at p99 (routing, timing,
-counting, logging), as a ratio of redis-py's GET at the same percentile (issue 17 §3:
-under 0.10 at p99). Then the library's own work per request without any I/O (SiteClient
-over a connection whose reply is already there), and ``RatesPolicy.choose`` per call
-against the list-scanning implementation it replaced (kept below as ``_reference_choose``).
-Needs ``redis-server`` on the PATH and the ``redis`` package (redis-py).
+The run is cut into rounds; in each round the library's added share is SiteClient minus
+``raw DEBUG+GET`` at p50 and at p99 (routing, timing, counting, logging, the deadline), as
+a ratio of redis-py's GET at the same percentile (issue 17 §3: under 0.10 at p99). The
+figures are the median over rounds of the per-round ratios, with their quartiles and
+range, so a burst of load from elsewhere spoils a round, not the figure. Then the
+library's own work per request without any I/O (SiteClient over a connection whose reply
+is already there), and ``RatesPolicy.choose`` per call against the list-scanning
+implementation it replaced (kept below as ``_reference_choose``). Our connections parse
+with hiredis unless ``GEOSLO_RESP_READER=python``. Needs ``redis-server`` on the PATH and
+the ``redis`` and ``hiredis`` packages.
 """
 
 from __future__ import annotations
@@ -31,6 +37,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import tempfile
 import time
 from pathlib import Path
@@ -38,10 +45,11 @@ from pathlib import Path
 import numpy as np
 import redis
 import redis.asyncio
+from redis._parsers import _AsyncRESP2Parser
 from redis.utils import HIREDIS_AVAILABLE
 
 from geoslo.live._backend import get_payload, key_name
-from geoslo.live._resp import RedisConnection
+from geoslo.live._resp import RedisConnection, new_reply_reader
 from geoslo.live.kurma._client import SiteClient
 from geoslo.live.kurma._policies import RatesPolicy
 from geoslo.live.kurma._testbed import Testbed, TestbedSpec
@@ -50,7 +58,22 @@ SITE = "London"
 KEY = key_name(0)
 # DEBUG SLEEP's argument is formatted with 6 decimals, so this mean sends "0.000000".
 SERVICE_MEAN_MS = 1e-6
-VARIANTS = ("redis-py", "raw GET", "raw DEBUG+GET", "SiteClient")
+BASELINE = "redis-py"
+VARIANTS = (
+    BASELINE,
+    "redis-py (Python)",
+    "raw GET",
+    "raw DEBUG+GET",
+    "raw DEBUG+GET'",
+    "SiteClient",
+)
+# name: (variant, the variant it is compared with, the redis-py it is a share of)
+SHARES = {
+    "library": ("SiteClient", "raw DEBUG+GET", BASELINE),
+    "library vs redis-py (Python)": ("SiteClient", "raw DEBUG+GET", "redis-py (Python)"),
+    "noise floor": ("raw DEBUG+GET'", "raw DEBUG+GET", BASELINE),
+}
+PERCENTILES = (50, 99)
 
 
 async def _timed(op, n: int, out: list[int]) -> None:
@@ -62,41 +85,55 @@ async def _timed(op, n: int, out: list[int]) -> None:
         out.append(clock() - start)
 
 
-async def _interleaved(ops: dict, n: int, samples: dict[str, list[int]]) -> None:
-    """``n`` requests of every variant, one of each in turn, the order rotated each time."""
+async def _interleaved(
+    ops: dict, n: int, samples: dict[str, list[int]], rng: np.random.Generator
+) -> None:
+    """``n`` requests of every variant, one of each in turn, in a random order each time:
+    every variant follows every other one equally often (a request that follows one of
+    its own kind finds its code in the caches, which a fixed order would give to some)."""
     clock = time.perf_counter_ns
     names = list(ops)
-    for i in range(n):
-        k = i % len(names)
-        for name in names[k:] + names[:k]:
+    for order in rng.permuted(np.tile(np.arange(len(names)), (n, 1)), axis=1).tolist():
+        for k in order:
+            name = names[k]
             op = ops[name]
             start = clock()
             await op()
             samples[name].append(clock() - start)
 
 
-async def _measure(testbed: Testbed, requests: int, blocks: int, warmup: int) -> list:
+def _redis_py(port: int, python_parser: bool) -> redis.asyncio.Redis:
+    if not python_parser:
+        return redis.asyncio.Redis(host="127.0.0.1", port=port)
+    pool = redis.asyncio.ConnectionPool(host="127.0.0.1", port=port, parser_class=_AsyncRESP2Parser)
+    return redis.asyncio.Redis(connection_pool=pool)
+
+
+async def _measure(testbed: Testbed, requests: int, rounds: int, warmup: int, seed: int) -> list:
+    """Per round, every variant's request times (ns)."""
     port = testbed.server_port(SITE, SITE, 0)
-    plain = redis.asyncio.Redis(host="127.0.0.1", port=port)
-    raw = await RedisConnection.open(port)
+    plain, plain_python = _redis_py(port, False), _redis_py(port, True)
+    raw, pipelined, again = [await RedisConnection.open(port) for _ in range(3)]
     client = SiteClient(testbed, SITE, "AllLocal", use_agent=False)
     await client.start()
     two_commands = get_payload(KEY, 0.0)
     value = b"v" * testbed.spec.value_bytes
 
-    async def redis_py_get():
-        return await plain.get(KEY)
-
     async def raw_get():
         return await raw.command(b"GET", KEY)
 
     async def raw_debug_get():
-        return (await raw.send(two_commands, 2))[1]
+        return (await pipelined.send(two_commands, 2))[1]
+
+    async def raw_debug_get_again():
+        return (await again.send(two_commands, 2))[1]
 
     ops = {
-        "redis-py": redis_py_get,
+        BASELINE: lambda: plain.get(KEY),
+        "redis-py (Python)": lambda: plain_python.get(KEY),
         "raw GET": raw_get,
         "raw DEBUG+GET": raw_debug_get,
+        "raw DEBUG+GET'": raw_debug_get_again,
         "SiteClient": lambda: client.get(KEY),
     }
     try:
@@ -105,84 +142,88 @@ async def _measure(testbed: Testbed, requests: int, blocks: int, warmup: int) ->
                 raise RuntimeError(f"{name}: GET {KEY!r} did not return the stored value")
         for op in ops.values():
             await _timed(op, warmup, [])
-        blocks_samples = []
-        for size in _block_sizes(requests, blocks):
+        per_round, rng = [], np.random.default_rng(seed)
+        for _ in range(rounds):
             samples: dict[str, list[int]] = {name: [] for name in VARIANTS}
-            await _interleaved(ops, size, samples)
-            blocks_samples.append(samples)
+            await _interleaved(ops, requests, samples, rng)
+            per_round.append(samples)
         errors = int(client.counters.errors.sum())
         if errors:
             raise RuntimeError(f"SiteClient counted {errors} failed requests")
     finally:
         await client.close()
-        await raw.close()
+        for connection in (raw, pipelined, again):
+            await connection.close()
         await plain.aclose()
-    return blocks_samples
+        await plain_python.aclose()
+    return per_round
 
 
-def _block_sizes(requests: int, blocks: int) -> list[int]:
-    return [requests // blocks + (b < requests % blocks) for b in range(blocks)]
-
-
-def _block_stats(ns: list[int]) -> dict[str, float]:
+def _percentiles_us(ns: list[int]) -> dict[int, float]:
     us = np.asarray(ns, dtype=float) / 1e3
-    return {
-        "p50_us": float(np.percentile(us, 50)),
-        "p99_us": float(np.percentile(us, 99)),
-        "mean_us": float(us.mean()),
-    }
+    return dict(zip(PERCENTILES, np.percentile(us, PERCENTILES).tolist(), strict=True))
 
 
-def _stats(blocks: list[list[int]]) -> dict[str, float]:
-    """Median over blocks of each block's p50, p99 and mean (us)."""
-    per_block = [_block_stats(ns) for ns in blocks]
-    stats = {k: float(np.median([b[k] for b in per_block])) for k in per_block[0]}
-    stats["n"] = sum(len(ns) for ns in blocks)
-    return stats
+def _spread(values: list[float]) -> dict[str, float]:
+    """Median, quartiles and range of per-round values."""
+    q = np.percentile(values, [0, 25, 50, 75, 100])
+    return dict(zip(("min", "q25", "median", "q75", "max"), q.tolist(), strict=True))
 
 
-def report(blocks: list[dict[str, list[int]]]) -> dict:
-    stats = {name: _stats([b[name] for b in blocks]) for name in VARIANTS}
-    base_py, base_raw = stats["redis-py"], stats["raw GET"]
-    header = (
-        f"{'variant':<15}{'p50 us':>9}{'p99 us':>9}{'mean us':>9}"
-        f"{'p50/redis-py':>14}{'p99/redis-py':>14}{'p50/raw':>9}{'p99/raw':>9}"
-    )
+def round_shares(per_round: list[dict[str, list[int]]]) -> dict:
+    """Per round: each variant's p50/p99 (us) and each share of ``SHARES`` at both."""
+    times = {name: {p: [] for p in PERCENTILES} for name in VARIANTS}
+    shares = {name: {p: [] for p in PERCENTILES} for name in SHARES}
+    for samples in per_round:
+        at = {name: _percentiles_us(samples[name]) for name in VARIANTS}
+        for name in VARIANTS:
+            for p in PERCENTILES:
+                times[name][p].append(at[name][p])
+        for name, (variant, reference, base) in SHARES.items():
+            for p in PERCENTILES:
+                shares[name][p].append((at[variant][p] - at[reference][p]) / at[base][p])
+    return {"times_us": times, "shares": shares}
+
+
+def report(per_round: list[dict[str, list[int]]]) -> dict:
+    measured = round_shares(per_round)
+    times, shares = measured["times_us"], measured["shares"]
+    header = f"{'variant':<20}{'p50 us':>9}{'p99 us':>9}{'p50/redis-py':>14}{'p99/redis-py':>14}"
     print(header)
     print("-" * len(header))
-    for name, s in stats.items():
-        s["p50_vs_redis_py"] = s["p50_us"] / base_py["p50_us"]
-        s["p99_vs_redis_py"] = s["p99_us"] / base_py["p99_us"]
-        s["p50_vs_raw_get"] = s["p50_us"] / base_raw["p50_us"]
-        s["p99_vs_raw_get"] = s["p99_us"] / base_raw["p99_us"]
+    summary: dict = {"variants": {}, "shares": {}}
+    for name in VARIANTS:
+        row = {f"p{p}_us": float(np.median(times[name][p])) for p in PERCENTILES}
+        for p in PERCENTILES:
+            ratios = np.divide(times[name][p], times[BASELINE][p])
+            row[f"p{p}_vs_redis_py"] = float(np.median(ratios))
+        summary["variants"][name] = row
         print(
-            f"{name:<15}{s['p50_us']:>9.1f}{s['p99_us']:>9.1f}{s['mean_us']:>9.1f}"
-            f"{s['p50_vs_redis_py']:>14.2f}{s['p99_vs_redis_py']:>14.2f}"
-            f"{s['p50_vs_raw_get']:>9.2f}{s['p99_vs_raw_get']:>9.2f}"
+            f"{name:<20}{row['p50_us']:>9.1f}{row['p99_us']:>9.1f}"
+            f"{row['p50_vs_redis_py']:>14.2f}{row['p99_vs_redis_py']:>14.2f}"
         )
-    site, pipelined = stats["SiteClient"], stats["raw DEBUG+GET"]
-    overhead = {
-        "p50_us": site["p50_us"] - pipelined["p50_us"],
-        "p99_us": site["p99_us"] - pipelined["p99_us"],
-        "mean_us": site["mean_us"] - pipelined["mean_us"],
-    }
-    overhead["p50_vs_redis_py"] = overhead["p50_us"] / base_py["p50_us"]
-    overhead["p99_vs_redis_py"] = overhead["p99_us"] / base_py["p99_us"]
-    protocol = {
-        "p50_us": pipelined["p50_us"] - base_raw["p50_us"],
-        "p99_us": pipelined["p99_us"] - base_raw["p99_us"],
-    }
+    print("added share, median over rounds [quartiles] (range):")
+    for name, (variant, reference, base) in SHARES.items():
+        summary["shares"][name] = {f"p{p}": _spread(shares[name][p]) for p in PERCENTILES}
+        text = "  ".join(
+            f"p{p} {s['median']:+.3f} [{s['q25']:+.3f}, {s['q75']:+.3f}] "
+            f"({s['min']:+.3f}, {s['max']:+.3f})"
+            for p, s in ((p, summary["shares"][name][f"p{p}"]) for p in PERCENTILES)
+        )
+        print(f"  {name:<30} ({variant} - {reference}) / {base}: {text}")
+    library = summary["shares"]["library"]["p99"]
+    held = sum(s < 0.10 for s in shares["library"][99])
     print(
-        f"library's added share (SiteClient - raw DEBUG+GET): p50 {overhead['p50_us']:+.1f} us "
-        f"= {overhead['p50_vs_redis_py']:.3f} of redis-py's p50, p99 {overhead['p99_us']:+.1f} us "
-        f"= {overhead['p99_vs_redis_py']:.3f} of redis-py's p99 (target < 0.10); "
-        f"mean {overhead['mean_us']:+.1f} us (differences of percentiles)"
+        f"library's added share at p99: {library['median']:.3f} of redis-py's p99 (target < "
+        f"0.10; {held} of {len(per_round)} rounds under it); the noise floor's median "
+        f"{summary['shares']['noise floor']['p99']['median']:+.3f}"
     )
-    print(
-        f"second command (raw DEBUG+GET - raw GET): p50 {protocol['p50_us']:+.1f} us, "
-        f"p99 {protocol['p99_us']:+.1f} us (the server's DEBUG SLEEP, not the library)"
-    )
-    return {"variants": stats, "library_overhead": overhead, "debug_sleep_command": protocol}
+    summary["rounds_under_target_p99"] = held
+    summary["per_round"] = {
+        "times_us": {n: {f"p{p}": v for p, v in d.items()} for n, d in times.items()},
+        "shares": {n: {f"p{p}": v for p, v in d.items()} for n, d in shares.items()},
+    }
+    return summary
 
 
 class _Answered:
@@ -202,16 +243,16 @@ class _Answered:
         return None
 
 
-async def _library_work(testbed: Testbed, requests: int, blocks: int, warmup: int) -> list:
-    """Each SiteClient GET's time (ns) over a connection that answers at once, by block."""
+async def _library_work(testbed: Testbed, requests: int, rounds: int, warmup: int) -> list:
+    """Each SiteClient GET's time (ns) over a connection that answers at once, by round."""
     client = SiteClient(testbed, SITE, "AllLocal", use_agent=False)
     client._connections[(client.site, 0)] = _Answered([b"OK", b"v"])
     samples: list[list[int]] = []
     try:
         await _timed(lambda: client.get(KEY), warmup, [])
-        for size in _block_sizes(requests, blocks):
+        for _ in range(rounds):
             samples.append([])
-            await _timed(lambda: client.get(KEY), size, samples[-1])
+            await _timed(lambda: client.get(KEY), requests, samples[-1])
     finally:
         await client.close()
     return samples
@@ -264,48 +305,63 @@ def choose_cost(calls: int) -> dict:
     return result
 
 
-def _redis_py_parser() -> str:
-    parser = (
-        redis.asyncio.Redis()
-        .connection_pool.connection_class(**redis.asyncio.Redis().connection_pool.connection_kwargs)
-        ._parser
-    )
-    return "hiredis" if HIREDIS_AVAILABLE else f"pure Python ({type(parser).__name__})"
+def _parsers() -> dict[str, str]:
+    """The reply parser of each kind of client in this run."""
+    python_pool = redis.asyncio.ConnectionPool(parser_class=_AsyncRESP2Parser)
+    ours = type(new_reply_reader()).__module__.split(".")[0]
+    return {
+        BASELINE: "hiredis" if HIREDIS_AVAILABLE else "pure Python (hiredis missing)",
+        "redis-py (Python)": type(python_pool.make_connection()._parser).__name__,
+        "geoslo": "hiredis" if ours == "hiredis" else "PythonReader",
+    }
+
+
+def _library_work_stats(per_round: list[list[int]], base: dict) -> dict:
+    """Median over rounds of the p50 and p99 (us) of SiteClient's work without I/O."""
+    at = [_percentiles_us(ns) for ns in per_round]
+    work = {f"p{p}_us": float(np.median([a[p] for a in at])) for p in PERCENTILES}
+    for p in PERCENTILES:
+        work[f"p{p}_vs_redis_py"] = work[f"p{p}_us"] / base[f"p{p}_us"]
+    return work
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--requests", type=int, default=20_000, help="timed requests per variant")
-    ap.add_argument("--blocks", type=int, default=5, help="blocks (figures: median over them)")
+    ap.add_argument("--rounds", type=int, default=20, help="rounds (figures: median over them)")
+    ap.add_argument("--requests", type=int, default=2000, help="timed requests per variant a round")
     ap.add_argument("--warmup", type=int, default=1000, help="untimed requests per variant")
     ap.add_argument("--choose-calls", type=int, default=100_000, help="calls per choose case")
+    ap.add_argument("--seed", type=int, default=0, help="seed of the interleaving order")
     ap.add_argument("--json", type=Path, help="also write the numbers to this file")
     args = ap.parse_args()
-    if args.requests < 100 * args.blocks or args.blocks < 1:
-        ap.error("--requests must be >= 100 x --blocks, --blocks >= 1")
+    if args.requests < 100 or args.rounds < 1:
+        ap.error("--requests must be >= 100 (a p99 needs them), --rounds >= 1")
+    if not HIREDIS_AVAILABLE:
+        print("warning: hiredis is not installed: the baseline is redis-py's Python parser")
     spec = TestbedSpec(
         sites=("London", "Ireland"), servers_per_site=1, service_mean_ms=SERVICE_MEAN_MS, keys=10
     )
     with tempfile.TemporaryDirectory(prefix="geoslo-bench-client-") as state_dir:
         testbed = Testbed.up(spec, Path(state_dir), progress=lambda message: None)
         try:
-            samples = asyncio.run(_measure(testbed, args.requests, args.blocks, args.warmup))
-            work = _stats(
-                asyncio.run(_library_work(testbed, args.requests, args.blocks, args.warmup))
+            samples = asyncio.run(
+                _measure(testbed, args.requests, args.rounds, args.warmup, args.seed)
+            )
+            work_samples = asyncio.run(
+                _library_work(testbed, args.requests, args.rounds, args.warmup)
             )
         finally:
             testbed.down()
-    parser = _redis_py_parser()
+    parsers = _parsers()
     print(
-        f"{args.requests} sequential GETs per variant on the local Redis server (warm-up "
-        f"{args.warmup}, interleaved request by request, median of {args.blocks} blocks); "
-        f"baseline redis-py "
-        f"{redis.__version__} asyncio client, reply parser {parser}"
+        f"{args.rounds} rounds of {args.requests} sequential GETs per variant on the local "
+        f"Redis server (warm-up {args.warmup}, interleaved request by request in random "
+        f"order); redis-py {redis.__version__} asyncio client, reply parsers: "
+        + ", ".join(f"{k} {v}" for k, v in parsers.items())
+        + f" (GEOSLO_RESP_READER={os.environ.get('GEOSLO_RESP_READER', '')!r})"
     )
     result = report(samples)
-    base = result["variants"]["redis-py"]
-    work["p50_vs_redis_py"] = work["p50_us"] / base["p50_us"]
-    work["p99_vs_redis_py"] = work["p99_us"] / base["p99_us"]
+    work = _library_work_stats(work_samples, result["variants"][BASELINE])
     print(
         f"library work per GET without I/O (SiteClient over an answered connection): "
         f"p50 {work['p50_us']:.1f} us = {work['p50_vs_redis_py']:.3f} of redis-py's p50, "
@@ -315,11 +371,11 @@ def main() -> None:
     result["choose_ns"] = choose_cost(args.choose_calls)
     if args.json is not None:
         result.update(
-            requests=args.requests,
+            rounds=args.rounds,
+            requests_per_round=args.requests,
             warmup=args.warmup,
-            blocks=args.blocks,
             redis_py_version=redis.__version__,
-            redis_py_parser=parser,
+            parsers=parsers,
             service_mean_ms=SERVICE_MEAN_MS,
         )
         args.json.write_text(json.dumps(result, indent=1) + "\n")
