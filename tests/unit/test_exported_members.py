@@ -36,6 +36,8 @@ PACKAGES = {
         "RedisClusterTestbed",
         "NodeInfo",
         "SLOTS_PER_BIN",
+        "RedisClusterClient",
+        "replay_cluster_load",
     },
     "geoslo.experiments.director": {
         "reproduce",

@@ -7,13 +7,15 @@ trace sends every one of its requests to a single hot key (§6.2's spike: flat l
 linear doubling onto one key). Each request is a get or a put by the read fraction and
 leaves at its time whether or not earlier ones have returned. asyncio wakes with ~1 ms
 resolution: requests due together leave together, and how late the generator ran is
-reported (``max_late_ms``), never hidden.
+reported (``max_late_ms``), never hidden. ``open_loop`` is that scheduler alone, for
+any client (the Redis Cluster client's load uses it too).
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -22,7 +24,7 @@ from geoslo.errors import ConfigError
 from geoslo.live.director._client import ClusterClient
 from geoslo.workload import RateTrace, ZipfKeys, poisson_arrivals
 
-__all__ = ["LoadResult", "LoadSpec", "put_payload_for", "replay_load"]
+__all__ = ["LoadResult", "LoadSpec", "open_loop", "put_payload_for", "replay_load"]
 
 
 @dataclass(frozen=True)
@@ -96,6 +98,26 @@ async def replay_load(
     """Issue every arrival at its time until the trace, the bounds or ``stop`` end it; wait
     for the requests in flight; return what happened to each."""
     times, key_ids, is_put = _schedule(spec, client.config.keys)
+
+    def send(k: int, latency_ms: np.ndarray, ok: np.ndarray):
+        return _one(client, k, int(key_ids[k]), bool(is_put[k]), latency_ms, ok)
+
+    result = await open_loop(times, spec, send, stop)
+    k = result.requests
+    result.is_put = is_put[:k].copy()
+    result.bin = np.asarray([client.layout.bin_of(int(i)) for i in key_ids[:k]], dtype=np.int64)
+    return result
+
+
+async def open_loop(
+    times: np.ndarray,
+    spec: LoadSpec,
+    send: Callable[[int, np.ndarray, np.ndarray], Awaitable[None]],
+    stop: asyncio.Event | None = None,
+) -> LoadResult:
+    """Start ``send(k, latency_ms, ok)`` at ``times[k]`` (s from now) whether or not earlier
+    ones have returned, within ``spec``'s bounds; wait for them; it fills ``latency_ms[k]``
+    and ``ok[k]``. ``is_put`` and ``bin`` of the result are left for the caller."""
     scheduled = int(times.size)
     count = min(scheduled, spec.max_requests, int(np.searchsorted(times, spec.max_duration_s)))
     latency_ms = np.full(count, np.nan)
@@ -113,20 +135,18 @@ async def replay_load(
             continue
         while k < count and times[k] <= now:
             issue_s[k], late_s[k] = now, now - times[k]
-            request = _one(client, k, int(key_ids[k]), bool(is_put[k]), latency_ms, ok)
-            task = loop.create_task(request)
+            task = loop.create_task(send(k, latency_ms, ok))
             tasks.add(task)
             task.add_done_callback(tasks.discard)
             k += 1
     if tasks:
         await asyncio.wait(list(tasks))
-    bins = np.asarray([client.layout.bin_of(int(i)) for i in key_ids[:k]], dtype=np.int64)
     late_ms = late_s[:k] * 1e3
     return LoadResult(
         issue_s=issue_s[:k],
         latency_ms=latency_ms[:k],
-        is_put=is_put[:k].copy(),
-        bin=bins,
+        is_put=np.zeros(k, dtype=bool),
+        bin=np.zeros(k, dtype=np.int64),
         ok=ok[:k],
         max_late_ms=float(late_ms.max()) if k else 0.0,
         late_p99_ms=float(np.percentile(late_ms, 99)) if k else 0.0,

@@ -3,8 +3,8 @@
 The client samples a fraction of gets (2%) and of puts (40%) with a seeded generator;
 every ``period_s`` (20 s) the samples of each bin become rates, the raw workload
 histogram: ``sampled count / sample fraction / period``. Alongside, for reports, each
-period keeps every get's latency (p99, fraction over the SLO threshold) and how many
-requests each server was sent.
+period keeps every get's latency (p99, fraction over the SLO threshold), every timed
+put's latency (p99) and how many requests each server was sent.
 """
 
 from __future__ import annotations
@@ -35,6 +35,9 @@ class PeriodStats:
     get_p99_ms: float  # nan without gets; a failed get counts as failed_get_ms
     over_threshold_fraction: float  # of gets (failed ones count as over)
     server_requests: dict[str, int] = field(default_factory=dict)
+    puts: int = 0  # timed puts that ended in the period (record_put with a latency)
+    failed_puts: int = 0
+    put_p99_ms: float = float("nan")  # nan without timed puts; a failed one as failed_get_ms
 
 
 class WorkloadStats:
@@ -67,6 +70,8 @@ class WorkloadStats:
         self._put_counts = np.zeros(self.bins, dtype=np.int64)
         self._latencies_ms: list[float] = []
         self._failed = 0
+        self._put_latencies_ms: list[float] = []
+        self._failed_puts = 0
         self._servers: Counter[str] = Counter()
 
     def restart(self, start_s: float) -> None:
@@ -88,10 +93,19 @@ class WorkloadStats:
         else:
             self._failed += 1
 
-    def record_put(self, b: int, now_s: float) -> None:
+    def record_put(
+        self, b: int, now_s: float, latency_ms: float | None = None, ok: bool = True
+    ) -> None:
+        """A put to bin ``b``; with ``latency_ms`` it also counts in the puts' p99."""
         self._roll(now_s)
         if self._rng.random() < self.put_sample_fraction:
             self._put_counts[b] += 1
+        if latency_ms is None:
+            return
+        if ok:
+            self._put_latencies_ms.append(latency_ms)
+        else:
+            self._failed_puts += 1
 
     def record_server(self, server: str, now_s: float) -> None:
         self._roll(now_s)
@@ -103,11 +117,15 @@ class WorkloadStats:
         done, self._done = self._done, []
         return done
 
+    def _p99_ms(self, latencies_ms: list[float], failed: int) -> float:
+        """p99 of the latencies with each failure counted as ``failed_get_ms``."""
+        every = np.concatenate([latencies_ms, np.full(failed, self.failed_get_ms)])
+        return float(np.percentile(every, 99, method="higher")) if every.size else float("nan")
+
     def _summary(self, end_s: float) -> PeriodStats:
         latencies = np.asarray(self._latencies_ms, dtype=float)
         gets = latencies.size + self._failed
-        every = np.concatenate([latencies, np.full(self._failed, self.failed_get_ms)])
-        p99 = float(np.percentile(every, 99, method="higher")) if gets else float("nan")
+        p99 = self._p99_ms(self._latencies_ms, self._failed)
         over = (np.count_nonzero(latencies > self.threshold_ms) + self._failed) / max(gets, 1)
         return PeriodStats(
             start_s=self._start_s,
@@ -119,4 +137,7 @@ class WorkloadStats:
             get_p99_ms=p99,
             over_threshold_fraction=float(over),
             server_requests=dict(self._servers),
+            puts=len(self._put_latencies_ms) + self._failed_puts,
+            failed_puts=self._failed_puts,
+            put_p99_ms=self._p99_ms(self._put_latencies_ms, self._failed_puts),
         )

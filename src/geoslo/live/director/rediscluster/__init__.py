@@ -2,10 +2,19 @@
 onto hash slots). A bin is a contiguous range of ``SLOTS_PER_BIN`` hash slots.
 
 ``RedisClusterTestbed`` starts and records the cluster's ``redis-server`` nodes (AOF on,
-optionally CPU-limited through cgroups). Reference: docs/director-live.md,
-"Redis Cluster engine".
+optionally CPU-limited through cgroups). ``RedisClusterClient`` times every get and put
+and samples them per bin for the Director (§5.5); ``replay_cluster_load`` drives it open
+loop; ``steady_state_benchmark`` and ``copy_benchmark`` train §5.4's models on the
+cluster. Reference: docs/director-live.md, "Redis Cluster engine" and "Load and
+statistics on the cluster".
 """
 
+from geoslo.live.director.rediscluster._bench import (
+    BenchSettings,
+    copy_benchmark,
+    steady_state_benchmark,
+)
+from geoslo.live.director.rediscluster._client import ClientConfig, RedisClusterClient, Reply
 from geoslo.live.director.rediscluster._engine import (
     SLOTS,
     SLOTS_PER_BIN,
@@ -21,6 +30,7 @@ from geoslo.live.director.rediscluster._engine import (
     roles_in_view,
     slot_ranges,
 )
+from geoslo.live.director.rediscluster._loadgen import preload_keys, replay_cluster_load
 from geoslo.live.director.rediscluster._migrate import (
     MigrationProgress,
     MigrationResult,
@@ -31,6 +41,13 @@ from geoslo.live.director.rediscluster._migrate import (
     migrate_slots,
     remove_master,
     repair,
+)
+from geoslo.live.director.rediscluster._stats import (
+    BINS,
+    bin_of_key,
+    bin_of_slot,
+    cluster_workload_stats,
+    slots_of_bin,
 )
 
 __all__ = [
@@ -57,4 +74,18 @@ __all__ = [
     "migrate_slots",
     "remove_master",
     "repair",
+    # the timed client, open-loop load, per-bin statistics, benchmarks (_client ... _bench)
+    "BINS",
+    "BenchSettings",
+    "ClientConfig",
+    "RedisClusterClient",
+    "Reply",
+    "bin_of_key",
+    "bin_of_slot",
+    "cluster_workload_stats",
+    "copy_benchmark",
+    "preload_keys",
+    "replay_cluster_load",
+    "slots_of_bin",
+    "steady_state_benchmark",
 ]

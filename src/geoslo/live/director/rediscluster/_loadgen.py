@@ -1,0 +1,94 @@
+"""Open-loop load on a Redis Cluster (FAST 2011 §6), in the client's own process.
+
+The binned store's generator, reused as it is: Poisson arrivals per second of a
+``RateTrace``, scrambled Zipf keys, an optional hot-key trace (§6.2's spike) and the read
+fraction (``LoadSpec``; ``geoslo.experiments.director``'s ``hotspot_rates`` and
+``diurnal_rates`` give the paper's shapes), and its scheduler ``open_loop``: each request
+leaves at its time whether or not earlier ones returned, and how late the generator ran is
+reported. Keys are ``k:<i>``; their bin is their hash slot's (``bin_of_key``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+
+import numpy as np
+
+from geoslo.errors import ConfigError
+from geoslo.live._backend import key_name
+from geoslo.live.director._loadgen import (
+    LoadResult,
+    LoadSpec,
+    _schedule,
+    open_loop,
+    put_payload_for,
+)
+from geoslo.live.director.rediscluster._client import RedisClusterClient
+from geoslo.live.director.rediscluster._stats import bin_of_key
+
+__all__ = ["preload_keys", "replay_cluster_load"]
+
+_PRELOAD_BATCH = 500  # keys per MSET round (split by slot by the client)
+
+
+async def preload_keys(client: RedisClusterClient, keys: int, value_bytes: int) -> None:
+    """Store every key ``k:<i>``, ``i < keys``, with a ``value_bytes`` value, so gets find one."""
+    _check_sizes(keys, value_bytes)
+    for lo in range(0, keys, _PRELOAD_BATCH):
+        batch = {
+            key_name(i): put_payload_for(i, value_bytes)
+            for i in range(lo, min(keys, lo + _PRELOAD_BATCH))
+        }
+        await client.cluster.mset_nonatomic(batch)
+
+
+async def replay_cluster_load(
+    client: RedisClusterClient,
+    spec: LoadSpec,
+    keys: int | Sequence[bytes],
+    value_bytes: int,
+    stop: asyncio.Event | None = None,
+) -> LoadResult:
+    """Replay ``spec`` through ``client`` over ``keys``: ``k:0`` .. ``k:<keys-1>``, or the
+    given key names (Zipf over their order, scrambled); puts write ``value_bytes`` bytes.
+    ``extra`` holds the duration, the rate issued and the client's failures by error type."""
+    universe = None if isinstance(keys, int) else list(keys)
+    _check_sizes(keys if universe is None else len(universe), value_bytes)
+    times, key_ids, is_put = _schedule(spec, keys if universe is None else len(universe))
+    if universe is None:
+        names = [key_name(int(i)) for i in key_ids]
+    else:
+        names = [universe[int(i)] for i in key_ids]
+
+    async def send(k: int, latency_ms: np.ndarray, ok: np.ndarray) -> None:
+        if is_put[k]:
+            reply = await client.put(names[k], put_payload_for(k, value_bytes))
+        else:
+            reply = await client.get(names[k])
+        latency_ms[k], ok[k] = reply.latency_ms, reply.ok
+
+    errors_before = dict(client.errors)
+    started_s = client.now_s()
+    result = await open_loop(times, spec, send, stop)
+    duration_s = max(client.now_s() - started_s, 1e-9)
+    n = result.requests
+    result.is_put = is_put[:n].copy()
+    result.bin = np.fromiter((bin_of_key(name) for name in names[:n]), np.int64, count=n)
+    result.extra = {
+        "duration_s": duration_s,
+        "issued_rps": n / max(float(result.issue_s[-1]), 1e-9) if n else 0.0,
+        "errors": {
+            k: v - errors_before.get(k, 0)
+            for k, v in client.errors.items()
+            if v > errors_before.get(k, 0)
+        },
+    }
+    return result
+
+
+def _check_sizes(keys: int, value_bytes: int) -> None:
+    if keys < 1:
+        raise ConfigError("keys", f"must be >= 1, got {keys}")
+    if value_bytes < 1:
+        raise ConfigError("value_bytes", f"must be >= 1, got {value_bytes}")
