@@ -18,13 +18,16 @@ from geoslo.live._processes import find_program
 from geoslo.live.director import LoadSpec
 from geoslo.live.director.rediscluster import (
     BINS,
+    BenchSettings,
     ClientConfig,
     ClusterSpec,
     RedisClusterClient,
     RedisClusterTestbed,
     bin_of_key,
+    copy_benchmark,
     preload_keys,
     replay_cluster_load,
+    steady_state_benchmark,
 )
 from geoslo.workload import RateTrace
 
@@ -172,3 +175,16 @@ def test_a_moved_slot_is_followed_and_the_slot_map_updated(testbed):
     before, old, new, reply, after = asyncio.run(run())
     assert reply.ok and reply.value == b"before"
     assert after == new != old
+
+
+def test_the_benchmarks_find_a_crossing_and_a_copy_rate_factor(tmp_path):
+    """Short runs of both §5.4 benchmarks on their own clusters: a threshold below any
+    latency is crossed at the first rate and the mix stops there; an unloaded copy at
+    1 MB/s runs at about that rate (the pacing holds it; margins for a busy machine)."""
+    settings = BenchSettings(keys=500, value_bytes=512, duration_s=1.0, threshold_ms=0.001)
+    (mix,) = steady_state_benchmark(tmp_path / "steady", [0.9], [100.0, 200.0], settings)
+    assert mix.crossing_rps == 100.0 and mix.rates_rps.tolist() == [100.0]
+    assert mix.exceeded.tolist() == [True] and mix.p99_ms[0] > 0
+    copies = copy_benchmark(tmp_path / "copy", [1e6], [0.0], [0.0], 500_000, settings)
+    assert copies.specified_bytes_per_s.tolist() == [1e6]
+    assert 0.5 < copies.factor[0] < 1.1, copies.factor
