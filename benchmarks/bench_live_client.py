@@ -15,15 +15,19 @@ every time) so that the machine's load falls on all of them alike:
   was without hiredis);
 * ``raw GET``: geoslo's ``RedisConnection.command("GET", key)`` (one command);
 * ``raw DEBUG+GET`` and ``raw DEBUG+GET'``: ``RedisConnection.send(get_payload(key, 0.0),
-  2)``, the two pipelined commands SiteClient sends without any of the library's own
-  work, on two connections: the second is the benchmark's noise floor (the "added share"
-  it measures between two identical variants);
+  2)``, the two pipelined commands SiteClient sends, encoded on every request as every
+  client encodes its command (redis-py's GET too), without any of the library's own work,
+  on two connections: the second is the benchmark's noise floor (the "added share" it
+  measures between two identical variants);
+* ``raw DEBUG+GET (pre-encoded)``: the same payload encoded once, before the run (the
+  reference of this benchmark before issue 17 §3's second round, printed for comparison:
+  against it the library's share also holds the encoding of the request);
 * ``SiteClient``: ``SiteClient(testbed, "London", "AllLocal", use_agent=False).get(key)``.
 
 The run is cut into rounds; in each round the library's added share is SiteClient minus
-``raw DEBUG+GET`` at p50 and at p99 (routing, timing, counting, logging, the deadline), as
-a ratio of redis-py's GET at the same percentile (issue 17 §3: under 0.10 at p99). The
-figures are the median over rounds of the per-round ratios, with their quartiles and
+``raw DEBUG+GET`` at p50 and at p99 (routing, drawing the service time, timing, counting,
+logging, the deadline), as a ratio of redis-py's GET at the same percentile (issue 17
+§3: under 0.10 at p99). The figures are the median over rounds of the per-round ratios, with their quartiles and
 range, so a burst of load from elsewhere spoils a round, not the figure. Then the
 library's own work per request without any I/O (SiteClient over a connection whose reply
 is already there), and ``RatesPolicy.choose`` per call against the list-scanning
@@ -65,6 +69,7 @@ VARIANTS = (
     "raw GET",
     "raw DEBUG+GET",
     "raw DEBUG+GET'",
+    "raw DEBUG+GET (pre-encoded)",
     "SiteClient",
 )
 # name: (variant, the variant it is compared with, the redis-py it is a share of)
@@ -72,6 +77,7 @@ SHARES = {
     "library": ("SiteClient", "raw DEBUG+GET", BASELINE),
     "library vs redis-py (Python)": ("SiteClient", "raw DEBUG+GET", "redis-py (Python)"),
     "noise floor": ("raw DEBUG+GET'", "raw DEBUG+GET", BASELINE),
+    "library and encoding": ("SiteClient", "raw DEBUG+GET (pre-encoded)", BASELINE),
 }
 PERCENTILES = (50, 99)
 
@@ -113,7 +119,7 @@ async def _measure(testbed: Testbed, requests: int, rounds: int, warmup: int, se
     """Per round, every variant's request times (ns)."""
     port = testbed.server_port(SITE, SITE, 0)
     plain, plain_python = _redis_py(port, False), _redis_py(port, True)
-    raw, pipelined, again = [await RedisConnection.open(port) for _ in range(3)]
+    raw, pipelined, again, encoded = [await RedisConnection.open(port) for _ in range(4)]
     client = SiteClient(testbed, SITE, "AllLocal", use_agent=False)
     await client.start()
     two_commands = get_payload(KEY, 0.0)
@@ -123,10 +129,13 @@ async def _measure(testbed: Testbed, requests: int, rounds: int, warmup: int, se
         return await raw.command(b"GET", KEY)
 
     async def raw_debug_get():
-        return (await pipelined.send(two_commands, 2))[1]
+        return (await pipelined.send(get_payload(KEY, 0.0), 2))[1]
 
     async def raw_debug_get_again():
-        return (await again.send(two_commands, 2))[1]
+        return (await again.send(get_payload(KEY, 0.0), 2))[1]
+
+    async def raw_debug_get_encoded():
+        return (await encoded.send(two_commands, 2))[1]
 
     ops = {
         BASELINE: lambda: plain.get(KEY),
@@ -134,6 +143,7 @@ async def _measure(testbed: Testbed, requests: int, rounds: int, warmup: int, se
         "raw GET": raw_get,
         "raw DEBUG+GET": raw_debug_get,
         "raw DEBUG+GET'": raw_debug_get_again,
+        "raw DEBUG+GET (pre-encoded)": raw_debug_get_encoded,
         "SiteClient": lambda: client.get(KEY),
     }
     try:
@@ -152,7 +162,7 @@ async def _measure(testbed: Testbed, requests: int, rounds: int, warmup: int, se
             raise RuntimeError(f"SiteClient counted {errors} failed requests")
     finally:
         await client.close()
-        for connection in (raw, pipelined, again):
+        for connection in (raw, pipelined, again, encoded):
             await connection.close()
         await plain.aclose()
         await plain_python.aclose()
@@ -188,7 +198,7 @@ def round_shares(per_round: list[dict[str, list[int]]]) -> dict:
 def report(per_round: list[dict[str, list[int]]]) -> dict:
     measured = round_shares(per_round)
     times, shares = measured["times_us"], measured["shares"]
-    header = f"{'variant':<20}{'p50 us':>9}{'p99 us':>9}{'p50/redis-py':>14}{'p99/redis-py':>14}"
+    header = f"{'variant':<29}{'p50 us':>9}{'p99 us':>9}{'p50/redis-py':>14}{'p99/redis-py':>14}"
     print(header)
     print("-" * len(header))
     summary: dict = {"variants": {}, "shares": {}}
@@ -199,7 +209,7 @@ def report(per_round: list[dict[str, list[int]]]) -> dict:
             row[f"p{p}_vs_redis_py"] = float(np.median(ratios))
         summary["variants"][name] = row
         print(
-            f"{name:<20}{row['p50_us']:>9.1f}{row['p99_us']:>9.1f}"
+            f"{name:<29}{row['p50_us']:>9.1f}{row['p99_us']:>9.1f}"
             f"{row['p50_vs_redis_py']:>14.2f}{row['p99_vs_redis_py']:>14.2f}"
         )
     print("added share, median over rounds [quartiles] (range):")
