@@ -42,9 +42,12 @@ def knee_problem(demand_rps, capacity_rps=1000.0, quantum_fraction=0.05, shift_f
     )
 
 
-def logistic_problem(n_sites: int, quantum_fraction: float, seed: int) -> KurmaProblem:
+def logistic_problem(
+    n_sites: int, quantum_fraction: float, seed: int, overloaded: int | None = None
+) -> KurmaProblem:
     """Issue 17's family: equal sites, demand 20-95% of capacity, RTT 8-28 ms, logistic
-    curves with the knee at (82% - 0.8% x RTT) and floor 0.2% + 0.15% x RTT, 1% grid."""
+    curves with the knee at (82% - 0.8% x RTT) and floor 0.2% + 0.15% x RTT, 1% grid;
+    ``overloaded``: that many sites at 85-95% of capacity, the rest at 20-60%."""
     rng = np.random.default_rng(seed)
     capacity = 1000.0
     grid = np.arange(151) * 0.01 * capacity
@@ -53,9 +56,14 @@ def logistic_problem(n_sites: int, quantum_fraction: float, seed: int) -> KurmaP
     knee = (0.82 - 0.008 * rtt_ms[..., None]) * capacity
     floor = 0.002 + 0.0015 * rtt_ms[..., None]
     violation = floor + (1 - floor) / (1 + np.exp(-(grid - knee) / (0.03 * capacity)))
+    demand = rng.uniform(0.2, 0.95, n_sites) * capacity
+    if overloaded is not None:
+        demand = rng.uniform(0.2, 0.6, n_sites) * capacity
+        hot = rng.choice(n_sites, size=overloaded, replace=False)
+        demand[hot] = rng.uniform(0.85, 0.95, overloaded) * capacity
     return KurmaProblem(
         sites=tuple(f"s{i}" for i in range(n_sites)),
-        demand_rps=rng.uniform(0.2, 0.95, n_sites) * capacity,
+        demand_rps=demand,
         capacity_rps=np.full(n_sites, capacity),
         load_grid_rps=grid,
         violation=violation,
@@ -309,8 +317,8 @@ def test_time_limit_is_kept_on_a_large_problem() -> None:
 def test_work_limited_solve_is_deterministic_on_a_busy_machine() -> None:
     """A limit counts work, not time: a solve the limit stops gives the same plan and spends
     the same work whether the machine is quiet or two CPU hogs compete with it (issue 17)."""
-    problem = logistic_problem(8, 0.01, seed=0)
-    limit = 3 * 10**7
+    problem = logistic_problem(10, 0.01, seed=3, overloaded=6)  # a search of many nodes
+    limit = solve(problem, "perf", work_limit=10**12).work_units // 3
     quiet = solve(problem, "perf", work_limit=limit)
     hogs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(2)]
     try:
@@ -354,3 +362,35 @@ def test_many_senders_do_not_overflow_the_state_count() -> None:
     plan = solve(problem, "perf", time_limit_s=5.0)
     assert np.isfinite(plan.gap) and plan.gap >= 0
     assert np.allclose(plan.rates_rps.sum(axis=1), problem.demand_rps)
+
+
+def equal_quanta_problem(seed: int, n_sites: int, quantum_fraction: float) -> KurmaProblem:
+    """random_problem's curves, bounds and availability on equal capacities (equal quanta)."""
+    problem = random_problem(seed, n_sites=n_sites)
+    return KurmaProblem(
+        sites=problem.sites, demand_rps=problem.demand_rps * 100 / problem.capacity_rps,
+        capacity_rps=np.full(n_sites, 100.0), load_grid_rps=problem.load_grid_rps,
+        violation=problem.violation, slo_violation_target=problem.slo_violation_target,
+        quantum_fraction=quantum_fraction, available=problem.available,
+        max_redirect_fraction=problem.max_redirect_fraction,
+    )  # fmt: skip
+
+
+def test_lagrangian_search_matches_the_partition_search(monkeypatch) -> None:
+    """KurmaPerf with equal quanta takes the Lagrangian branch and bound (_aggregate.py);
+    the partition search (checked against brute force above) must find the same optimum on
+    problems too large for brute force: 5-6 sites, 5-10% quanta, curves that may fall."""
+    from geoslo.control.kurma import _aggregate
+
+    seeds = range(4000, 4060)
+    problems = [equal_quanta_problem(s, 5 + s % 2, (0.05, 0.1)[s % 2]) for s in seeds]
+    lagrangian = [solve(p, "perf", work_limit=10**12) for p in problems]
+    monkeypatch.setattr(_aggregate, "applies", lambda prep: False)
+    for seed, problem, plan in zip(seeds, problems, lagrangian, strict=True):
+        partition = solve(problem, "perf", work_limit=10**12)
+        assert plan.optimal and partition.optimal, seed
+        value, redirected = plan_score(problem, units_of(problem, plan.rates_rps), "perf")
+        best, best_rps = plan_score(problem, units_of(problem, partition.rates_rps), "perf")
+        assert value == pytest.approx(best, abs=1e-6), seed
+        if abs(value - best) < 1e-9:
+            assert redirected == pytest.approx(best_rps, abs=1e-6), seed

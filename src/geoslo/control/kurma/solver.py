@@ -34,6 +34,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from geoslo.control import Outcome
+from geoslo.control.kurma import _aggregate
 from geoslo.control.kurma import _solver_kernels as kern
 from geoslo.control.kurma.problem import OBJECTIVES, KurmaPlan, KurmaProblem
 from geoslo.errors import InputError
@@ -241,14 +242,20 @@ class _Search:
         capu = prep.capu.copy()
         capu[~can_send] = 0
         start = np.zeros((n, n), dtype=np.int64)
-        coarse = _coarse_plan(problem, mode, prep, self.work_limit)
-        if coarse is not None:
-            start, coarse_work = coarse
-            self.work += coarse_work
-        self.units, self.value, self.rps = kern.local_search(
-            prep.grid, prep.vio, prep.demand, prep.q, capu, can_send, prep.avail, prep.rho,
-            mode, prep.tol, prep.tol_rps, start,
-        )  # fmt: skip
+        if _aggregate.applies(prep):  # its repaired relaxations are the incumbents
+            self.units = start
+            self.value, self.rps = kern.score_plan(
+                prep.grid, prep.vio, prep.demand, prep.q, start, prep.avail, prep.rho, mode
+            )
+        else:
+            coarse = _coarse_plan(problem, mode, prep, self.work_limit)
+            if coarse is not None:
+                start, coarse_work = coarse
+                self.work += coarse_work
+            self.units, self.value, self.rps = kern.local_search(
+                prep.grid, prep.vio, prep.demand, prep.q, capu, can_send, prep.avail, prep.rho,
+                mode, prep.tol, prep.tol_rps, start,
+            )  # fmt: skip
         self.unfinished: list[tuple[float, float]] = []  # (objective bound, redirect bound)
         self.base = 0.0
         if mode == kern.PERF:  # unavailable sites keep their demand: a constant
@@ -258,6 +265,9 @@ class _Search:
         self.floor = _floor(prep, self.base)
 
     def run(self) -> None:
+        if _aggregate.applies(self.prep):
+            self._run_aggregate()
+            return
         prep = self.prep
         available = [int(i) for i in np.flatnonzero(prep.avail)]
         for size in range(1, len(self.candidates) + 1):
@@ -270,6 +280,18 @@ class _Search:
                 self.work += WORK_PER_PARTITION
                 receivers = [j for j in available if j not in senders]
                 self._partition(list(senders), receivers)
+
+    def _run_aggregate(self) -> None:
+        """KurmaPerf with equal quanta: Lagrangian branch and bound (_aggregate.py)."""
+        search = _aggregate.AggregateSearch(
+            self.prep, self.candidates, self.base, self.units, self.value, self.rps,
+            self._work_left(),
+        )  # fmt: skip
+        search.run()
+        self.work += search.work
+        self.units, self.value, self.rps = search.units, search.value, search.rps
+        if not search.proven:
+            self.unfinished.append((search.lower, 0.0))
 
     def _out_of_work(self) -> bool:
         return self.work > self.work_limit
