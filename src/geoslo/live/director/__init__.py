@@ -39,7 +39,13 @@ from geoslo.live.director._layout import (
     should_write,
     version_of,
 )
-from geoslo.live.director._loadgen import LoadResult, LoadSpec, put_payload_for, replay_load
+from geoslo.live.director._loadgen import (
+    LoadResult,
+    LoadSpec,
+    open_loop,
+    put_payload_for,
+    replay_load,
+)
 from geoslo.live.director._router import Router
 from geoslo.live.director._stats import PeriodStats, WorkloadStats, rates_from_samples
 from geoslo.live.director._throttle import batch_key_count, pace_delay_s
@@ -72,6 +78,7 @@ __all__ = [
     "encode_value",
     "initial_payload",
     "initial_placement",
+    "open_loop",
     "pace_delay_s",
     "put_payload_for",
     "rates_from_samples",
