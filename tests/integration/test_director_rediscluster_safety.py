@@ -19,6 +19,7 @@ import asyncio
 import bisect
 import contextlib
 import random
+import sys
 import time
 from dataclasses import dataclass, field
 
@@ -391,3 +392,50 @@ def test_a_node_killed_mid_migration_is_repaired_without_losing_an_acked_write(t
     assert violations == []
     assert report.steps and {s.kind for s in report.steps} <= {"finish", "roll-back"}
     assert all(s.slot in BIN for s in report.steps)
+
+
+CONTROLLER = """
+import asyncio, sys
+from geoslo.live.director.rediscluster import migrate_slots
+source, target = ("127.0.0.1", int(sys.argv[1])), ("127.0.0.1", int(sys.argv[2]))
+asyncio.run(migrate_slots(source, target, range(int(sys.argv[3])), float(sys.argv[4])))
+"""
+
+
+async def keys_on(port: int, slots) -> int:
+    node = Redis(host="127.0.0.1", port=port, socket_timeout=5)
+    try:
+        return sum([await node.execute_command("CLUSTER", "COUNTKEYSINSLOT", s) for s in slots])
+    finally:
+        await node.aclose()
+
+
+async def kill_the_controller_mid_migration(testbed) -> tuple[list[str], object]:
+    source, target = address(testbed, "node-0"), address(testbed, "node-1")
+    bin_slots = sorted({key_slot(k.encode()) for k in safety_keys()[:KEYS_IN_BIN]})
+    async with running(testbed) as workload:
+        controller = await asyncio.create_subprocess_exec(
+            sys.executable, "-c", CONTROLLER, str(source[1]), str(target[1]),
+            str(len(BIN)), str(SLOW_BYTES_PER_S),
+        )  # fmt: skip
+        try:
+            deadline = time.monotonic() + 30
+            while await keys_on(target[1], bin_slots) < KEYS_IN_BIN // 3:
+                assert controller.returncode is None and time.monotonic() < deadline
+                await asyncio.sleep(0.01)
+        finally:
+            controller.kill()  # SIGKILL: no cleanup runs
+            await controller.wait()
+        report = await repair(source)
+        await settled(testbed)
+        await workload.reads_after(time.monotonic())
+    return await workload.violations(), report
+
+
+def test_a_controller_killed_mid_migration_is_repaired_without_losing_an_acked_write(tmp_path):
+    with cluster_of(tmp_path) as testbed:
+        violations, report = asyncio.run(kill_the_controller_mid_migration(testbed))
+    assert violations == []
+    assert [s.kind for s in report.steps if s.slot in BIN] and all(
+        s.slot in BIN for s in report.steps
+    )
