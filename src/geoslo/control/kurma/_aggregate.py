@@ -27,6 +27,8 @@ __all__ = ["AggregateSearch", "applies"]
 ITERATIONS = 40  # subgradient steps at the root (warm-started children take NODE_ITERATIONS)
 NODE_ITERATIONS = 12
 STALL = 4  # halve the step after this many steps without a better bound
+MAX_TABLE_CELLS = 25_000_000  # rates and DP tables: 200 MB of float64
+MAX_OPEN_BYTES = 200_000_000  # open nodes' value masks; beyond, the search stops with its gap
 FIX_FIRST = 2  # the first fixing comes early: the widest tables are the first ones
 FIX_EVERY = 10
 RAW_PER_WORK = 4  # kernel steps per work unit: 1-3e8 units/s here, above WORK_PER_S (a safe side)
@@ -34,9 +36,14 @@ NODE_OVERHEAD_WORK = 12_000  # a kernel call's Python around it (measured here: 
 
 
 def applies(prep) -> bool:
-    """KurmaPerf with one quantum for every available site (a common unit for the DP)."""
+    """KurmaPerf with one quantum for every available site (a common unit for the DP) whose
+    tables fit MAX_TABLE_CELLS (otherwise the partition search and its caps take it)."""
     q = prep.q[prep.avail]
-    return prep.mode == kern.PERF and q.size > 0 and bool(np.all(q == q[0]))
+    if prep.mode != kern.PERF or q.size == 0 or not np.all(q == q[0]):
+        return False
+    n = int(prep.avail.sum())
+    quanta = int(prep.upper[prep.avail].sum())  # bounds every intake and every running sum
+    return n * n * (quanta + 1) + 2 * (n + 1) * (n + 1) * (quanta + 1) <= MAX_TABLE_CELLS
 
 
 @dataclass
@@ -127,7 +134,7 @@ class AggregateSearch:
             bound, _, allowed, pi, iterations = heapq.heappop(heap)
             if self._prunable(bound, allowed):
                 continue
-            if self.work > self.work_limit:
+            if self.work > self.work_limit or len(heap) * allowed.nbytes > MAX_OPEN_BYTES:
                 open_bounds = [bound] + [b for b, *_ in heap]
                 break
             node = self._node(allowed, pi, iterations)
@@ -186,15 +193,21 @@ class AggregateSearch:
                 tab.own, tab.local, tab.c, tab.cap, tab.upper, tab.intake, tab.offset, allowed,
                 pi, steps, STALL, self._h, self._fwd, self._t,
                 self.base, problem, incumbent, self._best_units, self._scratch, prep.tol,
-                prep.tol_rps,
+                prep.tol_rps, max(self.work_limit - self.work, 0) * RAW_PER_WORK,
             )  # fmt: skip
             self.work += (work + NODE_OVERHEAD_WORK) // RAW_PER_WORK
             if incumbent[0] != self.value or incumbent[1] != self.rps:
                 self.units = self._best_units.copy()
                 self.value, self.rps = float(incumbent[0]), float(incumbent[1])
             best = max(best, bound)
-            if closed or self._prunable(best, allowed) or not self._fix(allowed, pi):
+            if closed or self._prunable(best, allowed):
                 return None
+            if self.work > self.work_limit:
+                break  # the node stays open with its bound
+            if not self._fix(allowed, pi):
+                return None
+            if self.work > self.work_limit:
+                break  # the node stays open with its bound
         return best, pi
 
     def _relax(self, allowed, pi) -> float:

@@ -440,6 +440,7 @@ def subgradient(
     scratch_units,
     tol,
     tol_rps,
+    budget,
 ):
     """Subgradient steps on the prices of one node, repairing every relaxed plan.
 
@@ -460,6 +461,8 @@ def subgradient(
     gradient = np.empty(n)
     last_t = np.full(n, -(10**9), dtype=np.int64)
     for _ in range(iterations):
+        if work > budget:
+            break
         work += site_terms(own, local, c, cap, upper, intake, pi, allowed, h)
         w = forward(h, upper, intake, offset, fwd)
         if w < 0:
