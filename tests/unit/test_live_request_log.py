@@ -9,6 +9,7 @@ import pytest
 
 from geoslo.errors import ConfigError
 from geoslo.live.kurma import RequestLog
+from geoslo.live.kurma._client import MAX_LOGGED_SITES
 
 SLO_MS = 30.0
 
@@ -80,3 +81,17 @@ def test_arrays_hold_every_record_in_order_across_flushes(n) -> None:
 def test_capacity_must_be_positive() -> None:
     with pytest.raises(ConfigError, match="capacity"):
         RequestLog(2, SLO_MS, capacity=0)
+
+
+def test_the_last_site_an_int16_holds_beside_its_flags_round_trips() -> None:
+    n_sites = MAX_LOGGED_SITES
+    log = RequestLog(n_sites, SLO_MS, capacity=2)
+    log.append(1.0, n_sites - 1, 40.0, True, True)
+    log.append(2.0, 0, 1.0, False, False)
+    log.append(3.0, n_sites - 1, 1.0, True, False)
+    arrays = log.arrays()
+    assert arrays["site"].tolist() == [n_sites - 1, 0, n_sites - 1]
+    assert arrays["ok"].tolist() == [True, False, True]
+    assert arrays["write"].tolist() == [True, False, False]
+    with pytest.raises(ConfigError, match="n_sites"):
+        RequestLog(n_sites + 1, SLO_MS)

@@ -36,6 +36,7 @@ __all__ = ["SiteClient", "RequestLog", "IntervalCounters"]
 DOWN_BACKOFF_MS = 500.0  # a host that refused a connection is skipped this long
 REPLY_OVERHEAD_BYTES = 16  # RESP framing of a reply, for the WAN byte count
 WATCHDOG_FRACTION = 0.1  # deadlines are checked every 10% of the request timeout
+MAX_LOGGED_SITES = (1 << 13) - 1  # a site index fits an int16 beside two flag bits
 DRAW_BLOCK = 1024  # random numbers drawn from numpy at a time (_Draws)
 
 
@@ -127,17 +128,22 @@ _RECORD = np.dtype(
 class RequestLog:
     """Every request's issue time (Unix s), destination site, response (ms) and outcome.
 
-    At most ``capacity`` records are held in memory, one compact ``array.array`` per field
-    (appending is a few tens of ns): a full buffer is appended to an anonymous temporary
-    file (20 bytes a request), which :meth:`arrays` reads back whole, so a run of any
-    length keeps bounded memory while the load generator's output stays complete. Running
-    counts per destination (requests, failures, SLO violations) are exact at every moment
-    without reading anything back.
+    At most ``capacity`` records are held in memory in three compact ``array.array``s
+    allocated whole at the start (issue time, response, and site, outcome and kind packed
+    in one int16: three item stores a request, never a reallocation): a full buffer is
+    appended to an anonymous temporary file (20 bytes a request), which :meth:`arrays`
+    reads back whole, so a run of any length keeps bounded memory while the load
+    generator's output stays complete. Running counts per destination (requests, failures,
+    SLO violations) are exact at every moment without reading anything back.
     """
 
     def __init__(self, n_sites: int, slo_ms: float, capacity: int = 65_536) -> None:
         if capacity < 1:
             raise ConfigError("capacity", f"must be >= 1 record, not {capacity}")
+        if not 1 <= n_sites <= MAX_LOGGED_SITES:
+            raise ConfigError(
+                "n_sites", f"must be 1..{MAX_LOGGED_SITES} (int16 flags), not {n_sites}"
+            )
         self.slo_ms = slo_ms
         self.capacity = capacity
         self.request_counts = [0] * n_sites
@@ -148,18 +154,20 @@ class RequestLog:
         self._spool = None  # made when the buffer first fills
 
     def _new_buffer(self) -> None:
-        self._issued, self._site = array.array("d"), array.array("h")
-        self._response, self._ok, self._write = array.array("d"), array.array("b"), array.array("b")
+        self._issued = array.array("d", bytes(8 * self.capacity))
+        self._response = array.array("d", bytes(8 * self.capacity))
+        self._flags = array.array("h", bytes(2 * self.capacity))  # site << 2 | ok << 1 | write
+        self._held = 0  # records in the buffer
 
     def append(
         self, issued_unix_s: float, site: int, response_ms: float, ok: bool, write: bool
     ) -> None:
         """Record one request and count it."""
-        self._issued.append(issued_unix_s)
-        self._site.append(site)
-        self._response.append(response_ms)
-        self._ok.append(ok)
-        self._write.append(write)
+        i = self._held
+        self._issued[i] = issued_unix_s
+        self._response[i] = response_ms
+        self._flags[i] = site << 2 | ok << 1 | write
+        self._held = i + 1
         self.request_counts[site] += 1
         if write:
             self.writes += 1
@@ -168,7 +176,7 @@ class RequestLog:
             self.violation_counts[site] += 1
         elif response_ms > self.slo_ms:
             self.violation_counts[site] += 1
-        if len(self._site) == self.capacity:
+        if self._held == self.capacity:
             self._flush()
 
     @property
@@ -186,17 +194,21 @@ class RequestLog:
     @property
     def buffered(self) -> int:
         """Records held in memory now (never more than ``capacity``)."""
-        return len(self._site)
+        return self._held
 
     def __len__(self) -> int:
         return sum(self.request_counts)
 
     def _records(self) -> np.ndarray:
         """The buffered records as one structured array."""
-        records = np.empty(len(self._site), dtype=_RECORD)
-        fields = (self._issued, self._site, self._response, self._ok, self._write)
-        for name, values in zip(_RECORD.names, fields, strict=True):
-            records[name] = np.frombuffer(values, dtype=_RECORD[name]) if len(values) else []
+        n = self._held
+        records = np.empty(n, dtype=_RECORD)
+        flags = np.frombuffer(self._flags, dtype=np.int16, count=n)
+        records["issued_unix_s"] = np.frombuffer(self._issued, count=n)
+        records["response_ms"] = np.frombuffer(self._response, count=n)
+        records["site"] = flags >> 2
+        records["ok"] = (flags >> 1) & 1
+        records["write"] = flags & 1
         return records
 
     def _flush(self) -> None:
@@ -205,7 +217,7 @@ class RequestLog:
             weakref.finalize(self, self._spool.close)
         self._spool.seek(0, os.SEEK_END)
         self._spool.write(self._records().tobytes())
-        self._new_buffer()
+        self._held = 0  # the buffer is reused
 
     def arrays(self) -> dict[str, np.ndarray]:
         """Every record so far, one array per field (read back from the spool file)."""
@@ -334,10 +346,30 @@ class SiteClient:
         self.policy.mark_down(*host, _now_ms() + DOWN_BACKOFF_MS)
 
     def _finish(self, host, payload: bytes, reply, issued: float, start: float, write: bool):
-        """Time the request (from ``start``, perf_counter s, when it was sent) and count it."""
+        """Time the request (from ``start``, perf_counter s, when it was sent), log it and
+        count it for the agent (Kurma §6: requests, violations, errors, WAN bytes, and the
+        minimum response per second and destination)."""
         response_ms = (time.perf_counter() - start) * 1e3
-        self._count(host[0], host[1], payload, reply, response_ms, issued)
-        self.log.append(issued, host[0], response_ms, reply is not None, write)
+        site = host[0]
+        self.log.append(issued, site, response_ms, reply is not None, write)
+        c = self.counters
+        c.request_counts[site] += 1
+        if reply is None:
+            c.error_counts[site] += 1
+            c.violation_counts[site] += 1
+            return
+        if response_ms > self.slo_ms:
+            c.violation_counts[site] += 1
+        if site != self.site:
+            value = reply[1] if isinstance(reply, list) else b""
+            c.wan_byte_counts[site] += len(payload) + len(value or b"") + REPLY_OVERHEAD_BYTES
+        mins = c.min_by_second.get(int(issued))
+        if mins is None:
+            mins = c.min_by_second[int(issued)] = [math.inf] * len(self.sites)
+        if response_ms < mins[site]:
+            mins[site] = response_ms
+        if self._observes:
+            self.policy.observe(site, host[1], response_ms, _now_ms())
 
     def _with_deadline(self, future: asyncio.Future, sent: float) -> asyncio.Future:
         """``future``, failed with TimeoutError if it is not done ``timeout_s`` after
@@ -360,27 +392,6 @@ class SiteClient:
                 if not future.done():
                     future.set_exception(TimeoutError("no reply within the request timeout"))
             await asyncio.sleep(self.timeout_s * WATCHDOG_FRACTION)
-
-    def _count(self, site, server, payload, reply, response_ms: float, issued: float) -> None:
-        c = self.counters
-        c.request_counts[site] += 1
-        if reply is None:
-            c.error_counts[site] += 1
-            c.violation_counts[site] += 1
-            return
-        if response_ms > self.slo_ms:
-            c.violation_counts[site] += 1
-        if site != self.site:
-            value = reply[1] if isinstance(reply, list) else b""
-            c.wan_byte_counts[site] += len(payload) + len(value or b"") + REPLY_OVERHEAD_BYTES
-        second = int(issued)
-        mins = c.min_by_second.get(second)
-        if mins is None:
-            mins = c.min_by_second[second] = [math.inf] * len(self.sites)
-        if response_ms < mins[site]:
-            mins[site] = response_ms
-        if self._observes:
-            self.policy.observe(site, server, response_ms, _now_ms())
 
     def _propagate(self, site: int, server: int, key: bytes, value: bytes) -> None:
         """Eventual consistency: every other replica gets the write; one server per other
