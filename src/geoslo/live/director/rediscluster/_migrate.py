@@ -302,12 +302,17 @@ class MigrationProgress:
         )
 
 
-async def _key_sizes(node: _Node, keys: Sequence[bytes]) -> list[tuple[bytes, int]]:
-    """Each key's size in bytes as the source stores it (``MEMORY USAGE``, one pipeline)."""
+async def _key_sizes(
+    node: _Node, keys: Sequence[bytes], asking: bool = False
+) -> list[tuple[bytes, int]]:
+    """Each key's size in bytes as the node stores it (``MEMORY USAGE``, one pipeline)."""
     async with node.conn.pipeline(transaction=False) as pipe:
         for key in keys:
+            if asking:
+                pipe.execute_command("ASKING")
             pipe.execute_command("MEMORY", "USAGE", key, "SAMPLES", "0")
-        sizes = await pipe.execute()
+        replies = await pipe.execute()
+    sizes = replies[1::2] if asking else replies
     return [(k, int(s or 0)) for k, s in zip(keys, sizes, strict=True)]
 
 
@@ -355,7 +360,7 @@ async def _move_keys(
 ) -> None:
     """Move every key of ``slot`` from source to target in batches paced to the rate."""
     while keys := await source.cmd("CLUSTER", "GETKEYSINSLOT", slot, keys_per_scan):
-        key_sizes = await _key_sizes(source, keys)
+        key_sizes = await _key_sizes(source, keys, asking)
         size_of = dict(key_sizes)
         for batch in plan_batches(key_sizes, batch_bytes):
             if progress.paced:
@@ -737,8 +742,12 @@ async def _apply_step(
 
 
 async def _least_loaded(nodes: Sequence[_Node]) -> _Node:
-    loads = [(sum(hi - lo + 1 for lo, hi in (await _myself(n)).slots), n.node_id, n) for n in nodes]
-    return min(loads, key=lambda t: (t[0], t[1]))[2]
+    """The master with the fewest slots among those with any (standbys stay empty)."""
+    loads = []
+    for node in nodes:
+        count = sum(hi - lo + 1 for lo, hi in (await _myself(node)).slots)
+        loads.append((count == 0, count, node.node_id, node))
+    return min(loads, key=lambda t: t[:3])[3]
 
 
 async def _evacuate(holder: _Node, owner: _Node, slot: int, progress: MigrationProgress) -> None:
