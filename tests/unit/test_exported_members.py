@@ -38,6 +38,10 @@ PACKAGES = {
         "SLOTS_PER_BIN",
         "RedisClusterClient",
         "replay_cluster_load",
+        "migrate_slots",
+        "add_master",
+        "remove_master",
+        "repair",
     },
     "geoslo.experiments.director": {
         "reproduce",
