@@ -5,6 +5,7 @@ per bin, reads from replicas when asked, MOVED followed after a slot moves
 from __future__ import annotations
 
 import asyncio
+import time
 
 import numpy as np
 import pytest
@@ -50,7 +51,20 @@ def testbed(tmp_path_factory):
     spec = ClusterSpec(masters=3, replicas=1, standbys=0)
     with RedisClusterTestbed.up(spec, tmp_path_factory.mktemp("rc-load")) as tb:
         asyncio.run(_preload(tb))
+        _wait_replicas_listed(tb)
         yield tb
+
+
+def _wait_replicas_listed(tb, timeout_s: float = 30.0) -> None:
+    """Until every seed node's CLUSTER SLOTS lists a replica for every range: Redis lists a
+    replica only once gossip brought its replication offset (a client's slot map taken
+    earlier has no replicas to read from)."""
+    deadline = time.monotonic() + timeout_s
+    for host, port in tb.seed_nodes():
+        with redis.Redis(host=host, port=port, socket_timeout=10) as r:
+            while any(len(entry) < 4 for entry in r.execute_command("CLUSTER", "SLOTS")):
+                assert time.monotonic() < deadline, f"{port}: replicas not in CLUSTER SLOTS"
+                time.sleep(0.1)
 
 
 async def _preload(tb) -> None:
@@ -135,11 +149,8 @@ def test_gets_reach_the_replicas_only_when_asked(testbed, from_replicas):
         assert served == 0
 
 
-def _move_slot(testbed, slot: int) -> tuple[str, str]:
-    """Move ``slot`` to another master the way the specification orders it (IMPORTING,
-    MIGRATING, MIGRATE the keys, SETSLOT NODE everywhere), by direct commands."""
+def _owner_and_other(testbed, slot: int):
     masters = [n for n in testbed.nodes() if n.role == "master"]
-    ids = {n.name: n for n in masters}
     with admin(masters[0]) as r:
         owner_port = next(
             port
@@ -148,15 +159,86 @@ def _move_slot(testbed, slot: int) -> tuple[str, str]:
         )
     source = next(n for n in masters if n.port == owner_port)
     target = next(n for n in masters if n is not source)
+    return source, target, masters
+
+
+def _begin_move(source, target, slot: int) -> None:
+    """IMPORTING on the target, MIGRATING on the source, every key of the slot migrated:
+    the source now answers ASK for them."""
     with admin(source) as src, admin(target) as dst:
         dst.execute_command("CLUSTER", "SETSLOT", slot, "IMPORTING", source.node_id)
         src.execute_command("CLUSTER", "SETSLOT", slot, "MIGRATING", target.node_id)
         while keys := src.execute_command("CLUSTER", "GETKEYSINSLOT", slot, 100):
             src.execute_command("MIGRATE", target.host, target.port, "", 0, 5000, "KEYS", *keys)
-        for node in [target, source, *(n for n in ids.values() if n not in (source, target))]:
-            with admin(node) as r:
-                r.execute_command("CLUSTER", "SETSLOT", slot, "NODE", target.node_id)
+
+
+def _end_move(source, target, masters, slot: int) -> None:
+    for node in [target, source, *(n for n in masters if n not in (source, target))]:
+        with admin(node) as r:
+            r.execute_command("CLUSTER", "SETSLOT", slot, "NODE", target.node_id)
+
+
+def _move_slot(testbed, slot: int) -> tuple[str, str]:
+    """Move ``slot`` to another master the way the specification orders it (IMPORTING,
+    MIGRATING, MIGRATE the keys, SETSLOT NODE everywhere), by direct commands."""
+    source, target, masters = _owner_and_other(testbed, slot)
+    _begin_move(source, target, slot)
+    _end_move(source, target, masters, slot)
     return f"{source.host}:{source.port}", f"{target.host}:{target.port}"
+
+
+def test_a_key_in_a_migrating_slot_is_read_through_ask(testbed):
+    """Mid-migration the source answers ASK for a key it no longer holds; the client asks
+    the target (ASKING first) and gets the value, without taking the slot off the source
+    in its map (the slot is not moved yet)."""
+    key = key_name(23)
+    slot = key_slot(key)
+
+    async def run():
+        async with await RedisClusterClient.connect(testbed.seed_nodes()) as client:
+            assert (await client.put(key, b"mid-move")).ok
+            source, target, masters = await asyncio.to_thread(_owner_and_other, testbed, slot)
+            await asyncio.to_thread(_begin_move, source, target, slot)
+            try:
+                reply = await client.get(key)
+                owner = client.cluster.get_node_from_key(key).name
+            finally:
+                await asyncio.to_thread(_end_move, source, target, masters, slot)
+            return reply, owner, f"{source.host}:{source.port}"
+
+    reply, owner, source = asyncio.run(run())
+    assert reply.ok and reply.value == b"mid-move"
+    assert owner == source
+
+
+def test_a_hot_key_spike_shows_in_its_bin(testbed):
+    """A flat load over every key plus a spike on one key (§6.2's shape): the sampled
+    rate of the hot key's bin carries the spike (within 5 sigma), the others do not."""
+    flat_rps, hot_rps, period_s, fraction = 200.0, 300.0, 3.0, 0.2
+    config = ClientConfig(period_s=period_s, get_sample_fraction=fraction, seed=2)
+    spec = LoadSpec(
+        RateTrace(np.full(3, flat_rps)),
+        read_fraction=1.0,
+        hot_trace=RateTrace(np.full(3, hot_rps)),
+        hot_key=5,
+        max_duration_s=period_s,
+        seed=4,
+    )
+
+    async def run():
+        async with await RedisClusterClient.connect(testbed.seed_nodes(), config) as client:
+            result = await replay_cluster_load(client, spec, KEYS, VALUE_BYTES)
+            return result, client.stats.collect(client.now_s() + period_s)  # every period
+
+    result, periods = asyncio.run(run())
+    assert result.ok.all()
+    estimated = sum(p.get_rps for p in periods) * period_s  # requests per bin
+    hot = bin_of_key(key_name(5))
+    sent_to_hot = np.count_nonzero(result.bin == hot)
+    sigma = np.sqrt(sent_to_hot * fraction * (1 - fraction)) / fraction
+    assert sent_to_hot > 0.8 * hot_rps * period_s
+    assert abs(estimated[hot] - sent_to_hot) <= 5 * sigma
+    assert estimated[hot] > 3 * np.delete(estimated, hot).max()
 
 
 def test_a_moved_slot_is_followed_and_the_slot_map_updated(testbed):
@@ -188,3 +270,17 @@ def test_the_benchmarks_find_a_crossing_and_a_copy_rate_factor(tmp_path):
     copies = copy_benchmark(tmp_path / "copy", [1e6], [0.0], [0.0], 500_000, settings)
     assert copies.specified_bytes_per_s.tolist() == [1e6]
     assert 0.5 < copies.factor[0] < 1.1, copies.factor
+
+
+def test_refreshing_the_slot_map_sees_a_move_before_any_request(testbed):
+    key = key_name(31)
+
+    async def run():
+        async with await RedisClusterClient.connect(testbed.seed_nodes()) as client:
+            old, new = await asyncio.to_thread(_move_slot, testbed, key_slot(key))
+            stale = client.cluster.get_node_from_key(key).name
+            await client.refresh_slot_map()
+            return old, new, stale, client.cluster.get_node_from_key(key).name
+
+    old, new, stale, fresh = asyncio.run(run())
+    assert (stale, fresh) == (old, new)

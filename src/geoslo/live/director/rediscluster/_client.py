@@ -98,6 +98,13 @@ class RedisClusterClient:
         await cluster.initialize()
         return cls(cluster, config)
 
+    async def refresh_slot_map(self) -> None:
+        """Reload the slot map from the cluster. redis-py updates it only on MOVED and on
+        connection errors, so a replica added (or first listed: Redis lists a replica in
+        ``CLUSTER SLOTS`` only once gossip brought its replication offset) after the map
+        was taken serves no reads until this is called."""
+        await self.cluster.nodes_manager.initialize()
+
     def now_s(self) -> float:
         """Seconds since the client started: the clock of its statistics."""
         return time.monotonic() - self.started
