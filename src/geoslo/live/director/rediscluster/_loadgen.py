@@ -53,31 +53,29 @@ async def replay_cluster_load(
     """Replay ``spec`` through ``client`` over ``keys``: ``k:0`` .. ``k:<keys-1>``, or the
     given key names (Zipf over their order, scrambled); puts write ``value_bytes`` bytes.
     ``extra`` holds the duration, the rate issued and the client's failures by error type."""
-    universe = None if isinstance(keys, int) else list(keys)
-    _check_sizes(keys if universe is None else len(universe), value_bytes)
-    times, key_ids, is_put = _schedule(spec, keys if universe is None else len(universe))
-    if universe is None:
-        names = [key_name(int(i)) for i in key_ids]
-    else:
-        names = [universe[int(i)] for i in key_ids]
+    universe = [key_name(i) for i in range(keys)] if isinstance(keys, int) else list(keys)
+    _check_sizes(len(universe), value_bytes)
+    bins = np.fromiter((bin_of_key(name) for name in universe), np.int64, count=len(universe))
+    times, key_ids, is_put = _schedule(spec, len(universe))
 
     async def send(k: int, latency_ms: np.ndarray, ok: np.ndarray) -> None:
+        name = universe[key_ids[k]]
         if is_put[k]:
-            reply = await client.put(names[k], put_payload_for(k, value_bytes))
+            reply = await client.put(name, put_payload_for(k, value_bytes))
         else:
-            reply = await client.get(names[k])
+            reply = await client.get(name)
         latency_ms[k], ok[k] = reply.latency_ms, reply.ok
 
     errors_before = dict(client.errors)
     started_s = client.now_s()
     result = await open_loop(times, spec, send, stop)
-    duration_s = max(client.now_s() - started_s, 1e-9)
     n = result.requests
     result.is_put = is_put[:n].copy()
-    result.bin = np.fromiter((bin_of_key(name) for name in names[:n]), np.int64, count=n)
+    result.bin = bins[key_ids[:n]]
+    last_s = float(result.issue_s[-1]) if n else 0.0
     result.extra = {
-        "duration_s": duration_s,
-        "issued_rps": n / max(float(result.issue_s[-1]), 1e-9) if n else 0.0,
+        "duration_s": client.now_s() - started_s,
+        "issued_rps": (n - 1) / last_s if n > 1 and last_s > 0 else 0.0,
         "errors": {
             k: v - errors_before.get(k, 0)
             for k, v in client.errors.items()
