@@ -28,8 +28,9 @@ from typing import Any, Literal
 import redis.asyncio as aioredis
 from redis.exceptions import ResponseError
 
-from .._throttle import pace_delay_s
-from ._engine import SLOTS, ClusterNode, parse_cluster_nodes
+from geoslo.errors import TestbedError
+from geoslo.live.director._throttle import pace_delay_s
+from geoslo.live.director.rediscluster._engine import SLOTS, ClusterNode, parse_cluster_nodes
 
 __all__ = [
     "MigrationProgress",
@@ -592,7 +593,11 @@ async def _forget(entries: Sequence[ClusterNode], removed: Sequence[ClusterNode]
         node = await _connect((entry.host, entry.port))
         try:
             for node_id in removed_ids:
-                await node.cmd("CLUSTER", "FORGET", node_id)
+                try:
+                    await node.cmd("CLUSTER", "FORGET", node_id)
+                except ResponseError as err:
+                    if "Unknown node" not in str(err):
+                        raise
         finally:
             await _close([node])
 
@@ -624,7 +629,7 @@ async def _masters(seed: Any) -> list[_Node]:
             nodes.append(await _connect((entry.host, entry.port)))
         except (OSError, aioredis.ConnectionError) as err:
             await _close(nodes)
-            raise RuntimeError(
+            raise TestbedError(
                 f"repair: master {entry.node_id[:8]} at {entry.host}:{entry.port} does not "
                 f"answer ({err}); restart it (its AOF and nodes.conf keep its keys and "
                 "markers) and repair again"
@@ -701,14 +706,14 @@ _MOVE = dict(batch_bytes=64 * 1024, keys_per_scan=256, timeout_ms=5000)
 
 
 async def _wait_serving(nodes: Sequence[_Node], timeout_s: float) -> bool:
-    """Until every master says ``cluster_state:ok``; True, or RuntimeError at the timeout."""
+    """Until every master says ``cluster_state:ok``; True, or TestbedError at the timeout."""
     deadline = time.monotonic() + timeout_s
     pending = list(nodes)
     while pending:
         pending = [n for n in pending if b"cluster_state:ok" not in await n.cmd("CLUSTER", "INFO")]
         if pending and time.monotonic() > deadline:
             names = ", ".join(f"{h}:{p}" for h, p in (n.address for n in pending))
-            raise RuntimeError(f"repair: {names} not serving (cluster_state) after {timeout_s} s")
+            raise TestbedError(f"repair: {names} not serving (cluster_state) after {timeout_s} s")
         await asyncio.sleep(0.05 if pending else 0)
     return True
 
@@ -724,7 +729,9 @@ async def _apply_step(
         owner = by_id[step.target] if step.target else await _least_loaded(nodes)
         await owner.cmd("CLUSTER", "ADDSLOTS", slot)
         return
-    if step.kind == "roll-back":
+    unknown = {step.source, step.target} - {None, *by_id}
+    if step.kind == "roll-back" or unknown:
+        # A marker naming a node no longer in the cluster can only be cleared.
         owner = by_id.get(step.source or "")
         for node in ([owner] if owner else []) + [n for n in nodes if n is not owner]:
             await node.cmd("CLUSTER", "SETSLOT", slot, "STABLE")  # the owner first: no new ASK
