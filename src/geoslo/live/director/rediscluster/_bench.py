@@ -102,10 +102,10 @@ async def _steady_state(tb, read_fractions, rates, settings, stop_at_crossing, p
     results = []
     async with await RedisClusterClient.connect(tb.seed_nodes(), config) as client:
         await preload_keys(client, settings.keys, settings.value_bytes)
-        await wait_quiet(tb)
         for m, fraction in enumerate(read_fractions):
             p99s: list[float] = []
             for k, rate in enumerate(rates):
+                await wait_quiet(tb)  # also after a crossing: the next mix starts rested
                 trace = RateTrace(np.full(max(1, math.ceil(settings.duration_s)), rate))
                 seed = settings.seed + 1000 * m + 10 * k
                 spec = LoadSpec(trace, fraction, max_duration_s=settings.duration_s, seed=seed)
@@ -116,7 +116,6 @@ async def _steady_state(tb, read_fractions, rates, settings, stop_at_crossing, p
                 _say(progress, _load_line(fraction, rate, p99s[-1], result))
                 if stop_at_crossing and p99s[-1] > settings.threshold_ms:
                     break
-                await wait_quiet(tb)
             results.append(_mix_result(fraction, rates, np.asarray(p99s), settings.threshold_ms))
     return results
 
