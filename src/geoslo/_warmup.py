@@ -41,7 +41,8 @@ def _timed(step: Callable[[], None]) -> float:
 
 def _kurma_solver() -> None:
     """Solve the example at every size in WARMUP_SITES, both objectives, with every site
-    available and with one down (its demand is a constant of the objective, Kurma §5)."""
+    available and with one down (its demand is a constant of the objective, Kurma §5), with
+    equal quanta (KurmaPerf's Lagrangian search) and unequal ones (the partition search)."""
     from dataclasses import replace
 
     import numpy as np
@@ -53,7 +54,9 @@ def _kurma_solver() -> None:
         for seed in WARMUP_SEEDS:
             problem = example_problem(n_sites, seed)
             one_down = np.arange(n_sites) != seed % n_sites
-            for variant in (problem, replace(problem, available=one_down)):
+            unequal = problem.capacity_rps * (1.0 + 0.1 * np.arange(n_sites))  # partition search
+            variants = (problem, replace(problem, available=one_down))
+            for variant in (*variants, *(replace(v, capacity_rps=unequal) for v in variants)):
                 for objective in ("perf", "cost"):
                     solve(variant, objective, time_limit_s=2.0)
 

@@ -58,10 +58,12 @@ def _other_problems():
     """Sizes, seeds, quanta and availability the warm-up does not use."""
     for n_sites, seed, quantum in [(3, 7, 0.02), (5, 8, 0.01), (7, 9, 0.02), (8, 3, 0.04)]:
         problem = replace(example_problem(n_sites, seed), quantum_fraction=quantum)
-        yield problem
+        unequal = problem.capacity_rps * np.linspace(1.0, 1.3, n_sites)
         available = np.ones(n_sites, dtype=bool)
         available[-1] = False
-        yield replace(problem, available=available)
+        for variant in (problem, replace(problem, capacity_rps=unequal)):
+            yield variant
+            yield replace(variant, available=available)
 
 
 def _other_simulation(policy: str) -> None:
