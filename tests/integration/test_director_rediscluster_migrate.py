@@ -12,10 +12,12 @@ from redis.cluster import ClusterNode as ClientNode
 from redis.cluster import RedisCluster
 from redis.crc import key_slot
 
+from geoslo.errors import InputError
 from geoslo.live.director.rediscluster import (
     ClusterSpec,
     RedisClusterTestbed,
     RepairStep,
+    cluster_view,
     migrate_slots,
     repair,
 )
@@ -114,3 +116,15 @@ def test_a_migration_copies_at_most_at_the_specified_rate(testbed, rate_bytes_pe
     # one batch (50 ms of the rate) may go before the first wait
     assert result.bytes_moved <= rate_bytes_per_s * (result.duration_s + 0.05) * 1.01
     assert result.observed_bytes_per_s > 0.3 * rate_bytes_per_s  # slower only when busy
+
+
+def test_a_migration_of_slots_the_source_does_not_own_is_refused_before_any_marker(testbed):
+    source, target = testbed.node("node-0"), testbed.node("node-1")
+    with pytest.raises(InputError, match="1 not owned by the source"):
+        asyncio.run(
+            migrate_slots((source.host, source.port), (target.host, target.port), [0, 9000], 1e6)
+        )
+    with pytest.raises(InputError, match="is the source"):
+        asyncio.run(migrate_slots((source.host, source.port), (source.host, source.port), [0], 1e6))
+    views = [cluster_view(node.port) for node in testbed.nodes()]
+    assert not any(n.migrating or n.importing for view in views for n in view)

@@ -28,7 +28,7 @@ from typing import Any, Literal
 import redis.asyncio as aioredis
 from redis.exceptions import ResponseError
 
-from geoslo.errors import TestbedError
+from geoslo.errors import InputError, TestbedError
 from geoslo.live.director._throttle import pace_delay_s
 from geoslo.live.director.rediscluster._engine import SLOTS, ClusterNode, parse_cluster_nodes
 
@@ -442,6 +442,16 @@ async def _migrate_group(
     progress.slots += len(slots)
 
 
+def _check_owner(source: ClusterNode, target: _Node, slots: Sequence[int]) -> None:
+    """Refuse before any marker is set: a slot the source does not own, or no move."""
+    if target.node_id == source.node_id:
+        raise InputError("target", "is the source; a migration needs two masters")
+    foreign = [s for s in slots if not _claims(source, s)]
+    if foreign:
+        shown = ", ".join(map(str, foreign[:5])) + (" …" if len(foreign) > 5 else "")
+        raise InputError("slots", f"{len(foreign)} not owned by the source ({shown})")
+
+
 def _groups(slots: Iterable[int], size: int) -> list[list[int]]:
     ordered = list(slots)
     return [ordered[i : i + size] for i in range(0, len(ordered), size)]
@@ -471,7 +481,8 @@ async def migrate_slots(
     tests only.
     """
     if bytes_per_s <= 0:
-        raise ValueError(f"migrate_slots: bytes_per_s must be > 0, got {bytes_per_s}")
+        raise InputError("bytes_per_s", f"must be > 0, got {bytes_per_s}")
+    slots = list(slots)
     progress = progress or MigrationProgress()
     progress.rate_bytes_per_s, progress.started_s = bytes_per_s, time.monotonic()
     src, dst = await _connect(source), await _connect(target)
@@ -479,6 +490,7 @@ async def migrate_slots(
     move = dict(batch_bytes=batch_bytes, keys_per_scan=keys_per_scan, timeout_ms=migrate_timeout_ms)
     others: list[_Node] = []
     try:
+        _check_owner(await _myself(src), dst, slots)
         others = await _other_masters(src, {src.node_id, dst.node_id})
         for group in _groups(slots, slots_per_step):
             step = _migrate_group(src, dst, others, group, progress, order, **move)
