@@ -190,7 +190,8 @@ class AggregateSearch:
             done += steps
             incumbent = np.array([self.value, self.rps])
             bound, closed, work = agg.subgradient(
-                tab.own, tab.local, tab.c, tab.cap, tab.upper, tab.intake, tab.offset, allowed,
+                tab.own, tab.local, tab.c, self._caps(allowed), tab.upper, tab.intake, tab.offset,
+                allowed,
                 pi, steps, STALL, self._h, self._fwd, self._t,
                 self.base, problem, incumbent, self._best_units, self._scratch, prep.tol,
                 prep.tol_rps, max(self.work_limit - self.work, 0) * RAW_PER_WORK,
@@ -210,11 +211,27 @@ class AggregateSearch:
                 break  # the node stays open with its bound
         return best, pi
 
+    def _caps(self, allowed) -> np.ndarray:
+        """Most quanta each origin may send each receiver in this node: no more than the
+        most its allowed values send (none when it can only be neutral or receive)."""
+        tab = self.tab
+        first = np.argmax(allowed, axis=1)  # each site's smallest allowed value index
+        most_sent = np.maximum(tab.upper - first, 0)
+        return np.minimum(tab.cap, most_sent[:, None])
+
     def _relax(self, allowed, pi) -> float:
         """The relaxation's value under prices pi (with the base); inf when infeasible."""
         tab = self.tab
         steps = agg.site_terms(
-            tab.own, tab.local, tab.c, tab.cap, tab.upper, tab.intake, pi, allowed, self._h
+            tab.own,
+            tab.local,
+            tab.c,
+            self._caps(allowed),
+            tab.upper,
+            tab.intake,
+            pi,
+            allowed,
+            self._h,
         )
         forward = agg.forward(self._h, tab.upper, tab.intake, tab.offset, self._fwd)
         self.work += (steps + max(forward, 0)) // RAW_PER_WORK
