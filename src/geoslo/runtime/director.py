@@ -4,10 +4,13 @@ store under a p99 latency SLO, every tick.
 The loop ticks every ``interval_s`` (default 1 s: actions start as earlier ones end,
 §5.6) and decides once per ``period_s`` (20 s, §5.7's Table) when no copy is in flight
 (§5.3). Environments: ``kind = "simulator"`` (``geoslo.sim.director``: ``interval_s``
-simulated seconds per observation, a whole number) and ``kind = "testbed"`` (Redis servers
-on loopback, ``geoslo.live.director``). The steady-state model (§5.4) is fitted on the
-simulated servers when ``[controller.steady_state]`` is absent; the testbed needs it given
-(fit it with ``geoslo.live.director.steady_state_benchmark``, docs/director-live.md).
+simulated seconds per observation, a whole number), ``kind = "testbed"`` (Redis servers
+on loopback, ``geoslo.live.director``) and ``kind = "redis-cluster"`` (a real Redis Cluster,
+a user's from its seed nodes or a local testbed: ``geoslo.live.director.rediscluster``).
+The steady-state model (§5.4) is fitted on the simulated servers when
+``[controller.steady_state]`` is absent; the live environments need it given (fit it with
+``steady_state_benchmark`` of ``geoslo.live.director`` or of its ``rediscluster``
+package, docs/director-live.md).
 """
 
 from __future__ import annotations
@@ -25,6 +28,17 @@ from pydantic import BaseModel, ConfigDict, Field
 from geoslo.control.director import DirectorConfig, DirectorLoop, Step
 from geoslo.errors import ConfigError
 from geoslo.live.director import BinLayout, ClusterConfig, DirectorTestbedEnvironment, LoadSpec
+from geoslo.live.director.rediscluster import (
+    ClientConfig,
+    ClusterSpec,
+    EnvSettings,
+    RedisClusterEnvironment,
+)
+from geoslo.live.director.rediscluster._actions import (
+    check_director_config,
+    slot_ranges_of,
+    slots_of_bins,
+)
 from geoslo.models import CopyDurationModel, SteadyStateModel
 from geoslo.runtime._service import Service, System
 from geoslo.sim.director import (
@@ -37,7 +51,13 @@ from geoslo.sim.director import (
 )
 from geoslo.workload import RateTrace
 
-__all__ = ["SYSTEM", "DirectorSettings", "SimulatorSettings", "TestbedSettings"]
+__all__ = [
+    "SYSTEM",
+    "DirectorSettings",
+    "RedisClusterSettings",
+    "SimulatorSettings",
+    "TestbedSettings",
+]
 
 DEFAULT_INTERVAL_S = 1.0  # the tick: actions start as others end (§5.6); decisions per period
 _FIELDS = {f.name for f in dataclasses.fields(DirectorConfig)}
@@ -138,6 +158,38 @@ class TestbedSettings(BaseModel):
     put_sample_fraction: float = Field(0.4, gt=0.0, le=1.0, description="§5.5.")
     flat_rps: float = Field(150.0, ge=0.0, le=1e5, description="Requests/s over all keys.")
     hot_rps: float = Field(150.0, ge=0.0, le=1e5, description="Extra gets on one key at peak.")
+    flat_s: int = Field(120, ge=0)
+    ramp_s: int = Field(300, ge=0)
+    hold_s: int = Field(180, ge=1)
+    read_fraction: float = Field(0.95, ge=0.0, le=1.0)
+
+
+class RedisClusterSettings(BaseModel):
+    """``[environment] kind = "redis-cluster"``: a real Redis Cluster (docs/director-live.md,
+    "The Director on Redis Cluster"): a user's, from ``seed_nodes``, new nodes started from
+    ``command_template``; or a local testbed (``start_testbed``). This process drives the
+    open-loop load (the flash crowd) on keys ``k:0 ..`` and samples it per bin (§5.5)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    kind: Literal["redis-cluster"]
+    state_dir: str | None = Field(None, description="Default: a temporary directory.")
+    seed_nodes: list[str] = Field([], description='"host:port" of the cluster\'s nodes.')
+    command_template: str | None = Field(
+        None, description="Starts a new node: {port}, {dir}, optionally {bus_port}."
+    )
+    start_testbed: bool = Field(False, description="Start a local testbed (tests).")
+    masters: int = Field(3, ge=1, le=64, description="The testbed's masters.")
+    standbys: int = Field(1, ge=0, le=64, description="The testbed's empty masters (§5.6).")
+    cpu_quota_fraction: float | None = Field(None, description="The testbed's node CPU share.")
+    seed: int = Field(0, ge=0)
+    keys: int = Field(10_000, ge=1, le=10_000_000)
+    value_bytes: int = Field(1024, ge=1, le=1_048_576)
+    preload: bool = Field(True, description="Write every key before the load starts.")
+    get_sample_fraction: float = Field(0.02, gt=0.0, le=1.0, description="§5.5.")
+    put_sample_fraction: float = Field(0.4, gt=0.0, le=1.0, description="§5.5.")
+    flat_rps: float = Field(500.0, ge=0.0, le=1e5, description="Requests/s over all keys.")
+    hot_rps: float = Field(500.0, ge=0.0, le=1e5, description="Extra gets on one key at peak.")
     flat_s: int = Field(120, ge=0)
     ramp_s: int = Field(300, ge=0)
     hold_s: int = Field(180, ge=1)
@@ -253,6 +305,104 @@ def _testbed(env: TestbedSettings, controller: DirectorSettings, interval_s: flo
     return store, bin_bytes, _models(controller, None, env.seed)
 
 
+def _flash_crowd(env, hot_key: int) -> LoadSpec:
+    """§6.2's spike: flat load, then extra gets on one key ramping up, held."""
+    duration_s = env.flat_s + env.ramp_s + env.hold_s
+    hot = np.concatenate(
+        [
+            np.zeros(env.flat_s),
+            env.hot_rps * (np.arange(env.ramp_s) + 0.5) / max(env.ramp_s, 1),
+            np.full(env.hold_s, env.hot_rps),
+        ]
+    )
+    return LoadSpec(
+        RateTrace(np.full(duration_s, env.flat_rps)),
+        env.read_fraction,
+        hot_trace=RateTrace(hot) if env.hot_rps > 0 else None,
+        hot_key=hot_key,
+        max_requests=10_000_000,
+        max_duration_s=float(duration_s),
+        seed=env.seed,
+    )
+
+
+class _TemporaryCluster(RedisClusterEnvironment):
+    """The cluster environment in a temporary directory of its own, removed at close."""
+
+    async def close(self) -> None:
+        try:
+            await super().close()
+        finally:
+            shutil.rmtree(self.state_dir, ignore_errors=True)
+
+
+def _seed(text: str) -> tuple[str, int]:
+    host, _, port = text.rpartition(":")
+    if not host or not port.isdigit():
+        raise ConfigError("environment.seed_nodes", f'each must be "host:port", not {text!r}')
+    return host, int(port)
+
+
+def _redis_cluster(env: RedisClusterSettings, controller: DirectorSettings):
+    config = controller.director_config()
+    check_director_config(config)
+    if not env.seed_nodes and not env.start_testbed:
+        raise ConfigError("environment.seed_nodes", "give the seed nodes, or start_testbed = true")
+    try:
+        testbed = None
+        if env.start_testbed:
+            testbed = ClusterSpec(
+                masters=env.masters,
+                standbys=env.standbys,
+                cpu_quota_fraction=env.cpu_quota_fraction,
+                command_template=env.command_template,
+            )
+        settings = EnvSettings(
+            seed_nodes=tuple(_seed(text) for text in env.seed_nodes),
+            testbed=testbed,
+            command_template=env.command_template,
+            copy_rate_bytes_per_s=config.copy_rate_bytes_per_s,
+            client=ClientConfig(
+                period_s=config.period_s,
+                get_sample_fraction=env.get_sample_fraction,
+                put_sample_fraction=env.put_sample_fraction,
+                latency_threshold_ms=controller.slo_threshold_ms,
+                read_from_replicas=True,
+                seed=env.seed,
+            ),
+            keys=env.keys,
+            value_bytes=env.value_bytes,
+            preload=env.preload,
+        )
+    except ConfigError as error:
+        raise ConfigError(f"environment.{error.field}", error.problem) from None
+    state_dir = env.state_dir or tempfile.mkdtemp(prefix="geoslo-director-rc-")
+    store = (RedisClusterEnvironment if env.state_dir else _TemporaryCluster)(
+        Path(state_dir), settings, _flash_crowd(env, 0)
+    )
+    return store, store.bin_bytes(), _models(controller, None, env.seed)
+
+
+def cluster_plan_record(step: Step) -> Mapping[str, Any]:
+    """``plan_record`` and, per move and copy, the cluster operation it becomes: the hash
+    slots a move migrates, or the master a copy's target replicates (the mapping)."""
+    operations = []
+    for item in step.start:
+        action = item.action
+        if action.kind == "move":
+            ranges = slot_ranges_of(slots_of_bins(action.bins))
+            operations.append(
+                {
+                    "migrate_slots": [list(r) for r in ranges],
+                    "from": action.source,
+                    "to": action.target,
+                }
+            )
+        elif action.kind == "copy":
+            operations.append({"replicate": action.source, "replica": action.target})
+    return {**plan_record(step), "cluster_operations": operations}
+
+
 def plan_gauges(step: Step) -> Mapping[str, float]:
     gauges = {
         "actions_started": float(len(step.start)),
@@ -287,8 +437,12 @@ def plan_record(step: Step) -> Mapping[str, Any]:
 def build(controller: BaseModel, environment: BaseModel, interval_s: float) -> Service:
     """The controller and the environment the tables ask for (nothing started yet)."""
     assert isinstance(controller, DirectorSettings)
+    record = plan_record
     if isinstance(environment, SimulatorSettings):
         store, bin_bytes, models = _simulator(environment, controller, interval_s)
+    elif isinstance(environment, RedisClusterSettings):
+        store, bin_bytes, models = _redis_cluster(environment, controller)
+        record = cluster_plan_record
     else:
         assert isinstance(environment, TestbedSettings)
         store, bin_bytes, models = _testbed(environment, controller, interval_s)
@@ -301,7 +455,7 @@ def build(controller: BaseModel, environment: BaseModel, interval_s: float) -> S
         interval_s=interval_s,
         plan_gauges=plan_gauges,
         observation_gauges=observation_gauges,
-        plan_record=plan_record,
+        plan_record=record,
     )
 
 
@@ -332,6 +486,18 @@ boot_delay_s = 120             # a new server serves after this
 #   service_mean_ms = 5.0
 #   flat_rps = 150.0
 #   hot_rps = 150.0
+# Or a real Redis Cluster (docs/director-live.md, "The Director on Redis Cluster"); it
+# needs replicas = 1, read_fanout = 1 and [controller.steady_state] fitted on it, e.g.
+# the fit at 2% of a CPU per node (benchmarks/bench_director_rediscluster.py):
+# intercept = -11.8, get_coefficient = 0.0055, put_coefficient = 0.0141
+#   kind = "redis-cluster"
+#   seed_nodes = ["10.0.0.1:7000", "10.0.0.2:7000"]
+#   command_template = "redis-server --port {port} --dir {dir} --cluster-enabled yes"
+#   start_testbed = false     # true: a local testbed (masters, standbys) instead
+#   keys = 10000
+#   value_bytes = 1024
+#   flat_rps = 500.0
+#   hot_rps = 500.0
 
 [controller]
 period_s = 20.0                # execution period (§5.7's Table)
@@ -365,7 +531,11 @@ SYSTEM = System(
     name="director",
     default_interval_s=DEFAULT_INTERVAL_S,
     controller_settings=DirectorSettings,
-    environments={"simulator": SimulatorSettings, "testbed": TestbedSettings},
+    environments={
+        "simulator": SimulatorSettings,
+        "testbed": TestbedSettings,
+        "redis-cluster": RedisClusterSettings,
+    },
     build=build,
     example_config=EXAMPLE_CONFIG,
 )

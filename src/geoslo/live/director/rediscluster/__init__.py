@@ -5,8 +5,9 @@ onto hash slots). A bin is a contiguous range of ``SLOTS_PER_BIN`` hash slots.
 optionally CPU-limited through cgroups). ``RedisClusterClient`` times every get and put
 and samples them per bin for the Director (§5.5); ``replay_cluster_load`` drives it open
 loop; ``steady_state_benchmark`` and ``copy_benchmark`` train §5.4's models on the
-cluster. Reference: docs/director-live.md, "Redis Cluster engine" and "Load and
-statistics on the cluster".
+cluster. ``RedisClusterEnvironment`` is the Director's environment on it (§5.3, §5.6).
+Reference: docs/director-live.md, "Redis Cluster engine", "Load and statistics on the
+cluster" and "The Director on Redis Cluster".
 """
 
 from geoslo.live.director.rediscluster._bench import (
@@ -29,6 +30,11 @@ from geoslo.live.director.rediscluster._engine import (
     render_command,
     roles_in_view,
     slot_ranges,
+)
+from geoslo.live.director.rediscluster._environment import (
+    EnvSettings,
+    FinishedClusterAction,
+    RedisClusterEnvironment,
 )
 from geoslo.live.director.rediscluster._loadgen import preload_keys, replay_cluster_load
 from geoslo.live.director.rediscluster._migrate import (
@@ -88,4 +94,8 @@ __all__ = [
     "replay_cluster_load",
     "slots_of_bin",
     "steady_state_benchmark",
+    # the Director's environment on the cluster (_environment, _actions)
+    "EnvSettings",
+    "FinishedClusterAction",
+    "RedisClusterEnvironment",
 ]

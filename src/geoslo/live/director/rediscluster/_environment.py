@@ -1,0 +1,510 @@
+"""A Redis Cluster as the SCADS Director's environment handle (``geoslo.control.Environment``;
+FAST 2011 §5.3, §5.5, §5.6). The binned store's counterpart:
+``geoslo.live.director.DirectorTestbedEnvironment``.
+
+``start()`` starts the local testbed when asked, then, before anything else, ``repair``s
+the cluster (a controller that crashed mid-migration left slots half-way), opens the
+timed client and replays the load round after round. ``observe()`` reads ``CLUSTER
+NODES`` (the servers: masters with their bins, replicas with their master's) and the
+client's sampled histograms of the periods that ended, with the last one's p99.
+``apply(step)`` cancels and starts the Director's actions as cluster operations
+(``_actions``; docs/director-live.md, "The Director on Redis Cluster: the mapping").
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import redis.asyncio as aioredis
+from redis.exceptions import RedisError
+
+from geoslo.control.director import Observation, Step
+from geoslo.control.director.types import Action, Histogram, RunningAction
+from geoslo.errors import ConfigError, TestbedError
+from geoslo.live._backend import key_name
+from geoslo.live.director._loadgen import LoadSpec
+from geoslo.live.director.rediscluster._actions import (
+    BINS,
+    copy_refusal,
+    migration_slots,
+    node_name,
+    server_states,
+)
+from geoslo.live.director.rediscluster._client import ClientConfig, RedisClusterClient
+from geoslo.live.director.rediscluster._engine import (
+    ClusterNode,
+    ClusterSpec,
+    RedisClusterTestbed,
+    parse_cluster_nodes,
+)
+from geoslo.live.director.rediscluster._loadgen import preload_keys, replay_cluster_load
+from geoslo.live.director.rediscluster._migrate import (
+    MigrationProgress,
+    migrate_slots,
+    remove_master,
+    repair,
+)
+from geoslo.live.director.rediscluster._stats import bin_of_key
+
+__all__ = ["ClusterActionFailed", "FinishedClusterAction", "RedisClusterEnvironment", "EnvSettings"]
+
+_UNPACED_BYTES_PER_S = 1e12  # a cancelled move's roll-back is not throttled (§5.6: undo fast)
+_KEY_OVERHEAD_BYTES = 50  # Redis's per-key cost beside the value (MEMORY USAGE of a 1 KB value)
+
+
+class ClusterActionFailed(TestbedError):
+    """An action could not be done on the cluster; the message says why."""
+
+
+@dataclass(frozen=True)
+class FinishedClusterAction:
+    """How an action ended (``detail``: why it failed, or what it did)."""
+
+    action: Action
+    ok: bool
+    duration_s: float
+    detail: str = ""
+
+
+@dataclass(frozen=True)
+class EnvSettings:
+    """What the environment drives. ``seed_nodes``: the cluster's nodes to start from (a
+    user's cluster); ``testbed``: start a local testbed instead (tests, reproduction).
+    ``command_template`` starts new nodes for ``add-server`` on a user's cluster
+    (``{port}``, ``{dir}``, optionally ``{bus_port}``); the testbed uses its own.
+    ``keys`` ``k:0 .. k:<keys-1>`` of ``value_bytes`` are what the load reads and writes
+    (preloaded when ``preload``) and what the bins' sizes are estimated from."""
+
+    seed_nodes: tuple[tuple[str, int], ...] = ()
+    testbed: ClusterSpec | None = None
+    command_template: str | None = None
+    copy_rate_bytes_per_s: float = 4e6  # §5.7's Table
+    client: ClientConfig = field(default_factory=lambda: ClientConfig(read_from_replicas=True))
+    keys: int = 10_000
+    value_bytes: int = 1024
+    preload: bool = True
+    node_wait_s: float = 60.0  # a replica's sync, a failover, a new node known to all
+
+    def __post_init__(self) -> None:
+        if not self.seed_nodes and self.testbed is None:
+            raise ConfigError("seed_nodes", "give the cluster's seed nodes or start a testbed")
+        if self.copy_rate_bytes_per_s <= 0:
+            raise ConfigError("copy_rate_bytes_per_s", "must be > 0")
+
+
+def bin_bytes_of_keys(keys: int, value_bytes: int) -> np.ndarray:
+    """Stored bytes per bin of ``k:0 .. k:<keys-1>`` (what a move of the bin carries)."""
+    counts = np.zeros(BINS)
+    for i in range(keys):
+        counts[bin_of_key(key_name(i))] += 1
+    return counts * (value_bytes + _KEY_OVERHEAD_BYTES)
+
+
+class RedisClusterEnvironment:
+    """The Director's handle on one Redis Cluster; real time (``simulated = False``)."""
+
+    simulated = False
+
+    def __init__(
+        self,
+        state_dir: Path,
+        settings: EnvSettings,
+        load: LoadSpec | None = None,
+        log: Callable[[str], None] = lambda _message: None,
+    ) -> None:
+        self.state_dir = Path(state_dir)
+        self.settings = settings
+        self.load = load
+        self.log = log
+        self.testbed: RedisClusterTestbed | None = None
+        self.client: RedisClusterClient | None = None
+        self.repair_report = None
+        self.rounds = 0
+        self.requests = 0
+        self._seeds = list(settings.seed_nodes)
+        self._names: dict[str, str] = {}  # node id -> the Director's name of the node
+        self._booting: list[str] = []  # add-server actions whose node is not up yet
+        self._hidden: set[str] = set()  # node ids being removed
+        self._running: dict[Action, tuple[RunningAction, asyncio.Task]] = {}
+        self._finished: list[FinishedClusterAction] = []
+        self._provisioner: RedisClusterTestbed | None = None
+        self._load_task: asyncio.Task | None = None
+        self._stop = asyncio.Event()
+
+    # --- lifecycle ------------------------------------------------------------------------
+    async def start(self) -> None:
+        """The testbed (if asked), then ``repair`` before anything else, the client, the load."""
+        self.state_dir.mkdir(parents=True, exist_ok=True)
+        if self.settings.testbed is not None:
+            self.testbed = await asyncio.to_thread(
+                RedisClusterTestbed.up, self.settings.testbed, self.state_dir / "cluster", self.log
+            )
+            self._seeds = self.testbed.seed_nodes()
+        self.repair_report = await repair(self._seeds[0], log=self.log)
+        self._name_testbed_nodes()
+        self.client = await RedisClusterClient.connect(self._seeds, self.settings.client)
+        if self.load is not None:
+            if self.settings.preload:
+                await preload_keys(self.client, self.settings.keys, self.settings.value_bytes)
+            self._stop = asyncio.Event()
+            self._load_task = asyncio.create_task(self._replay_rounds(self.client, self.load))
+
+    async def _replay_rounds(self, client: RedisClusterClient, load: LoadSpec) -> None:
+        while not self._stop.is_set():
+            result = await replay_cluster_load(
+                client, load, self.settings.keys, self.settings.value_bytes, self._stop
+            )
+            self.rounds += 1
+            self.requests += result.requests
+
+    def _name_testbed_nodes(self) -> None:
+        for tb in (self.testbed, self._testbed_in_state_dir()):
+            if tb is not None:
+                self._names |= {n.node_id: n.name for n in tb.nodes() if n.node_id}
+
+    def _testbed_in_state_dir(self) -> RedisClusterTestbed | None:
+        return RedisClusterTestbed.load(self.state_dir / "cluster")
+
+    async def close(self) -> None:
+        """Stop the load, cancel the actions, close the client, stop what this started."""
+        self._stop.set()
+        if self._load_task is not None:
+            with contextlib.suppress(Exception):
+                await self._load_task
+            self._load_task = None
+        for action in list(self._running):
+            with contextlib.suppress(Exception):
+                await self.cancel(action)
+        if self.client is not None:
+            await self.client.aclose()
+            self.client = None
+        for tb in (self._provisioner, self.testbed):
+            if tb is not None:
+                await asyncio.to_thread(tb.down)
+        self._provisioner = self.testbed = None
+
+    # --- the Director's handle ------------------------------------------------------------
+    def bin_bytes(self) -> np.ndarray:
+        return bin_bytes_of_keys(self.settings.keys, self.settings.value_bytes)
+
+    async def view(self) -> list[ClusterNode]:
+        """``CLUSTER NODES`` from the first seed that answers as a member of the cluster (a
+        node that serves no slot and knows no node that does, e.g. one just reset, is
+        skipped); the seeds then follow the cluster's nodes."""
+        errors = []
+        for host, port in list(self._seeds):
+            connection = aioredis.Redis(host=host, port=port, socket_timeout=5.0)
+            try:
+                text = (await connection.execute_command("CLUSTER", "NODES")).decode()
+            except (RedisError, OSError) as error:
+                errors.append(f"{host}:{port}: {error}")
+                continue
+            finally:
+                await connection.aclose()
+            view = parse_cluster_nodes(text)
+            if not any(n.slots for n in view):
+                errors.append(f"{host}:{port}: knows no node serving slots")
+                continue
+            usable = [(n.host, n.port) for n in view if not n.failed]
+            rest = [a for a in self._seeds if a not in usable]
+            self._seeds = [(host, port)] + [a for a in usable + rest if a != (host, port)]
+            return view
+        raise TestbedError("no seed node of the cluster answers: " + "; ".join(errors))
+
+    async def observe(self) -> Observation:
+        client = self._client()
+        if self._load_task is not None and self._load_task.done():
+            self._load_task.result()  # the load generator failed: say why
+        view = await self.view()
+        servers = server_states(view, self._names, self._hidden, self._booting)
+        periods = client.collect()
+        measured = {"servers": float(len(servers))}
+        if periods:
+            last = periods[-1]
+            measured |= {"period_p99_ms": last.get_p99_ms, "period_gets": float(last.gets)}
+        histograms = tuple(Histogram(p.get_rps, p.put_rps) for p in periods)
+        running = tuple(item for item, _ in self._running.values())
+        return Observation(client.now_s(), servers, running, histograms, measured)
+
+    async def apply(self, step: Step) -> None:
+        """Cancel what the step cancels (overruns, §5.3), then start what it starts."""
+        for action in step.cancel:
+            await self.cancel(action)
+        for item in step.start:
+            self.start_action(item)
+
+    def start_action(self, item: RunningAction) -> None:
+        action = item.action
+        if action in self._running:
+            self._finished.append(FinishedClusterAction(action, False, 0.0, "already running"))
+            return
+        if action.kind == "add-server" and action.server:
+            self._booting.append(action.server)
+        task = asyncio.get_running_loop().create_task(self._run(action))
+        self._running[action] = (item, task)
+
+    async def cancel(self, action: Action) -> bool:
+        """Stop a running action (a move rolls its migrated slots back); False if none."""
+        entry = self._running.get(action)
+        if entry is None:
+            return False
+        entry[1].cancel()
+        await asyncio.wait([entry[1]])
+        return True
+
+    def running(self) -> tuple[RunningAction, ...]:
+        return tuple(item for item, _ in self._running.values())
+
+    def finished(self) -> list[FinishedClusterAction]:
+        """Actions that ended since the last call (drained)."""
+        done, self._finished = self._finished, []
+        return done
+
+    async def wait_idle(self, timeout_s: float) -> bool:
+        tasks = [task for _, task in self._running.values()]
+        if not tasks:
+            return True
+        _, pending = await asyncio.wait(tasks, timeout=timeout_s)
+        return not pending
+
+    # --- running one action ---------------------------------------------------------------
+    async def _run(self, action: Action) -> None:
+        started = time.monotonic()
+        ok, detail = False, ""
+        try:
+            detail = await self._execute(action)
+            ok = True
+        except asyncio.CancelledError:
+            detail = "cancelled"
+            raise
+        except (ClusterActionFailed, TestbedError, RedisError, OSError) as error:
+            detail = f"{type(error).__name__}: {error}"
+        finally:
+            self._running.pop(action, None)
+            if action.kind == "add-server" and action.server in self._booting:
+                self._booting.remove(action.server)
+            self._finished.append(
+                FinishedClusterAction(action, ok, time.monotonic() - started, detail)
+            )
+            self.log(f"{action.kind} {action.to_dict()}: {'done' if ok else 'failed'} {detail}")
+
+    async def _execute(self, action: Action) -> str:
+        if action.kind == "move":
+            return await self._move(action)
+        if action.kind == "copy":
+            return await self._copy(action)
+        if action.kind == "delete-replica":
+            return await self._delete_replica(action)
+        if action.kind == "add-server":
+            return await self._add_server(action)
+        return await self._remove_server(action)
+
+    async def _node(self, name: str | None, view: list[ClusterNode] | None = None) -> ClusterNode:
+        for node in view if view is not None else await self.view():
+            if node_name(node, self._names) == name and not node.failed:
+                return node
+        raise ClusterActionFailed(f"no usable node named {name!r} in the cluster")
+
+    def _master_of(self, node: ClusterNode, view: list[ClusterNode]) -> ClusterNode | None:
+        if node.is_master:
+            return node
+        return next((n for n in view if n.node_id == node.master_id), None)
+
+    # move: migrate the bins' slots (§5.6), paced at the copy rate (§5.4)
+    async def _move(self, action: Action) -> str:
+        view = await self.view()
+        source = self._master_of(await self._node(action.source, view), view)
+        target = await self._node(action.target, view)
+        if source is None or not target.is_master:
+            raise ClusterActionFailed(f"move: {action.source} -> {action.target} needs two masters")
+        slots = migration_slots(action, source)
+        progress = MigrationProgress()
+        rate = self.settings.copy_rate_bytes_per_s
+        try:
+            await migrate_slots(source, target, slots, rate, progress=progress)
+        except asyncio.CancelledError:
+            await self._roll_back(source, target, slots)
+            raise
+        return f"{len(slots)} slots, {progress.keys} keys, {progress.bytes} bytes"
+
+    async def _roll_back(self, source: ClusterNode, target: ClusterNode, slots: list[int]) -> None:
+        """A cancelled move leaves nothing on its target: its migrated slots go back."""
+        now = await self._node(node_name(target, self._names))
+        moved = {s for lo, hi in now.slots for s in range(lo, hi + 1)} & set(slots)
+        if moved:
+            self.log(f"move cancelled: {len(moved)} slots back to {source.host}:{source.port}")
+            await migrate_slots(target, source, sorted(moved), _UNPACED_BYTES_PER_S)
+
+    # copy: a Redis replica of a master holding exactly the bins (the mapping)
+    async def _copy(self, action: Action) -> str:
+        view = await self.view()
+        source = await self._node(action.source, view)
+        master = self._master_of(source, view)
+        target = await self._node(action.target, view)
+        refusal = copy_refusal(action, master, target, view)
+        if refusal:
+            raise ClusterActionFailed(refusal)
+        assert master is not None
+        await self._command(target, "CLUSTER", "REPLICATE", master.node_id)
+        await self._wait_replica(target, master)
+        return f"{action.target} replicates {node_name(master, self._names)}"
+
+    async def _wait_replica(self, replica: ClusterNode, master: ClusterNode) -> None:
+        deadline = time.monotonic() + self.settings.node_wait_s
+        while True:
+            info = await self._command(replica, "INFO", "replication")  # parsed: a dict
+            if info.get("master_link_status") == "up":
+                mine = await self._node(node_name(replica, self._names))
+                if mine.master_id == master.node_id:
+                    return
+            if time.monotonic() > deadline:
+                raise ClusterActionFailed(f"copy: {replica.host}:{replica.port} did not sync")
+            await asyncio.sleep(0.1)
+
+    # delete-replica: detach a Redis replica; a master with replicas fails over first
+    async def _delete_replica(self, action: Action) -> str:
+        view = await self.view()
+        node = await self._node(action.server, view)
+        if node.is_master:
+            replicas = [n for n in view if n.master_id == node.node_id and not n.failed]
+            if not replicas:
+                raise ClusterActionFailed(
+                    f"delete-replica: {action.server} is a bin's only copy (no Redis replica)"
+                )
+            await self._fail_over(replicas[0], node)
+            node = await self._node(action.server)
+        await self._detach(node, action.server or "")
+        return f"{action.server} detached, an empty master again"
+
+    async def _fail_over(self, replica: ClusterNode, master: ClusterNode) -> None:
+        """``CLUSTER FAILOVER`` on the replica (coordinated, no write lost); until the old
+        master reports itself a replica."""
+        await self._command(replica, "CLUSTER", "FAILOVER")
+        deadline = time.monotonic() + self.settings.node_wait_s
+        while True:
+            info = await self._command(master, "INFO", "replication")
+            if info.get("role") == "slave":
+                return
+            if time.monotonic() > deadline:
+                raise ClusterActionFailed(f"delete-replica: failover to {replica.port} timed out")
+            await asyncio.sleep(0.1)
+
+    async def _detach(self, node: ClusterNode, name: str) -> None:
+        """``CLUSTER RESET HARD`` (its data flushed, a new id), every other node forgets
+        the old id, then it is met again: an empty master (a standby)."""
+        old_id = node.node_id
+        await self._command(node, "CLUSTER", "RESET", "HARD")
+        new_id = (await self._command(node, "CLUSTER", "MYID")).decode()
+        self._names[new_id] = self._names.pop(old_id, name)
+        for other in await self.view():
+            if other.node_id not in (old_id, new_id) and not other.failed:
+                with contextlib.suppress(RedisError):
+                    await self._command(other, "CLUSTER", "FORGET", old_id)
+        await self._meet(node.host, node.port, new_id)
+
+    async def _meet(self, host: str, port: int, node_id: str) -> None:
+        seed = next(a for a in self._seeds if a != (host, port))
+        bus_port = await self._bus_port(host, port)
+        connection = aioredis.Redis(host=seed[0], port=seed[1], socket_timeout=5.0)
+        try:
+            await connection.execute_command("CLUSTER", "MEET", host, port, bus_port)
+        finally:
+            await connection.aclose()
+        await self._wait_known(node_id)
+
+    async def _bus_port(self, host: str, port: int) -> int:
+        connection = aioredis.Redis(host=host, port=port, socket_timeout=5.0)
+        try:
+            reply = await connection.execute_command("CONFIG", "GET", "cluster-port")
+        finally:
+            await connection.aclose()
+        configured = int(reply.get(b"cluster-port") or reply.get("cluster-port") or 0)  # a dict
+        return configured or port + 10000  # Redis's default bus port
+
+    async def _wait_known(self, node_id: str) -> None:
+        """Until every usable node knows ``node_id`` (not in handshake)."""
+        deadline = time.monotonic() + self.settings.node_wait_s
+        while True:
+            view = await self.view()
+            missing = 0
+            for node in view:
+                if node.failed or node.node_id in self._hidden:
+                    continue
+                theirs = parse_cluster_nodes(
+                    (await self._command(node, "CLUSTER", "NODES")).decode()
+                )
+                known = {n.node_id for n in theirs if not n.flags & {"handshake", "noaddr"}}
+                missing += node_id not in known
+            if not missing and any(n.node_id == node_id for n in view):
+                return
+            if time.monotonic() > deadline:
+                raise ClusterActionFailed(f"node {node_id[:8]} not known to every node")
+            await asyncio.sleep(0.1)
+
+    # add-server: a new node from the command template, met (§5.6: it boots, then serves)
+    async def _add_server(self, action: Action) -> str:
+        name = action.server or ""
+        if self.testbed is not None:
+            info = await asyncio.to_thread(self.testbed.start_node)
+            self._names[info.node_id] = name
+            return f"{name} is {info.name} on port {info.port}"
+        template = self.settings.command_template
+        if template is None:
+            raise ClusterActionFailed(
+                "add-server: no command_template to start a node with (environment section)"
+            )
+        if self._provisioner is None:
+            spec = ClusterSpec(masters=1, standbys=0, command_template=template)
+            folder = self.state_dir / "provisioned"
+            folder.mkdir(parents=True, exist_ok=True)
+            self._provisioner = RedisClusterTestbed.load(folder) or RedisClusterTestbed(
+                spec, folder, template
+            )
+        record = await asyncio.to_thread(self._provisioner._launch, name, "standby", None)
+        self._names[record["node_id"]] = name
+        await self._meet(record["host"], record["port"], record["node_id"])
+        return f"{name} on port {record['port']}"
+
+    # remove-server: an empty node leaves (drain, reset, FORGET), then its process stops
+    async def _remove_server(self, action: Action) -> str:
+        name = action.server or ""
+        view = await self.view()
+        node = await self._node(name, view)
+        if node.slots or not node.is_master:
+            raise ClusterActionFailed(f"remove-server: {name} still serves bins; move them first")
+        self._hidden.add(node.node_id)
+        seed = next(n for n in view if n.node_id != node.node_id and not n.failed)
+        rate = self.settings.copy_rate_bytes_per_s
+        await remove_master((seed.host, seed.port), (node.host, node.port), rate)
+        stopped = await asyncio.to_thread(self._stop_started, node.port)
+        return f"{name} left the cluster" + (" and stopped" if stopped else " (not ours to stop)")
+
+    def _stop_started(self, port: int) -> bool:
+        """Stop the node on ``port`` if this environment started it (its id may have
+        changed since: a detached replica gets a new one)."""
+        for tb in (self.testbed, self._provisioner):
+            if tb is None:
+                continue
+            for info in tb.nodes():
+                if info.port == port:
+                    tb.stop_node(info.name)
+                    return True
+        return False
+
+    async def _command(self, node: ClusterNode, *args):
+        connection = aioredis.Redis(host=node.host, port=node.port, socket_timeout=10.0)
+        try:
+            return await connection.execute_command(*args)
+        finally:
+            await connection.aclose()
+
+    def _client(self) -> RedisClusterClient:
+        if self.client is None:
+            raise RuntimeError("start() the environment before using it")
+        return self.client

@@ -1,0 +1,179 @@
+"""The SCADS Director's environment on a real Redis Cluster (docs/director-live.md, "The
+Director on Redis Cluster"): under a short open-loop load a moved bin's keys follow and
+the client keeps working, a hot bin's copy is a Redis replica and delete-replica detaches
+it, a server is added and removed, a fresh environment repairs a half-done migration."""
+
+from __future__ import annotations
+
+import asyncio
+
+import numpy as np
+import pytest
+import redis
+
+from geoslo.control.director.types import Action, RunningAction, Step
+from geoslo.live.director import LoadSpec
+from geoslo.live.director.rediscluster import ClusterSpec, RedisClusterTestbed, slots_of_bin
+from geoslo.live.director.rediscluster._client import ClientConfig
+from geoslo.live.director.rediscluster._environment import EnvSettings, RedisClusterEnvironment
+from geoslo.workload import RateTrace
+
+pytestmark = [
+    pytest.mark.integration,
+    pytest.mark.usefixtures("needs_redis"),
+    pytest.mark.timeout(120),
+]
+
+KEYS, VALUE_BYTES = 2_000, 256
+RPS = 200.0
+ERROR_MARGIN = 0.01  # failed requests allowed while slots move (of all requests)
+
+
+def _settings(spec: ClusterSpec | None = None, seeds=()) -> EnvSettings:
+    return EnvSettings(
+        seed_nodes=tuple(seeds),
+        testbed=spec,
+        copy_rate_bytes_per_s=2e6,
+        client=ClientConfig(period_s=1.0, read_from_replicas=True),
+        keys=KEYS,
+        value_bytes=VALUE_BYTES,
+    )
+
+
+def _load(rps: float = RPS, seconds: int = 60) -> LoadSpec:
+    return LoadSpec(RateTrace(np.full(seconds, rps)), 0.9, max_duration_s=float(seconds))
+
+
+async def _do(env: RedisClusterEnvironment, *actions: Action, timeout_s: float = 60.0) -> list:
+    """Start ``actions`` as one step, wait until they ended; how they ended."""
+    step = Step(tuple(RunningAction(a, 0.0, 10.0) for a in actions))
+    await env.apply(step)
+    assert await env.wait_idle(timeout_s), "the actions did not end"
+    return env.finished()
+
+
+def _servers(observation) -> dict[str, tuple[int, ...]]:
+    return {s.name: s.bins for s in observation.servers}
+
+
+def _keys_in_bin(port: int, b: int) -> int:
+    with redis.Redis("127.0.0.1", port) as node:
+        return sum(
+            int(node.execute_command("CLUSTER", "COUNTKEYSINSLOT", s)) for s in slots_of_bin(b)
+        )
+
+
+def test_move_add_remove_under_load(tmp_path):
+    spec = ClusterSpec(masters=2, standbys=1)
+
+    async def scenario():
+        env = RedisClusterEnvironment(tmp_path, _settings(spec), _load())
+        await env.start()
+        try:
+            first = await env.observe()
+            held = _servers(first)
+            assert held["node-0"] and held["node-2"] == ()  # node-2: the standby
+            assert sum(len(b) for b in held.values()) == 128
+            await asyncio.sleep(1.5)  # a period of load before the move
+            before = dict(env.client.errors)
+            ended = await _do(env, Action("move", (0,), source="node-0", target="node-2"))
+            assert [f.ok for f in ended] == [True], ended
+            await asyncio.sleep(1.0)  # requests after the move reach the new owner
+            after = _servers(await env.observe())
+            assert after["node-2"] == (0,) and 0 not in after["node-0"]
+            tb = env.testbed
+            assert _keys_in_bin(tb.node("node-2").port, 0) > 0
+            assert _keys_in_bin(tb.node("node-0").port, 0) == 0
+            failed = sum(env.client.errors.values()) - sum(before.values())
+            issued = RPS * env.client.now_s()  # the open-loop load's requests so far
+            assert failed <= ERROR_MARGIN * issued, env.client.errors
+            # The client's map follows the move (MOVED): bin 0's keys go to node-2.
+            node = env.client.cluster.get_node_from_key(b"k:" + _a_key_in_bin(0))
+            assert node.port == tb.node("node-2").port
+            # add-server, then remove-server of the empty node it started
+            ended = await _do(env, Action("add-server", server="server-9"))
+            assert [f.ok for f in ended] == [True], ended
+            servers = {s.name: s for s in (await env.observe()).servers}
+            assert servers["server-9"].ready and servers["server-9"].bins == ()
+            pid = next(n.pid for n in tb.nodes() if n.name == "node-3")
+            ended = await _do(env, Action("remove-server", server="server-9"))
+            assert [f.ok for f in ended] == [True], ended
+            assert "server-9" not in _servers(await env.observe())
+            assert not any(r["alive"] for r in tb.status() if r["pid"] == pid)
+        finally:
+            await env.close()
+
+    asyncio.run(scenario())
+
+
+def _a_key_in_bin(b: int) -> bytes:
+    from geoslo.live.director.rediscluster import bin_of_key
+
+    i = next(i for i in range(KEYS) if bin_of_key(b"k:%d" % i) == b)
+    return b"%d" % i
+
+
+def test_copy_of_an_isolated_bin_is_a_redis_replica_and_delete_replica_detaches_it(tmp_path):
+    spec = ClusterSpec(masters=2, standbys=2)
+
+    async def scenario():
+        env = RedisClusterEnvironment(tmp_path, _settings(spec), _load(100.0))
+        await env.start()
+        try:
+            ended = await _do(env, Action("move", (5,), source="node-0", target="node-2"))
+            assert [f.ok for f in ended] == [True], ended
+            refused = await _do(env, Action("copy", (1,), source="node-0", target="node-3"))
+            assert [f.ok for f in refused] == [False]  # node-0 holds more than bin 1
+            assert "whole" in refused[0].detail
+            ended = await _do(env, Action("copy", (5,), source="node-2", target="node-3"))
+            assert [f.ok for f in ended] == [True], ended
+            held = _servers(await env.observe())
+            assert held["node-3"] == (5,) and held["node-2"] == (5,)
+            tb = env.testbed
+            assert _keys_in_bin(tb.node("node-3").port, 5) > 0  # the replica holds the keys
+            ended = await _do(env, Action("delete-replica", (5,), server="node-3"))
+            assert [f.ok for f in ended] == [True], ended
+            held = _servers(await env.observe())
+            assert held["node-3"] == () and held["node-2"] == (5,)
+            assert _keys_in_bin(tb.node("node-3").port, 5) == 0
+            # Deleting the master's copy fails over to its replica first (no write lost).
+            ended = await _do(env, Action("copy", (5,), source="node-2", target="node-3"))
+            assert [f.ok for f in ended] == [True], ended
+            ended = await _do(env, Action("delete-replica", (5,), server="node-2"))
+            assert [f.ok for f in ended] == [True], ended
+            held = _servers(await env.observe())
+            assert held["node-3"] == (5,) and held["node-2"] == ()
+            assert _keys_in_bin(tb.node("node-3").port, 5) > 0
+        finally:
+            await env.close()
+
+    asyncio.run(scenario())
+
+
+def test_a_fresh_environment_repairs_a_half_done_migration(tmp_path):
+    spec = ClusterSpec(masters=2, standbys=0)
+    with RedisClusterTestbed.up(spec, tmp_path / "cluster", progress=lambda _m: None) as tb:
+        source, target = tb.node("node-0"), tb.node("node-1")
+        slot = 3
+        with (
+            redis.Redis("127.0.0.1", source.port) as src,
+            redis.Redis("127.0.0.1", target.port) as dst,
+        ):
+            src.set("{bsF}k", "v")  # a key of slot 3 ("bsF" hashes to 3)
+            assert src.execute_command("CLUSTER", "KEYSLOT", "{bsF}k") == slot
+            dst.execute_command("CLUSTER", "SETSLOT", slot, "IMPORTING", source.node_id)
+            src.execute_command("CLUSTER", "SETSLOT", slot, "MIGRATING", target.node_id)
+
+        async def scenario():
+            env = RedisClusterEnvironment(
+                tmp_path / "controller", _settings(seeds=tb.seed_nodes()), load=None
+            )
+            await env.start()
+            try:
+                assert env.repair_report is not None and env.repair_report.steps
+                view = await env.view()
+                assert not any(n.migrating or n.importing for n in view)
+            finally:
+                await env.close()
+
+        asyncio.run(scenario())
