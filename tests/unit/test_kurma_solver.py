@@ -394,3 +394,26 @@ def test_lagrangian_search_matches_the_partition_search(monkeypatch) -> None:
         assert value == pytest.approx(best, abs=1e-6), seed
         if abs(value - best) < 1e-9:
             assert redirected == pytest.approx(best_rps, abs=1e-6), seed
+
+
+def test_ties_on_flat_curves_redirect_least() -> None:
+    """Curves with flat stretches of zero make many plans tie on violations; the solver must
+    return the one that redirects least (§5's tie rule), as brute force does. A search that
+    closes a node on a balanced relaxation, or prunes ties, fails here."""
+    wrong = []
+    for seed in range(120):
+        rng = np.random.default_rng(seed)
+        grid = np.unique(rng.uniform(0, 250, 6))
+        violation = rng.random((3, 3, grid.size))
+        violation = np.where(rng.random(violation.shape) < 0.6, 0.0, violation)
+        problem = KurmaProblem(
+            sites=("a", "b", "c"), demand_rps=rng.uniform(0, 1.2, 3) * 100,
+            capacity_rps=np.full(3, 100.0), load_grid_rps=grid, violation=violation,
+            quantum_fraction=float(rng.choice([0.1, 0.2, 0.25])),
+        )  # fmt: skip
+        plan = solve(problem, "perf")
+        _, (best, best_rps) = brute_force(problem, "perf")
+        assert plan.optimal and plan.expected_violations_rps == pytest.approx(best, abs=1e-6)
+        if abs(plan.redirected_rps - best_rps) > 1e-6:
+            wrong.append(seed)
+    assert not wrong

@@ -189,7 +189,7 @@ class AggregateSearch:
             steps = min(FIX_FIRST if done == 0 else FIX_EVERY, iterations - done)
             done += steps
             incumbent = np.array([self.value, self.rps])
-            bound, closed, work = agg.subgradient(
+            bound, state, work = agg.subgradient(
                 tab.own, tab.local, tab.c, self._caps(allowed), tab.upper, tab.intake, tab.offset,
                 allowed,
                 pi, steps, STALL, self._h, self._fwd, self._t,
@@ -201,14 +201,14 @@ class AggregateSearch:
                 self.units = self._best_units.copy()
                 self.value, self.rps = float(incumbent[0]), float(incumbent[1])
             best = max(best, bound)
-            if closed or self._prunable(best, allowed):
+            if state == agg.CLOSED or self._prunable(best, allowed):
                 return None
             if self.work > self.work_limit:
                 break  # the node stays open with its bound
             if not self._fix(allowed, pi):
                 return None
-            if self.work > self.work_limit:
-                break  # the node stays open with its bound
+            if self.work > self.work_limit or state == agg.BALANCED:
+                break  # open with its bound (a balanced node: only a tie is left to find)
         return best, pi
 
     def _caps(self, allowed) -> np.ndarray:

@@ -33,6 +33,7 @@ __all__ = [
 ]
 
 INF = np.inf
+OPEN, CLOSED, BALANCED = 0, 1, 2  # a node's state after subgradient steps
 
 
 @njit(cache=True, nogil=True)
@@ -466,11 +467,11 @@ def subgradient(
         work += site_terms(own, local, c, cap, upper, intake, pi, allowed, h)
         w = forward(h, upper, intake, offset, fwd)
         if w < 0:
-            return INF, True, work
+            return INF, CLOSED, work
         work += w
         bound = base + fwd[n, offset]
         if bound == INF:
-            return INF, True, work
+            return INF, CLOSED, work
         if bound > best + tol:
             best = bound
             best_pi[:] = pi
@@ -482,7 +483,7 @@ def subgradient(
                 stall = 0
         if best > incumbent[0] + tol:
             pi[:] = best_pi
-            return best, True, work
+            return best, CLOSED, work
         backtrack(h, upper, intake, offset, fwd, t)
         same = True
         for i in range(n):
@@ -510,9 +511,9 @@ def subgradient(
             norm += gradient[i] * gradient[i]
         if norm == 0.0:
             pi[:] = best_pi
-            return best, True, work  # the relaxed plan is a plan: its repair is optimal here
+            return best, BALANCED, work  # the relaxed plan is a plan: its repair is optimal here
         gap = max(incumbent[0] - bound, tol)
         for i in range(n):
             pi[i] += step * gap / norm * gradient[i]
     pi[:] = best_pi
-    return best, False, work
+    return best, OPEN, work
