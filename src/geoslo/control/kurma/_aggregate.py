@@ -165,11 +165,9 @@ class AggregateSearch:
     def _redirect_floor(self, allowed) -> float:
         """Least req/s redirected by any plan of the node (each site's fewest quanta sent)."""
         tab = self.tab
-        sent = 0
-        for i in range(tab.sites.size):
-            values = np.flatnonzero(allowed[i])
-            sent += max(int(tab.upper[i]) - int(values[-1]), 0) if values.size else 0
-        return sent * float(self.prep.q[tab.sites[0]])
+        last = allowed.shape[1] - 1 - np.argmax(allowed[:, ::-1], axis=1)  # largest allowed
+        sent = np.maximum(tab.upper - last, 0).sum()
+        return float(sent) * float(self.prep.q[tab.sites[0]])
 
     # -- one node ---------------------------------------------------------------------------
 

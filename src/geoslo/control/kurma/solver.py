@@ -262,7 +262,7 @@ class _Search:
             for i in np.flatnonzero(~prep.avail):
                 d = prep.demand[i]
                 self.base += d * kern.omega(prep.grid, prep.vio, i, i, d) if d > 0 else 0.0
-        self.floor = _floor(prep, self.base)
+        self.floor = None if _aggregate.applies(prep) else _floor(prep, self.base)
 
     def run(self) -> None:
         if _aggregate.applies(self.prep):
