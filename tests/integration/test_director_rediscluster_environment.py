@@ -6,16 +6,25 @@ it, a server is added and removed, a fresh environment repairs a half-done migra
 from __future__ import annotations
 
 import asyncio
+import json
+import os
+from pathlib import Path
 
 import numpy as np
 import pytest
 import redis
 
+from _run import run_service
 from geoslo.control.director.types import Action, RunningAction, Step
+from geoslo.live._processes import process_alive
 from geoslo.live.director import LoadSpec
 from geoslo.live.director.rediscluster import ClusterSpec, RedisClusterTestbed, slots_of_bin
 from geoslo.live.director.rediscluster._client import ClientConfig
-from geoslo.live.director.rediscluster._environment import EnvSettings, RedisClusterEnvironment
+from geoslo.live.director.rediscluster._environment import (
+    ACTIONS_FILE,
+    EnvSettings,
+    RedisClusterEnvironment,
+)
 from geoslo.workload import RateTrace
 
 pytestmark = [
@@ -177,3 +186,99 @@ def test_a_fresh_environment_repairs_a_half_done_migration(tmp_path):
                 await env.close()
 
         asyncio.run(scenario())
+
+
+# `geoslo run` on a local testbed: 2 masters and a standby, a light load the Director
+# coalesces onto one master (a move of 64 bins), then it releases the emptied one. The
+# model is the fit at 2% of a CPU (docs/director-live.md); the test checks the wiring.
+RUN = """\
+system = "director"
+interval_s = 1.0
+[environment]
+kind = "redis-cluster"
+state_dir = "{state_dir}"
+start_testbed = true
+masters = 2
+standbys = 1
+keys = 2000
+value_bytes = 256
+flat_rps = 200.0
+hot_rps = 0.0
+flat_s = 60
+ramp_s = 0
+hold_s = 1
+get_sample_fraction = 0.2
+[controller]
+period_s = 2.0
+standbys = 1
+replicas = {replicas}
+read_fanout = 1
+charge_interval_s = 1.0
+[controller.steady_state]
+intercept = -11.8
+get_coefficient = 0.0055
+put_coefficient = 0.0141
+[service]
+listen = "127.0.0.1:0"
+intervals = {intervals}
+"""
+
+
+def _config(tmp_path, intervals: int = 14, replicas: int = 1):
+    state_dir = tmp_path / "state"
+    path = tmp_path / "director.toml"
+    path.write_text(RUN.format(state_dir=state_dir, intervals=intervals, replicas=replicas))
+    return path, state_dir
+
+
+def _processes_in(state_dir) -> list[int]:
+    """PIDs of live processes working in ``state_dir`` (redis-server rewrites its argv)."""
+    pids = []
+    for cwd in Path("/proc").glob("[0-9]*/cwd"):
+        try:
+            inside = Path(os.readlink(cwd)).is_relative_to(state_dir)
+        except OSError:
+            continue
+        if inside and process_alive(int(cwd.parent.name)):
+            pids.append(int(cwd.parent.name))
+    return pids
+
+
+def _journal(state_dir) -> list[dict]:
+    path = state_dir / ACTIONS_FILE
+    return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+
+
+@pytest.mark.timeout(150)
+def test_geoslo_run_moves_bins_and_releases_a_server(tmp_path):
+    config, state_dir = _config(tmp_path)
+    result = run_service(config, timeout_s=120)
+    ticks = result.events("interval")
+    assert len(ticks) == 14 and not any(t["errors"] for t in ticks)
+    assert not result.events("library_log"), result.events("library_log")  # no action failed
+    done = [(a["kind"], a["ok"]) for a in _journal(state_dir)]
+    assert ("move", True) in done and ("remove-server", True) in done, done
+    assert _processes_in(state_dir) == []
+
+
+@pytest.mark.timeout(150)
+def test_geoslo_run_dry_run_prints_migrations_and_moves_nothing(tmp_path):
+    config, state_dir = _config(tmp_path, intervals=8)
+    result = run_service(config, "--dry-run", timeout_s=120)
+    plans = [e["plan"] for e in result.events("dry_run")]
+    operations = [op for plan in plans for op in plan["cluster_operations"]]
+    assert any("migrate_slots" in op for op in operations), plans
+    assert _journal(state_dir) == []  # nothing was applied
+    assert _processes_in(state_dir) == []
+
+
+@pytest.mark.timeout(150)
+def test_geoslo_run_once_and_refusals(tmp_path):
+    config, state_dir = _config(tmp_path)
+    result = run_service(config, "--once", timeout_s=120)
+    assert len(result.events("interval")) == 1
+    assert _processes_in(state_dir) == []
+    config, _ = _config(tmp_path, replicas=2)
+    refused = run_service(config, timeout_s=60, expect_exit=None)
+    assert refused.returncode != 0
+    assert "replicas" in refused.other + json.dumps(refused.records)

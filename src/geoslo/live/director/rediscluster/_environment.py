@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
+import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -38,6 +40,7 @@ from geoslo.live.director.rediscluster._actions import (
 )
 from geoslo.live.director.rediscluster._client import ClientConfig, RedisClusterClient
 from geoslo.live.director.rediscluster._engine import (
+    SLOTS_PER_BIN,
     ClusterNode,
     ClusterSpec,
     RedisClusterTestbed,
@@ -52,8 +55,16 @@ from geoslo.live.director.rediscluster._migrate import (
 )
 from geoslo.live.director.rediscluster._stats import bin_of_key
 
-__all__ = ["ClusterActionFailed", "FinishedClusterAction", "RedisClusterEnvironment", "EnvSettings"]
+__all__ = [
+    "ACTIONS_FILE",
+    "ClusterActionFailed",
+    "FinishedClusterAction",
+    "RedisClusterEnvironment",
+    "EnvSettings",
+]
 
+_LOG = logging.getLogger("geoslo.director.rediscluster")
+ACTIONS_FILE = "director-actions.jsonl"  # in the state dir: one line per action that ended
 _UNPACED_BYTES_PER_S = 1e12  # a cancelled move's roll-back is not throttled (§5.6: undo fast)
 _KEY_OVERHEAD_BYTES = 50  # Redis's per-key cost beside the value (MEMORY USAGE of a 1 KB value)
 
@@ -90,6 +101,9 @@ class EnvSettings:
     value_bytes: int = 1024
     preload: bool = True
     node_wait_s: float = 60.0  # a replica's sync, a failover, a new node known to all
+    # A move's fixed cost per slot beside its bytes (SETSLOT on both ends and the other
+    # masters): 128 empty slots moved in ~45 ms here idle; 2 ms a slot leaves room for load.
+    move_overhead_s_per_slot: float = 0.002
 
     def __post_init__(self) -> None:
         if not self.seed_nodes and self.testbed is None:
@@ -127,6 +141,8 @@ class RedisClusterEnvironment:
         self.repair_report = None
         self.rounds = 0
         self.requests = 0
+        self.actions_done = 0
+        self.actions_failed = 0
         self._seeds = list(settings.seed_nodes)
         self._names: dict[str, str] = {}  # node id -> the Director's name of the node
         self._booting: list[str] = []  # add-server actions whose node is not up yet
@@ -178,9 +194,8 @@ class RedisClusterEnvironment:
             with contextlib.suppress(Exception):
                 await self._load_task
             self._load_task = None
-        for action in list(self._running):
-            with contextlib.suppress(Exception):
-                await self.cancel(action)
+        with contextlib.suppress(Exception):
+            await self.cancel(*self._running)
         if self.client is not None:
             await self.client.aclose()
             self.client = None
@@ -224,7 +239,11 @@ class RedisClusterEnvironment:
         view = await self.view()
         servers = server_states(view, self._names, self._hidden, self._booting)
         periods = client.collect()
-        measured = {"servers": float(len(servers))}
+        measured = {
+            "servers": float(len(servers)),
+            "actions_done": float(self.actions_done),
+            "actions_failed": float(self.actions_failed),
+        }
         if periods:
             last = periods[-1]
             measured |= {"period_p99_ms": last.get_p99_ms, "period_gets": float(last.gets)}
@@ -233,30 +252,37 @@ class RedisClusterEnvironment:
         return Observation(client.now_s(), servers, running, histograms, measured)
 
     async def apply(self, step: Step) -> None:
-        """Cancel what the step cancels (overruns, §5.3), then start what it starts."""
-        for action in step.cancel:
-            await self.cancel(action)
+        """Cancel what the step cancels (overruns, §5.3; their roll-backs run together),
+        then start what it starts."""
+        await self.cancel(*step.cancel)
         for item in step.start:
             self.start_action(item)
 
     def start_action(self, item: RunningAction) -> None:
+        """Start ``item.action`` now; a move's predicted duration gains the engine's fixed
+        cost per slot (``SETSLOT`` rounds), which the copy model's bytes do not carry."""
         action = item.action
         if action in self._running:
             self._finished.append(FinishedClusterAction(action, False, 0.0, "already running"))
             return
         if action.kind == "add-server" and action.server:
             self._booting.append(action.server)
+        if action.kind == "move":
+            slots = len(action.bins) * SLOTS_PER_BIN
+            extra_s = slots * self.settings.move_overhead_s_per_slot
+            item = RunningAction(action, item.started_s, item.predicted_s + extra_s)
         task = asyncio.get_running_loop().create_task(self._run(action))
         self._running[action] = (item, task)
 
-    async def cancel(self, action: Action) -> bool:
-        """Stop a running action (a move rolls its migrated slots back); False if none."""
-        entry = self._running.get(action)
-        if entry is None:
-            return False
-        entry[1].cancel()
-        await asyncio.wait([entry[1]])
-        return True
+    async def cancel(self, *actions: Action) -> int:
+        """Stop running actions (a move rolls its migrated slots back) and wait until they
+        ended; how many were running."""
+        tasks = [self._running[a][1] for a in actions if a in self._running]
+        for task in tasks:
+            task.cancel()
+        if tasks:
+            await asyncio.wait(tasks)
+        return len(tasks)
 
     def running(self) -> tuple[RunningAction, ...]:
         return tuple(item for item, _ in self._running.values())
@@ -283,16 +309,27 @@ class RedisClusterEnvironment:
         except asyncio.CancelledError:
             detail = "cancelled"
             raise
-        except (ClusterActionFailed, TestbedError, RedisError, OSError) as error:
+        except Exception as error:  # any failure ends the action, the cluster repairs later
             detail = f"{type(error).__name__}: {error}"
         finally:
             self._running.pop(action, None)
+            self.actions_done += ok
+            self.actions_failed += not ok
             if action.kind == "add-server" and action.server in self._booting:
                 self._booting.remove(action.server)
-            self._finished.append(
-                FinishedClusterAction(action, ok, time.monotonic() - started, detail)
-            )
-            self.log(f"{action.kind} {action.to_dict()}: {'done' if ok else 'failed'} {detail}")
+            duration_s = time.monotonic() - started
+            self._finished.append(FinishedClusterAction(action, ok, duration_s, detail))
+            self._journal(action, ok, duration_s, detail)
+            message = f"{action.kind} {action.to_dict()}: {'done' if ok else 'failed'} {detail}"
+            self.log(message)
+            if not ok:  # reaches the service's log (a library's warning)
+                _LOG.warning(message)
+
+    def _journal(self, action: Action, ok: bool, duration_s: float, detail: str) -> None:
+        """One line of ``director-actions.jsonl``: what the cluster was asked and how it went."""
+        line = {**action.to_dict(), "ok": ok, "duration_s": round(duration_s, 3), "detail": detail}
+        with contextlib.suppress(OSError), (self.state_dir / ACTIONS_FILE).open("a") as out:
+            out.write(json.dumps(line) + "\n")
 
     async def _execute(self, action: Action) -> str:
         if action.kind == "move":
@@ -324,6 +361,9 @@ class RedisClusterEnvironment:
         if source is None or not target.is_master:
             raise ClusterActionFailed(f"move: {action.source} -> {action.target} needs two masters")
         slots = migration_slots(action, source)
+        # Drained, a master stays an empty master (the Director's empty server), instead of
+        # Redis turning it into a replica of the node that took its last slot.
+        await self._command(source, "CONFIG", "SET", "cluster-allow-replica-migration", "no")
         progress = MigrationProgress()
         rate = self.settings.copy_rate_bytes_per_s
         try:
