@@ -6,6 +6,7 @@ it, a server is added and removed, a fresh environment repairs a half-done migra
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import os
 from pathlib import Path
@@ -159,6 +160,38 @@ def test_copy_of_an_isolated_bin_is_a_redis_replica_and_delete_replica_detaches_
     asyncio.run(scenario())
 
 
+def test_a_cancelled_move_rolls_its_slots_back(tmp_path):
+    """§5.3's overrun cancel: the move stops and its target keeps nothing of the bin."""
+    settings = dataclasses.replace(
+        _settings(ClusterSpec(masters=2, standbys=1)), copy_rate_bytes_per_s=1e3
+    )
+
+    async def scenario():
+        env = RedisClusterEnvironment(tmp_path, settings, _load(50.0))
+        await env.start()
+        try:
+            tb = env.testbed
+            keys_before = _keys_in_bin(tb.node("node-0").port, 0)
+            move = Action("move", (0,), source="node-0", target="node-2")
+            await env.apply(Step((RunningAction(move, 0.0, 0.1),)))
+            await asyncio.sleep(1.5)  # a few paced batches (about 3 keys/s at 1 KB/s)
+            assert env.running(), "the paced move ended before the cancel"
+            await env.apply(Step(cancel=(move,)))
+            ended = env.finished()
+            assert [(f.ok, f.detail) for f in ended] == [(False, "cancelled")]
+            held = _servers(await env.observe())
+            assert 0 in held["node-0"] and held["node-2"] == ()
+            view = await env.view()
+            node2 = next(n for n in view if n.port == tb.node("node-2").port)
+            assert node2.slots == () and not any(n.migrating or n.importing for n in view)
+            assert _keys_in_bin(tb.node("node-0").port, 0) == keys_before
+            assert _keys_in_bin(tb.node("node-2").port, 0) == 0
+        finally:
+            await env.close()
+
+    asyncio.run(scenario())
+
+
 def test_a_fresh_environment_repairs_a_half_done_migration(tmp_path):
     spec = ClusterSpec(masters=2, standbys=0)
     with RedisClusterTestbed.up(spec, tmp_path / "cluster", progress=lambda _m: None) as tb:
@@ -179,9 +212,9 @@ def test_a_fresh_environment_repairs_a_half_done_migration(tmp_path):
             )
             await env.start()
             try:
-                assert env.repair_report is not None and env.repair_report.steps
                 view = await env.view()
-                assert not any(n.migrating or n.importing for n in view)
+                assert not any(n.migrating or n.importing for n in view)  # repaired
+                assert env.repair_report is not None and env.repair_report.steps
             finally:
                 await env.close()
 

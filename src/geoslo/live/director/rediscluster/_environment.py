@@ -363,7 +363,9 @@ class RedisClusterEnvironment:
         slots = migration_slots(action, source)
         # Drained, a master stays an empty master (the Director's empty server), instead of
         # Redis turning it into a replica of the node that took its last slot.
-        await self._command(source, "CONFIG", "SET", "cluster-allow-replica-migration", "no")
+        # (The target too: a roll-back drains it.)
+        for node in (source, target):
+            await self._command(node, "CONFIG", "SET", "cluster-allow-replica-migration", "no")
         progress = MigrationProgress()
         rate = self.settings.copy_rate_bytes_per_s
         try:
