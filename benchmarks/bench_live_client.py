@@ -27,13 +27,13 @@ every time) so that the machine's load falls on all of them alike:
 The run is cut into rounds; in each round the library's added share is SiteClient minus
 ``raw DEBUG+GET`` at p50 and at p99 (routing, drawing the service time, timing, counting,
 logging, the deadline), as a ratio of redis-py's GET at the same percentile (issue 17
-§3: under 0.10 at p99). The figures are the median over rounds of the per-round ratios, with their quartiles and
-range, so a burst of load from elsewhere spoils a round, not the figure. Then the
-library's own work per request without any I/O (SiteClient over a connection whose reply
-is already there), and ``RatesPolicy.choose`` per call against the list-scanning
-implementation it replaced (kept below as ``_reference_choose``). Our connections parse
-with hiredis unless ``GEOSLO_RESP_READER=python``. Needs ``redis-server`` on the PATH and
-the ``redis`` and ``hiredis`` packages.
+§3: under 0.10 at p99). The figures are the median over rounds of the per-round ratios,
+with their quartiles and range, so a burst of load from elsewhere spoils a round, not
+the figure. Then the library's own work per request without any I/O (SiteClient over a
+connection whose reply is already there), and ``RatesPolicy.choose`` per call against
+the list-scanning implementation it replaced (kept below as ``_reference_choose``). Our
+connections parse with hiredis unless ``GEOSLO_RESP_READER=python``. Needs
+``redis-server`` on the PATH and the ``redis`` and ``hiredis`` packages.
 """
 
 from __future__ import annotations
