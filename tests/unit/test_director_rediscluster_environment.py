@@ -5,7 +5,13 @@ from __future__ import annotations
 
 import pytest
 
-from geoslo.control.director.types import Action, DirectorConfig, ServerState
+from geoslo.control.director.types import (
+    Action,
+    DirectorConfig,
+    RunningAction,
+    ServerState,
+    Step,
+)
 from geoslo.errors import ConfigError
 from geoslo.live.director.rediscluster._actions import (
     bin_owners,
@@ -17,6 +23,9 @@ from geoslo.live.director.rediscluster._actions import (
     slots_of_bins,
 )
 from geoslo.live.director.rediscluster._engine import ClusterNode
+from geoslo.live.director.rediscluster._environment import RedisClusterEnvironment
+from geoslo.runtime._config import parse_config
+from geoslo.runtime.director import build, cluster_plan_record
 
 
 def node(node_id, port, slots=(), flags=("master",), master=None) -> ClusterNode:
@@ -135,3 +144,59 @@ def test_the_config_must_fit_redis_cluster(fields, problem):
     with pytest.raises(ConfigError) as error:
         check_director_config(config)
     assert error.value.field == problem
+
+
+CONFIG = {
+    "system": "director",
+    "environment": {"kind": "redis-cluster", "seed_nodes": ["127.0.0.1:7000"], "keys": 500},
+    "controller": {
+        "replicas": 1,
+        "read_fanout": 1,
+        "steady_state": {"intercept": -11.8, "get_coefficient": 0.0055, "put_coefficient": 0.0141},
+    },
+}
+
+
+def test_a_redis_cluster_run_config_builds_the_environment_without_starting_it():
+    service = build(*_tables(CONFIG))
+    assert isinstance(service.environment, RedisClusterEnvironment)
+    assert service.environment.settings.seed_nodes == (("127.0.0.1", 7000),)
+    assert service.environment.client is None  # nothing started
+    assert len(service.controller.bin_bytes) == 128 and service.controller.bin_bytes.sum() > 0
+
+
+@pytest.mark.parametrize(
+    ("environment", "controller", "field"),
+    [
+        ({"seed_nodes": ["no-port"]}, {}, "environment.seed_nodes"),
+        ({"seed_nodes": []}, {}, "environment.seed_nodes"),
+        ({}, {"replicas": 2, "read_fanout": 1}, "controller.replicas"),
+        ({}, {"read_fanout": 2, "replicas": 2}, "controller.replicas"),
+    ],
+)
+def test_a_redis_cluster_run_config_is_refused_with_the_field(environment, controller, field):
+    data = {
+        **CONFIG,
+        "environment": {**CONFIG["environment"], **environment},
+        "controller": {**CONFIG["controller"], **controller},
+    }
+    with pytest.raises(ConfigError) as error:
+        build(*_tables(data))
+    assert error.value.field == field
+
+
+def test_the_dry_run_record_names_the_slots_a_move_migrates():
+    move = Action("move", (1, 0), source="node-1", target="node-0")
+    copy = Action("copy", (5,), source="node-2", target="node-3")
+    step = Step((RunningAction(move, 0.0, 1.0), RunningAction(copy, 0.0, 1.0)))
+    record = cluster_plan_record(step)
+    assert record["cluster_operations"] == [
+        {"migrate_slots": [[0, 255]], "from": "node-1", "to": "node-0"},
+        {"replicate": "node-2", "replica": "node-3"},
+    ]
+    assert len(record["start"]) == 2
+
+
+def _tables(data):
+    config = parse_config(data)
+    return config.controller, config.environment, 1.0

@@ -348,6 +348,7 @@ def _redis_cluster(env: RedisClusterSettings, controller: DirectorSettings):
     check_director_config(config)
     if not env.seed_nodes and not env.start_testbed:
         raise ConfigError("environment.seed_nodes", "give the seed nodes, or start_testbed = true")
+    seed_nodes = tuple(_seed(text) for text in env.seed_nodes)
     try:
         testbed = None
         if env.start_testbed:
@@ -358,7 +359,7 @@ def _redis_cluster(env: RedisClusterSettings, controller: DirectorSettings):
                 command_template=env.command_template,
             )
         settings = EnvSettings(
-            seed_nodes=tuple(_seed(text) for text in env.seed_nodes),
+            seed_nodes=seed_nodes,
             testbed=testbed,
             command_template=env.command_template,
             copy_rate_bytes_per_s=config.copy_rate_bytes_per_s,
