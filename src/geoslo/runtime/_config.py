@@ -15,14 +15,13 @@ from typing import Annotated, Any, Literal, Union
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model, field_validator
 
-from geoslo.errors import GeosloError, InputError
+from geoslo.errors import InputError
 from geoslo.runtime._service import System
 
 __all__ = [
     "SYSTEM_NAMES",
     "RunConfig",
     "ServiceSettings",
-    "SystemUnavailableError",
     "config_model",
     "config_schema",
     "load_config",
@@ -34,10 +33,6 @@ __all__ = [
 SYSTEM_NAMES = ("kurma", "costlo", "director", "replication", "supercloud")
 DEFAULT_LISTEN = "127.0.0.1:9464"
 MAX_CONFIG_BYTES = 2**20  # a configuration file is a few kB
-
-
-class SystemUnavailableError(GeosloError):
-    """A known system whose runtime module (``geoslo.runtime.<system>``) is not there yet."""
 
 
 def parse_listen(listen: str) -> tuple[str, int]:
@@ -102,20 +97,10 @@ class RunConfig:
 
 
 def load_system(name: object) -> System:
-    """``geoslo.runtime.<name>.SYSTEM``: InputError for a name that is no system,
-    :class:`SystemUnavailableError` when its runtime module does not exist yet."""
+    """``geoslo.runtime.<name>.SYSTEM``; InputError for a name that is no system."""
     if name not in SYSTEM_NAMES:
         raise InputError("system", f"must be one of {', '.join(SYSTEM_NAMES)}, not {name!r}")
-    module_name = f"geoslo.runtime.{name}"
-    try:
-        module = importlib.import_module(module_name)
-    except ModuleNotFoundError as error:
-        if error.name != module_name:
-            raise
-        raise SystemUnavailableError(
-            f"geoslo run cannot drive {name} yet: there is no {module_name} module"
-        ) from None
-    return module.SYSTEM
+    return importlib.import_module(f"geoslo.runtime.{name}").SYSTEM
 
 
 def config_model(system: System) -> type[BaseModel]:
