@@ -481,18 +481,36 @@ def reproduce_director(
         bool,
         typer.Option(help="The hotspot on real Redis servers instead (about 25 minutes)."),
     ] = False,
+    engine: Annotated[
+        str | None,
+        typer.Option(
+            help="redis-cluster: the hotspot and the day on a real Redis Cluster driven by "
+            "the Director (about 30 minutes; --quick about 10)."
+        ),
+    ] = None,
     output: Annotated[
         Path | None,
-        typer.Option(help="Report folder [reports/director or reports/director-live]."),
+        typer.Option(
+            help="Report folder [reports/director, reports/director-live or "
+            "reports/director-cluster]."
+        ),
     ] = None,
     seed: Annotated[int, typer.Option(help="Seed of every random draw.")] = 0,
 ) -> None:
     """Reproduce the SCADS Director's evaluation (§5.4, §6: hotspot, diurnal day against
     ideal and fixed allocations) on the simulated store, or (--live) the hotspot on real
-    Redis servers (docs/director-live.md)."""
+    Redis servers, or (--engine redis-cluster) both on a Redis Cluster (docs/director-live.md)."""
     from geoslo.experiments.director import LiveSettings, live_report, reproduce
 
-    if live:
+    if engine is not None:
+        if engine != "redis-cluster":
+            raise InputError("--engine", f"must be redis-cluster, not {engine!r}")
+        from geoslo.experiments.director import ClusterSettings, cluster_report
+
+        settings = replace(ClusterSettings.quick() if quick else ClusterSettings(), seed=seed)
+        out = output or Path("reports/director-cluster")
+        index = cluster_report(settings, out, progress=lambda line: typer.echo(line, err=True))
+    elif live:
         settings = replace(LiveSettings.quick() if quick else LiveSettings(), seed=seed)
         out = output or Path("reports/director-live")
         index = live_report(settings, out, progress=lambda line: typer.echo(line, err=True))

@@ -1,0 +1,463 @@
+"""The SCADS Director's experiments (FAST 2011 §6) on a real Redis Cluster.
+
+1. Models (§5.4) trained on the cluster first: ``steady_state_benchmark`` of the
+   ``rediscluster`` package per read/write mix (one CPU-limited master) gives the 100 ms
+   crossings for the logistic model; ``copy_benchmark`` (a bin's slots migrated under
+   load) gives the copy-rate factors. Nothing is borrowed from the simulator.
+2. The hotspot (§6.2): an open-loop load over Zipf keys; from ``shape.flat_s`` a linear
+   ramp of extra gets, all on one key, held; the Director against no controller.
+3. The diurnal day (§6.3) replayed compressed: the Director against fixed allocations at
+   100% and 70% of the peak, sized from the replay's own per-bin rates.
+
+Every node gets the same CPU quota (cgroup v1 ``cpu.cfs_quota_us``, ``cpu_quota_fraction``
+of one CPU): real Redis answers in microseconds, so the quota gives each node a realistic
+capacity. The Director acts through ``RedisClusterEnvironment`` (the handle ``geoslo run``
+uses) and ``DirectorLoop`` ticking every second, as the runtime drives it. Latencies per
+period are every request's, measured by the load generator.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import math
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+import numpy as np
+
+from geoslo.control.director import DirectorConfig, DirectorLoop
+from geoslo.errors import TestbedError
+from geoslo.experiments.director._allocations import Allocations, allocations
+from geoslo.experiments.director._simulated import Models
+from geoslo.experiments.director._workloads import HotspotShape, diurnal_rates, hotspot_rates
+from geoslo.live._backend import key_name
+from geoslo.live.director import LoadResult, LoadSpec
+from geoslo.live.director._loadgen import _schedule
+from geoslo.live.director.rediscluster import (
+    BINS,
+    BenchSettings,
+    ClientConfig,
+    ClusterSpec,
+    bin_of_key,
+    copy_benchmark,
+    preload_keys,
+    replay_cluster_load,
+    steady_state_benchmark,
+)
+from geoslo.live.director.rediscluster._bench import wait_quiet
+from geoslo.live.director.rediscluster._environment import EnvSettings, RedisClusterEnvironment
+from geoslo.models import fit_copy_duration, fit_steady_state, mix_crossing_samples
+from geoslo.workload import RateTrace
+
+__all__ = [
+    "ClusterSettings",
+    "ClusterRun",
+    "train_cluster_models",
+    "planned_allocations",
+    "run_cluster",
+    "hotspot_spec",
+    "diurnal_spec",
+]
+
+_TICK_S = 1.0  # the runtime's tick (§5.6: actions start as others end)
+
+
+@dataclass(frozen=True)
+class ClusterSettings:
+    """Sizes of the cluster experiments; ``quick()`` and ``tiny()`` compress them."""
+
+    masters: int = 1  # holding data at the spike's start (more would be coalesced, §5.3)
+    standbys: int = 1  # §5.7's Table has 2; ours: 1, the cluster is 1-3 servers, not 40
+    cpu_quota_fraction: float = 0.02  # of one CPU per node: ~1,500 req/s (director-live.md)
+    keys: int = 2_000  # 2 MB: a 2% node migrates a few hundred KB/s, so bins stay small
+    value_bytes: int = 1024
+    read_fraction: float = 0.95  # §6.2's mix
+    get_sample_fraction: float = 0.2  # §5.5 samples 2%; 10x our rate in the paper
+    put_sample_fraction: float = 0.4  # §5.5
+    threshold_ms: float = 100.0  # the SLO (§6), unscaled
+    overprovisioning: float = 0.1  # §6.3's elastic 0.1
+    # §5.7 cancels at 3x the prediction; a bin's move on a throttled node also costs seconds
+    # of SETSLOT/GETKEYSINSLOT round trips that §5.4's model (bytes over rate) leaves out
+    cancel_factor: float = 20.0
+    # the hotspot (§6.2)
+    flat_rps: float = 600.0  # about a third of the master's capacity
+    hot_rps: float = 1800.0  # extra gets on one key at the peak: its master past capacity
+    shape: HotspotShape = HotspotShape(flat_s=60, ramp_s=240, hold_s=120)
+    period_s: float = 20.0  # §5.7's Table
+    # the diurnal day (§6.3), compressed
+    diurnal_peak_rps: float = 2200.0
+    diurnal_s: int = 480  # 180x faster than the day
+    diurnal_period_s: float = 10.0
+    diurnal_charge_interval_s: int = 60  # the hour, scaled with the day
+    diurnal_policies: tuple[str, ...] = ("director", "fixed-100%", "fixed-70%")
+    # training (§5.4)
+    mixes: tuple[float, ...] = (0.5, 0.8, 0.9, 0.95)
+    training_rates_rps: tuple[float, ...] = tuple(np.geomspace(300, 4000, 14).round())
+    training_load_s: float = 3.0
+    # §5.4's copy runs (at least 7: the copy model's features); 80% of the load are gets
+    copy_rates_bytes_per_s: tuple[float, ...] = (1e6, 2e6, 4e6)
+    copy_loads_rps: tuple[float, ...] = (0.0, 150.0, 300.0)
+    copy_bytes: int = 500_000
+    seed: int = 0
+
+    @classmethod
+    def quick(cls) -> ClusterSettings:
+        """A few minutes: periods of 5 s, a 40 s ramp, the day in two minutes, two mixes."""
+        return cls(
+            shape=HotspotShape(flat_s=15, ramp_s=40, hold_s=35),
+            period_s=5.0,
+            diurnal_s=120,
+            diurnal_period_s=5.0,
+            diurnal_charge_interval_s=20,
+            diurnal_policies=("director", "fixed-100%"),
+            mixes=(0.5, 0.95),
+            training_rates_rps=tuple(np.geomspace(300, 4000, 8).round()),
+            training_load_s=2.0,
+            copy_rates_bytes_per_s=(1e6, 2e6, 4e6, 8e6),
+            copy_loads_rps=(0.0, 200.0),
+            copy_bytes=300_000,
+        )
+
+    @classmethod
+    def tiny(cls) -> ClusterSettings:
+        """The test's form: the quick one with a shorter spike and day, the Director only."""
+        quick = cls.quick()
+        return replace(
+            quick,
+            shape=HotspotShape(flat_s=10, ramp_s=20, hold_s=20),
+            diurnal_s=40,
+            diurnal_policies=("director",),
+            training_rates_rps=tuple(np.geomspace(400, 4000, 6).round()),
+            training_load_s=1.5,
+        )
+
+    def spec(self, masters: int, standbys: int) -> ClusterSpec:
+        return ClusterSpec(
+            masters=masters, standbys=standbys, cpu_quota_fraction=self.cpu_quota_fraction
+        )
+
+    def director_config(self, period_s: float, charge_interval_s: float | None) -> DirectorConfig:
+        """§5.7's controller on Redis Cluster: one owner per bin, gets to one node."""
+        return DirectorConfig(
+            period_s=period_s,
+            standbys=self.standbys,
+            overprovisioning=self.overprovisioning,
+            replicas=1,
+            read_fanout=1,
+            cancel_factor=self.cancel_factor,
+            charge_interval_s=charge_interval_s,
+        )
+
+    def bench_settings(self) -> BenchSettings:
+        return BenchSettings(
+            cpu_quota_fraction=self.cpu_quota_fraction,
+            keys=self.keys,
+            value_bytes=self.value_bytes,
+            threshold_ms=self.threshold_ms,
+            duration_s=self.training_load_s,
+            seed=self.seed,
+        )
+
+
+@dataclass(frozen=True)
+class ClusterRun:
+    """What one run measured: per tick the servers, and every request of the load."""
+
+    workload: str  # "hotspot" or "diurnal"
+    policy: str  # "director", "no controller", "fixed-100%", "fixed-70%"
+    period_s: float
+    duration_s: int
+    threshold_ms: float
+    hot_bin: int | None
+    tick_s: np.ndarray
+    servers: np.ndarray  # per tick: every server (standbys and booting included)
+    serving: np.ndarray  # per tick: servers holding bins (masters with slots, replicas)
+    hot_copies: np.ndarray  # per tick: nodes serving the hot bin (0 without one)
+    migrated_bytes: np.ndarray  # per tick: bytes moved or copied so far (the bins' sizes)
+    load: LoadResult
+    decision_s: tuple[float, ...] = ()  # per decision, when (since the load began)
+    decide_ms: tuple[float, ...] = ()  # per decision, the pure decide's time
+    actions: dict[str, int] = field(default_factory=dict)  # completed, per kind
+    failed_actions: int = 0
+    cancelled_actions: int = 0
+    failures: tuple[str, ...] = ()  # why actions failed, the first few
+
+
+def hotspot_spec(settings: ClusterSettings) -> tuple[LoadSpec, int]:
+    """§6.2's spike on key ``k:0`` (its bin is the hot bin): flat load over Zipf keys
+    and a linear ramp of extra gets on the one key, held."""
+    base, hot = hotspot_rates(settings.flat_rps, settings.shape)
+    hot = hot * (settings.hot_rps / settings.flat_rps)
+    spec = LoadSpec(
+        RateTrace(base),
+        settings.read_fraction,
+        hot_trace=RateTrace(hot),
+        hot_key=0,
+        max_requests=50_000_000,
+        max_duration_s=float(settings.shape.duration_s),
+        seed=settings.seed,
+    )
+    return spec, bin_of_key(key_name(0))
+
+
+def diurnal_spec(settings: ClusterSettings) -> LoadSpec:
+    """§6.3's day, compressed to ``diurnal_s`` seconds, peak ``diurnal_peak_rps``."""
+    rates = diurnal_rates(settings.diurnal_peak_rps, settings.diurnal_s)
+    return LoadSpec(
+        RateTrace(rates),
+        settings.read_fraction,
+        max_requests=50_000_000,
+        max_duration_s=float(settings.diurnal_s),
+        seed=settings.seed + 1,
+    )
+
+
+def scheduled_bin_rates(
+    spec: LoadSpec, keys: int, period_s: float
+) -> tuple[np.ndarray, np.ndarray]:
+    """Per period (rows) and bin, the gets and puts per second ``spec`` will issue (its
+    seeded schedule, before it runs)."""
+    times, key_ids, is_put = _schedule(spec, keys)
+    keep = times < spec.max_duration_s
+    bins_of_keys = np.fromiter((bin_of_key(key_name(i)) for i in range(keys)), np.int64, keys)
+    period = np.floor(times[keep] / period_s).astype(int)
+    return per_period_bin_rates(period, bins_of_keys[key_ids[keep]], is_put[keep], period_s)
+
+
+def per_period_bin_rates(
+    period: np.ndarray, bins: np.ndarray, is_put: np.ndarray, period_s: float
+) -> tuple[np.ndarray, np.ndarray]:
+    """Requests per second per (period, bin), gets and puts apart."""
+    rows = int(period.max()) + 1 if period.size else 0
+    rates = []
+    for kind in (~is_put, is_put):
+        counts = np.zeros((rows, BINS))
+        np.add.at(counts, (period[kind], bins[kind]), 1.0)
+        rates.append(counts / period_s)
+    return rates[0], rates[1]
+
+
+def interval_peaks(
+    gets: np.ndarray, puts: np.ndarray, per_interval: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """Per charge interval of ``per_interval`` periods, its busiest period's rates (§6.3)."""
+    peak_get, peak_put = [], []
+    for lo in range(0, len(gets), per_interval):
+        rows = slice(lo, lo + per_interval)
+        busiest = int(np.argmax(gets[rows].sum(1) + puts[rows].sum(1)))
+        peak_get.append(gets[rows][busiest])
+        peak_put.append(puts[rows][busiest])
+    return np.asarray(peak_get), np.asarray(peak_put)
+
+
+def planned_allocations(
+    settings: ClusterSettings, models: Models, spec: LoadSpec, period_s: float, interval_s: float
+) -> Allocations:
+    """Ideal, fixed-100% and fixed-70% (§6.3) from the load's per-bin rates, with the
+    trained model and no overprovisioning."""
+    gets, puts = scheduled_bin_rates(spec, settings.keys, period_s)
+    peak_get, peak_put = interval_peaks(gets, puts, max(1, round(interval_s / period_s)))
+    config = replace(settings.director_config(period_s, None), overprovisioning=0.0)
+    return allocations(peak_get, peak_put, models.steady, config)
+
+
+def train_cluster_models(settings: ClusterSettings, state_dir: Path, progress=print) -> Models:
+    """§5.4 on the cluster: the crossing of each mix on one CPU-limited master, then bin
+    migrations into an idle and a busy master at several rates."""
+    bench = settings.bench_settings()
+    progress(f"director cluster: steady-state benchmarks, mixes {list(settings.mixes)}")
+    mixes = steady_state_benchmark(
+        Path(state_dir) / "steady",
+        settings.mixes,
+        settings.training_rates_rps,
+        bench,
+        progress=progress,
+    )
+    crossings = np.asarray(
+        [between_crossing_rps(m.rates_rps, m.p99_ms, bench.threshold_ms) for m in mixes]
+    )
+    if not np.all(np.isfinite(crossings)):
+        raise TestbedError(
+            f"a mix never crossed {settings.threshold_ms:g} ms up to "
+            f"{max(settings.training_rates_rps):g} req/s (crossings {crossings.tolist()}); "
+            "raise training_rates_rps or lower cpu_quota_fraction"
+        )
+    steady = fit_steady_state(*mix_crossing_samples(settings.mixes, crossings))
+    progress("director cluster: copy benchmark (a bin's slots migrated under load)")
+    rows = [(r, t) for r in settings.copy_rates_bytes_per_s for t in settings.copy_loads_rps]
+    rates = np.asarray([r for r, _ in rows])
+    gets = np.asarray([0.8 * t for _, t in rows])
+    puts = np.asarray([0.2 * t for _, t in rows])
+    copies = copy_benchmark(
+        Path(state_dir) / "copy",
+        rates,
+        gets,
+        puts,
+        settings.copy_bytes,
+        settings=bench,
+        progress=progress,
+    )
+    copy = fit_copy_duration(rates, gets, puts, np.minimum(copies.factor, 1.0))
+    return Models(steady, copy, crossings, tuple(settings.mixes))
+
+
+def between_crossing_rps(rates_rps, p99_ms, threshold_ms: float) -> float:
+    """The rate at which the p99 crosses the threshold, between the last rate under it
+    and the first over it (their geometric mean; the first rate if it already crossed,
+    NaN if none did)."""
+    over = np.flatnonzero(np.asarray(p99_ms) > threshold_ms)
+    if over.size == 0:
+        return math.nan
+    k = int(over[0])
+    return float(rates_rps[0]) if k == 0 else float(np.sqrt(rates_rps[k - 1] * rates_rps[k]))
+
+
+def run_cluster(
+    settings: ClusterSettings,
+    workload: str,
+    policy: str,
+    state_dir: Path,
+    models: Models,
+    masters: int,
+    progress=print,
+) -> ClusterRun:
+    """One run of ``workload`` ("hotspot" or "diurnal") on a fresh cluster of ``masters``
+    masters; with ``policy == "director"`` the Director (and its standbys) drives it,
+    otherwise the layout stays as it started."""
+    if workload == "hotspot":
+        spec, hot_bin = hotspot_spec(settings)
+        period_s, interval_s = settings.period_s, None  # §6.2: released when emptied
+    elif workload == "diurnal":
+        spec, hot_bin = diurnal_spec(settings), None
+        period_s, interval_s = settings.diurnal_period_s, settings.diurnal_charge_interval_s
+    else:
+        raise ValueError(f"workload must be 'hotspot' or 'diurnal', not {workload!r}")
+    director = policy == "director"
+    config = settings.director_config(period_s, interval_s) if director else None
+    env_settings = EnvSettings(
+        testbed=settings.spec(masters, settings.standbys if director else 0),
+        copy_rate_bytes_per_s=config.copy_rate_bytes_per_s if config else 4e6,
+        client=ClientConfig(
+            period_s=period_s,
+            get_sample_fraction=settings.get_sample_fraction,
+            put_sample_fraction=settings.put_sample_fraction,
+            latency_threshold_ms=settings.threshold_ms,
+            read_from_replicas=True,
+            seed=settings.seed,
+        ),
+        keys=settings.keys,
+        value_bytes=settings.value_bytes,
+        preload=False,  # preloaded below, then the nodes rest (wait_quiet)
+    )
+    run = _Run(settings, workload, policy, spec, hot_bin, period_s, models, config, progress)
+    return asyncio.run(run.drive(Path(state_dir), env_settings))
+
+
+@dataclass
+class _Run:
+    settings: ClusterSettings
+    workload: str
+    policy: str
+    spec: LoadSpec
+    hot_bin: int | None
+    period_s: float
+    models: Models
+    config: DirectorConfig | None
+    progress: object
+
+    async def drive(self, state_dir: Path, env_settings: EnvSettings) -> ClusterRun:
+        env = RedisClusterEnvironment(state_dir, env_settings, load=None, log=lambda _: None)
+        try:
+            await env.start()
+            assert env.client is not None and env.testbed is not None
+            await preload_keys(env.client, self.settings.keys, self.settings.value_bytes)
+            await wait_quiet(env.testbed)
+            return await self._ticks(env)
+        finally:
+            await env.close()
+
+    async def _ticks(self, env: RedisClusterEnvironment) -> ClusterRun:
+        client = env.client
+        assert client is not None
+        loop = None
+        if self.config is not None:
+            loop = DirectorLoop(self.models.steady, self.models.copy, self.config, env.bin_bytes())
+        client.collect()  # the preload's periods are not the run's
+        stop = asyncio.Event()
+        load = asyncio.create_task(
+            replay_cluster_load(
+                client, self.spec, self.settings.keys, self.settings.value_bytes, stop
+            )
+        )
+        started = client.now_s()
+        ticks, servers, serving, hot, finished, migrated = [], [], [], [], [], []
+        next_report = self.period_s
+        try:
+            while not load.done():
+                observation = await env.observe()
+                if loop is not None:
+                    step = loop.step(observation)
+                    if step is not None:
+                        await env.apply(step)
+                finished += env.finished()
+                now = client.now_s() - started
+                ticks.append(now)
+                migrated.append(migrated_bytes(finished, env.bin_bytes()))
+                servers.append(len(observation.servers))
+                serving.append(sum(1 for s in observation.servers if s.bins))
+                hot.append(sum(1 for s in observation.servers if self.hot_bin in s.bins))
+                if now >= next_report:
+                    next_report += self.period_s
+                    self._say(now, servers[-1], serving[-1], hot[-1], observation)
+                await asyncio.sleep(max(0.0, _TICK_S - (client.now_s() - started - now)))
+            result = await load
+        finally:
+            stop.set()
+            with contextlib.suppress(Exception):
+                await load
+        finished += env.finished()
+        per_tick = (ticks, servers, serving, hot, migrated)
+        return self._result(env, loop, result, per_tick, finished, started)
+
+    def _say(self, now: float, servers: int, serving: int, hot: int, observation) -> None:
+        p99 = observation.measurements.get("period_p99_ms", math.nan)
+        extra = f"  hot-bin copies {hot}" if self.hot_bin is not None else ""
+        self.progress(
+            f"director cluster {self.workload} ({self.policy}): t={now:4.0f} s  "
+            f"get p99 {p99:7.1f} ms  servers {servers} (serving {serving}){extra}"
+        )
+
+    def _result(self, env, loop, result, per_tick, finished, started_s) -> ClusterRun:
+        ticks, servers, serving, hot, migrated = per_tick
+        kinds: dict[str, int] = {}
+        for done in finished:
+            kinds[done.action.kind] = kinds.get(done.action.kind, 0) + done.ok
+        failed = [f"{d.action.kind}: {d.detail}" for d in finished if not d.ok]
+        decisions = loop.decisions if loop else []
+        return ClusterRun(
+            workload=self.workload,
+            policy=self.policy,
+            period_s=self.period_s,
+            duration_s=int(self.spec.max_duration_s),
+            threshold_ms=self.settings.threshold_ms,
+            hot_bin=self.hot_bin,
+            tick_s=np.asarray(ticks),
+            servers=np.asarray(servers),
+            serving=np.asarray(serving),
+            hot_copies=np.asarray(hot),
+            migrated_bytes=np.asarray(migrated),
+            load=result,
+            decision_s=tuple(d.time_s - started_s for d in decisions),
+            decide_ms=tuple(d.plan.outcome.decide_ms or 0.0 for d in decisions),
+            actions=kinds,
+            failed_actions=len(failed),
+            cancelled_actions=loop.cancel_count if loop else 0,
+            failures=tuple(failed[:5]),
+        )
+
+
+def migrated_bytes(finished, bin_bytes: np.ndarray) -> float:
+    """Bytes of the bins that completed moves and copies carried (their keys' stored size)."""
+    moved = [d.action for d in finished if d.ok and d.action.kind in ("move", "copy")]
+    return float(sum(bin_bytes[list(a.bins)].sum() for a in moved))
