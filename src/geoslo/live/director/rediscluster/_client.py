@@ -128,7 +128,9 @@ class RedisClusterClient:
                 async with self._slots:
                     self._count_shard(key)
                     value = await command(key, *args)
-        except (RedisError, RedisClusterException, OSError, TimeoutError) as error:
+        # AttributeError: redis-py's asyncio cluster connection closed by another request
+        # while this one connects (``_writer`` is None); a failed request, not a crash
+        except (RedisError, RedisClusterException, OSError, TimeoutError, AttributeError) as error:
             kind = type(error).__name__
             self.errors[kind] = self.errors.get(kind, 0) + 1
             return Reply(False, None, (time.perf_counter() - started) * 1e3, f"{kind}: {error}")
