@@ -66,6 +66,11 @@ def _servers(observation) -> dict[str, tuple[int, ...]]:
     return {s.name: s.bins for s in observation.servers}
 
 
+def _gets_served(port: int) -> int:
+    with redis.Redis("127.0.0.1", port) as node:
+        return int(node.info("commandstats").get("cmdstat_get", {}).get("calls", 0))
+
+
 def _keys_in_bin(port: int, b: int) -> int:
     with redis.Redis("127.0.0.1", port) as node:
         return sum(
@@ -127,7 +132,11 @@ def test_copy_of_an_isolated_bin_is_a_redis_replica_and_delete_replica_detaches_
     spec = ClusterSpec(masters=2, standbys=2)
 
     async def scenario():
-        env = RedisClusterEnvironment(tmp_path, _settings(spec), _load(100.0))
+        hot = int(_a_key_in_bin(5))  # a flash crowd on one key of bin 5 (§6.2)
+        load = dataclasses.replace(
+            _load(50.0), hot_trace=RateTrace(np.full(60, 100.0)), hot_key=hot
+        )
+        env = RedisClusterEnvironment(tmp_path, _settings(spec), load)
         await env.start()
         try:
             ended = await _do(env, Action("move", (5,), source="node-0", target="node-2"))
@@ -141,6 +150,11 @@ def test_copy_of_an_isolated_bin_is_a_redis_replica_and_delete_replica_detaches_
             assert held["node-3"] == (5,) and held["node-2"] == (5,)
             tb = env.testbed
             assert _keys_in_bin(tb.node("node-3").port, 5) > 0  # the replica holds the keys
+            gets_before = _gets_served(tb.node("node-3").port)
+            for _ in range(4):  # observations reload the client's map: reads reach it
+                await asyncio.sleep(1.0)
+                await env.observe()
+            assert _gets_served(tb.node("node-3").port) - gets_before > 20
             ended = await _do(env, Action("delete-replica", (5,), server="node-3"))
             assert [f.ok for f in ended] == [True], ended
             held = _servers(await env.observe())

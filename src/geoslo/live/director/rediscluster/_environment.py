@@ -65,6 +65,7 @@ __all__ = [
 
 _LOG = logging.getLogger("geoslo.director.rediscluster")
 ACTIONS_FILE = "director-actions.jsonl"  # in the state dir: one line per action that ended
+_REFRESHES_AFTER_CHANGE = 5  # observations (seconds) that reload the slot map after a change
 _UNPACED_BYTES_PER_S = 1e12  # a cancelled move's roll-back is not throttled (§5.6: undo fast)
 _KEY_OVERHEAD_BYTES = 50  # Redis's per-key cost beside the value (MEMORY USAGE of a 1 KB value)
 
@@ -152,6 +153,8 @@ class RedisClusterEnvironment:
         self._provisioner: RedisClusterTestbed | None = None
         self._load_task: asyncio.Task | None = None
         self._stop = asyncio.Event()
+        self._topology: frozenset = frozenset()
+        self._refreshes_due = 0
 
     # --- lifecycle ------------------------------------------------------------------------
     async def start(self) -> None:
@@ -237,6 +240,7 @@ class RedisClusterEnvironment:
         if self._load_task is not None and self._load_task.done():
             self._load_task.result()  # the load generator failed: say why
         view = await self.view()
+        await self._follow_topology(client, view)
         servers = server_states(view, self._names, self._hidden, self._booting)
         periods = client.collect()
         measured = {
@@ -250,6 +254,17 @@ class RedisClusterEnvironment:
         histograms = tuple(Histogram(p.get_rps, p.put_rps) for p in periods)
         running = tuple(item for item, _ in self._running.values())
         return Observation(client.now_s(), servers, running, histograms, measured)
+
+    async def _follow_topology(self, client: RedisClusterClient, view: list[ClusterNode]) -> None:
+        """Reload the client's slot map for a few ticks after the nodes or their roles
+        changed: redis-py learns of a new replica only so, and Redis lists a replica in
+        ``CLUSTER SLOTS`` only once gossip brought its offset (a copy's reads need it)."""
+        topology = frozenset((n.node_id, n.master_id, n.failed) for n in view)
+        if topology != self._topology:
+            self._topology, self._refreshes_due = topology, _REFRESHES_AFTER_CHANGE
+        if self._refreshes_due > 0:
+            self._refreshes_due -= 1
+            await client.refresh_slot_map()
 
     async def apply(self, step: Step) -> None:
         """Cancel what the step cancels (overruns, §5.3; their roll-backs run together),
@@ -398,16 +413,27 @@ class RedisClusterEnvironment:
         return f"{action.target} replicates {node_name(master, self._names)}"
 
     async def _wait_replica(self, replica: ClusterNode, master: ClusterNode) -> None:
+        """Until the replica's link is up and the master lists it in ``CLUSTER SLOTS``
+        (clients learn replicas there; Redis lists one only once its replication offset
+        is known, which for a master without writes takes up to its 10 s
+        ``repl-ping-replica-period``): the copy then serves reads."""
         deadline = time.monotonic() + self.settings.node_wait_s
-        while True:
-            info = await self._command(replica, "INFO", "replication")  # parsed: a dict
-            if info.get("master_link_status") == "up":
-                mine = await self._node(node_name(replica, self._names))
-                if mine.master_id == master.node_id:
-                    return
+        while not await self._serves_reads(replica, master):
             if time.monotonic() > deadline:
-                raise ClusterActionFailed(f"copy: {replica.host}:{replica.port} did not sync")
+                raise ClusterActionFailed(
+                    f"copy: {replica.host}:{replica.port} did not sync and get listed"
+                )
             await asyncio.sleep(0.1)
+        self._refreshes_due = _REFRESHES_AFTER_CHANGE  # the client's map learns of it
+
+    async def _serves_reads(self, replica: ClusterNode, master: ClusterNode) -> bool:
+        info = await self._command(replica, "INFO", "replication")  # parsed: a dict
+        if info.get("master_link_status") != "up":
+            return False
+        if (await self._node(node_name(replica, self._names))).master_id != master.node_id:
+            return False
+        ranges = await self._command(master, "CLUSTER", "SLOTS")
+        return any(int(node[1]) == replica.port for entry in ranges for node in entry[3:])
 
     # delete-replica: detach a Redis replica; a master with replicas fails over first
     async def _delete_replica(self, action: Action) -> str:
@@ -470,23 +496,28 @@ class RedisClusterEnvironment:
         return configured or port + 10000  # Redis's default bus port
 
     async def _wait_known(self, node_id: str) -> None:
-        """Until every usable node knows ``node_id`` (not in handshake)."""
+        """Until every usable node knows ``node_id`` and it knows them (none in handshake):
+        a node that does not know a master yet cannot ``CLUSTER REPLICATE`` it."""
         deadline = time.monotonic() + self.settings.node_wait_s
         while True:
             view = await self.view()
-            missing = 0
+            usable = {n.node_id for n in view if not n.failed and n.node_id not in self._hidden}
+            missing = node_id not in usable
             for node in view:
-                if node.failed or node.node_id in self._hidden:
+                if node.node_id not in usable:
                     continue
                 theirs = parse_cluster_nodes(
                     (await self._command(node, "CLUSTER", "NODES")).decode()
                 )
                 known = {n.node_id for n in theirs if not n.flags & {"handshake", "noaddr"}}
-                missing += node_id not in known
-            if not missing and any(n.node_id == node_id for n in view):
+                wanted = usable if node.node_id == node_id else {node_id}
+                missing = missing or not wanted <= known
+            if not missing:
                 return
             if time.monotonic() > deadline:
-                raise ClusterActionFailed(f"node {node_id[:8]} not known to every node")
+                raise ClusterActionFailed(
+                    f"node {node_id[:8]} and the cluster do not know each other"
+                )
             await asyncio.sleep(0.1)
 
     # add-server: a new node from the command template, met (§5.6: it boots, then serves)
