@@ -262,6 +262,13 @@ def _write(settings, models, hotspot, diurnal, allocation, out_dir, started) -> 
         "from those above. A bin's slots migrated between two masters at several specified "
         "rates, into an idle and a loaded target, give the copy-rate factor.",
     )
+    rate = settings.copy_rate_bytes_per_s
+    busy = 0.6 * float(np.min(models.crossings_rps))
+    report.text(
+        f"At our copy rate of {rate / 1e3:g} KB/s the trained factor is "
+        f"{models.copy.factor(rate, 0, 0):.2f} into an idle master and "
+        f"{models.copy.factor(rate, busy * 0.8, busy * 0.2):.2f} into one at {busy:,.0f} req/s."
+    )
     ideal = {name: ideal_per_period(run, settings, models) for name, run in hotspot.items()}
     rows = {name: period_rows(run, ideal[name]) for name, run in hotspot.items()}
     hot_summary = _hotspot_section(report, paper, settings, hotspot, rows)
@@ -287,7 +294,8 @@ def _hotspot_section(report, paper, settings, runs, rows) -> dict:
     report.section(
         "Hotspot spike (§6.2, Figs. 7-8)",
         f"{settings.flat_rps:g} req/s over Zipf keys ({settings.read_fraction:.0%} gets) on "
-        f"{settings.masters} masters; from {shape.flat_s} s, over {shape.ramp_s} s, extra "
+        f"{settings.masters} master(s) and {settings.standbys} standby(s); from "
+        f"{shape.flat_s} s, over {shape.ramp_s} s, extra "
         f"gets on one key (bin {directed.hot_bin}) ramp up to {settings.hot_rps:g}/s, then "
         f"hold for {shape.hold_s} s. Periods of {settings.period_s:g} s.",
     )
@@ -368,7 +376,7 @@ def _diurnal_section(report, paper, settings, runs, rows, allocation: Allocation
         f"({allocation.fixed_70_servers}) are sized by the trained model from the replay's "
         "per-bin rates at each interval's busiest period (§6.3); the Director starts with "
         f"the first interval's ideal ({max(1, int(allocation.ideal_servers[0]))}) and "
-        f"{settings.standbys} standbys. 'ideal' per period: the fewest servers for that "
+        f"{settings.standbys} standby(s). 'ideal' per period: the fewest servers for that "
         "period's measured load.",
     )
     summaries = {p: run_summary(run, rows[p]) for p, run in runs.items()}
