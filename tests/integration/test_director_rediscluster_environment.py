@@ -110,6 +110,10 @@ def test_move_add_remove_under_load(tmp_path):
             assert [f.ok for f in ended] == [True], ended
             servers = {s.name: s for s in (await env.observe()).servers}
             assert servers["server-9"].ready and servers["server-9"].bins == ()
+            # A new server takes a bin at once (it serves once added), then gives it back.
+            for source, target in (("node-0", "server-9"), ("server-9", "node-0")):
+                ended = await _do(env, Action("move", (1,), source=source, target=target))
+                assert [f.ok for f in ended] == [True], ended
             pid = next(n.pid for n in tb.nodes() if n.name == "node-3")
             ended = await _do(env, Action("remove-server", server="server-9"))
             assert [f.ok for f in ended] == [True], ended

@@ -50,7 +50,6 @@ from geoslo.live.director.rediscluster._loadgen import preload_keys, replay_clus
 from geoslo.live.director.rediscluster._migrate import (
     MigrationProgress,
     migrate_slots,
-    remove_master,
     repair,
 )
 from geoslo.live.director.rediscluster._stats import bin_of_key
@@ -66,6 +65,7 @@ __all__ = [
 _LOG = logging.getLogger("geoslo.director.rediscluster")
 ACTIONS_FILE = "director-actions.jsonl"  # in the state dir: one line per action that ended
 _REFRESHES_AFTER_CHANGE = 5  # observations (seconds) that reload the slot map after a change
+_KICK_AFTER_S = 3.0  # a new node not serving by then gets the masters' epochs bumped
 _UNPACED_BYTES_PER_S = 1e12  # a cancelled move's roll-back is not throttled (§5.6: undo fast)
 _KEY_OVERHEAD_BYTES = 50  # Redis's per-key cost beside the value (MEMORY USAGE of a 1 KB value)
 
@@ -105,6 +105,9 @@ class EnvSettings:
     # A move's fixed cost per slot beside its bytes (SETSLOT on both ends and the other
     # masters): 128 empty slots moved in ~45 ms here idle; 2 ms a slot leaves room for load.
     move_overhead_s_per_slot: float = 0.002
+    # A copy (a new Redis replica) ends once the master lists it in CLUSTER SLOTS, which
+    # without writes waits for Redis's 10 s repl-ping-replica-period (7 s measured here).
+    copy_overhead_s: float = 12.0
 
     def __post_init__(self) -> None:
         if not self.seed_nodes and self.testbed is None:
@@ -274,17 +277,21 @@ class RedisClusterEnvironment:
             self.start_action(item)
 
     def start_action(self, item: RunningAction) -> None:
-        """Start ``item.action`` now; a move's predicted duration gains the engine's fixed
-        cost per slot (``SETSLOT`` rounds), which the copy model's bytes do not carry."""
+        """Start ``item.action`` now. The predicted duration the loop checks for overruns
+        gains what the copy model's bytes do not carry: a move's fixed cost per slot
+        (``SETSLOT`` rounds), a copy's replica attach (sync, then listed)."""
         action = item.action
         if action in self._running:
             self._finished.append(FinishedClusterAction(action, False, 0.0, "already running"))
             return
         if action.kind == "add-server" and action.server:
             self._booting.append(action.server)
+        extra_s = 0.0
         if action.kind == "move":
-            slots = len(action.bins) * SLOTS_PER_BIN
-            extra_s = slots * self.settings.move_overhead_s_per_slot
+            extra_s = len(action.bins) * SLOTS_PER_BIN * self.settings.move_overhead_s_per_slot
+        elif action.kind == "copy":
+            extra_s = self.settings.copy_overhead_s
+        if extra_s:
             item = RunningAction(action, item.started_s, item.predicted_s + extra_s)
         task = asyncio.get_running_loop().create_task(self._run(action))
         self._running[action] = (item, task)
@@ -388,6 +395,7 @@ class RedisClusterEnvironment:
         except asyncio.CancelledError:
             await self._roll_back(source, target, slots)
             raise
+        await self._bump_epoch(target)
         return f"{len(slots)} slots, {progress.keys} keys, {progress.bytes} bytes"
 
     async def _roll_back(self, source: ClusterNode, target: ClusterNode, slots: list[int]) -> None:
@@ -397,6 +405,14 @@ class RedisClusterEnvironment:
         if moved:
             self.log(f"move cancelled: {len(moved)} slots back to {source.host}:{source.port}")
             await migrate_slots(target, source, sorted(moved), _UNPACED_BYTES_PER_S)
+            await self._bump_epoch(source)
+
+    async def _bump_epoch(self, owner: ClusterNode) -> None:
+        """``CLUSTER BUMPEPOCH`` on a node that received slots: the greatest config epoch,
+        so its claim wins at every node, also one that joined during the move (it was not
+        told by ``SETSLOT`` and may hold an older claim of a source that has since taken a
+        higher epoch for slots of its own: a new node then stays ``cluster_state:fail``)."""
+        await self._command(owner, "CLUSTER", "BUMPEPOCH")
 
     # copy: a Redis replica of a master holding exactly the bins (the mapping)
     async def _copy(self, action: Action) -> str:
@@ -485,6 +501,28 @@ class RedisClusterEnvironment:
         finally:
             await connection.aclose()
         await self._wait_known(node_id)
+        await self._wait_serving(host, port)
+
+    async def _wait_serving(self, host: str, port: int) -> None:
+        """Until the node says ``cluster_state:ok``: a node just met has not learnt the
+        slots' owners yet (and Redis delays a new master's ok), and refuses ``MIGRATE``
+        with ``CLUSTERDOWN`` until then (§5.6: a new server boots before it serves). If
+        it is still not serving after ``_KICK_AFTER_S``, it may hold a stale claim of
+        higher epoch (it joined during a move): every master serving slots then takes a
+        new greatest epoch (``CLUSTER BUMPEPOCH``), so their current claims win."""
+        started = time.monotonic()
+        next_kick = started + _KICK_AFTER_S
+        node = ClusterNode("", host, port, frozenset(), None, "", ())
+        while (await self._command(node, "CLUSTER", "INFO")).find(b"cluster_state:ok") < 0:
+            now = time.monotonic()
+            if now > started + self.settings.node_wait_s:
+                raise ClusterActionFailed(f"{host}:{port} is not serving (cluster_state)")
+            if now > next_kick:
+                next_kick = now + _KICK_AFTER_S
+                for master in await self.view():
+                    if master.is_master and master.slots and not master.failed:
+                        await self._bump_epoch(master)
+            await asyncio.sleep(0.1)
 
     async def _bus_port(self, host: str, port: int) -> int:
         connection = aioredis.Redis(host=host, port=port, socket_timeout=5.0)
@@ -501,7 +539,11 @@ class RedisClusterEnvironment:
         deadline = time.monotonic() + self.settings.node_wait_s
         while True:
             view = await self.view()
-            usable = {n.node_id for n in view if not n.failed and n.node_id not in self._hidden}
+            usable = {
+                n.node_id
+                for n in view
+                if not n.failed and (n.node_id not in self._hidden or n.node_id == node_id)
+            }
             missing = node_id not in usable
             for node in view:
                 if node.node_id not in usable:
@@ -525,6 +567,12 @@ class RedisClusterEnvironment:
         name = action.server or ""
         if self.testbed is not None:
             info = await asyncio.to_thread(self.testbed.start_node)
+            self._hidden.add(info.node_id)  # shown as the booting server until it serves
+            try:
+                await self._wait_known(info.node_id)
+                await self._wait_serving(info.host, info.port)
+            finally:
+                self._hidden.discard(info.node_id)
             self._names[info.node_id] = name
             return f"{name} is {info.name} on port {info.port}"
         template = self.settings.command_template
@@ -540,8 +588,12 @@ class RedisClusterEnvironment:
                 spec, folder, template
             )
         record = await asyncio.to_thread(self._provisioner._launch, name, "standby", None)
+        self._hidden.add(record["node_id"])  # shown as the booting server until it serves
+        try:
+            await self._meet(record["host"], record["port"], record["node_id"])
+        finally:
+            self._hidden.discard(record["node_id"])
         self._names[record["node_id"]] = name
-        await self._meet(record["host"], record["port"], record["node_id"])
         return f"{name} on port {record['port']}"
 
     # remove-server: an empty node leaves (drain, reset, FORGET), then its process stops
@@ -552,11 +604,20 @@ class RedisClusterEnvironment:
         if node.slots or not node.is_master:
             raise ClusterActionFailed(f"remove-server: {name} still serves bins; move them first")
         self._hidden.add(node.node_id)
-        seed = next(n for n in view if n.node_id != node.node_id and not n.failed)
-        rate = self.settings.copy_rate_bytes_per_s
-        await remove_master((seed.host, seed.port), (node.host, node.port), rate)
+        await self._leave(node)
         stopped = await asyncio.to_thread(self._stop_started, node.port)
         return f"{name} left the cluster" + (" and stopped" if stopped else " (not ours to stop)")
+
+    async def _leave(self, node: ClusterNode) -> None:
+        """An empty master leaves: ``CLUSTER RESET HARD`` (it forgets the cluster, so it
+        cannot gossip its way back), then every other node ``FORGET``s it. (Not
+        ``remove_master``: it also evens the others' slots out, moves the Director did
+        not ask for.)"""
+        await self._command(node, "CLUSTER", "RESET", "HARD")
+        for other in await self.view():
+            if other.node_id != node.node_id and not other.failed:
+                with contextlib.suppress(RedisError):
+                    await self._command(other, "CLUSTER", "FORGET", node.node_id)
 
     def _stop_started(self, port: int) -> bool:
         """Stop the node on ``port`` if this environment started it (its id may have
