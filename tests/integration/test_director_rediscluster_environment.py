@@ -333,3 +333,30 @@ def test_geoslo_run_once_and_refusals(tmp_path):
     refused = run_service(config, timeout_s=60, expect_exit=None)
     assert refused.returncode != 0
     assert "replicas" in refused.other + json.dumps(refused.records)
+
+
+@pytest.mark.timeout(150)
+def test_geoslo_run_gives_a_hot_bin_a_redis_replica(tmp_path):
+    """§6.2's flash crowd on one key: the Director isolates its bin on an empty master
+    and copies it (a Redis replica serving reads). The model here makes a server of
+    ~200 gets/s overloaded (the test's own assumption: 300 gets/s on the hot key)."""
+    text = RUN.format(state_dir=tmp_path / "state", intervals=20, replicas=1)
+    text = text.replace("standbys = 1\nkeys", "standbys = 2\nkeys")
+    text = text.replace(
+        "flat_rps = 200.0\nhot_rps = 0.0\nflat_s = 60",
+        "flat_rps = 100.0\nhot_rps = 300.0\nflat_s = 0",
+    )
+    text = text.replace("hold_s = 1", "hold_s = 60")
+    text = text.replace(
+        "intercept = -11.8\nget_coefficient = 0.0055\nput_coefficient = 0.0141",
+        "intercept = -6.0\nget_coefficient = 0.03\nput_coefficient = 0.03",
+    )
+    config = tmp_path / "hot.toml"
+    config.write_text(text)
+    result = run_service(config, timeout_s=120)
+    assert not any(t["errors"] for t in result.events("interval"))
+    journal = _journal(tmp_path / "state")
+    copies = [a for a in journal if a["kind"] == "copy" and a["ok"]]
+    assert copies, [(a["kind"], a["ok"], a["detail"][:80]) for a in journal]
+    assert "replicates" in copies[0]["detail"]
+    assert _processes_in(tmp_path / "state") == []

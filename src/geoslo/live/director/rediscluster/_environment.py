@@ -157,6 +157,7 @@ class RedisClusterEnvironment:
         self._load_task: asyncio.Task | None = None
         self._stop = asyncio.Event()
         self._topology: frozenset = frozenset()
+        self._membership = asyncio.Lock()  # nodes join and leave one at a time
         self._refreshes_due = 0
 
     # --- lifecycle ------------------------------------------------------------------------
@@ -463,7 +464,8 @@ class RedisClusterEnvironment:
                 )
             await self._fail_over(replicas[0], node)
             node = await self._node(action.server)
-        await self._detach(node, action.server or "")
+        async with self._membership:
+            await self._detach(node, action.server or "")
         return f"{action.server} detached, an empty master again"
 
     async def _fail_over(self, replica: ClusterNode, master: ClusterNode) -> None:
@@ -507,9 +509,9 @@ class RedisClusterEnvironment:
         """Until the node says ``cluster_state:ok``: a node just met has not learnt the
         slots' owners yet (and Redis delays a new master's ok), and refuses ``MIGRATE``
         with ``CLUSTERDOWN`` until then (§5.6: a new server boots before it serves). If
-        it is still not serving after ``_KICK_AFTER_S``, it may hold a stale claim of
-        higher epoch (it joined during a move): every master serving slots then takes a
-        new greatest epoch (``CLUSTER BUMPEPOCH``), so their current claims win."""
+        it is still not serving after ``_KICK_AFTER_S`` (it joined during a move and was
+        left with slots it believes unassigned: measured, 16 of a moved bin's slots, for
+        good), it is told their owners."""
         started = time.monotonic()
         next_kick = started + _KICK_AFTER_S
         node = ClusterNode("", host, port, frozenset(), None, "", ())
@@ -519,10 +521,38 @@ class RedisClusterEnvironment:
                 raise ClusterActionFailed(f"{host}:{port} is not serving (cluster_state)")
             if now > next_kick:
                 next_kick = now + _KICK_AFTER_S
-                for master in await self.view():
-                    if master.is_master and master.slots and not master.failed:
-                        await self._bump_epoch(master)
+                await self._teach_owners(node)
             await asyncio.sleep(0.1)
+
+    async def _teach_owners(self, node: ClusterNode) -> None:
+        """Tell ``node`` the owner of every slot it has unassigned (``SETSLOT NODE``, as a
+        migration tells every master), and give the masters new greatest epochs so their
+        claims win over any stale one it holds."""
+        view = await self.view()
+        owner = {
+            s: n.node_id
+            for n in view
+            if n.is_master
+            for lo, hi in n.slots
+            for s in range(lo, hi + 1)
+        }
+        text = (await self._command(node, "CLUSTER", "NODES")).decode()
+        known = {
+            s for n in parse_cluster_nodes(text) for lo, hi in n.slots for s in range(lo, hi + 1)
+        }
+        missing = [s for s in sorted(owner) if s not in known]
+        self.log(f"{node.host}:{node.port} not serving: told the owners of {len(missing)} slots")
+        connection = aioredis.Redis(host=node.host, port=node.port, socket_timeout=10.0)
+        try:
+            async with connection.pipeline(transaction=False) as pipe:
+                for slot in missing:
+                    pipe.execute_command("CLUSTER", "SETSLOT", slot, "NODE", owner[slot])
+                await pipe.execute(raise_on_error=False)
+        finally:
+            await connection.aclose()
+        for master in view:
+            if master.is_master and master.slots and not master.failed:
+                await self._bump_epoch(master)
 
     async def _bus_port(self, host: str, port: int) -> int:
         connection = aioredis.Redis(host=host, port=port, socket_timeout=5.0)
@@ -566,7 +596,8 @@ class RedisClusterEnvironment:
     async def _add_server(self, action: Action) -> str:
         name = action.server or ""
         if self.testbed is not None:
-            info = await asyncio.to_thread(self.testbed.start_node)
+            async with self._membership:
+                info = await asyncio.to_thread(self.testbed.start_node)
             self._hidden.add(info.node_id)  # shown as the booting server until it serves
             try:
                 await self._wait_known(info.node_id)
@@ -587,10 +618,12 @@ class RedisClusterEnvironment:
             self._provisioner = RedisClusterTestbed.load(folder) or RedisClusterTestbed(
                 spec, folder, template
             )
-        record = await asyncio.to_thread(self._provisioner._launch, name, "standby", None)
+        async with self._membership:
+            record = await asyncio.to_thread(self._provisioner._launch, name, "standby", None)
         self._hidden.add(record["node_id"])  # shown as the booting server until it serves
         try:
-            await self._meet(record["host"], record["port"], record["node_id"])
+            async with self._membership:
+                await self._meet(record["host"], record["port"], record["node_id"])
         finally:
             self._hidden.discard(record["node_id"])
         self._names[record["node_id"]] = name
@@ -604,8 +637,9 @@ class RedisClusterEnvironment:
         if node.slots or not node.is_master:
             raise ClusterActionFailed(f"remove-server: {name} still serves bins; move them first")
         self._hidden.add(node.node_id)
-        await self._leave(node)
-        stopped = await asyncio.to_thread(self._stop_started, node.port)
+        async with self._membership:  # a node joining waits for every live node to know it
+            await self._leave(node)
+            stopped = await asyncio.to_thread(self._stop_started, node.port)
         return f"{name} left the cluster" + (" and stopped" if stopped else " (not ours to stop)")
 
     async def _leave(self, node: ClusterNode) -> None:
