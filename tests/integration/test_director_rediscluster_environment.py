@@ -17,9 +17,14 @@ import redis
 
 from _run import run_service
 from geoslo.control.director.types import Action, RunningAction, Step
-from geoslo.live._processes import process_alive
+from geoslo.live._processes import find_program, process_alive
 from geoslo.live.director import LoadSpec
-from geoslo.live.director.rediscluster import ClusterSpec, RedisClusterTestbed, slots_of_bin
+from geoslo.live.director.rediscluster import (
+    ClusterSpec,
+    RedisClusterTestbed,
+    default_command_template,
+    slots_of_bin,
+)
 from geoslo.live.director.rediscluster._client import ClientConfig
 from geoslo.live.director.rediscluster._environment import (
     ACTIONS_FILE,
@@ -360,3 +365,38 @@ def test_geoslo_run_gives_a_hot_bin_a_redis_replica(tmp_path):
     assert copies, [(a["kind"], a["ok"], a["detail"][:80]) for a in journal]
     assert "replicates" in copies[0]["detail"]
     assert _processes_in(tmp_path / "state") == []
+
+
+def test_on_a_users_cluster_new_servers_come_from_the_command_template(tmp_path):
+    """A cluster the environment did not start: add-server runs the configured command
+    template (recorded in its state dir), remove-server stops only what it started."""
+    spec = ClusterSpec(masters=2, standbys=0)
+    with RedisClusterTestbed.up(spec, tmp_path / "users", progress=lambda _m: None) as tb:
+        template = default_command_template(find_program("redis-server", "redis-server"))
+        settings = dataclasses.replace(_settings(seeds=tb.seed_nodes()), command_template=template)
+
+        async def scenario():
+            env = RedisClusterEnvironment(tmp_path / "controller", settings, load=None)
+            await env.start()
+            try:
+                ended = await _do(env, Action("add-server", server="server-5"))
+                assert [f.ok for f in ended] == [True], ended
+                started = RedisClusterTestbed.load(tmp_path / "controller" / "provisioned")
+                assert [n.name for n in started.nodes()] == ["server-5"]
+                held = _servers(await env.observe())
+                assert held["server-5"] == ()
+                owner = next(name for name, bins in held.items() if 2 in bins)
+                assert owner == f"127.0.0.1:{tb.node('node-0').port}"  # named host:port
+                ended = await _do(env, Action("move", (2,), source=owner, target="server-5"))
+                assert [f.ok for f in ended] == [True], ended
+                ended = await _do(env, Action("move", (2,), source="server-5", target=owner))
+                assert [f.ok for f in ended] == [True], ended
+                ended = await _do(env, Action("remove-server", server="server-5"))
+                assert [f.ok for f in ended] == [True], ended
+                assert "server-5" not in _servers(await env.observe())
+                assert not any(r["alive"] for r in started.status())
+                assert all(r["alive"] for r in tb.status())  # the user's nodes still run
+            finally:
+                await env.close()
+
+        asyncio.run(scenario())
