@@ -187,15 +187,18 @@ class RedisClusterEnvironment:
             self.requests += result.requests
 
     def _name_testbed_nodes(self) -> None:
-        for tb in (self.testbed, self._testbed_in_state_dir()):
+        """Names of the nodes a testbed or an earlier run of this controller started (the
+        ``server-N`` of its add-servers, recorded in ``provisioned/``)."""
+        self._provisioner = RedisClusterTestbed.load(self.state_dir / "provisioned")
+        for tb in (self.testbed, RedisClusterTestbed.load(self.state_dir / "cluster")):
             if tb is not None:
                 self._names |= {n.node_id: n.name for n in tb.nodes() if n.node_id}
-
-    def _testbed_in_state_dir(self) -> RedisClusterTestbed | None:
-        return RedisClusterTestbed.load(self.state_dir / "cluster")
+        if self._provisioner is not None:
+            self._names |= {n.node_id: n.name for n in self._provisioner.nodes() if n.node_id}
 
     async def close(self) -> None:
-        """Stop the load, cancel the actions, close the client, stop what this started."""
+        """Stop the load, cancel the actions, close the client, stop the testbed it
+        started (not the nodes it added to a user's cluster: they hold its data)."""
         self._stop.set()
         if self._load_task is not None:
             with contextlib.suppress(Exception):
@@ -206,9 +209,10 @@ class RedisClusterEnvironment:
         if self.client is not None:
             await self.client.aclose()
             self.client = None
-        for tb in (self._provisioner, self.testbed):
-            if tb is not None:
-                await asyncio.to_thread(tb.down)
+        if self.testbed is not None:
+            await asyncio.to_thread(self.testbed.down)
+        # Nodes started for a user's cluster stay: they serve its slots (recorded in
+        # provisioned/redis-cluster.json; `geoslo testbed down --state-dir` stops them).
         self._provisioner = self.testbed = None
 
     # --- the Director's handle ------------------------------------------------------------
@@ -615,11 +619,14 @@ class RedisClusterEnvironment:
             spec = ClusterSpec(masters=1, standbys=0, command_template=template)
             folder = self.state_dir / "provisioned"
             folder.mkdir(parents=True, exist_ok=True)
-            self._provisioner = RedisClusterTestbed.load(folder) or RedisClusterTestbed(
-                spec, folder, template
-            )
+            self._provisioner = RedisClusterTestbed(spec, folder, template)
+        # Its own folder: a name an earlier run used (the Director numbers from 0 after a
+        # restart) gets a new one, never that run's folder (its AOF).
+        folder_name = f"node-{len(self._provisioner.records)}"
         async with self._membership:
-            record = await asyncio.to_thread(self._provisioner._launch, name, "standby", None)
+            record = await asyncio.to_thread(
+                self._provisioner._launch, folder_name, "standby", None
+            )
         self._hidden.add(record["node_id"])  # shown as the booting server until it serves
         try:
             async with self._membership:
