@@ -184,3 +184,16 @@ def test_acceptance_checks(director_ms, none_ms, copies, day_servers, passed):
     day_rows = {name: period_rows(run) for name, run in diurnal.items()}
     checks = check_cluster(hotspot, rows, diurnal, day_rows, settings)
     assert all(checks.values()) is passed
+
+
+@pytest.mark.parametrize(
+    ("errors", "text"),
+    [
+        ({}, ""),
+        ({"TimeoutError": 2, "AttributeError": 9}, "AttributeError 9, TimeoutError 2"),
+    ],
+)
+def test_failures_by_error_most_first(errors, text):
+    from geoslo.experiments.director._cluster_report import _errors_text
+
+    assert _errors_text(errors) == text

@@ -189,8 +189,15 @@ def run_summary(run: ClusterRun, rows: list[PeriodRow], since_s: float = 0.0) ->
         "failed actions": run.failed_actions,
         "cancelled": run.cancelled_actions,
         "requests failed": int(np.sum(~run.load.ok)),
+        "failures by error": _errors_text(run.load.extra.get("errors", {})),
         "generator late p99 (ms)": round(run.load.late_p99_ms, 1),
     }
+
+
+def _errors_text(errors: dict) -> str:
+    """The client's failed requests by error type, most first (e.g. ``TimeoutError 12``)."""
+    ranked = sorted(errors.items(), key=lambda item: -item[1])
+    return ", ".join(f"{kind} {count}" for kind, count in ranked)
 
 
 def percentiles_met(run: ClusterRun) -> dict[int, dict]:
