@@ -33,6 +33,19 @@ __all__ = ["CopyBenchmark", "SteadyStateBenchmark", "copy_benchmark", "steady_st
 _IDLE_BETWEEN_LOADS_S = 0.5  # queues drain between loads
 
 
+def copy_rows(specified_bytes_per_s, get_rps, put_rps) -> tuple[np.ndarray, ...]:
+    """One row per copy run: (specified bytes/s, gets/s, puts/s) broadcast together; the
+    rates must be > 0 (§5.4's copy benchmark)."""
+    rates, gets, puts = np.broadcast_arrays(
+        np.asarray(specified_bytes_per_s, dtype=float),
+        np.asarray(get_rps, dtype=float),
+        np.asarray(put_rps, dtype=float),
+    )
+    if rates.ndim != 1 or np.any(rates <= 0):
+        raise ConfigError("specified_bytes_per_s", "must be rates > 0, one per run")
+    return rates, gets, puts
+
+
 @dataclass(frozen=True)
 class SteadyStateBenchmark:
     """One mix: the loads run (ascending; the run stops after the first crossing)."""
@@ -117,13 +130,7 @@ def copy_benchmark(
 ) -> CopyBenchmark:
     """For each row, copy bin 0 (half the data) from ``server-0`` to ``server-1`` at the
     specified rate while ``server-1`` serves ``get_rps`` and ``put_rps`` on bin 1."""
-    rates, gets, puts = np.broadcast_arrays(
-        np.asarray(specified_bytes_per_s, dtype=float),
-        np.asarray(get_rps, dtype=float),
-        np.asarray(put_rps, dtype=float),
-    )
-    if rates.ndim != 1 or np.any(rates <= 0):
-        raise ConfigError("specified_bytes_per_s", "must be rates > 0, one per run")
+    rates, gets, puts = copy_rows(specified_bytes_per_s, get_rps, put_rps)
     base = config or ClusterConfig()
     two = dataclasses.replace(base, bins=2, servers=2, replicas=1, read_fanout=1, standbys=0)
     observed = asyncio.run(_copies(Path(state_dir), two, rates, gets, puts, warmup_s, seed))

@@ -28,7 +28,7 @@ from redis.crc import key_slot
 
 from geoslo.errors import ConfigError
 from geoslo.live._backend import key_name
-from geoslo.live.director._bench import CopyBenchmark, SteadyStateBenchmark, _tail_ms
+from geoslo.live.director._bench import CopyBenchmark, SteadyStateBenchmark, _tail_ms, copy_rows
 from geoslo.live.director._loadgen import LoadSpec, put_payload_for
 from geoslo.live.director.rediscluster._client import ClientConfig, RedisClusterClient
 from geoslo.live.director.rediscluster._engine import ClusterSpec, RedisClusterTestbed, slot_ranges
@@ -159,13 +159,7 @@ def copy_benchmark(
     """For each row, migrate bin 0 (``copy_bytes`` of data) from node-0 to node-1 at the
     specified rate while node-1 serves ``get_rps`` and ``put_rps`` on its own keys, then
     move it back unpaced."""
-    rates, gets, puts = np.broadcast_arrays(
-        np.asarray(specified_bytes_per_s, dtype=float),
-        np.asarray(get_rps, dtype=float),
-        np.asarray(put_rps, dtype=float),
-    )
-    if rates.ndim != 1 or np.any(rates <= 0):
-        raise ConfigError("specified_bytes_per_s", "must be rates > 0, one per run")
+    rates, gets, puts = copy_rows(specified_bytes_per_s, get_rps, put_rps)
     if copy_bytes < settings.value_bytes:
         raise ConfigError("copy_bytes", f"must be at least one value ({settings.value_bytes})")
     spec = ClusterSpec(masters=2, standbys=0, cpu_quota_fraction=settings.cpu_quota_fraction)
