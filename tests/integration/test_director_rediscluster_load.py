@@ -201,7 +201,7 @@ def test_a_key_in_a_migrating_slot_is_read_through_ask(testbed):
             await asyncio.to_thread(_begin_move, source, target, slot)
             try:
                 reply = await client.get(key)
-                owner = client.cluster.get_node_from_key(key).name
+                owner = client.master_of(key)
             finally:
                 await asyncio.to_thread(_end_move, source, target, masters, slot)
             return reply, owner, f"{source.host}:{source.port}"
@@ -248,11 +248,11 @@ def test_a_moved_slot_is_followed_and_the_slot_map_updated(testbed):
     async def run():
         async with await RedisClusterClient.connect(testbed.seed_nodes()) as client:
             assert (await client.put(key, b"before")).ok
-            before = client.cluster.get_node_from_key(key).name
+            before = client.master_of(key)
             old, new = await asyncio.to_thread(_move_slot, testbed, slot)
             assert before == old
             reply = await client.get(key)  # the old owner answers MOVED
-            return before, old, new, reply, client.cluster.get_node_from_key(key).name
+            return before, old, new, reply, client.master_of(key)
 
     before, old, new, reply, after = asyncio.run(run())
     assert reply.ok and reply.value == b"before"
@@ -278,9 +278,9 @@ def test_refreshing_the_slot_map_sees_a_move_before_any_request(testbed):
     async def run():
         async with await RedisClusterClient.connect(testbed.seed_nodes()) as client:
             old, new = await asyncio.to_thread(_move_slot, testbed, key_slot(key))
-            stale = client.cluster.get_node_from_key(key).name
+            stale = client.master_of(key)
             await client.refresh_slot_map()
-            return old, new, stale, client.cluster.get_node_from_key(key).name
+            return old, new, stale, client.master_of(key)
 
     old, new, stale, fresh = asyncio.run(run())
     assert (stale, fresh) == (old, new)

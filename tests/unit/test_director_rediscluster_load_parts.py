@@ -134,7 +134,7 @@ def test_the_period_keeps_the_p99_of_puts(put_ms, failed_puts, p99_ms):
         ("put_sample_fraction", 1.5),
         ("period_s", 0.0),
         ("request_timeout_s", -1.0),
-        ("max_in_flight", 0),
+        ("connections_per_node", 0),
     ],
 )
 def test_client_config_rejects_bad_values_naming_the_field(field, value):

@@ -5,7 +5,9 @@ onto hash slots). A bin is a contiguous range of ``SLOTS_PER_BIN`` hash slots.
 optionally CPU-limited through cgroups). ``RedisClusterClient`` times every get and put
 and samples them per bin for the Director (§5.5); ``replay_cluster_load`` drives it open
 loop; ``steady_state_benchmark`` and ``copy_benchmark`` train §5.4's models on the
-cluster. ``RedisClusterEnvironment`` is the Director's environment on it (§5.3, §5.6).
+cluster. ``SlotRouter`` is the client side of the cluster specification under the client
+(slot map, MOVED, ASK). ``RedisClusterEnvironment`` is the Director's environment on it
+(§5.3, §5.6).
 Reference: docs/director-live.md, "Redis Cluster engine", "Load and statistics on the
 cluster" and "The Director on Redis Cluster".
 """
@@ -48,6 +50,7 @@ from geoslo.live.director.rediscluster._migrate import (
     remove_master,
     repair,
 )
+from geoslo.live.director.rediscluster._router import SlotRouter
 from geoslo.live.director.rediscluster._stats import (
     BINS,
     bin_of_key,
@@ -80,12 +83,13 @@ __all__ = [
     "migrate_slots",
     "remove_master",
     "repair",
-    # the timed client, open-loop load, per-bin statistics, benchmarks (_client ... _bench)
+    # the timed client and its router, open-loop load, per-bin statistics, benchmarks
     "BINS",
     "BenchSettings",
     "ClientConfig",
     "RedisClusterClient",
     "Reply",
+    "SlotRouter",
     "bin_of_key",
     "bin_of_slot",
     "cluster_workload_stats",

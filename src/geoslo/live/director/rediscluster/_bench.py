@@ -177,9 +177,7 @@ async def _copies(tb, rates, gets, puts, copy_bytes, settings, warmup_s, progres
     observed = []
     async with await RedisClusterClient.connect(tb.seed_nodes(), ClientConfig()) as client:
         copied = keys_in_bin(0, max(1, copy_bytes // settings.value_bytes))
-        await client.cluster.mset_nonatomic(
-            {k: put_payload_for(0, settings.value_bytes) for k in copied}
-        )
+        await client.put_many({k: put_payload_for(0, settings.value_bytes) for k in copied})
         await preload_keys(client, settings.keys, settings.value_bytes)
         await wait_quiet(tb)
         for k, (rate, get, put) in enumerate(zip(rates, gets, puts, strict=True)):

@@ -1,10 +1,10 @@
 """A timed Redis Cluster client that samples for the Director (FAST 2011 §5.5, §6.1).
 
-A thin wrapper over redis-py's ``redis.asyncio.cluster.RedisCluster``, which keeps the
-slot map, follows ``MOVED`` (and refreshes the map) and ``ASK`` (``ASKING`` first), and,
+Requests go through ``SlotRouter`` (``_router``: the slot map, ``MOVED`` and ``ASK``, and,
 when asked, reads from replicas on ``READONLY`` connections, round robin over a shard's
-master and replicas. Every get and put is timed from the moment it is called (waiting
-for a free connection counts) to its reply, bounded by ``request_timeout_s``; each feeds
+master and replicas; why not redis-py's ``RedisCluster`` is written there). Every get
+and put is timed from the moment it is called (waiting for one of the node's connections
+counts) to its reply, bounded by ``request_timeout_s``; each feeds
 the Director's statistics: the sampled per-bin counts (2% of gets, 40% of puts, seeded)
 and every request's latency for the period's p99 (``WorkloadStats``).
 """
@@ -15,12 +15,11 @@ import asyncio
 import time
 from dataclasses import dataclass
 
-from redis.asyncio.cluster import ClusterNode, RedisCluster
-from redis.cluster import LoadBalancingStrategy
 from redis.exceptions import RedisClusterException, RedisError
 
 from geoslo.errors import ConfigError
 from geoslo.live.director._stats import PeriodStats, WorkloadStats
+from geoslo.live.director.rediscluster._router import SlotRouter
 from geoslo.live.director.rediscluster._stats import bin_of_key, cluster_workload_stats
 
 __all__ = ["ClientConfig", "RedisClusterClient", "Reply"]
@@ -36,7 +35,7 @@ class ClientConfig:
     latency_threshold_ms: float = 100.0  # the SLO's threshold (§6)
     read_from_replicas: bool = False  # READONLY reads, round robin over master and replicas
     request_timeout_s: float = 5.0  # a request unanswered this long fails
-    max_in_flight: int = 256  # requests waiting for the cluster at once; later ones queue here
+    connections_per_node: int = 32  # requests in flight to one node; later ones wait their turn
     seed: int = 0
 
     def __post_init__(self) -> None:
@@ -46,8 +45,10 @@ class ClientConfig:
         for name in ("period_s", "latency_threshold_ms", "request_timeout_s"):
             if not getattr(self, name) > 0:
                 raise ConfigError(name, f"must be > 0, got {getattr(self, name)}")
-        if self.max_in_flight < 1:
-            raise ConfigError("max_in_flight", f"must be >= 1, got {self.max_in_flight}")
+        if self.connections_per_node < 1:
+            raise ConfigError(
+                "connections_per_node", f"must be >= 1, got {self.connections_per_node}"
+            )
 
 
 @dataclass(frozen=True)
@@ -65,9 +66,9 @@ class RedisClusterClient:
     """Gets and puts on the cluster, timed and sampled per bin; ``collect()`` gives the
     periods that ended (the Director's histograms)."""
 
-    def __init__(self, cluster: RedisCluster, config: ClientConfig) -> None:
+    def __init__(self, router: SlotRouter, config: ClientConfig) -> None:
         """Use ``await RedisClusterClient.connect(seed_nodes, config)``."""
-        self.cluster = cluster
+        self.router = router
         self.config = config
         self.started = time.monotonic()
         self.stats: WorkloadStats = cluster_workload_stats(
@@ -79,7 +80,6 @@ class RedisClusterClient:
             failed_ms=config.request_timeout_s * 1e3,
         )
         self.errors: dict[str, int] = {}  # failed requests by error type
-        self._slots = asyncio.Semaphore(config.max_in_flight)
 
     @classmethod
     async def connect(
@@ -87,23 +87,28 @@ class RedisClusterClient:
     ) -> RedisClusterClient:
         """Connect through any of ``seed_nodes`` and load the slot map."""
         config = config or ClientConfig()
-        strategy = LoadBalancingStrategy.ROUND_ROBIN if config.read_from_replicas else None
-        cluster = RedisCluster(
-            startup_nodes=[ClusterNode(host, port) for host, port in seed_nodes],
-            load_balancing_strategy=strategy,
-            max_connections=config.max_in_flight,
-            socket_timeout=config.request_timeout_s,
-            socket_connect_timeout=config.request_timeout_s,
+        router = await SlotRouter.connect(
+            seed_nodes,
+            config.connections_per_node,
+            config.request_timeout_s,
+            read_from_replicas=config.read_from_replicas,
         )
-        await cluster.initialize()
-        return cls(cluster, config)
+        return cls(router, config)
 
     async def refresh_slot_map(self) -> None:
-        """Reload the slot map from the cluster. redis-py updates it only on MOVED and on
-        connection errors, so a replica added (or first listed: Redis lists a replica in
+        """Reload the slot map from the cluster. The router reloads it on MOVED and on
+        lost connections, so a replica added (or first listed: Redis lists a replica in
         ``CLUSTER SLOTS`` only once gossip brought its replication offset) after the map
         was taken serves no reads until this is called."""
-        await self.cluster.nodes_manager.initialize()
+        await self.router.refresh()
+
+    def master_of(self, key: bytes) -> str:
+        """The ``host:port`` of the master serving ``key``, as the client's map has it."""
+        return self.router.master_of(key)
+
+    async def put_many(self, values: dict[bytes, bytes]) -> None:
+        """Store every key (a preload: untimed, unsampled)."""
+        await self.router.put_many(values)
 
     def now_s(self) -> float:
         """Seconds since the client started: the clock of its statistics."""
@@ -111,26 +116,23 @@ class RedisClusterClient:
 
     async def get(self, key: bytes) -> Reply:
         """GET ``key`` (from a replica too when the config says so), timed and sampled."""
-        reply = await self._timed(self.cluster.get, key)
+        reply = await self._timed(key, "GET", key, read=True)
         self.stats.record_get(bin_of_key(key), reply.latency_ms, reply.ok, self.now_s())
         return reply
 
     async def put(self, key: bytes, value: bytes) -> Reply:
         """SET ``key`` on its master, timed and sampled."""
-        reply = await self._timed(self.cluster.set, key, value)
+        reply = await self._timed(key, "SET", key, value)
         self.stats.record_put(bin_of_key(key), self.now_s(), reply.latency_ms, reply.ok)
         return Reply(reply.ok, None, reply.latency_ms, reply.error)
 
-    async def _timed(self, command, key: bytes, *args) -> Reply:
+    async def _timed(self, key: bytes, *command, read: bool = False) -> Reply:
         started = time.perf_counter()
+        self._count_shard(key)
         try:
             async with asyncio.timeout(self.config.request_timeout_s):
-                async with self._slots:
-                    self._count_shard(key)
-                    value = await command(key, *args)
-        # AttributeError: redis-py's asyncio cluster connection closed by another request
-        # while this one connects (``_writer`` is None); a failed request, not a crash
-        except (RedisError, RedisClusterException, OSError, TimeoutError, AttributeError) as error:
+                value = await self.router.execute(key, *command, read=read)
+        except (RedisError, RedisClusterException, OSError, TimeoutError) as error:
             kind = type(error).__name__
             self.errors[kind] = self.errors.get(kind, 0) + 1
             return Reply(False, None, (time.perf_counter() - started) * 1e3, f"{kind}: {error}")
@@ -139,7 +141,7 @@ class RedisClusterClient:
     def _count_shard(self, key: bytes) -> None:
         """Requests per shard, named by its master as the client's slot map has it."""
         try:
-            master = self.cluster.get_node_from_key(key).name
+            master = self.router.master_of(key)
         except RedisClusterException:  # a slot no node covers: the request fails on its own
             return
         self.stats.record_server(master, self.now_s())
@@ -149,7 +151,7 @@ class RedisClusterClient:
         return self.stats.collect(self.now_s())
 
     async def aclose(self) -> None:
-        await self.cluster.aclose()
+        await self.router.aclose()
 
     async def __aenter__(self) -> RedisClusterClient:
         return self

@@ -29,7 +29,7 @@ from geoslo.live.director.rediscluster._stats import bin_of_key
 
 __all__ = ["preload_keys", "replay_cluster_load"]
 
-_PRELOAD_BATCH = 500  # keys per MSET round (split by slot by the client)
+_PRELOAD_BATCH = 500  # keys per round (one pipeline of SETs per master)
 
 
 async def preload_keys(client: RedisClusterClient, keys: int, value_bytes: int) -> None:
@@ -40,7 +40,7 @@ async def preload_keys(client: RedisClusterClient, keys: int, value_bytes: int) 
             key_name(i): put_payload_for(i, value_bytes)
             for i in range(lo, min(keys, lo + _PRELOAD_BATCH))
         }
-        await client.cluster.mset_nonatomic(batch)
+        await client.put_many(batch)
 
 
 async def replay_cluster_load(

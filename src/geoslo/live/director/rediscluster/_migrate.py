@@ -393,10 +393,12 @@ async def _tell(node: _Node, slots: Sequence[int], owner: _Node) -> None:
         await _setslots(node, slots, "NODE", owner.node_id)
     except (OSError, aioredis.ConnectionError):
         pass  # gossip carries the new owner's higher epoch to a node that is down
-    except ResponseError as err:
+    except ResponseError as error:
         # A master that gave away its last slot may already have turned into a replica
-        # (cluster-allow-replica-migration); a replica follows its master's map.
-        if "only with masters" not in str(err):
+        # (cluster-allow-replica-migration); a replica follows its master's map. A node
+        # that joined a moment ago may not know the owner yet ("Unknown node"): gossip
+        # brings it both. (The source knows the owner: it was MIGRATING to it.)
+        if "only with masters" not in str(error) and "Unknown node" not in str(error):
             raise
 
 
