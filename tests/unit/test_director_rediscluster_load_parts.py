@@ -8,6 +8,7 @@ import time
 
 import numpy as np
 import pytest
+from redis.exceptions import RedisClusterException
 
 from geoslo.errors import ConfigError
 from geoslo.live._backend import key_name
@@ -16,6 +17,7 @@ from geoslo.live.director.rediscluster import (
     BINS,
     SLOTS_PER_BIN,
     ClientConfig,
+    SlotRouter,
     bin_of_key,
     bin_of_slot,
     cluster_workload_stats,
@@ -164,3 +166,40 @@ def test_open_loop_sends_on_time_whether_or_not_earlier_requests_returned():
     assert result.issue_s[-1] < 0.4 + 0.5  # not 200 s: nothing waited for a reply
     assert result.max_late_ms < 500.0
     assert np.all(result.latency_ms >= 990.0)
+
+
+def _slots_reply(*shards):
+    """A ``CLUSTER SLOTS`` reply: (start, end, [host, port, id], replicas...) per range."""
+    return [
+        [start, end, *([host.encode(), port, b"id"] for host, port in nodes)]
+        for start, end, nodes in shards
+    ]
+
+
+def test_the_router_maps_every_slot_and_reads_round_robin_over_a_shard():
+    router = SlotRouter([("127.0.0.1", 7000)], 4, 1.0, read_from_replicas=True)
+    reply = _slots_reply(
+        (0, 8191, [("10.0.0.1", 7000), ("10.0.0.2", 7001)]),
+        (8192, 16383, [("10.0.0.3", 7002)]),
+    )
+    router._load(reply, asked="127.0.0.1:7000")
+    low, high = b"k:3", b"k:0"  # slots 2,036 and 14,231
+    assert (router.master_of(low), router.master_of(high)) == ("10.0.0.1:7000", "10.0.0.3:7002")
+    reads = {router._target(2036, read=True) for _ in range(4)}
+    assert reads == {"10.0.0.1:7000", "10.0.0.2:7001"}
+    assert {router._target(2036, read=False) for _ in range(4)} == {"10.0.0.1:7000"}
+    assert {router._target(14231, read=True) for _ in range(4)} == {"10.0.0.3:7002"}
+
+
+def test_the_router_names_a_node_without_an_address_by_the_one_asked():
+    """A one-node cluster's node reports host "" in CLUSTER SLOTS."""
+    router = SlotRouter([("127.0.0.1", 7000)], 4, 1.0)
+    router._load(_slots_reply((0, 16383, [("", 7000)])), asked="127.0.0.1:7000")
+    assert router.master_of(b"k:1") == "127.0.0.1:7000"
+
+
+def test_a_slot_no_node_serves_is_an_error_not_a_guess():
+    router = SlotRouter([("127.0.0.1", 7000)], 4, 1.0)
+    router._load(_slots_reply((0, 100, [("10.0.0.1", 7000)])), asked="127.0.0.1:7000")
+    with pytest.raises(RedisClusterException, match="not served"):
+        router.master_of(b"k:0")

@@ -343,7 +343,7 @@ class RedisClusterTestbed:
             master = None
             if role == "replica":
                 master = f"node-{(index - spec.masters) % spec.masters}"
-            self._launch(f"node-{index}", role, master)
+            self.launch_node(f"node-{index}", role, master)
         progress(f"redis-cluster: {len(roles)} nodes up ({self.cpu_limit})")
         for epoch, record in enumerate(self.records, start=1):
             _call(record["port"], "CLUSTER", "SET-CONFIG-EPOCH", epoch)
@@ -364,8 +364,9 @@ class RedisClusterTestbed:
             f" + {spec.standbys} standbys, cluster_state:ok"
         )
 
-    def _launch(self, name: str, role: str, master: str | None) -> dict:
-        """Start one node on fresh ports in ``<state_dir>/<name>`` and record it."""
+    def launch_node(self, name: str, role: str = "standby", master: str | None = None) -> dict:
+        """Start one node on fresh ports in ``<state_dir>/<name>`` and record it (not yet
+        met: ``start_node`` also introduces it; the environment meets its own nodes)."""
         directory = self.state_dir / name
         shutil.rmtree(directory, ignore_errors=True)  # a new node: no old AOF or nodes.conf
         directory.mkdir(parents=True)
@@ -500,7 +501,7 @@ class RedisClusterTestbed:
         live = self._live()
         if not live:
             raise TestbedError("no node runs to introduce a new one to")
-        record = self._launch(f"node-{len(self.records)}", "standby", None)
+        record = self.launch_node(f"node-{len(self.records)}", "standby", None)
         _call(live[0]["port"], "CLUSTER", "MEET", HOST, record["port"], record["bus_port"])
         self._wait_known(self._live())
         return NodeInfo(**record)

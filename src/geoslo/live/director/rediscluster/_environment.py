@@ -624,9 +624,7 @@ class RedisClusterEnvironment:
         # restart) gets a new one, never that run's folder (its AOF).
         folder_name = f"node-{len(self._provisioner.records)}"
         async with self._membership:
-            record = await asyncio.to_thread(
-                self._provisioner._launch, folder_name, "standby", None
-            )
+            record = await asyncio.to_thread(self._provisioner.launch_node, folder_name)
         self._hidden.add(record["node_id"])  # shown as the booting server until it serves
         try:
             async with self._membership:
