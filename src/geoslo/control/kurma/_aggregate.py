@@ -217,8 +217,9 @@ class AggregateSearch:
         most_sent = np.maximum(tab.upper - first, 0)
         return np.minimum(tab.cap, most_sent[:, None])
 
-    def _relax(self, allowed, pi) -> float:
-        """The relaxation's value under prices pi (with the base); inf when infeasible."""
+    def _fix(self, allowed, pi) -> bool:
+        """Disallow values that cannot be in a plan at least as good as the incumbent,
+        from the relaxation under prices pi; whether a plan is left."""
         tab = self.tab
         steps = agg.site_terms(
             tab.own,
@@ -234,13 +235,7 @@ class AggregateSearch:
         forward = agg.forward(self._h, tab.upper, tab.intake, tab.offset, self._fwd)
         self.work += (steps + max(forward, 0)) // RAW_PER_WORK
         if forward < 0:
-            return np.inf
-        return self.base + float(self._fwd[-1, tab.offset])
-
-    def _fix(self, allowed, pi) -> bool:
-        """Disallow values that cannot be in a plan at least as good as the incumbent."""
-        tab = self.tab
-        self._relax(allowed, pi)
+            return False  # the relaxation is infeasible: so is every plan in this node
         steps = agg.backward(self._h, tab.upper, tab.intake, tab.offset, self._bwd)
         limit = self.value - self.base + self.prep.tol
         left, work = agg.fix_values(
@@ -254,7 +249,7 @@ class AggregateSearch:
         sizes = allowed.sum(axis=1)
         site = int(np.argmax(sizes))
         if sizes[site] <= 1:
-            return []  # every site fixed: the relaxation is exact, nothing left to split
+            return []  # every site fixed: its one net-quanta vector was repaired exactly
         values = np.flatnonzero(allowed[site])
         cut = int(values[values.size // 2 - 1])
         low, high = allowed.copy(), allowed.copy()
