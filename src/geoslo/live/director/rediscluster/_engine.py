@@ -82,6 +82,8 @@ def default_command_template(
     return (
         f"{shlex.quote(redis_path)} --port {{port}} --cluster-port {{bus_port}}"
         " --bind 127.0.0.1 --dir {dir} --cluster-enabled yes"
+        # a lone node otherwise reports its own host as "" until another node meets it
+        " --cluster-announce-ip 127.0.0.1"
         " --cluster-config-file nodes.conf"
         f" --cluster-node-timeout {node_timeout_ms}"
         f" --appendonly yes --appendfsync {appendfsync} --save ''"
