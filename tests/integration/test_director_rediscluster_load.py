@@ -24,6 +24,7 @@ from geoslo.live.director.rediscluster import (
     ClusterSpec,
     RedisClusterClient,
     RedisClusterTestbed,
+    SlotRouter,
     bin_of_key,
     copy_benchmark,
     preload_keys,
@@ -284,3 +285,33 @@ def test_refreshing_the_slot_map_sees_a_move_before_any_request(testbed):
 
     old, new, stale, fresh = asyncio.run(run())
     assert (stale, fresh) == (old, new)
+
+
+def test_the_slot_map_reloads_while_every_request_connection_is_busy(testbed):
+    """Each master's request connections all held (BLPOP waits on them), the map still
+    reloads from a master (no replica among the seeds): reloads have connections of their
+    own."""
+    per_node = 2
+    masters = [(n.host, n.port) for n in testbed.nodes() if n.role == "master"]
+
+    async def run():
+        router = await SlotRouter.connect(masters, per_node, timeout_s=2.0)
+        try:
+            keys_by_master: dict[str, bytes] = {}
+            for i in range(KEYS):
+                key = b"{" + key_name(i) + b"}:queue"  # a list key in the slot of k:i
+                keys_by_master.setdefault(router.master_of(key), key)
+            blocked = [
+                asyncio.create_task(router.execute(key, "BLPOP", key, 1.5))
+                for key in keys_by_master.values()
+                for _ in range(per_node)
+            ]
+            await asyncio.sleep(0.3)
+            assert not any(task.done() for task in blocked)
+            await router.refresh()
+            await asyncio.gather(*blocked)
+            return len(keys_by_master)
+        finally:
+            await router.aclose()
+
+    assert asyncio.run(run()) == 3

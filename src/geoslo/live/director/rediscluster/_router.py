@@ -50,6 +50,10 @@ __all__ = ["REDIRECTS", "SlotRouter"]
 REDIRECTS = 16  # hops (MOVED, ASK, retries) before a request fails, as redis-py's TTL
 _RETRY_PAUSE_S = 0.05  # after TRYAGAIN, CLUSTERDOWN or a lost connection
 _REFRESH_EVERY_S = 0.5  # background slot-map reloads at most this often
+# connections per node beyond the requests': the map's reloads and the preload pipelines
+# bypass the request limit, and redis-py's pool refuses ("Too many connections") when full
+# (measured: a lone master busy with 32 requests failed CLUSTER SLOTS, and the run ended)
+_SPARE_CONNECTIONS = 2
 
 
 @dataclass(frozen=True)
@@ -214,7 +218,7 @@ class SlotRouter:
             self._nodes[name] = Redis(
                 host=host,
                 port=int(port),
-                max_connections=self._per_node,
+                max_connections=self._per_node + _SPARE_CONNECTIONS,
                 socket_timeout=4 * self._timeout_s,
                 socket_connect_timeout=self._timeout_s,
                 retry=Retry(NoBackoff(), 0),  # the router retries, after reloading the map
