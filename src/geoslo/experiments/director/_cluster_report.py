@@ -5,17 +5,17 @@ the compressed day with the Director and fixed allocations, per 20 s period (§5
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import matplotlib.pyplot as plt
 import numpy as np
 
-from geoslo.experiments.director._allocations import Allocations
+from geoslo.experiments.director._allocations import Allocations, allocations
 from geoslo.experiments.director._cluster import (
     ClusterRun,
     ClusterSettings,
-    diurnal_spec,
+    diurnal_peak_rps,
     per_period_bin_rates,
     planned_allocations,
     run_cluster,
@@ -156,10 +156,7 @@ def ideal_per_period(run: ClusterRun, settings: ClusterSettings, models) -> np.n
     load = run.load
     period = np.floor(load.issue_s / run.period_s).astype(int)
     gets, puts = per_period_bin_rates(period, load.bin, load.is_put, run.period_s)
-    from geoslo.experiments.director._allocations import allocations
-
-    config = settings.director_config(run.period_s, None)
-    config = type(config)(**{**config.__dict__, "overprovisioning": 0.0})
+    config = replace(settings.director_config(run.workload), overprovisioning=0.0)
     return allocations(gets, puts, models.steady, config).ideal_servers
 
 
@@ -231,10 +228,7 @@ def cluster_report(settings: ClusterSettings, out_dir: Path, progress=print) -> 
         )
         for k, policy in enumerate(("director", "no controller"))
     }
-    interval_s = settings.diurnal_charge_interval_s
-    allocation = planned_allocations(
-        settings, models, diurnal_spec(settings), settings.diurnal_period_s, interval_s
-    )
+    allocation = planned_allocations(settings, models)
     start_masters = max(1, int(allocation.ideal_servers[0]))
     sizes = {
         "director": start_masters,
@@ -283,7 +277,7 @@ def _write(settings, models, hotspot, diurnal, allocation, out_dir, started) -> 
         name: period_rows(run, ideal_per_period(run, settings, models))
         for name, run in diurnal.items()
     }
-    day_summary = _diurnal_section(report, paper, settings, diurnal, day_rows, allocation)
+    day_summary = _diurnal_section(report, paper, settings, models, diurnal, day_rows, allocation)
     checks = check_cluster(hotspot, rows, diurnal, day_rows, settings)
     report.checks(checks)
     report.section("What differs from the paper, and why", _differences(settings))
@@ -370,21 +364,23 @@ def _hotspot_prose(summaries: dict, extra: int, stable: float, settings) -> str:
     )
 
 
-def _diurnal_section(report, paper, settings, runs, rows, allocation: Allocations) -> dict:
+def _diurnal_section(report, paper, settings, models, runs, rows, allocation) -> dict:
     name, day = DIURNAL_SOURCE
     interval_s = settings.diurnal_charge_interval_s
     report.section(
         "Diurnal day, compressed (§6.3, Figs. 9-10)",
         f"The {name} trace's day {day} in {settings.diurnal_s} s "
         f"({86_400 / settings.diurnal_s:g}x faster; the paper replayed its day 12x faster), "
-        f"peak {settings.diurnal_peak_rps:g} req/s, periods of {settings.diurnal_period_s:g} "
+        f"peak {diurnal_peak_rps(settings, models):,.0f} req/s ({settings.diurnal_peak_servers:g} "
+        f"servers' trained capacity), periods of {settings.diurnal_period_s:g} "
         f"s, a charge interval of {interval_s} s standing for the hour. Fixed-100% "
         f"({allocation.fixed_100_servers} masters) and fixed-70% "
         f"({allocation.fixed_70_servers}) are sized by the trained model from the replay's "
         "per-bin rates at each interval's busiest period (§6.3); the Director starts with "
-        f"the first interval's ideal ({max(1, int(allocation.ideal_servers[0]))}) and "
-        f"{settings.standbys} standby(s). 'ideal' per period: the fewest servers for that "
-        "period's measured load.",
+        f"the first interval's ideal ({max(1, int(allocation.ideal_servers[0]))}), "
+        f"{settings.diurnal_standbys} standby(s) and overprovisioning "
+        f"{settings.overprovisioning:g}. 'ideal' per period: the fewest servers for "
+        "that period's measured load.",
     )
     summaries = {p: run_summary(run, rows[p]) for p, run in runs.items()}
     report.table("diurnal_runs", list(summaries.values()), caption="The day, per policy")
@@ -424,7 +420,7 @@ def _units(runs: dict, allocation: Allocations, interval_s: float) -> dict:
 
 def _unit_comparison(report, paper, units, settings, allocation) -> dict:
     total = units["director (run)"]
-    serving = total - settings.standbys * allocation.intervals
+    serving = total - settings.diurnal_standbys * allocation.intervals
     values = {
         "serving_over_ideal": serving / units["ideal"],
         "saving_vs_fixed100": 1 - total / units["fixed-100%"],
@@ -504,7 +500,7 @@ def _differences(settings: ClusterSettings) -> str:
   cgroup at {settings.cpu_quota_fraction:.0%} of one CPU (cgroup v1 `cpu.cfs_quota_us`),
   values are {settings.value_bytes} bytes. One Python client process drives about
   2,500 req/s here, so a node must saturate at a fraction of that for the day to need
-  several servers; at 1% a node crosses 100 ms near the rates the models list above. The
+  several servers; at this quota a node crosses 100 ms at the rates the models list above. The
   SLO is the paper's 100 ms, unscaled.
 * **Bins are 128-slot ranges** (128 bins, {settings.keys:,} keys): a bin has one owner
   (Redis Cluster serves a slot from one master), so the Director runs with one replica per
