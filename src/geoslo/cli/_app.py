@@ -485,7 +485,7 @@ def reproduce_director(
         str | None,
         typer.Option(
             help="redis-cluster: the hotspot and the day on a real Redis Cluster driven by "
-            "the Director (about 40 minutes; --quick about 12)."
+            "the Director (about 50 minutes; --quick about 12)."
         ),
     ] = None,
     output: Annotated[
