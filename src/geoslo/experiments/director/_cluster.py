@@ -162,7 +162,7 @@ class ClusterSettings:
 
     def director_config(self, workload: str) -> DirectorConfig:
         """§5.7's controller on Redis Cluster for ``workload`` ("hotspot" or "diurnal"):
-        one owner per bin, gets to one node; the day's own headroom, standbys and charge."""
+        one owner per bin, gets to one node; the day has its own period, standbys and charge."""
         day = workload == "diurnal"
         return DirectorConfig(
             period_s=self.diurnal_period_s if day else self.period_s,
@@ -367,11 +367,11 @@ def run_cluster(
         spec, hot_bin = diurnal_spec(settings, models), None
     else:
         raise ValueError(f"workload must be 'hotspot' or 'diurnal', not {workload!r}")
-    day_config = settings.director_config(workload)
-    period_s = day_config.period_s
-    config = day_config if policy == "director" else None
+    workload_config = settings.director_config(workload)
+    period_s = workload_config.period_s
+    config = workload_config if policy == "director" else None
     # no controller: the Director's starting cluster, left alone; fixed: their masters only
-    standbys = 0 if policy.startswith("fixed") else day_config.standbys
+    standbys = 0 if policy.startswith("fixed") else workload_config.standbys
     env_settings = EnvSettings(
         testbed=settings.spec(masters, standbys),
         copy_rate_bytes_per_s=settings.copy_rate_bytes_per_s,
