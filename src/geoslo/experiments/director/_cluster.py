@@ -26,7 +26,7 @@ from pathlib import Path
 
 import numpy as np
 
-from geoslo.control.director import DirectorConfig, DirectorLoop, work_capacity
+from geoslo.control.director import DirectorConfig, DirectorLoop
 from geoslo.errors import TestbedError
 from geoslo.experiments.director._allocations import Allocations, allocations
 from geoslo.experiments.director._simulated import Models
@@ -229,12 +229,7 @@ def hotspot_spec(settings: ClusterSettings) -> tuple[LoadSpec, int]:
 def diurnal_peak_rps(settings: ClusterSettings, models: Models) -> float:
     """The day's peak: ``diurnal_peak_servers`` times what one server holds at the day's
     read fraction by the trained model's boundary."""
-    model = models.steady
-    work_per_request = (
-        settings.read_fraction * model.get_coefficient
-        + (1 - settings.read_fraction) * model.put_coefficient
-    )
-    return settings.diurnal_peak_servers * work_capacity(model) / work_per_request
+    return settings.diurnal_peak_servers * models.steady.capacity_rps(settings.read_fraction)
 
 
 def diurnal_spec(settings: ClusterSettings, models: Models) -> LoadSpec:
