@@ -24,7 +24,7 @@ from geoslo.errors import TestbedError
 from geoslo.live.costlo._jsonlines import JsonLineClient
 from geoslo.live.costlo._objects import SECOND, SERVING, Regions, quorum_size
 from geoslo.live.costlo._plan import ClientRequest, get_plan, quorum_get_plan
-from geoslo.live.costlo._storage import RegionStore
+from geoslo.live.costlo._storage import Store, region_store
 
 __all__ = ["CostloClient", "GetRecord"]
 
@@ -107,7 +107,7 @@ class CostloClient:
         self.plan = get_plan(configuration)
         self.records: list[GetRecord] = []
         self._rng = random.Random(seed)
-        self._stores: dict[str, RegionStore] = {}
+        self._stores: dict[str, Store] = {}
         self._relays: dict[str, JsonLineClient] = {}
 
     async def start(self) -> CostloClient:
@@ -117,7 +117,7 @@ class CostloClient:
             used[SECOND] = self.configuration.second
         for name, get in used.items():
             endpoints = self.regions.region(name)
-            self._stores[name] = RegionStore(endpoints.server_ports, name)
+            self._stores[name] = region_store(endpoints, name)
             await self._stores[name].open()
             if get.relay_vm and not self.quorum:
                 if endpoints.relay_port is None:

@@ -23,6 +23,7 @@ __all__ = [
     "SECOND",
     "CopyRef",
     "RegionEndpoints",
+    "S3Access",
     "Regions",
     "copy_key",
     "server_index",
@@ -49,15 +50,31 @@ class CopyRef:
 
 
 @dataclass(frozen=True)
+class S3Access:
+    """How to speak S3 to a region's servers: the bucket every copy lives in, the
+    credentials (SigV4) and the signing region name."""
+
+    bucket: str
+    access_key: str
+    secret_key: str
+    signing_region: str = "us-east-1"
+
+
+@dataclass(frozen=True)
 class RegionEndpoints:
-    """How one process reaches one region: the ports of its storage servers (direct when
-    the region is local, WAN-emulator ports when it is remote) and of its relay VM."""
+    """How one process reaches one region: the ports of its storage servers on ``host``
+    (direct when the region is local, delay-injector ports when it is remote) and of its
+    relay VM. With ``s3`` the servers speak S3 (http://host:port), otherwise Redis."""
 
     server_ports: tuple[int, ...]
     relay_port: int | None = None
+    host: str = "127.0.0.1"
+    s3: S3Access | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "server_ports", tuple(int(p) for p in self.server_ports))
+        if isinstance(self.s3, dict):
+            object.__setattr__(self, "s3", S3Access(**self.s3))
         if not self.server_ports:
             raise InputError("server_ports", "a region needs at least one storage server")
 

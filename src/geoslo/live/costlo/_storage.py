@@ -14,13 +14,27 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass
+from typing import Protocol
 
 from geoslo.errors import TestbedError
 from geoslo.live._resp import RedisConnection, RedisReplyError, encode_command
 from geoslo.live._versions import GUARDED_SET_SCRIPT
-from geoslo.live.costlo._objects import copy_key, decode_value, encode_value, server_index
+from geoslo.live.costlo._objects import (
+    RegionEndpoints,
+    copy_key,
+    decode_value,
+    encode_value,
+    server_index,
+)
 
-__all__ = ["RegionStore", "GUARDED_SET_SCRIPT", "CHECKED_SET_SCRIPT", "WriteOutcome"]
+__all__ = [
+    "RegionStore",
+    "Store",
+    "region_store",
+    "GUARDED_SET_SCRIPT",
+    "CHECKED_SET_SCRIPT",
+    "WriteOutcome",
+]
 
 # KEYS[1] = key, ARGV[1] = version, ARGV[2] = "<version>:<payload>". Returns {status,
 # stored version}: 1 written; 2 the copy already holds exactly ARGV[2]; 0 refused (it
@@ -52,6 +66,37 @@ class WriteOutcome:
 
 
 _STATUS = {0: "refused", 1: "written", 2: "present"}
+
+
+class Store(Protocol):
+    """What the client library, relays, agents and the VM library need of a region's
+    storage, whatever engine holds it (Redis here, S3 in ``_s3``)."""
+
+    name: str
+
+    async def open(self) -> None: ...
+
+    async def close(self) -> None: ...
+
+    async def read(self, key: str, copy: int) -> tuple[int, bytes] | None: ...
+
+    async def write_checked(
+        self, key: str, copy: int, version: int, payload: bytes
+    ) -> WriteOutcome: ...
+
+    async def write_retrying(
+        self, key: str, copy: int, version: int, payload: bytes, deadline_s: float = 5.0
+    ) -> WriteOutcome: ...
+
+
+def region_store(endpoints: RegionEndpoints, name: str = "region") -> Store:
+    """The store of one region as ``endpoints`` reach it: S3 when they name an S3 access,
+    Redis servers otherwise."""
+    if endpoints.s3 is not None:
+        from geoslo.live.costlo._s3 import S3RegionStore
+
+        return S3RegionStore(endpoints, name)
+    return RegionStore(endpoints.server_ports, name)
 
 
 class RegionStore:

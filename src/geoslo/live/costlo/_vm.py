@@ -44,7 +44,7 @@ from geoslo.live.costlo._log import LoggedOp, VmLog, replay_log
 from geoslo.live.costlo._objects import SECOND, SERVING, CopyRef, Regions, object_copies
 from geoslo.live.costlo._objects import quorum_size as majority
 from geoslo.live.costlo._plan import PutPlan, StorageRequest, propagation_targets, put_plan
-from geoslo.live.costlo._storage import RegionStore
+from geoslo.live.costlo._storage import Store, region_store
 
 __all__ = ["VmLibrary", "PutRecord"]
 
@@ -147,7 +147,7 @@ class VmLibrary:
         self._rng = random.Random(seed)
         self._op_ids = itertools.count()
         self._boot = f"{time.time_ns():x}"
-        self._stores: dict[str, RegionStore] = {}
+        self._stores: dict[str, Store] = {}
         self._locks: LockClient | None = None
         self._log: VmLog | None = None
         self._unfinished: list[LoggedOp] = []
@@ -160,9 +160,9 @@ class VmLibrary:
         self._unfinished = [op for op in replay_log(self.log_path) if not op.finished]
         self._log = VmLog(self.log_path, {op.op for op in self._unfinished})
         self._locks = await LockClient.open(self.lock_port)
-        self._stores[SERVING] = RegionStore(self.regions.serving.server_ports, SERVING)
+        self._stores[SERVING] = region_store(self.regions.serving, SERVING)
         if self.configuration.second.copies > 0:
-            self._stores[SECOND] = RegionStore(self.regions.region(SECOND).server_ports, SECOND)
+            self._stores[SECOND] = region_store(self.regions.region(SECOND), SECOND)
         for store in self._stores.values():
             await store.open()
         return self
