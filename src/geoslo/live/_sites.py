@@ -1,0 +1,227 @@
+"""One network namespace per site, each joined to the root namespace by its own veth pair.
+
+A client site, or a storage region, is a namespace of its own (CosTLO, NSDI 2015, §5:
+clients in one region reach storage in others over the WAN). Servers run inside a site
+(``command_in``); the WAN delay between sites comes from a user-space injector in the root
+namespace (toxiproxy, ``_toxiproxy.py``) that forwards to ``address(site)``.
+
+``SiteNamespaces.create(state_dir, sites)`` makes ``<prefix>-<pid>-<k>`` for the k-th
+site, a veth pair ``gs<pid>r<k>`` (root side, ``10.80.x.y+1/30``) and ``gs<pid>s<k>``
+(site side, ``+2``), and records them in ``<state_dir>/sites-netns.json`` before
+building them, so ``recorded_in(state_dir).delete()`` removes exactly those after a
+crash. The /30s come from 10.80.0.0/16 (no other geoslo code uses it), chosen under a
+machine-wide lock among those no interface in the root namespace holds, so processes
+creating sites at the same time never share a subnet. Sites have no default route: a
+site reaches the root namespace's end of its own link only (no site-to-site traffic).
+"""
+
+from __future__ import annotations
+
+import fcntl
+import ipaddress
+import json
+import os
+import re
+import socket
+import sys
+import tempfile
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from geoslo.errors import TestbedError
+from geoslo.live._netns import _ip, cannot_run_reason, run_in
+
+__all__ = [
+    "Site",
+    "SiteNamespaces",
+    "STATE_FILE",
+    "SITES_NETWORK",
+    "cannot_run_reason",
+    "echo_server_command",
+]
+
+STATE_FILE = "sites-netns.json"
+SITES_NETWORK = ipaddress.ip_network("10.80.0.0/16")
+_LOCK_FILE = Path(tempfile.gettempdir()) / "geoslo-sites-netns.lock"
+_SITE_NAME = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
+
+
+@dataclass(frozen=True)
+class Site:
+    """A site's namespace, its veth ends and their addresses."""
+
+    name: str
+    namespace: str
+    root_dev: str
+    site_dev: str
+    root_ip: str
+    site_ip: str
+
+
+def free_subnets(used: set[ipaddress.IPv4Address], count: int) -> list[ipaddress.IPv4Network]:
+    """The first ``count`` /30s of SITES_NETWORK holding none of the ``used`` addresses."""
+    chosen = []
+    for subnet in SITES_NETWORK.subnets(new_prefix=30):
+        if not any(address in subnet for address in used):
+            chosen.append(subnet)
+            if len(chosen) == count:
+                return chosen
+    raise TestbedError(f"no {count} free /30 subnets left in {SITES_NETWORK}")
+
+
+def _root_addresses() -> set[ipaddress.IPv4Address]:
+    """Every IPv4 address an interface of the root namespace holds."""
+    out = run_in(None, [_ip(), "-o", "-4", "addr", "show"])
+    found = re.findall(r"\binet (\d+\.\d+\.\d+\.\d+)/", out)
+    return {ipaddress.ip_address(a) for a in found}
+
+
+def _namespaces() -> set[str]:
+    out = run_in(None, [_ip(), "netns", "list"])
+    return {line.split()[0] for line in out.splitlines() if line.strip()}
+
+
+@dataclass(frozen=True)
+class SiteNamespaces:
+    """The sites' namespaces this process created, and where they are recorded."""
+
+    sites: tuple[Site, ...]
+    state_dir: str
+
+    @classmethod
+    def create(
+        cls, state_dir: Path, site_names: list[str], prefix: str = "geoslo-site"
+    ) -> SiteNamespaces:
+        """One namespace per site, joined to the root namespace and recorded."""
+        if len(set(site_names)) != len(site_names) or not site_names:
+            raise ValueError(f"site names must be distinct and non-empty: {site_names}")
+        for name in site_names:
+            if not _SITE_NAME.match(name):
+                raise ValueError(f"site name {name!r}: letters, digits, '_', '.', '-' only")
+        pid = os.getpid()
+        Path(state_dir).mkdir(parents=True, exist_ok=True)
+        with open(_LOCK_FILE, "a") as lock:  # subnets are chosen and taken atomically
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            subnets = free_subnets(_root_addresses(), len(site_names))
+            sites = tuple(
+                Site(
+                    name,
+                    f"{prefix}-{pid}-{k}",
+                    f"gs{pid}r{k}",
+                    f"gs{pid}s{k}",
+                    str(subnet.network_address + 1),
+                    str(subnet.network_address + 2),
+                )
+                for k, (name, subnet) in enumerate(zip(site_names, subnets, strict=True))
+            )
+            made = cls(sites, str(state_dir))
+            made._record()
+            try:
+                for site in sites:
+                    _build(site)
+            except BaseException:
+                made.delete()
+                raise
+        return made
+
+    def site(self, name: str) -> Site:
+        for site in self.sites:
+            if site.name == name:
+                return site
+        raise KeyError(f"no site {name!r}; sites: {[s.name for s in self.sites]}")
+
+    def address(self, name: str) -> str:
+        """The site's own address (its servers listen there; reachable from the root)."""
+        return self.site(name).site_ip
+
+    def namespace(self, name: str) -> str:
+        return self.site(name).namespace
+
+    def command_in(self, name: str, argv: list[str]) -> list[str]:
+        """``argv`` run inside the site's namespace (``ip netns exec`` execs it: the
+        started process's PID is the command's own)."""
+        return [_ip(), "netns", "exec", self.namespace(name), *argv]
+
+    def wait_listening(self, name: str, port: int, timeout_s: float = 10.0) -> None:
+        """Block until something inside the site accepts on ``address(name):port``."""
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            try:
+                with socket.create_connection((self.address(name), port), timeout=0.2):
+                    return
+            except OSError:
+                time.sleep(0.02)
+        raise TestbedError(f"nothing listens on {self.address(name)}:{port} in site {name}")
+
+    def _record(self) -> None:
+        data = {"state_dir": self.state_dir, "sites": [asdict(s) for s in self.sites]}
+        (Path(self.state_dir) / STATE_FILE).write_text(json.dumps(data, indent=1))
+
+    def delete(self, timeout_s: float = 5.0) -> None:
+        """Remove the namespaces recorded here and wait until their veth pairs are gone
+        (the kernel destroys them asynchronously); idempotent."""
+        existing = _namespaces()
+        for site in self.sites:
+            if site.namespace in existing:
+                run_in(None, [_ip(), "netns", "delete", site.namespace])
+        deadline = time.monotonic() + timeout_s
+        while (left := self._root_devs_left()) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        for dev in left:  # a crash between `link add` and the namespace, or a slow kernel
+            try:
+                run_in(None, [_ip(), "link", "delete", dev])
+            except TestbedError:
+                if dev in self._root_devs_left():
+                    raise
+        path = Path(self.state_dir) / STATE_FILE
+        if path.exists():
+            path.unlink()
+
+    def _root_devs_left(self) -> list[str]:
+        links = run_in(None, [_ip(), "-o", "link", "show"])
+        present = set(re.findall(r"^\d+: ([^:@\s]+)", links, re.MULTILINE))
+        return [s.root_dev for s in self.sites if s.root_dev in present]
+
+    @classmethod
+    def recorded_in(cls, state_dir: Path) -> SiteNamespaces | None:
+        """The sites a state folder records (to delete them after a crash)."""
+        path = Path(state_dir) / STATE_FILE
+        if not path.exists():
+            return None
+        data = json.loads(path.read_text())
+        return cls(tuple(Site(**s) for s in data["sites"]), str(state_dir))
+
+
+def _build(site: Site) -> None:
+    ip = _ip()
+    run_in(None, [ip, "netns", "add", site.namespace])
+    run_in(site.namespace, [ip, "link", "set", "lo", "up"])
+    run_in(
+        None,
+        [ip, "link", "add", site.root_dev, "type", "veth",
+         "peer", "name", site.site_dev, "netns", site.namespace],
+    )  # fmt: skip
+    run_in(None, [ip, "addr", "add", f"{site.root_ip}/30", "dev", site.root_dev])
+    run_in(None, [ip, "link", "set", site.root_dev, "up"])
+    run_in(site.namespace, [ip, "addr", "add", f"{site.site_ip}/30", "dev", site.site_dev])
+    run_in(site.namespace, [ip, "link", "set", site.site_dev, "up"])
+
+
+_ECHO_SOURCE = """
+import socket, sys, threading
+def serve(conn):
+    conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    with conn:
+        while data := conn.recv(65536):
+            conn.sendall(data)
+listener = socket.create_server(("0.0.0.0", int(sys.argv[1])), backlog=64)
+while True:
+    threading.Thread(target=serve, args=(listener.accept()[0],), daemon=True).start()
+"""
+
+
+def echo_server_command(port: int) -> list[str]:
+    """A TCP echo server on ``port`` (every address): the probe that measures a path's
+    RTT. Start it in a site with ``command_in``."""
+    return [sys.executable, "-c", _ECHO_SOURCE, str(port)]
