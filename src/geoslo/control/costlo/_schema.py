@@ -10,7 +10,7 @@ from pydantic import ConfigDict, Field, RootModel, Strict
 
 from geoslo._schema import Contract, Flag, Integer, List, Number, Output, Text
 from geoslo.control._schema import OutcomeFields
-from geoslo.control.costlo.types import PrefixWorkload, SearchLimits, Slo
+from geoslo.control.costlo.types import HedgeBudget, PrefixWorkload, SearchLimits, Slo
 
 __all__ = [
     "ProblemInput",
@@ -35,6 +35,9 @@ __all__ = [
     "LIMITS_RANGES",
     "MAX_TIMEOUT_PERCENTILES",
     "MAX_PROBLEMS",
+    "HedgeBudgetInput",
+    "MAX_EXTRA_FRACTION",
+    "MAX_WINDOW_S",
 ]
 
 MIN_SAMPLES = 10  # pairs per kind and pings per region; §6.5 uses 10K
@@ -64,6 +67,10 @@ LIMITS_RANGES: dict[str, tuple[float, float]] = {
 }
 MAX_TIMEOUT_PERCENTILES = 100
 MAX_PROBLEMS = 1_000  # prefixes in one `costlo decide` (each under a minute)
+# The hedge budget: Finagle bounds its percentCanRetry to 1000% and its ttl to 1-60 s; we
+# allow extra requests up to 10 times the primaries and windows up to an hour.
+MAX_EXTRA_FRACTION = 10.0
+MAX_WINDOW_S = 3_600.0
 # The compact form: samples as counts on a lattice of step_ms (the estimator's by default);
 # an index times step_ms is at most MAX_LATENCY_MS at the finest step allowed.
 MIN_STEP_MS, MAX_STEP_MS = 0.01, 10.0
@@ -72,6 +79,7 @@ MAX_STEP_INDEX = int(MAX_LATENCY_MS / MIN_STEP_MS)
 _WORKLOAD = PrefixWorkload(0.0)
 _SLO = Slo()
 _LIMITS = SearchLimits()
+_BUDGET = HedgeBudget()
 
 
 class Workload(Contract):
@@ -96,6 +104,16 @@ class SloInput(Contract):
     page_objects: Integer(1, MAX_PAGE_OBJECTS) = _SLO.page_objects
 
 
+class HedgeBudgetInput(Contract):
+    """A load budget on redundant requests (ours, after Finagle's RetryBudget): over a
+    sliding window, extra storage requests at most ``extra_fraction`` of the primary
+    ones plus ``min_extra_per_s`` x the window. Null or absent: no budget (§5.2 as is)."""
+
+    extra_fraction: Number(0.0, MAX_EXTRA_FRACTION) = _BUDGET.extra_fraction
+    window_s: Number(high=MAX_WINDOW_S, above=0.0) = _BUDGET.window_s
+    min_extra_per_s: Number(0.0, MAX_RATE_RPS) = _BUDGET.min_extra_per_s
+
+
 def _limit(name: str):
     low, high = LIMITS_RANGES[name]
     return Integer(int(low), int(high)) if isinstance(getattr(_LIMITS, name), int) else None
@@ -116,6 +134,7 @@ class Limits(Contract):
     allow_copies: Flag = True
     allow_second_region: Flag = True
     allow_timeout: Flag = True
+    hedge_budget: HedgeBudgetInput | None = None
 
 
 class Prices(Contract):
@@ -245,6 +264,12 @@ class PutTupleOutput(Output):
     requests_per_copy: int
 
 
+class HedgeBudgetOutput(Output):
+    extra_fraction: float
+    window_s: float
+    min_extra_per_s: float
+
+
 class ConfigurationOutput(Output):
     """The selected configuration (§5.2): the GET tuples in the serving and the second
     region, the PUT tuple, and the timeouts and probabilities of redundant requests."""
@@ -256,6 +281,7 @@ class ConfigurationOutput(Output):
     get_probability: float
     put_timeout_ms: float
     put_probability: float
+    hedge_budget: HedgeBudgetOutput | None = None  # absent: no budget
 
 
 class EstimateOutput(Output):

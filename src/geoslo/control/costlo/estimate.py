@@ -10,6 +10,12 @@
 
 A relayed tuple costs one Internet traversal and fans out inside the region; the relay's
 own overhead is not measured by the agents and so not modelled (§4.2: "some overhead").
+
+A configuration's hedge budget (ours) caps step 4's probability in steady state: the
+share of operations issuing the redundant set, P(first not answered by the timeout) x p,
+times its R - 1 extra storage requests may be at most the budget's fraction of the
+primaries; the tail and the request cost then use the capped probability
+(:meth:`HedgeBudget.capped_probability`).
 """
 
 from __future__ import annotations
@@ -30,7 +36,16 @@ __all__ = [
     "with_timeout",
     "slowest",
     "quorum_put",
+    "late_share",
 ]
+
+
+def late_share(first: LatencyDistribution, timeout_ms: float) -> float:
+    """Share of operations whose first request has not answered by ``timeout_ms``: those
+    that draw the redundant set (all of them at a zero timeout, §5.2)."""
+    if timeout_ms == 0.0:
+        return 1.0
+    return float(first.tail_probability(timeout_ms))
 
 
 @dataclass(frozen=True, eq=False)
@@ -142,15 +157,26 @@ class GetEstimator:
         if not c.get_redundant:
             return 0.0
         if c.get_timeout_ms == 0.0:
+            return self.probability(c)
+        return self.probability(c) * float(self.first.tail_probability(c.get_timeout_ms))
+
+    def probability(self, configuration: Configuration) -> float:
+        """The redundant set's probability after the hedge budget's cap, if any."""
+        c = configuration
+        if c.hedge_budget is None or not c.get_redundant:
             return c.get_probability
-        return c.get_probability * float(self.first.tail_probability(c.get_timeout_ms))
+        return c.hedge_budget.capped_probability(
+            c.get_probability, late_share(self.first, c.get_timeout_ms), c.get_requests - 1
+        )
 
     def distribution(self, configuration: Configuration) -> LatencyDistribution:
         """Steps 1-4 for the GET side of ``configuration``."""
         c = configuration
-        key = (c.serving, c.second, c.get_timeout_ms, c.get_probability)
+        p = self.probability(c)
+        key = (c.serving, c.second, c.get_timeout_ms, p)
         if key not in self._dists:
-            self._dists[key] = self._distribution(c)
+            capped = c if p == c.get_probability else replace(c, get_probability=p)
+            self._dists[key] = self._distribution(capped)
         return self._dists[key]
 
     def _groups(self, c: Configuration) -> tuple[LatencyDistribution, list[LatencyDistribution]]:
@@ -242,14 +268,25 @@ class PutEstimator:
         if not c.put_redundant:
             return 0.0
         if c.put_timeout_ms == 0.0:
+            return self.probability(c)
+        return self.probability(c) * float(self.first.tail_probability(c.put_timeout_ms))
+
+    def probability(self, configuration: Configuration) -> float:
+        """The redundant PUTs' probability after the hedge budget's cap, if any."""
+        c = configuration
+        if c.hedge_budget is None or not c.put_redundant:
             return c.put_probability
-        return c.put_probability * float(self.first.tail_probability(c.put_timeout_ms))
+        return c.hedge_budget.capped_probability(
+            c.put_probability, late_share(self.first, c.put_timeout_ms), c.put.requests - 1
+        )
 
     def distribution(self, configuration: Configuration) -> LatencyDistribution:
         c = configuration
-        key = (c.put, c.put_timeout_ms, c.put_probability)
+        p = self.probability(c)
+        key = (c.put, c.put_timeout_ms, p)
         if key not in self._dists:
-            self._dists[key] = self._distribution(c)
+            capped = c if p == c.put_probability else replace(c, put_probability=p)
+            self._dists[key] = self._distribution(capped)
         return self._dists[key]
 
     def _distribution(self, c: Configuration) -> LatencyDistribution:

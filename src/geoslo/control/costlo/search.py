@@ -23,12 +23,19 @@ import numpy as np
 
 from geoslo.control._contract import Outcome
 from geoslo.control.costlo.cost import CostModel
-from geoslo.control.costlo.estimate import GetEstimator, PutEstimator, RegionView, slowest
+from geoslo.control.costlo.estimate import (
+    GetEstimator,
+    PutEstimator,
+    RegionView,
+    late_share,
+    slowest,
+)
 from geoslo.control.costlo.types import (
     Configuration,
     CostBreakdown,
     Estimate,
     GetTuple,
+    HedgeBudget,
     PutTuple,
     SearchLimits,
     Selection,
@@ -104,6 +111,7 @@ class _Space:
     Timeout and probability are chosen per state by :class:`_Redundancy`."""
 
     values: tuple[tuple, ...]
+    hedge_budget: HedgeBudget | None = None  # carried by every configuration
 
     @classmethod
     def build(cls, context: PrefixContext) -> _Space:
@@ -116,7 +124,8 @@ class _Space:
         put_on = slo.put_ms is not None
         put_copies = copies if put_on else (1,)
         put_rpc = rpc if put_on else (1,)
-        return cls((copies, rpc, relay, second, rpc, relay, put_copies, put_rpc))
+        values = (copies, rpc, relay, second, rpc, relay, put_copies, put_rpc)
+        return cls(values, lim.hedge_budget)
 
     def start(self) -> tuple[int, ...]:
         return tuple(0 for _ in self.values)
@@ -144,6 +153,7 @@ class _Space:
             serving=GetTuple(v["serving_copies"], v["serving_rpc"], v["serving_relay"]),
             second=GetTuple(v["second_copies"], v["second_rpc"], v["second_relay"]),
             put=PutTuple(v["put_copies"], v["put_rpc"]),
+            hedge_budget=self.hedge_budget,
         )
 
 
@@ -234,15 +244,16 @@ class _Redundancy:
 
     def _get_parts(
         self, c: Configuration, timeout_ms: float, always: bool = True
-    ) -> list[tuple[float, float, int]]:
-        """(baseline tail, tail when always issued, count) of every reader's GET at the
-        threshold; without ``always`` the second is the first (p = 0 needs no more)."""
+    ) -> list[tuple[float, float, int, float]]:
+        """(baseline tail, tail when always issued, count, the budget's cap on p) of every
+        reader's GET at the threshold; without ``always`` the second is the first (p = 0
+        needs no more)."""
         x = self.get_threshold_ms
         parts = []
         for reader in self.context.readers:
             a = float(reader.get.first.tail_probability(x))
             b = reader.get.always_tail(c, timeout_ms, x) if always else a
-            parts.append((a, b, reader.count))
+            parts.append((a, b, reader.count, _cap(c, reader.get.first, timeout_ms, "get")))
         return parts
 
     def _get_parts_by_timeout(self, c: Configuration) -> dict[float, list]:
@@ -251,15 +262,19 @@ class _Redundancy:
         columns = []
         for reader in self.context.readers:
             a = float(reader.get.first.tail_probability(x))
-            columns.append((a, reader.get.always_tails(c, self.get_timeouts, x), reader.count))
+            columns.append(
+                (a, reader.get.always_tails(c, self.get_timeouts, x), reader.count, reader.get)
+            )
         return {
-            t: [(a, float(b[k]), n) for a, b, n in columns] for k, t in enumerate(self.get_timeouts)
+            t: [(a, float(b[k]), n, _cap(c, g.first, t, "get")) for a, b, n, g in columns]
+            for k, t in enumerate(self.get_timeouts)
         }
 
-    def _compose(self, parts: list[tuple[float, float, int]], p: float) -> float:
-        """The user-level tail at probability p: one GET, the slowest of a page's
-        ``page_objects`` or of every follower's (§6.1)."""
-        tails = [(a + p * (b - a), n) for a, b, n in parts]
+    def _compose(self, parts: list[tuple[float, float, int, float]], p: float) -> float:
+        """The user-level tail at probability p (each reader's capped by the hedge
+        budget): one GET, the slowest of a page's ``page_objects`` or of every
+        follower's (§6.1)."""
+        tails = [(a + min(p, cap) * (b - a), n) for a, b, n, cap in parts]
         app = self.context.slo.application
         if app == "page":
             return 1.0 - (1.0 - tails[0][0]) ** self.context.slo.page_objects
@@ -271,10 +286,12 @@ class _Redundancy:
 
     def _solve_put(self, c: Configuration) -> tuple[Configuration, bool]:
         tails = {t: self._put_tail(c.put, t) for t in self.put_timeouts}
+        first = self.context.put.first
+        caps = {t: _cap(c, first, t, "put") for t in self.put_timeouts}
 
         def tail_at(timeout_ms: float, p: float) -> float:
             a, b = tails[timeout_ms]
-            return a + p * (b - a)
+            return a + min(p, caps[timeout_ms]) * (b - a)
 
         return self._cheapest(c, "put", self.put_timeouts, tail_at)
 
@@ -294,7 +311,8 @@ class _Redundancy:
             worst = max(worst, self._get_tail(c, c.get_timeout_ms, c.get_probability))
         if self.put_on:
             a, b = self._put_tail(c.put, c.put_timeout_ms)
-            worst = max(worst, a + c.put_probability * (b - a))
+            p = min(c.put_probability, _cap(c, self.context.put.first, c.put_timeout_ms, "put"))
+            worst = max(worst, a + p * (b - a))
         return worst - self.tail_target
 
     # -------------------------------------------------------------------------
@@ -327,6 +345,17 @@ class _Redundancy:
         return grid(high)
 
 
+def _cap(c: Configuration, first: LatencyDistribution, timeout_ms: float, op: str) -> float:
+    """The largest probability of ``op``'s redundant set that ``c``'s hedge budget lets
+    through in steady state at ``timeout_ms`` (inf: no budget, or nothing to cap)."""
+    budget = c.hedge_budget
+    extra = (c.get_requests if op == "get" else c.put.requests) - 1
+    if budget is None or extra <= 0:
+        return np.inf
+    share = late_share(first, timeout_ms)
+    return budget.capped_probability(1.0, share, extra) if share > 0 else np.inf
+
+
 # -------------------------------------------------------------------- the search
 
 
@@ -352,7 +381,7 @@ class _CostFloor:
         if redundancy.get_on:
             x_ms, timeouts = redundancy.get_threshold_ms, redundancy.get_timeouts
             tails = [float(r.get.first.tail_probability(x_ms)) for r in readers]
-            parts = [(a, 0.0, r.count) for a, r in zip(tails, readers, strict=True)]
+            parts = [(a, 0.0, r.count, 1.0) for a, r in zip(tails, readers, strict=True)]
             least = _least_probability(lambda p: redundancy._compose(parts, p), target)
             # A redundant request answers no sooner than the lowest RTT to a region it uses.
             rtt_ms = min(_lowest_rtt_ms(r.get.serving, r.get.second) for r in readers)

@@ -22,6 +22,7 @@ from geoslo.topology import StoragePrices
 __all__ = [
     "GetTuple",
     "PutTuple",
+    "HedgeBudget",
     "Configuration",
     "PrefixWorkload",
     "CostBreakdown",
@@ -109,6 +110,42 @@ class PutTuple:
 
 
 @dataclass(frozen=True, order=True)
+class HedgeBudget:
+    """A load budget on redundant requests, in the manner of Finagle's RetryBudget and
+    Envoy's retry budget (ours; CosTLO has none): over a sliding ``window_s``, the extra
+    storage requests of redundant sets may be at most ``extra_fraction`` of the primary
+    requests plus ``min_extra_per_s`` x ``window_s``; a redundant set that would exceed
+    it is not issued. Defaults are Finagle's (finagle.github.io/blog/2016/02/08/
+    retry-budgets: 20% of requests, a reserve of 10 retries/s, deposits live 10 s);
+    Envoy's budget_percent is 20% too (circuit_breaker.proto)."""
+
+    extra_fraction: float = 0.2
+    window_s: float = 10.0
+    min_extra_per_s: float = 10.0
+
+    def __post_init__(self) -> None:
+        _non_negative(self.extra_fraction, "hedge_budget.extra_fraction")
+        _non_negative(self.min_extra_per_s, "hedge_budget.min_extra_per_s")
+        _non_negative(self.window_s, "hedge_budget.window_s")
+        if self.window_s == 0:
+            raise ConfigError("hedge_budget.window_s", "must be > 0 seconds, got 0")
+
+    def allowed_extra(self, primaries: float) -> float:
+        """Extra storage requests the window allows beside ``primaries`` primary ones."""
+        return self.extra_fraction * primaries + self.min_extra_per_s * self.window_s
+
+    def capped_probability(self, probability: float, late_share: float, extra: int) -> float:
+        """The probability the budget lets through in steady state: a share
+        ``probability x late_share`` of operations issues ``extra`` storage requests
+        beside its one primary; at most ``extra_fraction`` of the primaries may be extra
+        (the reserve ``min_extra_per_s`` is left out: it depends on the rate)."""
+        load = probability * late_share * extra
+        if load <= self.extra_fraction:
+            return probability
+        return self.extra_fraction / (late_share * extra)
+
+
+@dataclass(frozen=True, order=True)
 class Configuration:
     """[(serving GET tuple), (second GET tuple), (PUT tuple), timeouts, probabilities].
 
@@ -124,8 +161,11 @@ class Configuration:
     get_probability: float = 1.0
     put_timeout_ms: float = 0.0
     put_probability: float = 1.0
+    hedge_budget: HedgeBudget | None = None  # None: no budget, the paper's behaviour
 
     def __post_init__(self) -> None:
+        if self.hedge_budget is not None and not isinstance(self.hedge_budget, HedgeBudget):
+            raise ConfigError("hedge_budget", "must be a HedgeBudget or None")
         if self.serving.copies < 1:
             raise ConfigError("serving.copies", "the serving data centre holds at least 1 copy")
         for name in ("get_timeout_ms", "put_timeout_ms"):
@@ -154,14 +194,20 @@ class Configuration:
 
 def configuration_to_dict(configuration: Configuration) -> dict:
     """The JSON form of a configuration: config.json's ``configuration`` block, and what
-    live processes are started with."""
-    return asdict(configuration)
+    live processes are started with. Without a hedge budget the key is absent."""
+    out = asdict(configuration)
+    if configuration.hedge_budget is None:
+        del out["hedge_budget"]
+    return out
 
 
 def configuration_from_dict(data: dict) -> Configuration:
     """The inverse of :func:`configuration_to_dict`; unknown fields raise InputError."""
     fields = dict(data)
+    budget = fields.pop("hedge_budget", None)
     try:
+        if budget is not None:
+            fields["hedge_budget"] = HedgeBudget(**budget)
         return Configuration(
             serving=GetTuple(**fields.pop("serving", {})),
             second=GetTuple(**fields.pop("second", {"copies": 0})),
@@ -269,12 +315,17 @@ class SearchLimits:
     allow_copies: bool = True  # more than one copy in a data centre
     allow_second_region: bool = True
     allow_timeout: bool = True  # timeout and probability (Fig. 17b turns them off)
+    # A load budget on redundant requests, carried in every configuration chosen (ours);
+    # None: none, the paper's behaviour.
+    hedge_budget: HedgeBudget | None = None
 
     def __post_init__(self) -> None:
         _int_at_least(self.max_copies, 1, "max_copies")
         _int_at_least(self.max_requests_per_copy, 1, "max_requests_per_copy")
         _int_at_least(self.max_evaluations, 1, "max_evaluations")
         _non_negative(self.slo_margin_ms, "slo_margin_ms")
+        if self.hedge_budget is not None and not isinstance(self.hedge_budget, HedgeBudget):
+            raise ConfigError("hedge_budget", "must be a HedgeBudget or None")
         if not (isinstance(self.probability_step, int | float) and 0 < self.probability_step <= 1):
             raise ConfigError("probability_step", "must be in (0, 1]")
         if any(not 0 <= q < 100 for q in self.timeout_percentiles):

@@ -42,6 +42,7 @@ from geoslo.control.costlo._schema import (
 from geoslo.control.costlo.decide import CostloProblem, RegionInput
 from geoslo.control.costlo.types import (
     Estimate,
+    HedgeBudget,
     PrefixWorkload,
     SearchLimits,
     Selection,
@@ -253,6 +254,9 @@ def parse_problem(data: dict) -> CostloProblem:
     slo = _build(Slo, problem.slo.model_dump(), "slo")
     limits = problem.limits.model_dump()
     limits["timeout_percentiles"] = tuple(limits["timeout_percentiles"])
+    if limits["hedge_budget"] is not None:
+        budget = limits["hedge_budget"]
+        limits["hedge_budget"] = _build(HedgeBudget, budget, "limits")
     limits = _build(SearchLimits, limits, "limits")
     regions = _regions(problem.regions, getattr(problem, "step_ms", None))
     names = [r.name for r in regions]
@@ -308,9 +312,14 @@ def _slo_to_dict(slo: Slo) -> dict:
 
 
 def _limits_to_dict(limits: SearchLimits) -> dict:
+    """The limits block; a hedge budget only when there is one."""
     out = {}
     for key in _names(SearchLimits):
         value = getattr(limits, key)
+        if isinstance(value, HedgeBudget):
+            value = dataclasses.asdict(value)
+        elif value is None and key == "hedge_budget":
+            continue
         out[key] = [float(x) for x in value] if isinstance(value, tuple) else value
     return out
 
