@@ -5,14 +5,15 @@ clients in one region reach storage in others over the WAN). Servers run inside 
 (``command_in``); the WAN delay between sites comes from a user-space injector in the root
 namespace (toxiproxy, ``_toxiproxy.py``) that forwards to ``address(site)``.
 
-``SiteNamespaces.create(state_dir, sites)`` makes ``<prefix>-<pid>-<k>`` for the k-th
-site, a veth pair ``gs<pid>r<k>`` (root side, ``10.80.x.y+1/30``) and ``gs<pid>s<k>``
-(site side, ``+2``), and records them in ``<state_dir>/sites-netns.json`` before
-building them, so ``recorded_in(state_dir).delete()`` removes exactly those after a
-crash. The /30s come from 10.80.0.0/16 (no other geoslo code uses it), chosen under a
-machine-wide lock among those no interface in the root namespace holds, so processes
-creating sites at the same time never share a subnet. Sites have no default route: a
-site reaches the root namespace's end of its own link only (no site-to-site traffic).
+``SiteNamespaces.create(state_dir, sites)`` gives each site a /30 of 10.80.0.0/16 (no
+other geoslo code uses it), the i-th one: a namespace ``<prefix>-<pid>-<i>`` and a veth
+pair, ``g80r<i>`` in the root namespace (first address) and ``g80s<i>`` in the site
+(second address). They are recorded in ``<state_dir>/sites-netns.json`` before they are
+built, so ``recorded_in(state_dir).delete()`` removes exactly those after a crash. The
+/30s are chosen under a machine-wide lock among those no root interface holds, so
+processes creating sites at the same time never share a subnet or a device name. Sites
+have no default route: a site reaches the root namespace's end of its own link only (no
+site-to-site traffic).
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ __all__ = [
     "SITES_NETWORK",
     "cannot_run_reason",
     "echo_server_command",
+    "echo_rtts_ms",
 ]
 
 STATE_FILE = "sites-netns.json"
@@ -105,15 +107,8 @@ class SiteNamespaces:
             fcntl.flock(lock, fcntl.LOCK_EX)
             subnets = free_subnets(_root_addresses(), len(site_names))
             sites = tuple(
-                Site(
-                    name,
-                    f"{prefix}-{pid}-{k}",
-                    f"gs{pid}r{k}",
-                    f"gs{pid}s{k}",
-                    str(subnet.network_address + 1),
-                    str(subnet.network_address + 2),
-                )
-                for k, (name, subnet) in enumerate(zip(site_names, subnets, strict=True))
+                _site(name, subnet, prefix, pid)
+                for name, subnet in zip(site_names, subnets, strict=True)
             )
             made = cls(sites, str(state_dir))
             made._record()
@@ -193,6 +188,17 @@ class SiteNamespaces:
         return cls(tuple(Site(**s) for s in data["sites"]), str(state_dir))
 
 
+def _site(name: str, subnet: ipaddress.IPv4Network, prefix: str, pid: int) -> Site:
+    """A site on the ``index``-th /30: names from the pid and the index, which no other
+    interface holds while the lock is held (so two sets in one process differ too)."""
+    index = (int(subnet.network_address) - int(SITES_NETWORK.network_address)) // 4
+    first = subnet.network_address
+    return Site(
+        name, f"{prefix}-{pid}-{index}", f"g80r{index}", f"g80s{index}",
+        str(first + 1), str(first + 2),
+    )  # fmt: skip
+
+
 def _build(site: Site) -> None:
     ip = _ip()
     run_in(None, [ip, "netns", "add", site.namespace])
@@ -225,3 +231,25 @@ def echo_server_command(port: int) -> list[str]:
     """A TCP echo server on ``port`` (every address): the probe that measures a path's
     RTT. Start it in a site with ``command_in``."""
     return [sys.executable, "-c", _ECHO_SOURCE, str(port)]
+
+
+def echo_rtts_ms(
+    port: int, count: int, payload_bytes: int = 64, host: str = "127.0.0.1"
+) -> list[float]:
+    """``count`` request/response RTTs (ms) of ``payload_bytes`` messages, one at a time on
+    one connection (Nagle off), to an echo server at ``host:port``."""
+    message = bytes(payload_bytes)
+    rtts_ms = []
+    with socket.create_connection((host, port), timeout=30.0) as conn:
+        conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        for _ in range(count):
+            started = time.perf_counter()
+            conn.sendall(message)
+            got = 0
+            while got < payload_bytes:
+                chunk = conn.recv(payload_bytes - got)
+                if not chunk:
+                    raise TestbedError(f"the echo path on port {port} closed")
+                got += len(chunk)
+            rtts_ms.append((time.perf_counter() - started) * 1e3)
+    return rtts_ms
