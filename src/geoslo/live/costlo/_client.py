@@ -7,6 +7,8 @@ tuple as one message to that region's relay. The first found value wins; the oth
 requests' tasks are cancelled and their pipelined replies discarded. A "not found" reply
 (a copy not written yet) or a failed request does not win: when the first request
 comes back that way, the redundant decision is taken at once rather than at the timeout.
+A configuration's hedge budget (``BudgetWindow``) is asked when the draw says yes: a
+redundant set the window cannot afford is not issued, and the GET's record says so.
 With ``quorum=True`` (strong consistency, §7) a GET asks every copy and returns the
 highest version among the replies of a majority of them.
 """
@@ -21,9 +23,15 @@ from dataclasses import dataclass
 
 from geoslo.control.costlo.types import Configuration
 from geoslo.errors import TestbedError
+from geoslo.live.costlo._budget import BudgetWindow
 from geoslo.live.costlo._jsonlines import JsonLineClient
 from geoslo.live.costlo._objects import SECOND, SERVING, Regions, quorum_size
-from geoslo.live.costlo._plan import ClientRequest, get_plan, quorum_get_plan
+from geoslo.live.costlo._plan import (
+    ClientRequest,
+    get_plan,
+    quorum_get_plan,
+    storage_request_count,
+)
 from geoslo.live.costlo._storage import Store, region_store
 
 __all__ = ["CostloClient", "GetRecord"]
@@ -35,7 +43,8 @@ Found = tuple[int, bytes]
 class GetRecord:
     """One GET operation: latency from its start to the winning reply (or to the end),
     what it issued and which request won (None: nothing found; quorum GETs have no one
-    winner). ``version`` is 0 when nothing was found."""
+    winner). ``version`` is 0 when nothing was found; ``budget_refused``: the draw chose
+    the redundant set and the hedge budget refused it."""
 
     key: str
     latency_ms: float
@@ -45,6 +54,7 @@ class GetRecord:
     winner: str | None
     version: int
     errors: int
+    budget_refused: bool = False
 
 
 class _Flights:
@@ -105,6 +115,8 @@ class CostloClient:
         self.quorum = quorum
         self.timeout_s = timeout_s
         self.plan = get_plan(configuration)
+        budget = configuration.hedge_budget
+        self.budget = None if budget is None else BudgetWindow(budget)
         self.records: list[GetRecord] = []
         self._rng = random.Random(seed)
         self._stores: dict[str, Store] = {}
@@ -151,8 +163,15 @@ class CostloClient:
             return None
         return int(reply["version"]), base64.b64decode(reply["value"])
 
-    def _draw_redundant(self) -> bool:
-        return self._rng.random() < self.configuration.get_probability
+    def _draw_redundant(self, now_s: float) -> tuple[bool, bool]:
+        """(issue the redundant set, the budget refused it): the probability's draw, then
+        the hedge budget's window, if any."""
+        if not self._rng.random() < self.configuration.get_probability:
+            return False, False
+        if self.budget is None:
+            return True, False
+        admitted = self.budget.try_extra(now_s, storage_request_count(self.plan.redundant))
+        return admitted, not admitted
 
     async def get(self, key: str) -> Found | None:
         """``(version, payload)`` of ``key`` from the first found reply, or None."""
@@ -163,9 +182,12 @@ class CostloClient:
         timeout_at = start_s + self.configuration.get_timeout_ms / 1e3
         give_up_at = start_s + self.timeout_s
         flights = _Flights(self, key)
-        decided, redundant = not self.plan.has_redundancy, False
+        decided, redundant, refused = not self.plan.has_redundancy, False, False
+        if self.budget is not None:
+            self.budget.record_primary(start_s)
         if not decided and self.configuration.get_timeout_ms == 0:
-            decided, redundant = True, self._draw_redundant()
+            decided = True
+            redundant, refused = self._draw_redundant(start_s)
         flights.issue(self.plan.together if redundant else (self.plan.first,))
         winner: tuple[ClientRequest, Found] | None = None
         try:
@@ -182,18 +204,18 @@ class CostloClient:
                 now = loop.time()
                 if not decided and (now >= timeout_at or not flights.pending):
                     decided = True
-                    if self._draw_redundant():
-                        redundant = True
+                    redundant, refused = self._draw_redundant(now)
+                    if redundant:
                         flights.issue(self.plan.redundant)
                 elif now >= give_up_at:
                     break
         finally:
             await flights.cancel_rest()
         name, version = (None, 0) if winner is None else (str(winner[0]), winner[1][0])
-        self._record(key, started, flights, redundant, name, version)
+        self._record(key, started, flights, redundant, name, version, refused)
         return None if winner is None else winner[1]
 
-    def _record(self, key, started, flights, redundant, winner, version) -> None:
+    def _record(self, key, started, flights, redundant, winner, version, refused=False) -> None:
         self.records.append(
             GetRecord(
                 key,
@@ -204,6 +226,7 @@ class CostloClient:
                 winner,
                 version,
                 flights.errors,
+                refused,
             )
         )
 

@@ -19,6 +19,10 @@ renewed while held; acquiring gives up after ``lock_timeout_s`` (LockTimeoutErro
 failed PUT still releases L_S, with the highest version it wrote or saw, and propagates
 what it wrote.
 
+A configuration's hedge budget (``BudgetWindow``, over this library's PUTs) is asked in
+step 2 when the draw says yes: a redundant set it cannot afford is skipped like one the
+draw left out, and the PUT's record says so.
+
 ``strong=True`` (§7): one request to every copy goes out at once, all complete before
 L_S is released, ``put`` returns when a majority of the copies hold v+1
 (``quorum_puts_done``) and ``all_puts_done`` is called when every copy does.
@@ -39,6 +43,7 @@ from pathlib import Path
 
 from geoslo.control.costlo.types import Configuration
 from geoslo.errors import TestbedError, WriteRefusedError
+from geoslo.live.costlo._budget import BudgetWindow
 from geoslo.live.costlo._locks import DEFAULT_LEASE_S, LockClient, LockGrant
 from geoslo.live.costlo._log import LoggedOp, VmLog, replay_log
 from geoslo.live.costlo._objects import SECOND, SERVING, CopyRef, Regions, object_copies
@@ -53,13 +58,15 @@ Callback = Callable[[int], object]
 
 @dataclass(frozen=True)
 class PutRecord:
-    """One PUT operation: time to its acknowledgement, synchronous requests issued."""
+    """One PUT operation: time to its acknowledgement, synchronous requests issued;
+    ``budget_refused``: the draw chose the redundant set and the hedge budget refused it."""
 
     key: str
     version: int
     ack_ms: float
     sync_requests: int
     redundant: bool
+    budget_refused: bool = False
 
 
 @dataclass
@@ -82,6 +89,7 @@ class _Put:
     told_all: bool = False
     refused_version: int = 0  # the newest version a copy refusing this one held
     renewal: asyncio.Task | None = None  # keeps the L_S lease while the PUT holds it
+    budget_refused: bool = False  # the hedge budget refused the redundant set
 
     def on_written(self, copy: CopyRef) -> None:
         self.written.add(copy)
@@ -141,6 +149,8 @@ class VmLibrary:
         self.lease_s = lease_s
         self.lock_timeout_s = lock_timeout_s
         self.plan: PutPlan = put_plan(configuration, strong)
+        budget = configuration.hedge_budget
+        self.budget = None if budget is None else BudgetWindow(budget)
         self.copies = len(object_copies(configuration))
         self.records: list[PutRecord] = []
         self.errors: list[BaseException] = []
@@ -375,6 +385,8 @@ class VmLibrary:
 
     async def _synchronous_requests(self, state: _Put) -> None:
         plan = self.plan
+        if self.budget is not None:
+            self.budget.record_primary(asyncio.get_running_loop().time(), len(plan.first))
         tasks = [asyncio.create_task(self._request(state, i, r)) for i, r in enumerate(plan.first)]
         redundant = False
         if plan.redundant:
@@ -392,17 +404,24 @@ class VmLibrary:
                 raise refused[0]
             raise TestbedError(f"PUT {state.op} of {state.key!r}: {failures[0]}; recover() later")
         ack_ms = state.ack_ms if state.ack_ms is not None else float("nan")
-        self.records.append(PutRecord(state.key, state.version, ack_ms, len(tasks), redundant))
+        self.records.append(
+            PutRecord(state.key, state.version, ack_ms, len(tasks), redundant, state.budget_refused)
+        )
 
     async def _gate(self, state: _Put, first: asyncio.Task) -> bool:
         """After ``put_timeout_ms`` without the first request's completion, issue the
-        redundant set with ``put_probability``; log the requests left out (§5.2)."""
+        redundant set with ``put_probability`` if the hedge budget, if any, allows it; log
+        the requests left out (§5.2)."""
         timeout_s = self.configuration.put_timeout_ms / 1e3
         if timeout_s > 0:
             await asyncio.wait({first}, timeout=timeout_s)
         answered = first.done() and first.exception() is None
         if not answered and self._rng.random() < self.configuration.put_probability:
-            return True
+            extra = len(self.plan.redundant)
+            now_s = asyncio.get_running_loop().time()
+            if self.budget is None or self.budget.try_extra(now_s, extra):
+                return True
+            state.budget_refused = True
         self.log.skip(state.op, list(range(len(self.plan.first), len(self.plan.requests))))
         return False
 
