@@ -18,11 +18,13 @@ from geoslo.control.costlo import (
     CostloLoop,
     EpochObservation,
     EpochPlan,
+    HedgeBudget,
     PrefixWorkload,
     SearchLimits,
     Slo,
     configuration_to_dict,
 )
+from geoslo.control.costlo._schema import HedgeBudgetInput
 from geoslo.control.costlo.example import EXAMPLE_WORKLOAD
 from geoslo.control.costlo.validation import LIMITS_RANGES, MAX_SLO_MS
 from geoslo.live.costlo import CostloTestbedEnvironment, StallSettings
@@ -64,6 +66,9 @@ class CostloSettings(BaseModel):
     allow_copies: bool = Field(True, description="More than one copy in a data centre.")
     allow_second_region: bool = Field(True, description="GETs to the second region (§5.2).")
     allow_timeout: bool = Field(True, description="Timeouts and probabilities (§5.2).")
+    hedge_budget: HedgeBudgetInput | None = Field(
+        None, description="A load budget on redundant requests (ours); none: §5.2 as is."
+    )
 
     def slo(self) -> Slo:
         return Slo(
@@ -81,6 +86,9 @@ class CostloSettings(BaseModel):
             allow_copies=self.allow_copies,
             allow_second_region=self.allow_second_region,
             allow_timeout=self.allow_timeout,
+            hedge_budget=None
+            if self.hedge_budget is None
+            else HedgeBudget(**self.hedge_budget.model_dump()),
         )
 
 
@@ -270,6 +278,11 @@ max_requests_per_copy = 4      # and concurrent requests per copy
 max_evaluations = 5000         # configurations one search evaluates at most
 probability_step = 0.1         # probabilities in 10% steps (§5.2's examples)
 slo_margin_ms = 0.0            # aim this far under the SLO (the paper aims at it)
+# A load budget on redundant requests (ours, after Finagle's RetryBudget); none: §5.2 as is.
+# [controller.hedge_budget]
+# extra_fraction = 0.2         # extra storage requests per primary one, over the window
+# window_s = 10.0
+# min_extra_per_s = 10.0       # a reserve for clients that send few requests
 
 [service]
 listen = "127.0.0.1:9464"      # /metrics and /healthz; port 0 picks a free one (logged)

@@ -19,6 +19,7 @@ from geoslo.sim.costlo._behaviour import (
 from geoslo.sim.costlo._environment import CostloSimEnvironment
 from geoslo.sim.costlo._requests import (
     OperationSample,
+    Slowdown,
     completion_ms,
     get_operations,
     put_operations,
@@ -34,6 +35,7 @@ __all__ = [
     "DnsResolver",
     "InternetPath",
     "OperationSample",
+    "Slowdown",
     "SpikyLatency",
     "StorageBehaviour",
     "build_world",

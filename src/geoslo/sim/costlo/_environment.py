@@ -5,7 +5,9 @@ Each ``observe()`` is one epoch: every region's agent measures its storage servi
 pings the prefixes it may serve (a bounded number of samples each, §6.5), and each
 prefix's clients play a bounded number of GETs under the configuration in force, whose
 measured inflation (the SLO's percentile minus the baseline median, §3) is reported
-beside the workload. ``apply(plan)`` puts the plan's configurations in force.
+beside the workload. ``apply(plan)`` puts the plan's configurations in force; a
+configuration's hedge budget is enforced over the GETs arriving evenly at the prefix's
+peak rate (or its monthly mean, without one).
 """
 
 from __future__ import annotations
@@ -29,6 +31,8 @@ from geoslo.sim.costlo._requests import get_operations
 from geoslo.sim.costlo._world import CloudWorld, build_world
 
 __all__ = ["CostloSimEnvironment"]
+
+_SECONDS_PER_MONTH = 730.0 * 3600.0
 
 
 def _seed(*parts: int) -> int:
@@ -120,6 +124,11 @@ class CostloSimEnvironment:
         )
         return EpochObservation(regions, prefixes)
 
+    def _rate_rps(self) -> float:
+        """The GETs' rate of arrival: the peak's, or the month's mean (at least 1/s)."""
+        w = self.workload
+        return max(w.peak_get_rps or w.gets_per_month / _SECONDS_PER_MONTH, 1.0)
+
     def _measured_inflation_ms(self, p: int) -> float:
         """The SLO's percentile of this epoch's GETs under the configuration in force
         minus the median of GETs without CosTLO (§3), both measured on fresh operations."""
@@ -131,7 +140,15 @@ class CostloSimEnvironment:
             world, p, serving, None, Configuration(), n, _seed(self.seed, self.epoch, 2, p), size
         )
         chosen = get_operations(
-            world, p, serving, second, configuration, n, _seed(self.seed, self.epoch, 3, p), size
+            world,
+            p,
+            serving,
+            second,
+            configuration,
+            n,
+            _seed(self.seed, self.epoch, 3, p),
+            size,
+            arrival_s=np.arange(n) / self._rate_rps(),
         )
         tail_ms = float(np.percentile(chosen.latency_ms, self.percentile))
         return tail_ms - float(np.median(baseline.latency_ms))

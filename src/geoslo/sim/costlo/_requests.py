@@ -4,6 +4,10 @@
 experience inside one region; ``get_operations`` and ``put_operations`` play the client
 and VM libraries: the first request, then, after the timeout and with the probability,
 the redundant set (§5.2), first response wins. Arrays are vectorised over operations.
+
+Given the operations' arrival times, a configuration's hedge budget is enforced the way
+the live libraries do (the same ``BudgetWindow``, in time order), and a ``Slowdown``
+multiplies a region's storage latency for the operations that arrive during it.
 """
 
 from __future__ import annotations
@@ -12,7 +16,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from geoslo.control.costlo import Configuration, GetTuple
+from geoslo.control.costlo import Configuration, GetTuple, HedgeBudget
+from geoslo.control.costlo._budget import BudgetWindow
+from geoslo.errors import InputError
 from geoslo.sim.costlo._behaviour import StorageBehaviour
 from geoslo.sim.costlo._world import CloudWorld
 
@@ -24,6 +30,8 @@ __all__ = [
     "get_operations",
     "put_operations",
     "copy_counts",
+    "Slowdown",
+    "budget_admits",
 ]
 
 _BLOCK_BYTES = 64 * 1024  # §7: service latency is a step function of 64 KB blocks
@@ -118,12 +126,54 @@ def completion_ms(draws: RequestDraws, behaviour: StorageBehaviour, operation: s
 
 
 @dataclass(frozen=True)
+class Slowdown:
+    """A region-wide slowdown: the storage side (data-centre network and service) of
+    ``region``'s requests takes ``factor`` times as long for operations that arrive in
+    [``start_s``, ``end_s``)."""
+
+    region: int
+    start_s: float
+    end_s: float
+    factor: float = 10.0
+
+    def factors(self, region: int, arrival_s: np.ndarray) -> np.ndarray | None:
+        """Per operation, the factor on ``region``'s storage latency (None: untouched)."""
+        if region != self.region:
+            return None
+        during = (arrival_s >= self.start_s) & (arrival_s < self.end_s)
+        return np.where(during, self.factor, 1.0)
+
+
+def budget_admits(
+    budget: HedgeBudget, arrival_s: np.ndarray, wanted: np.ndarray, delay_s: float, extra: int
+) -> np.ndarray:
+    """Which of the ``wanted`` redundant sets the budget admits: every operation records
+    its primary request at its arrival, each wanted set asks for ``extra`` requests
+    ``delay_s`` later (the timeout), all in time order through one ``BudgetWindow``."""
+    arrival_s = np.asarray(arrival_s, dtype=float)
+    asks = np.flatnonzero(wanted)
+    times = np.concatenate([arrival_s, arrival_s[asks] + delay_s])
+    kinds = np.concatenate([np.zeros(arrival_s.size, int), np.ones(asks.size, int)])
+    ids = np.concatenate([np.arange(arrival_s.size), asks])
+    window = BudgetWindow(budget)
+    admitted = np.zeros(arrival_s.size, bool)
+    for k in np.lexsort((kinds, times)):  # by time; a primary before an ask at a tie
+        if kinds[k] == 0:
+            window.record_primary(float(times[k]))
+        else:
+            admitted[ids[k]] = window.try_extra(float(times[k]), extra)
+    return admitted
+
+
+@dataclass(frozen=True)
 class OperationSample:
-    """Client-perceived latency of n operations and what they cost in requests."""
+    """Client-perceived latency of n operations and what they cost in requests;
+    ``budget_refused`` marks the ones whose redundant set the hedge budget refused."""
 
     latency_ms: np.ndarray
     storage_requests: np.ndarray  # per operation
     redundant: np.ndarray  # bool per operation: the redundant set was issued
+    budget_refused: np.ndarray | None = None
 
     @property
     def redundant_fraction(self) -> float:
@@ -139,21 +189,26 @@ def _region_part(
     n: int,
     rng: np.random.Generator,
     object_bytes: float,
+    factor: np.ndarray | None = None,
 ) -> tuple[np.ndarray, int]:
     """Fastest response of one region's tuple, issued together at time 0 (relative):
     direct requests each travel the Internet (sharing most spikes, ``InternetPath``); a
     relayed tuple is one message to a VM that issues its requests (§3, Fig. 4b).
-    ``skip_first`` leaves out the request to copy 0 already in flight."""
+    ``skip_first`` leaves out the request to copy 0 already in flight; ``factor`` (per
+    operation) stretches the storage side, a slowdown."""
     behaviour = world.behaviours[region]
     path = world.internet[prefix][region]
     counts = copy_counts(tuple_.copies, tuple_.requests_per_copy, skip_first)
     k = int(sum(counts))
     draws = storage_requests(behaviour, "get", counts, n, rng, object_bytes)
+    storage_ms = completion_ms(draws, behaviour, "get")
+    if factor is not None:
+        storage_ms = storage_ms * factor[:, None]
     if tuple_.relay_vm:
-        inner = completion_ms(draws, behaviour, "get").min(axis=1)
+        inner = storage_ms.min(axis=1)
         overhead = rng.exponential(behaviour.relay_overhead_mean_ms, n)
         return path.sample(rng, n, 1, object_bytes)[:, 0] + overhead + inner, k
-    per_request = path.sample(rng, n, k, object_bytes) + completion_ms(draws, behaviour, "get")
+    per_request = path.sample(rng, n, k, object_bytes) + storage_ms
     return per_request.min(axis=1), k
 
 
@@ -166,38 +221,67 @@ def get_operations(
     n: int,
     seed: int,
     object_bytes: float = 1024.0,
+    arrival_s: np.ndarray | None = None,
+    slowdown: Slowdown | None = None,
 ) -> OperationSample:
     """n GET operations from ``prefix`` as the client library runs them (§5.1-§5.2): the
     first request to copy 0 of the serving region (through its relay if the serving tuple
     is relayed); after the timeout, with the probability, the rest of the serving tuple and
-    the second region's tuple. A zero timeout sends the whole serving tuple at once."""
+    the second region's tuple. A zero timeout sends the whole serving tuple at once.
+    ``arrival_s`` (per operation) is needed by a hedge budget and a ``slowdown``."""
     rng = np.random.default_rng(seed)
     c = configuration
+    arrival_s = _arrivals(c, arrival_s, slowdown, n)
+    factors = (lambda j: None) if slowdown is None else (lambda j: slowdown.factors(j, arrival_s))
     dns_ms = world.dns[prefix].sample(rng, n)
     relay = c.serving.relay_vm
     first, _ = _region_part(
-        world, prefix, serving, GetTuple(1, 1, relay), False, n, rng, object_bytes
+        world, prefix, serving, GetTuple(1, 1, relay), False, n, rng, object_bytes, factors(serving)
     )
     if not c.get_redundant:
         return OperationSample(dns_ms + first, np.ones(n), np.zeros(n, bool))
     timeout_ms = c.get_timeout_ms
     trigger = ((timeout_ms == 0.0) | (first > timeout_ms)) & (rng.random(n) < c.get_probability)
-    parts, requests = [], 0
+    parts, requests, whole = [], 0, None
     if c.serving.requests > 1:
         requests += c.serving.requests - 1
-        if timeout_ms == 0.0:  # one draw of the whole tuple, first included
-            whole, _ = _region_part(world, prefix, serving, c.serving, False, n, rng, object_bytes)
-            first = np.where(trigger, whole, first)
-        else:
-            part, _ = _region_part(world, prefix, serving, c.serving, True, n, rng, object_bytes)
+        skip = timeout_ms != 0.0  # a zero timeout: one draw of the whole tuple, first included
+        part, _ = _region_part(
+            world, prefix, serving, c.serving, skip, n, rng, object_bytes, factors(serving)
+        )
+        if skip:
             parts.append(part)
+        else:
+            whole = part
     if second is not None and not c.second.unused:
-        part, k = _region_part(world, prefix, second, c.second, False, n, rng, object_bytes)
+        part, k = _region_part(
+            world, prefix, second, c.second, False, n, rng, object_bytes, factors(second)
+        )
         parts.append(part)
         requests += k
+    refused = None
+    if c.hedge_budget is not None:
+        admitted = budget_admits(c.hedge_budget, arrival_s, trigger, timeout_ms / 1e3, requests)
+        trigger, refused = admitted, trigger & ~admitted
+    if whole is not None:
+        first = np.where(trigger, whole, first)
     redundant_ms = timeout_ms + np.min(parts, axis=0) if parts else np.full(n, np.inf)
     latency = np.where(trigger, np.minimum(first, redundant_ms), first)
-    return OperationSample(dns_ms + latency, 1 + trigger * requests, trigger)
+    return OperationSample(dns_ms + latency, 1 + trigger * requests, trigger, refused)
+
+
+def _arrivals(
+    c: Configuration, arrival_s: np.ndarray | None, slowdown: Slowdown | None, n: int
+) -> np.ndarray | None:
+    """The operations' arrival times, checked: a budget or a slowdown needs them."""
+    if arrival_s is None:
+        if c.hedge_budget is not None or slowdown is not None:
+            raise InputError("arrival_s", "a hedge budget or a slowdown needs arrival times")
+        return None
+    arrival_s = np.asarray(arrival_s, dtype=float)
+    if arrival_s.shape != (n,):
+        raise InputError("arrival_s", f"must hold one time per operation ({n})")
+    return arrival_s
 
 
 def put_operations(
@@ -208,13 +292,16 @@ def put_operations(
     n: int,
     seed: int,
     object_bytes: float = 1024.0,
+    arrival_s: np.ndarray | None = None,
 ) -> OperationSample:
     """n PUT operations: the client uploads to an application VM in the serving region,
     whose VM library issues the PUT tuple (§5.1); the operation completes with the first
     PUT request that completes (§5.4). A serialising service queues the redundant
-    requests behind the first."""
+    requests behind the first. A hedge budget needs ``arrival_s`` (per operation, at
+    the VM library)."""
     rng = np.random.default_rng(seed)
     c = configuration
+    arrival_s = _arrivals(c, arrival_s, None, n)
     behaviour = world.behaviours[serving]
     upload_ms = world.internet[prefix][serving].sample(rng, n, 1, object_bytes)[:, 0]
     counts = copy_counts(c.put.copies, c.put.requests_per_copy)
@@ -226,6 +313,11 @@ def put_operations(
     trigger = ((timeout_ms == 0.0) | (first_alone > timeout_ms)) & (
         rng.random(n) < c.put_probability
     )
+    refused = None
+    if c.hedge_budget is not None:
+        extra = c.put.requests - 1
+        admitted = budget_admits(c.hedge_budget, arrival_s, trigger, timeout_ms / 1e3, extra)
+        trigger, refused = admitted, trigger & ~admitted
     issue = np.where(trigger[:, None], timeout_ms, np.inf) * np.ones((1, c.put.requests))
     issue[:, 0] = 0.0
     arrival = np.where(np.isfinite(issue), draws.arrival_ms + issue, 1e18)  # never issued: last
@@ -233,7 +325,7 @@ def put_operations(
         RequestDraws(draws.network_ms, draws.service_ms, arrival), behaviour, "put"
     )
     return OperationSample(
-        upload_ms + done.min(axis=1), 1 + trigger * (c.put.requests - 1), trigger
+        upload_ms + done.min(axis=1), 1 + trigger * (c.put.requests - 1), trigger, refused
     )
 
 
