@@ -18,8 +18,10 @@ from geoslo.live._processes import ManagedProcess, process_alive
 from geoslo.live._sites import (
     SiteNamespaces,
     cannot_run_reason,
+    echo_connection,
     echo_rtts_ms,
     echo_server_command,
+    rtts_on,
 )
 from geoslo.live._toxiproxy import ToxiproxyServer, path_toxics
 
@@ -89,14 +91,20 @@ def test_a_timed_stall_raises_the_rtt_during_it_and_not_after(testbed):
     intended_ms, extra_ms = _intended_mean_ms(RTT_MS, RESIDUAL_MS), 60.0
     proxies = api.proxies_to(sites.address("oregon"))
     assert proxies == ["client-oregon"]
-    timer = api.stall_for(proxies, extra_ms, duration_s=3.0)
-    try:
-        during = echo_rtts_ms(testbed["port"], 5)
-    finally:
-        timer.join(timeout=30.0)
+    with echo_connection("127.0.0.1", testbed["port"]) as open_before:
+        rtts_on(open_before, 2)
+        timer = api.stall_for(proxies, extra_ms, duration_s=3.0)
+        try:
+            during = echo_rtts_ms(testbed["port"], 5)
+            during_open = rtts_on(open_before, 5)  # a connection open before the stall
+        finally:
+            timer.join(timeout=30.0)
+        after_open = rtts_on(open_before, 10)
     after = echo_rtts_ms(testbed["port"], 20)
-    assert statistics.median(during) >= intended_ms + 0.8 * extra_ms, during
-    assert _within_margin(statistics.median(after), intended_ms), after
+    for rtts in (during, during_open):
+        assert statistics.median(rtts) >= intended_ms + 0.8 * extra_ms, rtts
+    for rtts in (after, after_open):
+        assert _within_margin(statistics.median(rtts), intended_ms), rtts
     toxics = {t["name"] for t in api.proxies()["client-oregon"]["toxics"]}
     assert toxics == {"path_up", "path_down"}
 

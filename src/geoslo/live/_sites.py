@@ -42,6 +42,8 @@ __all__ = [
     "cannot_run_reason",
     "echo_server_command",
     "echo_rtts_ms",
+    "echo_connection",
+    "rtts_on",
 ]
 
 STATE_FILE = "sites-netns.json"
@@ -241,19 +243,29 @@ def echo_rtts_ms(
     port: int, count: int, payload_bytes: int = 64, host: str = "127.0.0.1"
 ) -> list[float]:
     """``count`` request/response RTTs (ms) of ``payload_bytes`` messages, one at a time on
-    one connection (Nagle off), to an echo server at ``host:port``."""
+    one new connection (Nagle off), to an echo server at ``host:port``."""
+    with echo_connection(host, port) as conn:
+        return rtts_on(conn, count, payload_bytes)
+
+
+def echo_connection(host: str, port: int) -> socket.socket:
+    conn = socket.create_connection((host, port), timeout=30.0)
+    conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    return conn
+
+
+def rtts_on(conn: socket.socket, count: int, payload_bytes: int = 64) -> list[float]:
+    """``count`` RTTs (ms) of ``payload_bytes`` messages on an open echo connection."""
     message = bytes(payload_bytes)
     rtts_ms = []
-    with socket.create_connection((host, port), timeout=30.0) as conn:
-        conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        for _ in range(count):
-            started = time.perf_counter()
-            conn.sendall(message)
-            got = 0
-            while got < payload_bytes:
-                chunk = conn.recv(payload_bytes - got)
-                if not chunk:
-                    raise TestbedError(f"the echo path on port {port} closed")
-                got += len(chunk)
-            rtts_ms.append((time.perf_counter() - started) * 1e3)
+    for _ in range(count):
+        started = time.perf_counter()
+        conn.sendall(message)
+        got = 0
+        while got < payload_bytes:
+            chunk = conn.recv(payload_bytes - got)
+            if not chunk:
+                raise TestbedError("the echo path closed")
+            got += len(chunk)
+        rtts_ms.append((time.perf_counter() - started) * 1e3)
     return rtts_ms
