@@ -1,8 +1,9 @@
-"""CosTLO's PUTs when a part of the deployment crashes (§5.4, §7; issue 15, section 3).
+"""CosTLO's PUTs when a part of the deployment crashes (§5.4, §7; issues 15 and 19).
 
-Real processes throughout: Redis servers, the lock services and the WAN emulator that
-``CostloCluster`` starts; a crash is a SIGKILL by PID. Each test gets its own cluster,
-because it kills some of it. What is checked:
+Real processes throughout: storage servers (Redis, or versitygw S3 gateways), the lock
+services and the WAN emulator that ``CostloCluster`` starts; a crash is a SIGKILL by PID.
+Each test runs on both engines and gets its own cluster, because it kills some of it.
+What is checked:
 
 * no PUT is acknowledged whose value a read after the acknowledgement cannot see (a
   quorum GET, §7, returns the acknowledged version and value, or a newer version);
@@ -16,7 +17,9 @@ Timings are margins, never measurements: a lease is 1 s and a PUT may take 60 s.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
+import random
 import signal
 import time
 from dataclasses import dataclass, field
@@ -25,7 +28,8 @@ import pytest
 
 from geoslo.control.costlo import configuration_to_dict
 from geoslo.control.costlo.types import Configuration, GetTuple, PutTuple
-from geoslo.errors import DependencyError, LockTimeoutError, WriteRefusedError
+from geoslo.errors import DependencyError, LockTimeoutError, TestbedError, WriteRefusedError
+from geoslo.live._gobuild import go_program
 from geoslo.live._processes import find_program, process_alive
 from geoslo.live.costlo import (
     SECOND,
@@ -33,13 +37,13 @@ from geoslo.live.costlo import (
     CostloClient,
     CostloCluster,
     LockClient,
-    RegionStore,
     VmLibrary,
     VmProcessConfig,
     replay_log,
     server_index,
 )
 from geoslo.live.costlo._locks import read_json_lines
+from geoslo.live.costlo._storage import region_store
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
 
@@ -52,13 +56,19 @@ EVENTUAL = Configuration(
 )
 
 
-@pytest.fixture
-def cluster(tmp_path):
+@pytest.fixture(params=["redis", "s3"])
+def cluster(request, tmp_path):
+    engine = request.param
     try:
-        find_program("redis-server", "redis-server")
+        if engine == "redis":
+            find_program("redis-server", "redis-server")
+        else:
+            go_program("versitygw")
     except DependencyError as error:
-        pytest.skip(f"redis-server is not available: {error}")
-    running = CostloCluster.up(tmp_path / "cluster", second_rtt_ms=10.0, lease_s=LEASE_S)
+        pytest.skip(f"the {engine} engine is not available: {error}")
+    running = CostloCluster.up(
+        tmp_path / "cluster", second_rtt_ms=10.0, lease_s=LEASE_S, engine=engine
+    )
     yield running
     running.down()
 
@@ -80,7 +90,7 @@ def vm(cluster, configuration, log_path, owner, strong=False, lease_s=LEASE_S) -
 # --- the guard says what it did ----------------------------------------------------------------
 def test_a_write_is_taken_repeated_or_refused(cluster):
     async def scenario():
-        store = RegionStore(tuple(cluster.servers[SERVING]))
+        store = cluster.store(SERVING)
         try:
             return [
                 await store.write_checked("guard:k", 0, 2, b"two"),
@@ -100,6 +110,37 @@ def test_a_write_is_taken_repeated_or_refused(cluster):
         ("refused", 2),
         ("written", 3),
     ]
+
+
+def test_racing_writers_never_leave_a_copy_older_than_the_newest_write(cluster):
+    # Twelve writers per key, each with its own versions, write copy 0 of three keys 10 ms
+    # away through the WAN emulator: between a writer's read and its write, others write.
+    # Whatever the order, each copy must end with the newest version any writer offered
+    # (nobody holds a newer one to refuse it). On S3 the guard is the conditional PUT
+    # (If-Match on the ETag read): without it (_s3.CONDITIONAL_PUTS = False) this fails,
+    # an older write landing after a newer one (5 of 5 runs; 4 of 5 with one key).
+    keys, versions = [f"race:k{i}" for i in range(3)], list(range(1, 97))
+    random.Random(7).shuffle(versions)
+
+    async def writer(store, key: str, mine: list[int]) -> list:
+        return [(await store.write_checked(key, 0, v, b"v%d" % v)).status for v in mine]
+
+    async def scenario():
+        store = region_store(cluster.regions().second, "racing")
+        try:
+            await store.open()
+            statuses = await asyncio.gather(
+                *(writer(store, key, versions[i::12]) for key in keys for i in range(12))
+            )
+        finally:
+            await store.close()
+        where = Configuration(GetTuple(1, 1, False), GetTuple(1, 1, False))
+        copies = [(await cluster.read_copies(where, key))["second/0"] for key in keys]
+        return [status for mine in statuses for status in mine], copies
+
+    statuses, copies = asyncio.run(scenario())
+    assert copies == [(96, b"v96")] * 3, f"an older write overwrote a newer one: {copies}"
+    assert "refused" in statuses, "the writers never raced"
 
 
 # --- (a) the lock service's state lost or stale --------------------------------------------------
@@ -285,7 +326,7 @@ def test_two_writers_survive_a_storage_server_killed_mid_put(cluster, tmp_path):
     key = "server-killed:k"
     # Kill the server of the second region's copy 1: a minority of the three copies.
     index = server_index(key, 1, len(cluster.servers[SECOND]))
-    victim = f"redis-{SECOND}-{index}"
+    victim = cluster.server_name(SECOND, index)
 
     async def scenario():
         # Each PUT after the kill holds L_S for the 1 s write deadline of the dead copy; a
@@ -305,6 +346,104 @@ def test_two_writers_survive_a_storage_server_killed_mid_put(cluster, tmp_path):
     assert (holder_s, holder_a) == (None, None)
     backup = read_json_lines(cluster.state_dir / "locks-serving.jsonl")
     assert not [r for r in backup if r["op"] == "expire"], "a failed PUT kept its lock"
+
+
+def test_two_writer_vms_survive_the_vm_the_lock_service_and_a_server_killed(cluster, tmp_path):
+    # Issue 19's scenario: two VM processes PUT the same keys (strong: quorum PUTs, §7)
+    # while a quorum-GET reader runs. Mid-PUT, one VM is SIGKILLed, the lock service
+    # restarts with its state lost, and the server of a minority copy is killed; then the
+    # server and the VM come back (the VM recovers from its log). Afterwards every
+    # acknowledged PUT is readable, every copy converges, no lock is held, and every read
+    # that started after an acknowledgement saw that version or a newer one.
+    keys = ("all:k0", "all:k1")
+    logs = [tmp_path / f"vm{i}.jsonl" for i in range(2)]
+    acks = [tmp_path / f"acks{i}.jsonl" for i in range(2)]
+    configs = [
+        VmProcessConfig(
+            configuration_to_dict(STRONG),
+            cluster.regions().to_dict(),
+            cluster.lock_port(),
+            str(logs[i]),
+            str(acks[i]),
+            f"writer{i}",
+            keys,
+            puts=120,
+            rate_per_s=40.0,
+            strong=True,
+            seed=i,
+            lease_s=LEASE_S,
+        )
+        for i in range(2)
+    ]
+    victim = server_index(keys[0], 1, len(cluster.servers[SECOND]))  # second/1 of keys[0]
+
+    async def reads_until(stop: asyncio.Event) -> list[tuple[float, str, tuple | None]]:
+        seen = []
+        async with CostloClient(STRONG, cluster.regions(), quorum=True, timeout_s=10.0) as reader:
+            while not stop.is_set():
+                for key in keys:
+                    started = time.time()
+                    with contextlib.suppress(TestbedError):  # no quorum for a moment
+                        seen.append((started, key, await reader.get(key)))
+                await asyncio.sleep(0.01)
+        return seen
+
+    async def kill_mid_put(process) -> None:
+        deadline = time.monotonic() + 30.0
+        while time.monotonic() < deadline:
+            if len(read_json_lines(acks[0])) >= 15 and any(
+                op.version is not None and not op.released for op in replay_log(logs[0])
+            ):
+                os.kill(process.pid, signal.SIGKILL)  # this test's own VM, by its PID
+                while process_alive(process.pid):
+                    await asyncio.sleep(0.005)
+                return
+            await asyncio.sleep(0.002)
+        raise AssertionError("writer0 never had a PUT in flight after enough acks")
+
+    async def wait_exit(process) -> None:
+        deadline = time.monotonic() + PUT_BOUND_S
+        while process_alive(process.pid):
+            assert time.monotonic() < deadline, f"{process.name} did not finish"
+            await asyncio.sleep(0.05)
+
+    async def scenario():
+        stop = asyncio.Event()
+        reader = asyncio.create_task(reads_until(stop))
+        first = cluster.start_vm(configs[0], "writer0")
+        other = cluster.start_vm(configs[1], "writer1")
+        await kill_mid_put(first)
+        await asyncio.to_thread(cluster.restart_lock_service, SERVING, True)
+        await asyncio.to_thread(cluster.kill, cluster.server_name(SECOND, victim))
+        await asyncio.sleep(1.0)
+        await asyncio.to_thread(cluster.restart_server, SECOND, victim)
+        again = cluster.start_vm(configs[0], "writer0")
+        await wait_exit(again)
+        await wait_exit(other)
+        stop.set()
+        seen = await reader
+        copies = {key: await cluster.read_copies(STRONG, key) for key in keys}
+        return seen, copies, {key: await lock_state(cluster, key) for key in keys}
+
+    seen, copies, locks = asyncio.run(scenario())
+    acked: dict[str, dict[int, tuple[float, bytes]]] = {key: {} for key in keys}
+    for path in acks:
+        for ack in read_json_lines(path):
+            assert ack["version"] not in acked[ack["key"]], "two PUTs acknowledged one version"
+            acked[ack["key"]][ack["version"]] = (ack["t"], ack["value"].encode())
+    assert sum(len(a) for a in acked.values()) >= 200, "most PUTs should be acknowledged"
+    for key in keys:
+        (final,) = set(copies[key].values())  # every copy converged to one version
+        assert final is not None and final[0] >= max(acked[key]), f"{key}: an ack was lost"
+        if final[0] in acked[key]:
+            assert final[1] == acked[key][final[0]][1]
+        assert locks[key][1:] == (None, None), f"{key}: a lock is still held"
+    for started, key, read in seen:
+        before = [v for v, (t, _) in acked[key].items() if t < started]
+        if before:
+            assert read is not None and read[0] >= max(before), "a read missed an ack"
+            if read[0] in acked[key]:
+                assert read[1] == acked[key][read[0]][1]
 
 
 # --- (b) a VM killed holding L_S, never restarted ------------------------------------------------

@@ -1,8 +1,9 @@
-"""CosTLO's live libraries against real Redis servers, relays, lock services and the WAN
-emulator (§5.2 GETs, §5.4 PUTs and a VM crash, §7 strong consistency).
+"""CosTLO's live libraries against real storage servers (Redis, and versitygw S3
+gateways), relays, lock services and the WAN emulator (§5.2 GETs, §5.4 PUTs and a VM
+crash, §7 strong consistency).
 
-One two-region cluster serves the module: the serving region is local, the second one is
-10 ms (base RTT) away through the WAN emulator. Each test uses its own keys.
+One two-region cluster per engine serves the module: the serving region is local, the
+second one is 10 ms (base RTT) away through the WAN emulator. Each test uses its own keys.
 """
 
 from __future__ import annotations
@@ -18,14 +19,13 @@ import pytest
 from geoslo.control.costlo import configuration_to_dict
 from geoslo.control.costlo.types import Configuration, GetTuple, PutTuple
 from geoslo.errors import DependencyError
+from geoslo.live._gobuild import go_program
 from geoslo.live._processes import find_program, process_alive
-from geoslo.live._resp import RedisConnection
 from geoslo.live.costlo import (
     SERVING,
     CostloClient,
     CostloCluster,
     LockClient,
-    RegionStore,
     VmLibrary,
     VmLog,
     VmProcessConfig,
@@ -40,13 +40,19 @@ pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
 WAN_RTT_MS = 10.0
 
 
-@pytest.fixture(scope="module")
-def cluster(tmp_path_factory):
+@pytest.fixture(scope="module", params=["redis", "s3"])
+def cluster(request, tmp_path_factory):
+    engine = request.param
     try:
-        find_program("redis-server", "redis-server")
+        if engine == "redis":
+            find_program("redis-server", "redis-server")
+        else:
+            go_program("versitygw")
     except DependencyError as error:
-        pytest.skip(f"redis-server is not available: {error}")
-    running = CostloCluster.up(tmp_path_factory.mktemp("costlo"), second_rtt_ms=WAN_RTT_MS)
+        pytest.skip(f"the {engine} engine is not available: {error}")
+    running = CostloCluster.up(
+        tmp_path_factory.mktemp("costlo"), second_rtt_ms=WAN_RTT_MS, engine=engine
+    )
     yield running
     running.down()
 
@@ -130,13 +136,19 @@ def test_timeout_and_probability_gate_the_redundant_set(cluster, tmp_path, gates
     assert all(r.storage_requests == 1 for r in records if not r.redundant)
 
 
-async def stall_copy_zero(cluster, key, seconds):
-    """Hold the server of the serving region's copy 0 of ``key`` busy (DEBUG SLEEP)."""
-    port = cluster.servers[SERVING][server_index(key, 0, len(cluster.servers[SERVING]))]
-    connection = await RedisConnection.open(port)
-    busy = connection.send(b"DEBUG SLEEP %g\r\n" % seconds)
-    await asyncio.sleep(0.02)  # the server is inside the sleep now
-    return connection, busy
+async def stall_copy_zero(cluster, key, seconds) -> asyncio.Task:
+    """Stop the server of the serving region's copy 0 of ``key`` (SIGSTOP) for ``seconds``:
+    it answers nothing until then, whatever its engine. The task resumes it."""
+    name = cluster.server_name(SERVING, server_index(key, 0, len(cluster.servers[SERVING])))
+    cluster.pause(name)
+
+    async def resume() -> None:
+        try:
+            await asyncio.sleep(seconds)
+        finally:
+            cluster.resume(name)
+
+    return asyncio.create_task(resume())
 
 
 @pytest.mark.parametrize("probability", [1.0, 0.0])
@@ -150,12 +162,14 @@ def test_a_slow_first_request_triggers_the_redundant_set_after_the_timeout(
 
     async def scenario():
         written = await fill(cluster, configuration, [key], tmp_path / "vm.log")
-        connection, busy = await stall_copy_zero(cluster, key, 0.3)
-        async with CostloClient(configuration, cluster.regions()) as client:
-            during = await client.get(key)
-            await busy
-            after = await client.get(key)  # the stalled reply was discarded, not misread
-        await connection.close()
+        stalled = await stall_copy_zero(cluster, key, 0.3)
+        try:
+            async with CostloClient(configuration, cluster.regions()) as client:
+                during = await client.get(key)
+                await stalled
+                after = await client.get(key)  # the stalled reply was discarded, not misread
+        finally:
+            await stalled
         return written[key], during, after, client.records
 
     written, during, after, (stalled, calm) = asyncio.run(scenario())
@@ -369,7 +383,7 @@ def test_recovery_finishes_an_operation_whose_release_missed_the_log(cluster, tm
             await locks.acquire("S", key, owners[0])
             await locks.release("S", key, owners[0], 1)
             await locks.acquire("S", key, owners[1])
-            store = RegionStore(cluster.regions().serving.server_ports)
+            store = cluster.store(SERVING)
             await store.write(key, 0, 1, b"recover:k0|0")  # op 0's request 0, logged done
             await store.close()
             vm = VmLibrary(configuration, cluster.regions(), cluster.lock_port(), log_path, "vm-r")

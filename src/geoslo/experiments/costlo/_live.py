@@ -88,7 +88,7 @@ def run_live(settings: LiveSettings, state_dir: Path, seed: int = 1, progress=pr
 async def _run(cluster: CostloCluster, settings: LiveSettings, seed: int, progress) -> dict:
     ports = tuple(cluster.servers[SERVING])
     keys = [f"object-{k}" for k in range(settings.objects)]
-    await fill_objects(ports, keys)
+    await fill_objects(cluster.direct_regions().serving, keys)
     stop = asyncio.Event()
     spikes = StallSettings(settings.stall_rate_per_s, settings.stall_median_ms)
     stalls = asyncio.gather(
@@ -96,7 +96,9 @@ async def _run(cluster: CostloCluster, settings: LiveSettings, seed: int, progre
     )
     try:
         progress("costlo live: agent pairs")
-        measured = await agent_pairs(ports, keys, settings.agent_pairs, settings.pairs_per_s, seed)
+        measured = await agent_pairs(
+            cluster.direct_regions().serving, keys, settings.agent_pairs, settings.pairs_per_s, seed
+        )
         model = infer_storage_model(measured)
         runs = {}
         progress("costlo live: baseline replay")

@@ -20,7 +20,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from geoslo.live._resp import RedisConnection
-from geoslo.live.costlo._storage import RegionStore
+from geoslo.live.costlo._objects import RegionEndpoints
+from geoslo.live.costlo._storage import Store, region_store
 from geoslo.models import PairSamples, StorageMeasurements
 
 __all__ = ["StallSettings", "fill_objects", "stall_server", "agent_pairs"]
@@ -34,12 +35,12 @@ class StallSettings:
     median_ms: float = 20.0
 
 
-async def fill_objects(ports: tuple[int, ...], keys: list[str]) -> None:
+async def fill_objects(endpoints: RegionEndpoints, keys: list[str]) -> None:
     """Every copy of every object, version 1 (one copy per server of the region)."""
-    store = RegionStore(ports, "fill")
+    store = region_store(endpoints, "fill")
     try:
         for key in keys:
-            for copy in range(len(ports)):
+            for copy in range(len(endpoints.server_ports)):
                 await store.write(key, copy, 1, f"{key}|value".encode())
     finally:
         await store.close()
@@ -64,12 +65,12 @@ async def stall_server(port: int, stalls: StallSettings, seed: int, stop: asynci
 
 
 async def agent_pairs(
-    ports: tuple[int, ...], keys: list[str], pairs: int, pairs_per_s: float, seed: int
+    endpoints: RegionEndpoints, keys: list[str], pairs: int, pairs_per_s: float, seed: int
 ) -> StorageMeasurements:
     """``pairs`` open-loop pairs of each kind (§5.2). The agent's PUT pairs are not
     needed without a PUT SLO: the GET pairs stand in for them."""
     rng = np.random.default_rng(seed)
-    store = RegionStore(ports, "agent")
+    store = region_store(endpoints, "agent")
     loop = asyncio.get_running_loop()
     tasks, start, at = [], loop.time(), 0.0
     try:
@@ -86,7 +87,7 @@ async def agent_pairs(
     return StorageMeasurements(same, distinct, same, distinct)
 
 
-async def _timed_pair(store: RegionStore, a: tuple[str, int], b: tuple[str, int]) -> list[float]:
+async def _timed_pair(store: Store, a: tuple[str, int], b: tuple[str, int]) -> list[float]:
     started = time.perf_counter()
 
     async def one(key: str, copy: int) -> float:

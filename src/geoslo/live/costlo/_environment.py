@@ -101,7 +101,7 @@ class CostloTestbedEnvironment:
         )
         ports = tuple(self.cluster.servers[SERVING])
         self._keys = [f"object-{k}" for k in range(self.objects)]
-        await fill_objects(ports, self._keys)
+        await fill_objects(self.cluster.direct_regions().serving, self._keys)
         self._stop = asyncio.Event()
         self._background = [
             asyncio.create_task(stall_server(port, self.stalls, self.seed + k, self._stop))
@@ -115,9 +115,9 @@ class CostloTestbedEnvironment:
         if self.cluster is None:
             raise TestbedError("the testbed is not started")
         self.epoch += 1
-        ports = tuple(self.cluster.servers[SERVING])
         seed = self.seed + 1_000 * self.epoch
-        storage = await agent_pairs(ports, self._keys, self.agent_pairs, self.pairs_per_s, seed)
+        serving = self.cluster.direct_regions().serving
+        storage = await agent_pairs(serving, self._keys, self.agent_pairs, self.pairs_per_s, seed)
         self.last_records = self._take_records()
         single_ms = storage.get_distinct_objects.service_ms  # each request alone on its server
         region = RegionObservation(

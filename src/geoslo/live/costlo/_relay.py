@@ -16,26 +16,34 @@ from pathlib import Path
 from geoslo.errors import InputError, TestbedError
 from geoslo.live._processes import JsonConfigFile
 from geoslo.live.costlo._jsonlines import run_until_sigterm, serve_until
-from geoslo.live.costlo._storage import RegionStore
+from geoslo.live.costlo._objects import RegionEndpoints
+from geoslo.live.costlo._storage import Store, region_store
 
 __all__ = ["RelayConfig", "Relay", "serve_relay", "run_relay"]
 
 
 @dataclass(frozen=True)
 class RelayConfig(JsonConfigFile):
-    """Where the relay listens and the ports of its region's (local) storage servers."""
+    """Where the relay listens and how it reaches its region's (local) storage servers:
+    their ports on ``host``, speaking S3 with ``s3`` (an :class:`S3Access` as a dict)."""
 
     port: int
     server_ports: tuple[int, ...]
+    host: str = "127.0.0.1"
+    s3: dict | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "server_ports", tuple(self.server_ports))
+
+    @property
+    def endpoints(self) -> RegionEndpoints:
+        return RegionEndpoints(self.server_ports, None, self.host, self.s3)
 
 
 class Relay:
     """Fans one GET out to the requested copies; the first found answer wins."""
 
-    def __init__(self, store: RegionStore) -> None:
+    def __init__(self, store: Store) -> None:
         self.store = store
 
     async def handle(self, message: dict) -> dict:
@@ -46,7 +54,7 @@ class Relay:
         return await first_found(self.store, key, requests)
 
 
-async def first_found(store: RegionStore, key: str, requests: list[tuple[int, int]]) -> dict:
+async def first_found(store: Store, key: str, requests: list[tuple[int, int]]) -> dict:
     """Issue every request; return the first found value and cancel the others."""
     tasks = {asyncio.create_task(store.read(key, copy)): (copy, index) for copy, index in requests}
     pending = set(tasks)
@@ -78,7 +86,7 @@ async def first_found(store: RegionStore, key: str, requests: list[tuple[int, in
 
 async def serve_relay(config: RelayConfig, stop: asyncio.Event | None = None) -> None:
     """Serve until ``stop`` is set."""
-    store = RegionStore(config.server_ports, "relay")
+    store = region_store(config.endpoints, "relay")
     await serve_until(Relay(store).handle, config.port, stop, store.close)
 
 

@@ -28,6 +28,7 @@ from geoslo.live.costlo._objects import (
 )
 
 __all__ = [
+    "GuardedWrites",
     "RegionStore",
     "Store",
     "region_store",
@@ -99,8 +100,48 @@ def region_store(endpoints: RegionEndpoints, name: str = "region") -> Store:
     return RegionStore(endpoints.server_ports, name)
 
 
-class RegionStore:
+class GuardedWrites:
+    """``write`` and ``write_retrying`` on top of a store's ``write_checked`` (the same
+    for every engine); ``fatal_errors`` are replies that retrying cannot change."""
+
+    name: str
+    fatal_errors: tuple[type[BaseException], ...] = ()
+
+    async def write_checked(
+        self, key: str, copy: int, version: int, payload: bytes
+    ) -> WriteOutcome:
+        raise NotImplementedError
+
+    async def write(self, key: str, copy: int, version: int, payload: bytes) -> bool:
+        """:meth:`write_checked`; True if this request stored the version."""
+        return (await self.write_checked(key, copy, version, payload)).status == "written"
+
+    async def write_retrying(
+        self, key: str, copy: int, version: int, payload: bytes, deadline_s: float = 5.0
+    ) -> WriteOutcome:
+        """:meth:`write_checked`, retried every 50 ms while the server is unreachable, up
+        to ``deadline_s`` (a server that does not answer counts as unreachable); then
+        TestbedError. A refusal is returned, not retried."""
+        loop = asyncio.get_running_loop()
+        give_up = loop.time() + deadline_s
+        while True:
+            attempt = self.write_checked(key, copy, version, payload)
+            try:
+                return await asyncio.wait_for(attempt, max(give_up - loop.time(), 0.05))
+            except self.fatal_errors:
+                raise
+            except (TestbedError, TimeoutError) as error:
+                if loop.time() >= give_up:
+                    raise TestbedError(
+                        f"{self.name}: cannot write {copy_key(key, copy)}: {error}"
+                    ) from None
+                await asyncio.sleep(0.05)
+
+
+class RegionStore(GuardedWrites):
     """The storage servers of one region, as reached from this process."""
+
+    fatal_errors = (RedisReplyError,)
 
     def __init__(self, server_ports: tuple[int, ...], name: str = "region") -> None:
         self.server_ports = tuple(server_ports)
@@ -154,28 +195,3 @@ class RegionStore:
         )
         status, stored = await connection.send(command)
         return WriteOutcome(_STATUS[int(status)], int(stored))
-
-    async def write(self, key: str, copy: int, version: int, payload: bytes) -> bool:
-        """:meth:`write_checked`; True if this request stored the version."""
-        return (await self.write_checked(key, copy, version, payload)).status == "written"
-
-    async def write_retrying(
-        self, key: str, copy: int, version: int, payload: bytes, deadline_s: float = 5.0
-    ) -> WriteOutcome:
-        """:meth:`write_checked`, retried every 50 ms while the server is unreachable, up
-        to ``deadline_s`` (a server that does not answer counts as unreachable); then
-        TestbedError. A refusal is returned, not retried."""
-        loop = asyncio.get_running_loop()
-        give_up = loop.time() + deadline_s
-        while True:
-            attempt = self.write_checked(key, copy, version, payload)
-            try:
-                return await asyncio.wait_for(attempt, max(give_up - loop.time(), 0.05))
-            except RedisReplyError:
-                raise
-            except (TestbedError, TimeoutError) as error:
-                if loop.time() >= give_up:
-                    raise TestbedError(
-                        f"{self.name}: cannot write {copy_key(key, copy)}: {error}"
-                    ) from None
-                await asyncio.sleep(0.05)

@@ -5,20 +5,22 @@ holds), then issues the PUTs its config still owes, open loop at ``rate_per_s`` 
 drawn uniformly from ``keys``. Every acknowledged PUT is appended to the acks file
 (``{"key", "version", "value"}``, fsync'd after the library acknowledged it), so a test
 can check that no acknowledged write is lost. PUTs already in the acks file count
-toward ``puts``: a restarted VM only finishes the workload. It exits once every PUT is
-acknowledged and the background propagation has drained.
+toward ``puts``: a restarted VM only finishes the workload. A PUT that fails is reported
+on stderr and not acknowledged. It exits once every PUT has ended and the background
+propagation has drained.
 """
 
 from __future__ import annotations
 
 import asyncio
 import random
+import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
 from geoslo.control.costlo.types import configuration_from_dict
-from geoslo.errors import InputError
+from geoslo.errors import InputError, TestbedError
 from geoslo.live._processes import JsonConfigFile
 from geoslo.live.costlo._locks import DEFAULT_LEASE_S, fsync_append, read_json_lines
 from geoslo.live.costlo._objects import Regions
@@ -98,7 +100,14 @@ async def run_vm_workload(config: VmProcessConfig) -> int:
 
 
 async def _put_and_record(library: VmLibrary, acks, key: str, value: bytes) -> None:
-    version = await library.put(key, value)
+    """One PUT; its acknowledgement appended to the acks file. A PUT that fails (a lock
+    not granted in time, every request refused or unreachable) is reported and left out:
+    it was never acknowledged, and the workload goes on."""
+    try:
+        version = await library.put(key, value)
+    except TestbedError as error:
+        print(f"costlo-vm: PUT of {key!r} failed: {error}", file=sys.stderr, flush=True)
+        return
     fsync_append(acks, {"key": key, "version": version, "value": value.decode(), "t": time.time()})
 
 

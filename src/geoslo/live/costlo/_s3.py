@@ -1,0 +1,196 @@
+"""A region's storage on S3-compatible servers: versioned reads and conditional writes.
+
+Each server of the region is one S3 endpoint (``http://host:port``) holding the copies
+that :func:`server_index` assigns to it, in the bucket the region's :class:`S3Access`
+names. A copy's body is ``b"<version>:<payload>"`` (as on Redis) and its version is also
+in the object's metadata (``x-amz-meta-geoslo-version``), so a HEAD or a listing tells
+versions apart. Because the version is in the body, two versions never share an ETag.
+
+The guard (§5.4; docs/costlo-live.md, "Consistency") is a compare-and-swap on the ETag:
+read the copy; if it holds this version or a newer one, answer ``present`` or ``refused``
+without writing; otherwise PUT with ``If-Match: <etag read>`` (``If-None-Match: *`` when
+the copy did not exist). A 412 means another writer got in between: read again. So an
+older version never overwrites a newer one whatever the order of the requests, without
+any script on the server. ``CONDITIONAL_PUTS = False`` turns the guard into a plain
+read-check-then-PUT: the safety tests show that this loses newer versions.
+
+aiobotocore (botocore's S3 on asyncio) rather than obstore: the client library must cancel
+the losing requests of a hedged GET, which asyncio cancellation does on an aiohttp request,
+and botocore's conditional-write parameters (``IfMatch``, ``IfNoneMatch``) are its
+documented API. botocore's own retries are off: CosTLO decides every extra request.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from typing import Any
+
+import aiohttp
+from aiobotocore.session import get_session
+from botocore.config import Config
+from botocore.exceptions import BotoCoreError, ClientError
+
+from geoslo.errors import TestbedError
+from geoslo.live.costlo._objects import (
+    RegionEndpoints,
+    S3Access,
+    copy_key,
+    decode_value,
+    encode_value,
+    server_index,
+)
+from geoslo.live.costlo._storage import GuardedWrites, WriteOutcome
+
+__all__ = ["S3RegionStore", "VERSION_METADATA", "CONDITIONAL_PUTS", "ensure_bucket"]
+
+VERSION_METADATA = "geoslo-version"  # sent as x-amz-meta-geoslo-version
+CONDITIONAL_PUTS = True  # the If-Match / If-None-Match guard (False only in safety tests)
+_ATTEMPTS = 64  # compare-and-swap rounds before giving up (each lost round is another
+# writer's success, so this bounds only a livelock that cannot happen with few writers)
+_POOL_CONNECTIONS = 64  # per server: a hedged GET and a PUT's requests in flight at once
+
+
+def _s3_client(url: str, access: S3Access):
+    """An aiobotocore S3 client of one server (an async context manager)."""
+    config = Config(
+        s3={"addressing_style": "path"},
+        retries={"max_attempts": 1, "mode": "standard"},  # no botocore retries
+        connect_timeout=2.0,
+        read_timeout=10.0,
+        max_pool_connections=_POOL_CONNECTIONS,
+    )
+    return get_session().create_client(
+        "s3",
+        endpoint_url=url,
+        region_name=access.signing_region,
+        aws_access_key_id=access.access_key,
+        aws_secret_access_key=access.secret_key,
+        config=config,
+    )
+
+
+def _status(error: ClientError) -> int:
+    return int(error.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0))
+
+
+def _code(error: ClientError) -> str:
+    return str(error.response.get("Error", {}).get("Code", ""))
+
+
+class S3RegionStore(GuardedWrites):
+    """The S3 servers of one region, as reached from this process."""
+
+    fatal_errors = ()
+
+    def __init__(self, endpoints: RegionEndpoints, name: str = "region") -> None:
+        if endpoints.s3 is None:
+            raise TestbedError(f"{name}: the endpoints name no S3 access")
+        self.endpoints = endpoints
+        self.access = endpoints.s3
+        self.name = name
+        self._urls = [f"http://{endpoints.host}:{port}" for port in endpoints.server_ports]
+        self._clients: list[Any] = [None] * len(self._urls)
+        self._opening = asyncio.Lock()
+        self._stack: contextlib.AsyncExitStack | None = None
+
+    async def open(self) -> None:
+        """Create one S3 client per server (connections open on first use)."""
+        async with self._opening:
+            if self._stack is not None:
+                return
+            stack = contextlib.AsyncExitStack()
+            for index, url in enumerate(self._urls):
+                self._clients[index] = await stack.enter_async_context(_s3_client(url, self.access))
+            self._stack = stack
+
+    async def close(self) -> None:
+        async with self._opening:
+            if self._stack is not None:
+                await self._stack.aclose()
+            self._stack, self._clients = None, [None] * len(self._urls)
+
+    def server_for(self, key: str, copy: int) -> int:
+        return server_index(key, copy, len(self._urls))
+
+    async def _client(self, key: str, copy: int):
+        if self._stack is None:
+            await self.open()
+        return self._clients[self.server_for(key, copy)]
+
+    async def _get(self, key: str, copy: int) -> tuple[str, bytes] | None:
+        """``(etag, body)`` of a copy, or None if it does not exist."""
+        client = await self._client(key, copy)
+        try:
+            reply = await client.get_object(Bucket=self.access.bucket, Key=copy_key(key, copy))
+            async with reply["Body"] as body:
+                return reply["ETag"], await body.read()
+        except ClientError as error:
+            if _code(error) in ("NoSuchKey", "404") or _status(error) == 404:
+                return None
+            raise TestbedError(f"{self.name}: GET {copy_key(key, copy)}: {error}") from None
+        except (TimeoutError, BotoCoreError, OSError, aiohttp.ClientError) as error:
+            raise TestbedError(f"{self.name}: GET {copy_key(key, copy)}: {error}") from None
+
+    async def read(self, key: str, copy: int) -> tuple[int, bytes] | None:
+        """``(version, payload)`` of a copy, or None if the copy was never written."""
+        found = await self._get(key, copy)
+        return None if found is None else decode_value(found[1])
+
+    async def write_checked(
+        self, key: str, copy: int, version: int, payload: bytes
+    ) -> WriteOutcome:
+        """Write one version of a copy unless it holds that version or a newer one."""
+        body = encode_value(version, payload)
+        for _ in range(_ATTEMPTS):
+            found = await self._get(key, copy)
+            if found is not None:
+                stored_version = decode_value(found[1])[0]
+                if found[1] == body:
+                    return WriteOutcome("present", version)
+                if stored_version >= version:
+                    return WriteOutcome("refused", stored_version)
+            condition = _condition(None if found is None else found[0])
+            if await self._put(key, copy, version, body, condition):
+                return WriteOutcome("written", version)
+        raise TestbedError(
+            f"{self.name}: {copy_key(key, copy)} changed under {_ATTEMPTS} writes in a row"
+        )
+
+    async def _put(self, key: str, copy: int, version: int, body: bytes, condition) -> bool:
+        """One PUT; False when its precondition failed (another writer got in between)."""
+        client = await self._client(key, copy)
+        try:
+            await client.put_object(
+                Bucket=self.access.bucket,
+                Key=copy_key(key, copy),
+                Body=body,
+                Metadata={VERSION_METADATA: str(version)},
+                **condition,
+            )
+            return True
+        except ClientError as error:
+            if _status(error) in (409, 412):  # 409: a concurrent conditional write won
+                return False
+            raise TestbedError(f"{self.name}: PUT {copy_key(key, copy)}: {error}") from None
+        except (TimeoutError, BotoCoreError, OSError, aiohttp.ClientError) as error:
+            raise TestbedError(f"{self.name}: PUT {copy_key(key, copy)}: {error}") from None
+
+
+def _condition(etag: str | None) -> dict:
+    """The PUT's precondition: the copy is still what was read."""
+    if not CONDITIONAL_PUTS:
+        return {}
+    return {"IfNoneMatch": "*"} if etag is None else {"IfMatch": etag}
+
+
+async def ensure_bucket(endpoints: RegionEndpoints) -> None:
+    """Create the region's bucket on every server (an existing one is fine)."""
+    access = endpoints.s3
+    for port in endpoints.server_ports:
+        async with _s3_client(f"http://{endpoints.host}:{port}", access) as client:
+            try:
+                await client.create_bucket(Bucket=access.bucket)
+            except ClientError as error:
+                if _code(error) not in ("BucketAlreadyOwnedByYou", "BucketAlreadyExists"):
+                    raise TestbedError(f"create bucket on port {port}: {error}") from None
