@@ -89,18 +89,20 @@ def free_ports(count: int) -> list[int]:
     return ports
 
 
-def wait_for_port(port: int, timeout_s: float = 10.0, pid: int | None = None) -> None:
-    """Block until something accepts on 127.0.0.1:``port`` (or the process ``pid`` dies)."""
+def wait_for_port(
+    port: int, timeout_s: float = 10.0, pid: int | None = None, host: str = "127.0.0.1"
+) -> None:
+    """Block until something accepts on ``host:port`` (or the process ``pid`` dies)."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         try:
-            with socket.create_connection(("127.0.0.1", port), timeout=0.2):
+            with socket.create_connection((host, port), timeout=0.2):
                 return
         except OSError:
             if pid is not None and not process_alive(pid):
                 raise TestbedError(f"process {pid} exited before listening on {port}") from None
             time.sleep(0.02)
-    raise TestbedError(f"nothing listens on 127.0.0.1:{port} after {timeout_s:.0f} s")
+    raise TestbedError(f"nothing listens on {host}:{port} after {timeout_s:.0f} s")
 
 
 def process_alive(pid: int) -> bool:

@@ -22,6 +22,7 @@ from pathlib import Path
 
 from geoslo.errors import InputError, TestbedError
 from geoslo.live._gobuild import go_program
+from geoslo.live._netns import cannot_run_reason
 from geoslo.live._processes import (
     ManagedProcess,
     find_program,
@@ -32,6 +33,8 @@ from geoslo.live._processes import (
     stop_recorded,
     wait_for_port,
 )
+from geoslo.live._sites import SiteNamespaces
+from geoslo.live._toxiproxy import ToxiproxyApi, ToxiproxyServer
 from geoslo.live._wan import DelayPath, WanConfig
 from geoslo.live.costlo._locks import DEFAULT_LEASE_S, LockServiceConfig, initialise_backup
 from geoslo.live.costlo._objects import (
@@ -69,25 +72,41 @@ class CostloCluster:
     lease_s: float = DEFAULT_LEASE_S  # the lock services' default lease
     engine: str = "redis"
     s3: dict | None = None  # the S3Access of every server (engine "s3")
+    # engine "s3": regions in their own network namespaces ("namespaces", as root) or on
+    # loopback, and every client path through toxiproxy (the serving region's too)
+    network: str = "loopback"
+    hosts: dict[str, str] = field(default_factory=dict)  # region -> where it listens
+    local_servers: list[int] = field(default_factory=list)  # paths to the serving region
+    local_relay: int | None = None
+    serving_rtt_ms: float = 0.0  # the end-host's RTT to the serving region (s3 paths)
+    residual_rtt_mean_ms: float = 0.5
+    toxiproxy_port: int | None = None
 
     # --- endpoints ---------------------------------------------------------------------------
-    def _endpoints(self, ports: list[int], relay_port: int) -> RegionEndpoints:
+    def _endpoints(
+        self, ports: list[int], relay_port: int | None, host: str = "127.0.0.1"
+    ) -> RegionEndpoints:
         access = None if self.s3 is None else S3Access(**self.s3)
-        return RegionEndpoints(tuple(ports), relay_port, s3=access)
+        return RegionEndpoints(tuple(ports), relay_port, host, access)
 
     def regions(self) -> Regions:
         """The regions as a client or VM next to the serving region reaches them."""
-        return Regions(
-            self._endpoints(self.servers[SERVING], self.relays[SERVING]),
-            self._endpoints(self.wan_servers, self.wan_relay),
-        )
+        if self.local_servers:
+            serving = self._endpoints(self.local_servers, self.local_relay)
+        else:
+            serving = self._endpoints(self.servers[SERVING], self.relays[SERVING])
+        return Regions(serving, self._endpoints(self.wan_servers, self.wan_relay))
 
     def direct_regions(self) -> Regions:
         """Both regions without the WAN (for checks from a test)."""
         return Regions(
-            self._endpoints(self.servers[SERVING], self.relays[SERVING]),
-            self._endpoints(self.servers[SECOND], self.relays[SECOND]),
+            self._endpoints(self.servers[SERVING], self.relays[SERVING], self.host(SERVING)),
+            self._endpoints(self.servers[SECOND], self.relays[SECOND], self.host(SECOND)),
         )
+
+    def host(self, region: str) -> str:
+        """Where a region's servers and relay listen (its namespace's address, or loopback)."""
+        return self.hosts.get(region, "127.0.0.1")
 
     def store(self, region: str = SERVING) -> Store:
         """A store of one region's servers, reached directly (for checks and for filling)."""
@@ -124,11 +143,17 @@ class CostloCluster:
         seed: int = 0,
         lease_s: float = DEFAULT_LEASE_S,
         engine: str = "redis",
+        network: str = "auto",
+        serving_rtt_ms: float = 0.0,
     ) -> CostloCluster:
         """Start every process (all at once, then wait for their ports). The lock services
-        start from a new, empty backup (their state is complete, not lost)."""
+        start from a new, empty backup (their state is complete, not lost). ``network``
+        (engine s3): "namespaces", "loopback", or "auto" (namespaces where root can make
+        them)."""
         if engine not in ENGINES:
             raise InputError("engine", f"must be one of {ENGINES}, got {engine!r}")
+        if network not in ("auto", "namespaces", "loopback"):
+            raise InputError("network", f"must be auto, namespaces or loopback, not {network!r}")
         state_dir = Path(state_dir)
         state_dir.mkdir(parents=True, exist_ok=True)
         ports = iter(free_ports(2 * servers_per_region + 4 + servers_per_region + 1))
@@ -142,8 +167,11 @@ class CostloCluster:
             next(ports),
             lease_s=lease_s,
             engine=engine,
+            serving_rtt_ms=serving_rtt_ms,
+            residual_rtt_mean_ms=residual_rtt_mean_ms,
         )
         if engine == "s3":
+            cluster.network = _choose_network(network)
             cluster.s3 = {
                 "bucket": S3_BUCKET,
                 "access_key": f"geoslo{secrets.token_hex(4)}",
@@ -159,31 +187,52 @@ class CostloCluster:
         return cluster
 
     def _start_all(self, program: str, residual_rtt_mean_ms: float, seed: int) -> None:
+        if self.network == "namespaces":
+            sites = SiteNamespaces.create(self.state_dir, list(REGIONS), "geoslo-costlo")
+            self.hosts = {region: sites.address(region) for region in REGIONS}
+            self.save()
         for region in REGIONS:
-            for k, port in enumerate(self.servers[region]):
-                name = self.server_name(region, k)
-                self._launch(name, self._server_command(program, name, port), port)
+            for k in range(len(self.servers[region])):
+                self._start_server(program, region, k)
         for region in REGIONS:
             locks = self._locks_config(region)
             self._launch_module("costlo-locks", f"locks-{region}", locks, locks.port)
-            relay = RelayConfig(self.relays[region], tuple(self.servers[region]), s3=self.s3)
-            self._launch_module("costlo-relay", f"relay-{region}", relay, relay.port)
-        wan = self._wan_config(residual_rtt_mean_ms, seed)
-        self._launch_module("wan", "wan", wan, wan.paths[0].listen_port)
+            relay = RelayConfig(
+                self.relays[region],
+                tuple(self.servers[region]),
+                self.host(region),
+                self.s3,
+                self.host(region),
+            )
+            self._launch_module("costlo-relay", f"relay-{region}", relay, relay.port, region)
+        if self.engine == "redis":
+            wan = self._wan_config(residual_rtt_mean_ms, seed)
+            self._launch_module("wan", "wan", wan, wan.paths[0].listen_port)
         for record in self.processes:
-            try:
-                wait_for_port(record["port"], 15.0, pid=record["pid"])
-            except TestbedError as error:
-                log = self.state_dir / f"{record['name']}.log"
-                raise TestbedError(f"{record['name']}: {error}; see {log}") from None
+            self._wait(record)
         if self.engine == "s3":
             from geoslo.live.costlo._s3 import ensure_bucket
 
             for region in REGIONS:
                 asyncio.run(ensure_bucket(self.direct_regions().region(region)))
+            self._start_paths(seed)
         self.save()
 
-    def _server_command(self, program: str, name: str, port: int) -> list[str]:
+    def _wait(self, record: dict) -> None:
+        host = record.get("host", "127.0.0.1")
+        try:
+            wait_for_port(record["port"], 15.0, pid=record["pid"], host=host)
+        except TestbedError as error:
+            log = self.state_dir / f"{record['name']}.log"
+            raise TestbedError(f"{record['name']}: {error}; see {log}") from None
+
+    def _start_server(self, program: str, region: str, index: int) -> dict:
+        """Start one storage server (in its region's namespace, if any); its record."""
+        name, port = self.server_name(region, index), self.servers[region][index]
+        self._launch(name, self._server_command(program, name, port, region), port, region)
+        return self._record(name)
+
+    def _server_command(self, program: str, name: str, port: int, region: str) -> list[str]:
         """A storage server's command line: Redis, or a versitygw gateway on a directory."""
         if self.engine == "redis":
             return redis_server_command(program, name, port, self.state_dir)
@@ -191,7 +240,45 @@ class CostloCluster:
         root.mkdir(parents=True, exist_ok=True)
         access = S3Access(**self.s3)
         credentials = ["--access", access.access_key, "--secret", access.secret_key]
-        return [program, *credentials, "--port", f"127.0.0.1:{port}", "posix", str(root)]
+        listen = f"{self.host(region)}:{port}"
+        return [program, *credentials, "--port", listen, "posix", str(root)]
+
+    # --- the WAN of the s3 engine: toxiproxy paths -----------------------------------------------
+    def _start_paths(self, seed: int) -> None:
+        """toxiproxy, and one path per server and relay of each region: the second region
+        ``second_rtt_ms`` away, the serving one ``serving_rtt_ms`` (both with the residual)."""
+        toxiproxy = ToxiproxyServer.start(self.state_dir, seed)
+        self.processes.append({"name": "toxiproxy", "pid": toxiproxy.pid, "port": toxiproxy.port})
+        self.toxiproxy_port = toxiproxy.port
+        api = toxiproxy.api
+        ports = {}
+        for region in REGIONS:
+            rtt_ms = self.second_rtt_ms if region == SECOND else self.serving_rtt_ms
+            targets = [(f"{region}-server-{k}", p) for k, p in enumerate(self.servers[region])]
+            targets.append((f"{region}-relay", self.relays[region]))
+            for name, port in targets:
+                ports[name] = api.create_proxy(name, self.host(region), port)
+                api.set_path_delay(name, rtt_ms, self.residual_rtt_mean_ms)
+        serving, second = (
+            [ports[f"{r}-server-{k}"] for k in range(len(self.servers[r]))] for r in REGIONS
+        )
+        self.local_servers, self.local_relay = serving, ports[f"{SERVING}-relay"]
+        self.wan_servers, self.wan_relay = second, ports[f"{SECOND}-relay"]
+
+    def region_paths(self, region: str) -> list[str]:
+        """The toxiproxy paths from the client side to a region's servers and relay."""
+        prefix = f"{region}-"
+        return sorted(name for name in self._toxiproxy().proxies() if name.startswith(prefix))
+
+    def slow_region(self, region: str, extra_rtt_ms: float, duration_s: float):
+        """Every path to a region takes ``extra_rtt_ms`` longer for ``duration_s`` (a
+        region-wide slowdown, at the delay injector); the timer that ends it."""
+        return self._toxiproxy().stall_for(self.region_paths(region), extra_rtt_ms, duration_s)
+
+    def _toxiproxy(self) -> ToxiproxyApi:
+        if self.toxiproxy_port is None:
+            raise TestbedError("this cluster has no delay injector (engine s3 has one)")
+        return ToxiproxyApi(self.toxiproxy_port)
 
     def _locks_config(self, region: str) -> LockServiceConfig:
         backup = self.state_dir / f"locks-{region}.jsonl"
@@ -207,17 +294,28 @@ class CostloCluster:
         )
         return WanConfig(paths, float(time.time()), seed)
 
-    def _launch_module(self, role: str, name: str, config, port: int) -> None:
+    def _launch_module(
+        self, role: str, name: str, config, port: int, region: str | None = None
+    ) -> None:
         """Write a process's config next to its log and start ``python -m geoslo.live``."""
         path = self.state_dir / f"{name}.json"
         config.write(path)
-        self._launch(name, python_module_command("geoslo.live", role, str(path)), port)
+        command = python_module_command("geoslo.live", role, str(path))
+        self._launch(name, command, port, region)
 
-    def _launch(self, name: str, command: list[str], port: int | None) -> ManagedProcess:
+    def _launch(
+        self, name: str, command: list[str], port: int | None, region: str | None = None
+    ) -> ManagedProcess:
+        """Start a process (inside ``region``'s namespace when the regions have their own)
+        and record it: name, PID, port and the host it listens on."""
+        host = "127.0.0.1"
+        if region is not None and self.network == "namespaces":
+            sites = SiteNamespaces.recorded_in(self.state_dir)
+            command, host = sites.command_in(region, command), self.host(region)
         process = ManagedProcess(name, command, self.state_dir / f"{name}.log")
         process.start(detached=True)
         process.port = port
-        self.processes.append({"name": name, "pid": process.pid, "port": port})
+        self.processes.append({"name": name, "pid": process.pid, "port": port, "host": host})
         self.save()
         return process
 
@@ -250,10 +348,7 @@ class CostloCluster:
         name = self.server_name(region, index)
         if any(p["name"] == name for p in self.processes):
             raise TestbedError(f"{name} is running; kill it first")
-        program = self._program()
-        port = self.servers[region][index]
-        process = self._launch(name, self._server_command(program, name, port), port)
-        wait_for_port(port, 15.0, pid=process.pid)
+        self._wait(self._start_server(self._program(), region, index))
 
     def _program(self) -> str:
         if self.engine == "redis":
@@ -290,9 +385,13 @@ class CostloCluster:
         wait_for_port(config.port, 15.0, pid=record["pid"])
 
     def down(self) -> int:
-        """Stop every process this cluster started (by PID); how many were running."""
+        """Stop every process this cluster started (by PID) and remove the namespaces it
+        made; how many processes were running."""
         stopped = stop_recorded(self.processes)
         self.processes = []
+        sites = SiteNamespaces.recorded_in(self.state_dir)
+        if sites is not None:
+            sites.delete()
         self.save()
         return stopped
 
@@ -312,3 +411,15 @@ class CostloCluster:
         data = json.loads(path.read_text())
         data["state_dir"] = Path(data["state_dir"])
         return cls(**data)
+
+
+def _choose_network(network: str) -> str:
+    """Namespaces where asked for or possible ("auto"); loopback otherwise."""
+    if network == "loopback":
+        return network
+    reason = cannot_run_reason()
+    if reason is None:
+        return "namespaces"
+    if network == "namespaces":
+        raise TestbedError(f"cannot make network namespaces here: {reason}")
+    return "loopback"

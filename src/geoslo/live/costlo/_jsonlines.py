@@ -96,8 +96,8 @@ class JsonLineClient:
             await self._writer.wait_closed()
 
 
-async def serve_json_lines(handler: Handler, port: int) -> asyncio.Server:
-    """Serve ``handler`` on ``127.0.0.1:port``; each request runs in its own task."""
+async def serve_json_lines(handler: Handler, port: int, host: str = "127.0.0.1") -> asyncio.Server:
+    """Serve ``handler`` on ``host:port``; each request runs in its own task."""
 
     async def on_connection(reader: asyncio.StreamReader, writer: asyncio.StreamWriter):
         tasks: set[asyncio.Task] = set()
@@ -118,7 +118,7 @@ async def serve_json_lines(handler: Handler, port: int) -> asyncio.Server:
             with contextlib.suppress(OSError):
                 await writer.wait_closed()
 
-    return await asyncio.start_server(on_connection, "127.0.0.1", port, limit=LINE_LIMIT_BYTES)
+    return await asyncio.start_server(on_connection, host, port, limit=LINE_LIMIT_BYTES)
 
 
 async def _answer(handler: Handler, line: bytes, writer: asyncio.StreamWriter) -> None:
@@ -135,10 +135,12 @@ async def _answer(handler: Handler, line: bytes, writer: asyncio.StreamWriter) -
         writer.write(json.dumps(dict(reply, id=request_id)).encode() + b"\n")
 
 
-async def serve_until(handler: Handler, port: int, stop: asyncio.Event | None, cleanup) -> None:
-    """Serve ``handler`` on ``port`` until ``stop`` is set; then close the server and
+async def serve_until(
+    handler: Handler, port: int, stop: asyncio.Event | None, cleanup, host: str = "127.0.0.1"
+) -> None:
+    """Serve ``handler`` on ``host:port`` until ``stop`` is set; then close the server and
     await ``cleanup()`` (the service's own resources)."""
-    server = await serve_json_lines(handler, port)
+    server = await serve_json_lines(handler, port, host)
     stop = stop or asyncio.Event()
     try:
         await stop.wait()

@@ -51,13 +51,17 @@ class CopyRef:
 
 @dataclass(frozen=True)
 class S3Access:
-    """How to speak S3 to a region's servers: the bucket every copy lives in, the
-    credentials (SigV4) and the signing region name."""
+    """How to speak S3 to a region: the bucket every copy lives in, the credentials
+    (SigV4; None: botocore's own chain, e.g. AWS_ACCESS_KEY_ID or ~/.aws) and the signing
+    region. ``endpoint_url`` names a provider's endpoint (``https://...``), which serves
+    every copy (copies are different keys, so different storage servers, §4.3); without
+    it every server of the region is its own endpoint, ``http://<host>:<port>``."""
 
     bucket: str
-    access_key: str
-    secret_key: str
+    access_key: str | None = None
+    secret_key: str | None = None
     signing_region: str = "us-east-1"
+    endpoint_url: str | None = None
 
 
 @dataclass(frozen=True)

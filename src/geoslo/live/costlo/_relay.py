@@ -24,13 +24,15 @@ __all__ = ["RelayConfig", "Relay", "serve_relay", "run_relay"]
 
 @dataclass(frozen=True)
 class RelayConfig(JsonConfigFile):
-    """Where the relay listens and how it reaches its region's (local) storage servers:
-    their ports on ``host``, speaking S3 with ``s3`` (an :class:`S3Access` as a dict)."""
+    """Where the relay listens (``listen_host:port``) and how it reaches its region's
+    (local) storage servers: their ports on ``host``, speaking S3 with ``s3`` (an
+    :class:`S3Access` as a dict)."""
 
     port: int
     server_ports: tuple[int, ...]
     host: str = "127.0.0.1"
     s3: dict | None = None
+    listen_host: str = "127.0.0.1"
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "server_ports", tuple(self.server_ports))
@@ -85,9 +87,11 @@ async def first_found(store: Store, key: str, requests: list[tuple[int, int]]) -
 
 
 async def serve_relay(config: RelayConfig, stop: asyncio.Event | None = None) -> None:
-    """Serve until ``stop`` is set."""
+    """Serve until ``stop`` is set. The store's clients are made before the port opens
+    (an S3 client loads its service model once: not on the first relayed GET)."""
     store = region_store(config.endpoints, "relay")
-    await serve_until(Relay(store).handle, config.port, stop, store.close)
+    await store.open()
+    await serve_until(Relay(store).handle, config.port, stop, store.close, config.listen_host)
 
 
 def run_relay(config_path: Path) -> None:

@@ -89,7 +89,7 @@ class S3RegionStore(GuardedWrites):
         self.endpoints = endpoints
         self.access = endpoints.s3
         self.name = name
-        self._urls = [f"http://{endpoints.host}:{port}" for port in endpoints.server_ports]
+        self._urls = _server_urls(endpoints)
         self._clients: list[Any] = [None] * len(self._urls)
         self._opening = asyncio.Lock()
         self._stack: contextlib.AsyncExitStack | None = None
@@ -177,6 +177,13 @@ class S3RegionStore(GuardedWrites):
             raise TestbedError(f"{self.name}: PUT {copy_key(key, copy)}: {error}") from None
 
 
+def _server_urls(endpoints: RegionEndpoints) -> list[str]:
+    """The provider's one endpoint, or one ``http://host:port`` per testbed server."""
+    if endpoints.s3.endpoint_url is not None:
+        return [endpoints.s3.endpoint_url]
+    return [f"http://{endpoints.host}:{port}" for port in endpoints.server_ports]
+
+
 def _condition(etag: str | None) -> dict:
     """The PUT's precondition: the copy is still what was read."""
     if not CONDITIONAL_PUTS:
@@ -187,10 +194,10 @@ def _condition(etag: str | None) -> dict:
 async def ensure_bucket(endpoints: RegionEndpoints) -> None:
     """Create the region's bucket on every server (an existing one is fine)."""
     access = endpoints.s3
-    for port in endpoints.server_ports:
-        async with _s3_client(f"http://{endpoints.host}:{port}", access) as client:
+    for url in _server_urls(endpoints):
+        async with _s3_client(url, access) as client:
             try:
                 await client.create_bucket(Bucket=access.bucket)
             except ClientError as error:
                 if _code(error) not in ("BucketAlreadyOwnedByYou", "BucketAlreadyExists"):
-                    raise TestbedError(f"create bucket on port {port}: {error}") from None
+                    raise TestbedError(f"create bucket at {url}: {error}") from None
