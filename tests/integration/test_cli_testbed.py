@@ -90,3 +90,41 @@ def test_bad_options_fail_with_one_line(tmp_path, args, message):
 def test_status_without_a_testbed(tmp_path):
     result = run("testbed", "status", "--state-dir", str(tmp_path / "none"))
     assert result.exit_code == 1 and "no testbed recorded" in result.output
+
+
+def test_the_s3_engine_goes_up_serves_s3_and_comes_down(tmp_path):
+    # `--engine s3`: CosTLO's two regions of versitygw gateways, reached through toxiproxy
+    # (and in their own network namespaces as root); `down` stops them and the namespaces.
+    from geoslo.errors import DependencyError
+    from geoslo.live._gobuild import go_program
+    from geoslo.live._sites import SiteNamespaces
+    from geoslo.live.costlo import CostloCluster
+
+    try:
+        go_program("versitygw"), go_program("toxiproxy")
+    except DependencyError as error:
+        pytest.skip(f"the s3 engine is not available: {error}")
+    state = tmp_path / "s3"
+    up = run_geoslo("testbed", "up", "--engine", "s3", "--servers-per-site", "1",
+                    "--state-dir", str(state))  # fmt: skip
+    try:
+        assert up.returncode == 0, up.stderr
+        cluster = CostloCluster.load(state)
+        status = run_geoslo("testbed", "status", "--state-dir", str(state))
+        assert status.returncode == 0, status.stderr
+        ports = [int(p) for p in re.findall(r"through ports \[(\d+)\]", status.stdout)]
+        assert len(ports) == 2 and all(answers(port) for port in ports)
+        sites = SiteNamespaces.recorded_in(state)
+        ours = [] if sites is None else [site.namespace for site in sites.sites]
+        assert len(ours) == (2 if cluster.network == "namespaces" else 0)
+        assert set(ours) <= set(netns_names())
+    finally:
+        down = run_geoslo("testbed", "down", "--state-dir", str(state))
+    assert down.returncode == 0 and "stopped 7 process(es)" in down.stdout, down.stdout
+    assert not any(p["alive"] for p in cluster.status())
+    assert not set(ours) & set(netns_names()), "down left a namespace behind"
+
+
+def netns_names() -> list[str]:
+    listed = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True)
+    return [line.split()[0] for line in listed.stdout.splitlines() if line.strip()]

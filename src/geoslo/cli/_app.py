@@ -567,6 +567,7 @@ class TestbedEngine(StrEnum):
 
     sites = "sites"
     redis_cluster = "redis-cluster"
+    s3 = "s3"
 
 
 @testbed_app.command("up")
@@ -576,7 +577,8 @@ def testbed_up(
         TestbedEngine,
         typer.Option(
             help="sites: Kurma's Redis servers per site and WAN; redis-cluster: the "
-            "Director's Redis Cluster.",
+            "Director's Redis Cluster; s3: CosTLO's two regions of S3 gateways (versitygw) "
+            "behind toxiproxy, in network namespaces as root.",
         ),
     ] = TestbedEngine.sites,
     sites: Annotated[str, typer.Option(help="Comma-separated sites.")] = "london,ireland,frankfurt",
@@ -592,10 +594,30 @@ def testbed_up(
         float | None,
         typer.Option(help="redis-cluster: each node's share of one CPU (cgroup quota, root)."),
     ] = None,
+    second_rtt_ms: Annotated[
+        float, typer.Option(help="s3: RTT from the clients to the second region (ms).")
+    ] = 10.0,
+    serving_rtt_ms: Annotated[
+        float, typer.Option(help="s3: RTT from the clients to the serving region (ms).")
+    ] = 0.0,
     state_dir: StateDirOption = None,
 ) -> None:
-    """Start Redis servers per site and the WAN emulator on loopback, or (--engine
-    redis-cluster) a Redis Cluster of masters, replicas and standbys."""
+    """Start Redis servers per site and the WAN emulator on loopback, (--engine
+    redis-cluster) a Redis Cluster of masters, replicas and standbys, or (--engine s3)
+    CosTLO's serving and second regions of S3 gateways with relays and lock services."""
+    if engine is TestbedEngine.s3:
+        from geoslo.live.costlo import CostloCluster
+
+        costlo = CostloCluster.up(
+            _testbed_dir(state_dir),
+            servers_per_region=servers_per_site,
+            second_rtt_ms=second_rtt_ms,
+            serving_rtt_ms=serving_rtt_ms,
+            seed=seed,
+            engine="s3",
+        )
+        _print_costlo_status(costlo)
+        return
     if engine is TestbedEngine.redis_cluster:
         from geoslo.live.director.rediscluster import ClusterSpec, RedisClusterTestbed
 
@@ -626,10 +648,32 @@ def _testbed_dir(state_dir: Path | None) -> Path:
 
 
 def _recorded_cluster(state_dir: Path | None):
-    """The Redis Cluster the state dir recorded, or None (then it is the sites testbed's)."""
+    """The Redis Cluster or CosTLO regions the state dir recorded, or None (then it is the
+    sites testbed's)."""
+    from geoslo.live.costlo import CostloCluster
     from geoslo.live.director.rediscluster import RedisClusterTestbed
 
-    return RedisClusterTestbed.load(_testbed_dir(state_dir))
+    folder = _testbed_dir(state_dir)
+    return RedisClusterTestbed.load(folder) or CostloCluster.load(folder)
+
+
+def _print_costlo_status(cluster) -> None:
+    typer.echo(
+        f"CosTLO regions in {cluster.state_dir} ({cluster.engine}, {cluster.network}); "
+        "clients reach them through toxiproxy on 127.0.0.1"
+    )
+    regions = cluster.regions()
+    for name in ("serving", "second"):
+        endpoints = regions.region(name)
+        typer.echo(
+            f"  {name}: servers at {cluster.host(name)}:{cluster.servers[name]}, through "
+            f"ports {list(endpoints.server_ports)}; relay through port {endpoints.relay_port}"
+        )
+    if cluster.s3 is not None:
+        typer.echo(
+            f"  bucket {cluster.s3['bucket']}, access key {cluster.s3['access_key']} "
+            f"(secret in {cluster.state_dir / 'cluster.json'})"
+        )
 
 
 @testbed_app.command("status")
@@ -644,6 +688,8 @@ def testbed_status(state_dir: StateDirOption = None) -> None:
         raise typer.Exit(1)
     if hasattr(testbed, "live_view"):
         _print_cluster_status(testbed)
+    elif hasattr(testbed, "engine"):
+        _print_costlo_status(testbed)
     else:
         _print_status(testbed)
     processes = testbed.status()
@@ -661,6 +707,17 @@ def testbed_down(state_dir: StateDirOption = None) -> None:
     testbed = _recorded_cluster(state_dir) or Testbed.load(state_dir)
     stopped = 0 if testbed is None else testbed.down()
     typer.echo(f"stopped {stopped} process(es)")
+
+
+@testbed_app.command("build")
+@user_errors
+def testbed_build() -> None:
+    """Build the Go servers the s3 engine runs (versitygw, toxiproxy) from the Go module
+    proxy into the cache, if not built yet; print their paths."""
+    from geoslo.live._gobuild import GO_PROGRAMS, go_program
+
+    for name in GO_PROGRAMS:
+        typer.echo(f"{name}: {go_program(name)}")
 
 
 CHECK_FAILED_EXIT = 3  # documented in the README: a reproduction ran but a check failed

@@ -6,15 +6,25 @@ are Go programs. ``go_program(name)`` returns the path of the pinned build, runn
 time (a few minutes of CPU for versitygw), with progress on stderr. The cache is
 ``$GEOSLO_CACHE_DIR`` or ``~/.cache/geoslo``, shared by every clone on the machine;
 Go's own module and build caches make a rebuild after a version change quick.
+
+Go itself: the ``go`` on PATH if it is at least ``GO_MINIMUM`` (versitygw's go.mod asks
+for 1.25); otherwise the pinned toolchain ``GO_TOOLCHAIN``, fetched once from the Go
+module proxy (``golang.org/toolchain``, the module Go's own toolchain switching uses)
+into ``<cache>/go-toolchain/``.
 """
 
 from __future__ import annotations
 
 import os
+import platform
+import re
 import shutil
+import stat
 import subprocess
 import sys
 import time
+import urllib.request
+import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -40,6 +50,11 @@ GO_PROGRAMS = {
 }
 
 
+GO_MINIMUM = (1, 25)
+GO_TOOLCHAIN = "1.25.4"  # fetched from the module proxy when PATH has no recent enough Go
+_ARCHES = {"x86_64": "amd64", "aarch64": "arm64", "arm64": "arm64"}
+
+
 def cache_dir() -> Path:
     return Path(os.environ.get("GEOSLO_CACHE_DIR") or Path.home() / ".cache" / "geoslo")
 
@@ -59,20 +74,13 @@ def go_program(name: str, build: bool = True) -> str:
     if path.is_file() and os.access(path, os.X_OK):
         return str(path)
     if not build:
-        raise DependencyError(f"{name} is not built yet; run `geoslo testbed build --engine s3`")
+        raise DependencyError(f"{name} is not built yet; run `geoslo testbed build`")
     _build(name, path)
     return str(path)
 
 
 def _build(name: str, path: Path) -> None:
-    go = shutil.which("go") or next(
-        (p for p in ("/usr/local/go/bin/go", "/usr/lib/go/bin/go") if Path(p).is_file()), None
-    )
-    if go is None:
-        raise DependencyError(
-            f"{name} is built from source with Go, and `go` is not on PATH; install Go "
-            "(https://go.dev/dl/, or Debian's golang-go where recent enough)"
-        )
+    go = find_go()
     program = GO_PROGRAMS[name]
     staging = path.parent.with_name(path.parent.name + f".building-{os.getpid()}")
     staging.mkdir(parents=True, exist_ok=True)
@@ -92,3 +100,67 @@ def _build(name: str, path: Path) -> None:
     shutil.rmtree(staging, ignore_errors=True)
     took_s = time.monotonic() - started
     print(f"geoslo: built {name} in {took_s:.0f} s -> {path}", file=sys.stderr)
+
+
+def find_go() -> str:
+    """A Go at least GO_MINIMUM: PATH's, or the pinned toolchain from the module proxy."""
+    system = shutil.which("go") or next(
+        (p for p in ("/usr/local/go/bin/go", "/usr/lib/go/bin/go") if Path(p).is_file()), None
+    )
+    if system is not None and _go_version(system) >= GO_MINIMUM:
+        return system
+    return _toolchain_go()
+
+
+def _go_version(go: str) -> tuple[int, ...]:
+    done = subprocess.run([go, "version"], capture_output=True, text=True, check=False)
+    found = re.search(r"go(\d+)\.(\d+)", done.stdout)
+    return (int(found[1]), int(found[2])) if found else (0, 0)
+
+
+def _toolchain_go() -> str:
+    """Go ``GO_TOOLCHAIN`` from ``$GOPROXY`` (first entry) or proxy.golang.org, cached."""
+    arch = _ARCHES.get(platform.machine())
+    if arch is None or sys.platform != "linux":
+        raise DependencyError(
+            f"no Go >= {'.'.join(map(str, GO_MINIMUM))} on PATH and no toolchain for "
+            f"{sys.platform}/{platform.machine()}; install Go from https://go.dev/dl/"
+        )
+    version = f"v0.0.1-go{GO_TOOLCHAIN}.linux-{arch}"
+    root = cache_dir() / "go-toolchain" / version
+    go = root / "bin" / "go"
+    if go.is_file():
+        return str(go)
+    proxy = os.environ.get("GOPROXY", "").split(",")[0].split("|")[0].strip()
+    if not proxy.startswith("http"):
+        proxy = "https://proxy.golang.org"
+    url = f"{proxy.rstrip('/')}/golang.org/toolchain/@v/{version}.zip"
+    print(f"geoslo: fetching Go {GO_TOOLCHAIN} from {url} (first time only)", file=sys.stderr)
+    staging = root.with_name(root.name + f".fetching-{os.getpid()}")
+    try:
+        archive = staging.with_suffix(".zip")
+        staging.parent.mkdir(parents=True, exist_ok=True)
+        urllib.request.urlretrieve(url, archive)  # noqa: S310 (https to the module proxy)
+        _unzip_toolchain(archive, staging, f"golang.org/toolchain@{version}/")
+        archive.unlink()
+        os.replace(staging, root)
+    except OSError as error:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise DependencyError(f"could not fetch Go from {url}: {error}") from None
+    return str(go)
+
+
+def _unzip_toolchain(archive: Path, into: Path, prefix: str) -> None:
+    """Extract the module zip without its path prefix; the executables keep their mode."""
+    with zipfile.ZipFile(archive) as zipped:
+        for info in zipped.infolist():
+            if not info.filename.startswith(prefix) or info.is_dir():
+                continue
+            target = into / info.filename[len(prefix) :]
+            target.parent.mkdir(parents=True, exist_ok=True)
+            with zipped.open(info) as source, open(target, "wb") as sink:
+                shutil.copyfileobj(source, sink)
+            mode = info.external_attr >> 16
+            executable = mode & 0o111 or target.parent.name == "bin" or "/tool/" in str(target)
+            if executable:
+                target.chmod(target.stat().st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)

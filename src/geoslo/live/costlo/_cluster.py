@@ -384,6 +384,10 @@ class CostloCluster:
         record = self._record(name)
         wait_for_port(config.port, 15.0, pid=record["pid"])
 
+    def status(self) -> list[dict]:
+        """Each recorded process: name, pid, port, host, alive."""
+        return [dict(p, alive=process_alive(p["pid"])) for p in self.processes]
+
     def down(self) -> int:
         """Stop every process this cluster started (by PID) and remove the namespaces it
         made; how many processes were running."""
