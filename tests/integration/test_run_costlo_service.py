@@ -14,6 +14,8 @@ import pytest
 
 from _run import events, processes_mentioning, run_in_process, run_service, write_config
 from geoslo.control.costlo import Configuration, CostloLoop, EpochPlan, GetTuple, SearchLimits, Slo
+from geoslo.errors import DependencyError
+from geoslo.live._gobuild import go_program
 from geoslo.live._processes import process_alive
 from geoslo.live.costlo import CostloTestbedEnvironment
 
@@ -38,6 +40,7 @@ system = "costlo"
 interval_s = 2.0
 [environment]
 kind = "testbed"
+engine = "{engine}"
 state_dir = "{state_dir}"
 servers_per_region = 2
 objects = 100
@@ -92,18 +95,28 @@ def _recorded_pids(state_dir: Path) -> list[int]:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("flags", [(), ("--dry-run",)], ids=["apply", "dry-run"])
-def test_run_on_the_testbed_stops_everything_it_started(tmp_path, needs_redis, flags):
+@pytest.mark.parametrize(
+    "engine, flags",
+    [("redis", ()), ("redis", ("--dry-run",)), ("s3", ())],
+    ids=["apply", "dry-run", "s3-apply"],
+)
+def test_run_on_the_testbed_stops_everything_it_started(tmp_path, needs_redis, engine, flags):
+    if engine == "s3":
+        try:
+            go_program("versitygw"), go_program("toxiproxy")
+        except DependencyError as error:
+            pytest.skip(f"the s3 engine is not available: {error}")
     state_dir = tmp_path / "state"
-    lines = run(tmp_path, TESTBED.format(state_dir=state_dir), *flags)
+    lines = run(tmp_path, TESTBED.format(state_dir=state_dir, engine=engine), *flags)
     intervals = events(lines, "interval")
     assert [i["interval"] for i in intervals] == [1, 2, 3]
     assert all(i["status"] in ("feasible", "infeasible") for i in intervals), intervals
     assert all(not i["errors"] for i in intervals), intervals
     assert len(events(lines, "dry_run")) == (3 if flags else 0)
-    assert len(list(state_dir.glob("redis-serving-*.log"))) == 2  # it did start them
-    # and they have all exited (Redis's --dir, the relays' and lock services' configs name it)
+    assert len(list(state_dir.glob(f"{engine}-serving-*.log"))) == 2  # it did start them
+    # and they have all exited (the servers', relays' and lock services' commands name it)
     assert processes_mentioning(str(state_dir)) == []
+    assert not (state_dir / "sites-netns.json").exists(), "a namespace was left behind"
 
 
 async def _applied(env: CostloTestbedEnvironment, configuration: Configuration) -> list:

@@ -2,8 +2,9 @@
 re-select each prefix's configuration of redundant requests, hand it to the clients (§5.2).
 
 Environments: ``kind = "simulator"``, the simulated clouds of ``geoslo.sim.costlo`` (one
-epoch per observation); ``kind = "testbed"``, real Redis servers with injected storage
-stalls and one end-host's client library on this machine (``geoslo.live.costlo``).
+epoch per observation); ``kind = "testbed"``, real Redis servers (or, ``engine = "s3"``,
+S3 gateways behind toxiproxy) with injected storage stalls and one end-host's client
+library on this machine (``geoslo.live.costlo``).
 """
 
 from __future__ import annotations
@@ -129,6 +130,9 @@ class TestbedSettings(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     kind: Literal["testbed"]
+    engine: Literal["redis", "s3"] = Field(
+        "redis", description="Storage servers: Redis, or S3 gateways (versitygw) behind toxiproxy."
+    )
     state_dir: str | None = Field(None, description="Logs of the processes; default a temp dir.")
     servers_per_region: int = Field(3, ge=2, le=8, description="One copy per server.")
     objects: int = Field(300, ge=2, le=100_000)
@@ -172,6 +176,7 @@ def testbed(settings: TestbedSettings, controller: CostloSettings) -> CostloTest
         rate_rps=settings.rate_rps,
         percentile=controller.percentile,
         seed=settings.seed,
+        engine=settings.engine,
     )
 
 

@@ -3,12 +3,14 @@
 * ``fill_objects``: every copy of every object, version 1, one copy per server.
 * ``stall_server``: hold one Redis server busy with ``DEBUG SLEEP`` at Poisson times for
   lognormal durations: the storage service's isolated latency spikes (§2). The real
-  server's queue turns them into the tail.
+  server's queue turns them into the tail. ``stall_process`` does the same to any
+  server by stopping its process (SIGSTOP/SIGCONT): the S3 engine's.
 * ``agent_pairs``: pairs of concurrent GETs to one object's copy and to two objects
   (copies 0 and 1, on different servers), issued open loop at Poisson times so that a
   pair meeting a stall does not hold the next one back (no coordinated omission).
-  Loopback has no network to speak of and Redis keeps no request log, so a request's
-  whole latency counts as service latency.
+  The agent is handed the region's direct endpoints (loopback, or the region's namespace
+  address without the delay injector): a request's whole latency, timed at the namespace
+  boundary, counts as service latency.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from geoslo.live.costlo._objects import RegionEndpoints
 from geoslo.live.costlo._storage import Store, region_store
 from geoslo.models import PairSamples, StorageMeasurements
 
-__all__ = ["StallSettings", "fill_objects", "stall_server", "agent_pairs"]
+__all__ = ["StallSettings", "fill_objects", "stall_server", "stall_process", "agent_pairs"]
 
 
 @dataclass(frozen=True)
@@ -62,6 +64,28 @@ async def stall_server(port: int, stalls: StallSettings, seed: int, stop: asynci
             await connection.command("DEBUG", "SLEEP", f"{stall_s:.4f}")
     finally:
         await connection.close()
+
+
+async def stall_process(
+    cluster, name: str, stalls: StallSettings, seed: int, stop: asyncio.Event
+) -> None:
+    """Stop one recorded server (SIGSTOP) at Poisson times for lognormal durations until
+    ``stop`` is set (§2's spikes, for an engine without DEBUG SLEEP): everything sent to
+    it waits, whoever sends it, and the real server's queue turns that into the tail."""
+    rng = np.random.default_rng(seed)
+    while not stop.is_set():
+        gap_s = rng.exponential(1.0 / stalls.rate_per_s)
+        try:
+            await asyncio.wait_for(stop.wait(), timeout=gap_s)
+            return
+        except TimeoutError:
+            pass
+        stall_s = stalls.median_ms / 1e3 * float(np.exp(0.5 * rng.standard_normal()))
+        cluster.pause(name)
+        try:
+            await asyncio.sleep(stall_s)
+        finally:
+            cluster.resume(name)
 
 
 async def agent_pairs(

@@ -1,5 +1,6 @@
 """CosTLO's loop on the live testbed: an environment handle (``geoslo.control``'s
-``Environment``) for ``CostloLoop`` (§5.2) on real Redis servers.
+``Environment``) for ``CostloLoop`` (§5.2) on real Redis servers, or (``engine="s3"``) on
+versitygw S3 gateways reached through toxiproxy.
 
 ``start()`` brings up a ``CostloCluster`` (its serving region's servers hold one copy of
 every object each), injects storage stalls into the serving region's servers (§2) and
@@ -36,7 +37,13 @@ from geoslo.control.costlo import (
 )
 from geoslo.control.costlo.cost import HOURS_PER_MONTH
 from geoslo.errors import InputError, TestbedError
-from geoslo.live.costlo._agent import StallSettings, agent_pairs, fill_objects, stall_server
+from geoslo.live.costlo._agent import (
+    StallSettings,
+    agent_pairs,
+    fill_objects,
+    stall_process,
+    stall_server,
+)
 from geoslo.live.costlo._client import CostloClient, GetRecord
 from geoslo.live.costlo._cluster import CostloCluster
 from geoslo.live.costlo._objects import SERVING
@@ -64,6 +71,7 @@ class CostloTestbedEnvironment:
     percentile: float = 99.0  # the SLO's (§3)
     seed: int = 0
     simulated: bool = False
+    engine: str = "redis"  # or "s3": versitygw gateways behind toxiproxy (CostloCluster)
     epoch: int = 0
     last_records: list[GetRecord] = field(default_factory=list)  # of the last observation
     cluster: CostloCluster | None = None
@@ -97,15 +105,17 @@ class CostloTestbedEnvironment:
         if self.state_dir is None:
             self.state_dir, self._own_dir = Path(tempfile.mkdtemp(prefix="geoslo-costlo-")), True
         self.cluster = await asyncio.to_thread(
-            CostloCluster.up, Path(self.state_dir), self.servers_per_region, seed=self.seed
+            CostloCluster.up,
+            Path(self.state_dir),
+            self.servers_per_region,
+            seed=self.seed,
+            engine=self.engine,
         )
-        ports = tuple(self.cluster.servers[SERVING])
         self._keys = [f"object-{k}" for k in range(self.objects)]
         await fill_objects(self.cluster.direct_regions().serving, self._keys)
         self._stop = asyncio.Event()
         self._background = [
-            asyncio.create_task(stall_server(port, self.stalls, self.seed + k, self._stop))
-            for k, port in enumerate(ports)
+            asyncio.create_task(self._stalls(k)) for k in range(self.servers_per_region)
         ]
         self._client = await self._new_client(Configuration())
         self._background.append(asyncio.create_task(self._load()))
@@ -168,6 +178,15 @@ class CostloTestbedEnvironment:
         if self._own_dir and self.state_dir is not None:
             shutil.rmtree(self.state_dir, ignore_errors=True)
             self.state_dir, self._own_dir = None, False
+
+    def _stalls(self, index: int):
+        """§2's spikes on one serving server: DEBUG SLEEP on Redis, SIGSTOP on S3."""
+        seed = self.seed + index
+        if self.engine == "redis":
+            port = self.cluster.servers[SERVING][index]
+            return stall_server(port, self.stalls, seed, self._stop)
+        name = self.cluster.server_name(SERVING, index)
+        return stall_process(self.cluster, name, self.stalls, seed, self._stop)
 
     # --- the end-host -------------------------------------------------------------------
     async def _new_client(self, configuration: Configuration) -> CostloClient:
