@@ -449,18 +449,30 @@ def reproduce_costlo(
     live: Annotated[
         bool, typer.Option(help="The loop on real Redis servers instead (about 2 minutes).")
     ] = False,
+    engine: Annotated[
+        str | None,
+        typer.Option(
+            help="The loop on real storage: redis (as --live) or s3 (S3 gateways in two "
+            "regions behind toxiproxy, with a slowdown and the hedge budget; about 4 minutes)."
+        ),
+    ] = None,
     output: Annotated[
-        Path | None, typer.Option(help="Report folder [reports/costlo or reports/costlo-live].")
+        Path | None,
+        typer.Option(help="Report folder [reports/costlo, reports/costlo-live or -s3]."),
     ] = None,
     seed: Annotated[int, typer.Option(help="Seed of every random draw.")] = 1,
 ) -> None:
     """Reproduce CosTLO's evaluation (Figs. 1a, 5, 6, 13-17, 18a) on the simulated clouds,
-    or (--live) run its loop on real Redis servers."""
+    or (--live, --engine) run its loop on real storage servers."""
     from geoslo.experiments.costlo import LiveSettings, live_report, reproduce
 
-    if live:
-        settings = LiveSettings.quick() if quick else LiveSettings()
-        out = output or Path("reports/costlo-live")
+    if engine is not None and engine not in ("redis", "s3"):
+        raise InputError("--engine", f"must be redis or s3, not {engine!r}")
+    if live or engine is not None:
+        engine = engine or "redis"
+        settings = LiveSettings.of(engine, quick)
+        folder = "reports/costlo-live" if engine == "redis" else "reports/costlo-s3"
+        out = output or Path(folder)
         index = live_report(settings, out, seed, progress=lambda line: typer.echo(line, err=True))
     else:
         index = reproduce(output or Path("reports/costlo"), quick=quick, seed=seed)

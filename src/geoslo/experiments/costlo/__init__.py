@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 
 from geoslo.control.costlo.example import example_dict, example_problem  # the CLI's example
-from geoslo.experiments.costlo._live import LiveSettings, live_report
+from geoslo.experiments.costlo._live import LiveSettings, budget_excess, live_report
 from geoslo.experiments.costlo._many import select_many
 from geoslo.experiments.costlo._study import Settings, Study, build_study
 from geoslo.report import Report, load_paper_values
@@ -19,6 +19,7 @@ from geoslo.report import Report, load_paper_values
 __all__ = [
     "PAPER_VALUES",
     "LiveSettings",
+    "budget_excess",
     "live_report",
     "Settings",
     "Study",

@@ -4,7 +4,14 @@ deployment on loopback; ``CostloTestbedEnvironment`` is the environment handle `
 ``CostloLoop`` with. Reference: docs/costlo-live.md.
 """
 
-from geoslo.live.costlo._agent import StallSettings, agent_pairs, fill_objects, stall_server
+from geoslo.live.costlo._agent import (
+    StallSettings,
+    agent_pairs,
+    fill_objects,
+    stall_process,
+    stall_region,
+    stall_server,
+)
 from geoslo.live.costlo._client import CostloClient, GetRecord
 from geoslo.live.costlo._cluster import CostloCluster
 from geoslo.live.costlo._environment import CostloTestbedEnvironment
@@ -24,6 +31,7 @@ from geoslo.live.costlo._objects import (
     CopyRef,
     RegionEndpoints,
     Regions,
+    S3Access,
     copy_key,
     decode_value,
     encode_value,
@@ -43,7 +51,7 @@ from geoslo.live.costlo._plan import (
     storage_request_count,
 )
 from geoslo.live.costlo._relay import RelayConfig, run_relay, serve_relay
-from geoslo.live.costlo._storage import RegionStore, WriteOutcome
+from geoslo.live.costlo._storage import RegionStore, Store, WriteOutcome, region_store
 from geoslo.live.costlo._vm import PutRecord, VmLibrary
 from geoslo.live.costlo._vm_process import (
     VmProcessConfig,
@@ -74,8 +82,10 @@ __all__ = [
     "RegionStore",
     "Regions",
     "RelayConfig",
+    "S3Access",
     "StallSettings",
     "StorageRequest",
+    "Store",
     "VmLibrary",
     "VmLog",
     "VmProcessConfig",
@@ -91,6 +101,7 @@ __all__ = [
     "put_plan",
     "quorum_get_plan",
     "quorum_size",
+    "region_store",
     "replay_log",
     "run_lock_service",
     "run_relay",
@@ -98,6 +109,8 @@ __all__ = [
     "run_vm_workload",
     "serve_lock_service",
     "serve_relay",
+    "stall_process",
+    "stall_region",
     "stall_server",
     "server_index",
     "storage_request_count",

@@ -26,7 +26,14 @@ from geoslo.live.costlo._objects import RegionEndpoints
 from geoslo.live.costlo._storage import Store, region_store
 from geoslo.models import PairSamples, StorageMeasurements
 
-__all__ = ["StallSettings", "fill_objects", "stall_server", "stall_process", "agent_pairs"]
+__all__ = [
+    "StallSettings",
+    "fill_objects",
+    "stall_server",
+    "stall_process",
+    "stall_region",
+    "agent_pairs",
+]
 
 
 @dataclass(frozen=True)
@@ -86,6 +93,18 @@ async def stall_process(
             await asyncio.sleep(stall_s)
         finally:
             cluster.resume(name)
+
+
+def stall_region(
+    cluster, region: str, stalls: StallSettings, seed: int, stop: asyncio.Event
+) -> list:
+    """§2's spikes on every server of a region until ``stop``, as its engine allows:
+    DEBUG SLEEP on Redis, stopping the process on S3. The coroutines, one per server."""
+    if cluster.engine == "redis":
+        ports = cluster.servers[region]
+        return [stall_server(p, stalls, seed + k, stop) for k, p in enumerate(ports)]
+    names = [cluster.server_name(region, k) for k in range(len(cluster.servers[region]))]
+    return [stall_process(cluster, name, stalls, seed + k, stop) for k, name in enumerate(names)]
 
 
 async def agent_pairs(

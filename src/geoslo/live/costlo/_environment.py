@@ -37,13 +37,7 @@ from geoslo.control.costlo import (
 )
 from geoslo.control.costlo.cost import HOURS_PER_MONTH
 from geoslo.errors import InputError, TestbedError
-from geoslo.live.costlo._agent import (
-    StallSettings,
-    agent_pairs,
-    fill_objects,
-    stall_process,
-    stall_server,
-)
+from geoslo.live.costlo._agent import StallSettings, agent_pairs, fill_objects, stall_region
 from geoslo.live.costlo._client import CostloClient, GetRecord
 from geoslo.live.costlo._cluster import CostloCluster
 from geoslo.live.costlo._objects import SERVING
@@ -114,9 +108,8 @@ class CostloTestbedEnvironment:
         self._keys = [f"object-{k}" for k in range(self.objects)]
         await fill_objects(self.cluster.direct_regions().serving, self._keys)
         self._stop = asyncio.Event()
-        self._background = [
-            asyncio.create_task(self._stalls(k)) for k in range(self.servers_per_region)
-        ]
+        stalls = stall_region(self.cluster, SERVING, self.stalls, self.seed, self._stop)
+        self._background = [asyncio.create_task(stall) for stall in stalls]
         self._client = await self._new_client(Configuration())
         self._background.append(asyncio.create_task(self._load()))
 
@@ -178,15 +171,6 @@ class CostloTestbedEnvironment:
         if self._own_dir and self.state_dir is not None:
             shutil.rmtree(self.state_dir, ignore_errors=True)
             self.state_dir, self._own_dir = None, False
-
-    def _stalls(self, index: int):
-        """§2's spikes on one serving server: DEBUG SLEEP on Redis, SIGSTOP on S3."""
-        seed = self.seed + index
-        if self.engine == "redis":
-            port = self.cluster.servers[SERVING][index]
-            return stall_server(port, self.stalls, seed, self._stop)
-        name = self.cluster.server_name(SERVING, index)
-        return stall_process(self.cluster, name, self.stalls, seed, self._stop)
 
     # --- the end-host -------------------------------------------------------------------
     async def _new_client(self, configuration: Configuration) -> CostloClient:
