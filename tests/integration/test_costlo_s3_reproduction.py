@@ -1,0 +1,65 @@
+"""`geoslo reproduce costlo --engine s3 --quick` as a user runs it: the whole loop on S3
+gateways in two regions behind toxiproxy, and the hedge budget during 10x slowdowns.
+
+What must hold is asserted: the report and its rows, the stalls making a tail, the
+slowdown slowing the baseline, and the budget kept at every moment with a tail no worse
+than the baseline's. ConfSelector's "cuts the inflation" checks are reported, not asserted:
+on this machine they fail (docs/costlo-live.md, "Limits"), and the command then exits 3.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from geoslo.errors import DependencyError
+from geoslo.live._gobuild import go_program
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(420)]
+
+MUST_HOLD = (
+    "the injected stalls make a tail (baseline inflation over 5 ms)",
+    "every GET found its object",
+    "the slowdown slowed the baseline (p99 over 3x its calm median)",
+    "with the budget, extra requests stay within it at every moment",
+    "... and its p99 is no worse than the baseline's (20% + 2 ms of noise)",
+)
+
+
+def test_the_s3_reproduction_runs_and_the_budget_holds(tmp_path):
+    try:
+        go_program("versitygw"), go_program("toxiproxy")
+    except DependencyError as error:
+        pytest.skip(f"the s3 engine is not available: {error}")
+    out = tmp_path / "report"
+    command = [sys.executable, "-m", "geoslo", "reproduce", "costlo", "--engine", "s3",
+               "--quick", "--output", str(out)]  # fmt: skip
+    done = subprocess.run(command, capture_output=True, text=True, timeout=400)
+    checks = {row["check"]: row["passed"] for row in _csv(out / "checks.csv")}
+    assert done.returncode == (0 if all(checks.values()) else 3), done.stderr
+    for check in MUST_HOLD:
+        assert checks[check], f"{check}: failed ({done.stderr})"
+    results = json.loads((out / "live_results.json").read_text())
+    rows = {row["configuration"]: row for row in results["rows"]}
+    assert set(rows) == {
+        "baseline", "costlo", "same_copy",
+        "baseline_slowed", "costlo_slowed", "costlo_budget_slowed",
+    }  # fmt: skip
+    assert rows["costlo_budget_slowed"]["budget_refused_fraction"] > 0, "the budget never bound"
+    assert rows["costlo_slowed"]["budget_excess_requests"] > 0, "without it, no excess to bound"
+    assert set(results["pings_ms"]) == {"serving", "second"}
+    assert results["pings_ms"]["second"] > results["pings_ms"]["serving"]  # 12 ms against 2
+    assert "S3 gateways" in (out / "index.md").read_text()
+
+
+def _csv(path) -> list[dict]:
+    import csv
+
+    with open(path) as handle:
+        return [
+            {"check": row["check"], "passed": row["passed"] == "True"}
+            for row in csv.DictReader(handle)
+        ]
