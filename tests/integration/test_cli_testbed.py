@@ -11,6 +11,7 @@ import sys
 import pytest
 from typer.testing import CliRunner
 
+from _engines import skip_without_engine
 from geoslo.cli import app
 from geoslo.live.kurma import Testbed
 
@@ -95,15 +96,10 @@ def test_status_without_a_testbed(tmp_path):
 def test_the_s3_engine_goes_up_serves_s3_and_comes_down(tmp_path):
     # `--engine s3`: CosTLO's two regions of versitygw gateways, reached through toxiproxy
     # (and in their own network namespaces as root); `down` stops them and the namespaces.
-    from geoslo.errors import DependencyError
-    from geoslo.live._gobuild import go_program
     from geoslo.live._sites import SiteNamespaces
     from geoslo.live.costlo import CostloCluster
 
-    try:
-        go_program("versitygw"), go_program("toxiproxy")
-    except DependencyError as error:
-        pytest.skip(f"the s3 engine is not available: {error}")
+    skip_without_engine("s3")
     state = tmp_path / "s3"
     up = run_geoslo("testbed", "up", "--engine", "s3", "--servers-per-site", "1",
                     "--state-dir", str(state))  # fmt: skip

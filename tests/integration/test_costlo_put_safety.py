@@ -26,11 +26,11 @@ from dataclasses import dataclass, field
 
 import pytest
 
+from _engines import skip_without_engine
 from geoslo.control.costlo import configuration_to_dict
 from geoslo.control.costlo.types import Configuration, GetTuple, PutTuple
-from geoslo.errors import DependencyError, LockTimeoutError, TestbedError, WriteRefusedError
-from geoslo.live._gobuild import go_program
-from geoslo.live._processes import find_program, process_alive
+from geoslo.errors import LockTimeoutError, TestbedError, WriteRefusedError
+from geoslo.live._processes import process_alive
 from geoslo.live.costlo import (
     SECOND,
     SERVING,
@@ -59,13 +59,7 @@ EVENTUAL = Configuration(
 @pytest.fixture(params=["redis", "s3"])
 def cluster(request, tmp_path):
     engine = request.param
-    try:
-        if engine == "redis":
-            find_program("redis-server", "redis-server")
-        else:
-            go_program("versitygw")
-    except DependencyError as error:
-        pytest.skip(f"the {engine} engine is not available: {error}")
+    skip_without_engine(engine)
     running = CostloCluster.up(
         tmp_path / "cluster", second_rtt_ms=10.0, lease_s=LEASE_S, engine=engine
     )

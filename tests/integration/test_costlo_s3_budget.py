@@ -19,10 +19,9 @@ import asyncio
 import numpy as np
 import pytest
 
+from _engines import skip_without_engine
 from geoslo.control.costlo.types import Configuration, GetTuple, HedgeBudget
-from geoslo.errors import DependencyError
 from geoslo.experiments.costlo import budget_excess
-from geoslo.live._gobuild import go_program
 from geoslo.live.costlo import SERVING, CostloClient, CostloCluster, VmLibrary
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(300)]
@@ -35,11 +34,7 @@ KEYS = [f"budget-s3:k{i}" for i in range(20)]
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
-    try:
-        go_program("versitygw")
-        go_program("toxiproxy")
-    except DependencyError as error:
-        pytest.skip(f"the s3 engine is not available: {error}")
+    skip_without_engine("s3")
     running = CostloCluster.up(
         tmp_path_factory.mktemp("costlo-s3-budget"),
         servers_per_region=2,

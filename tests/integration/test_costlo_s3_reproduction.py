@@ -15,8 +15,7 @@ import sys
 
 import pytest
 
-from geoslo.errors import DependencyError
-from geoslo.live._gobuild import go_program
+from _engines import skip_without_engine
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(420)]
 
@@ -30,10 +29,7 @@ MUST_HOLD = (
 
 
 def test_the_s3_reproduction_runs_and_the_budget_holds(tmp_path):
-    try:
-        go_program("versitygw"), go_program("toxiproxy")
-    except DependencyError as error:
-        pytest.skip(f"the s3 engine is not available: {error}")
+    skip_without_engine("s3")
     out = tmp_path / "report"
     command = [sys.executable, "-m", "geoslo", "reproduce", "costlo", "--engine", "s3",
                "--quick", "--output", str(out)]  # fmt: skip

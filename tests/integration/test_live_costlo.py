@@ -16,11 +16,10 @@ from collections import defaultdict
 
 import pytest
 
+from _engines import skip_without_engine
 from geoslo.control.costlo import configuration_to_dict
 from geoslo.control.costlo.types import Configuration, GetTuple, PutTuple
-from geoslo.errors import DependencyError
-from geoslo.live._gobuild import go_program
-from geoslo.live._processes import find_program, process_alive
+from geoslo.live._processes import process_alive
 from geoslo.live.costlo import (
     SERVING,
     CostloClient,
@@ -43,13 +42,7 @@ WAN_RTT_MS = 10.0
 @pytest.fixture(scope="module", params=["redis", "s3"])
 def cluster(request, tmp_path_factory):
     engine = request.param
-    try:
-        if engine == "redis":
-            find_program("redis-server", "redis-server")
-        else:
-            go_program("versitygw")
-    except DependencyError as error:
-        pytest.skip(f"the {engine} engine is not available: {error}")
+    skip_without_engine(engine)
     running = CostloCluster.up(
         tmp_path_factory.mktemp("costlo"), second_rtt_ms=WAN_RTT_MS, engine=engine
     )

@@ -12,10 +12,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from _engines import skip_without_engine
 from _run import events, processes_mentioning, run_in_process, run_service, write_config
 from geoslo.control.costlo import Configuration, CostloLoop, EpochPlan, GetTuple, SearchLimits, Slo
-from geoslo.errors import DependencyError
-from geoslo.live._gobuild import go_program
 from geoslo.live._processes import process_alive
 from geoslo.live.costlo import CostloTestbedEnvironment
 
@@ -101,11 +100,7 @@ def _recorded_pids(state_dir: Path) -> list[int]:
     ids=["apply", "dry-run", "s3-apply"],
 )
 def test_run_on_the_testbed_stops_everything_it_started(tmp_path, needs_redis, engine, flags):
-    if engine == "s3":
-        try:
-            go_program("versitygw"), go_program("toxiproxy")
-        except DependencyError as error:
-            pytest.skip(f"the s3 engine is not available: {error}")
+    skip_without_engine(engine)
     state_dir = tmp_path / "state"
     lines = run(tmp_path, TESTBED.format(state_dir=state_dir, engine=engine), *flags)
     intervals = events(lines, "interval")

@@ -55,19 +55,24 @@ async def fill_objects(endpoints: RegionEndpoints, keys: list[str]) -> None:
         await store.close()
 
 
+async def _stalls(stalls: StallSettings, seed: int, stop: asyncio.Event):
+    """Stall durations (s) at Poisson times, lognormal around the median, until ``stop``."""
+    rng = np.random.default_rng(seed)
+    while not stop.is_set():
+        gap_s = rng.exponential(1.0 / stalls.rate_per_s)
+        try:
+            await asyncio.wait_for(stop.wait(), timeout=gap_s)
+            return
+        except TimeoutError:
+            pass
+        yield stalls.median_ms / 1e3 * float(np.exp(0.5 * rng.standard_normal()))
+
+
 async def stall_server(port: int, stalls: StallSettings, seed: int, stop: asyncio.Event) -> None:
     """Hold one server busy at Poisson times until ``stop`` is set (§2's spikes)."""
-    rng = np.random.default_rng(seed)
     connection = await RedisConnection.open(port)
     try:
-        while not stop.is_set():
-            gap_s = rng.exponential(1.0 / stalls.rate_per_s)
-            try:
-                await asyncio.wait_for(stop.wait(), timeout=gap_s)
-                break
-            except TimeoutError:
-                pass
-            stall_s = stalls.median_ms / 1e3 * float(np.exp(0.5 * rng.standard_normal()))
+        async for stall_s in _stalls(stalls, seed, stop):
             await connection.command("DEBUG", "SLEEP", f"{stall_s:.4f}")
     finally:
         await connection.close()
@@ -79,15 +84,7 @@ async def stall_process(
     """Stop one recorded server (SIGSTOP) at Poisson times for lognormal durations until
     ``stop`` is set (§2's spikes, for an engine without DEBUG SLEEP): everything sent to
     it waits, whoever sends it, and the real server's queue turns that into the tail."""
-    rng = np.random.default_rng(seed)
-    while not stop.is_set():
-        gap_s = rng.exponential(1.0 / stalls.rate_per_s)
-        try:
-            await asyncio.wait_for(stop.wait(), timeout=gap_s)
-            return
-        except TimeoutError:
-            pass
-        stall_s = stalls.median_ms / 1e3 * float(np.exp(0.5 * rng.standard_normal()))
+    async for stall_s in _stalls(stalls, seed, stop):
         cluster.pause(name)
         try:
             await asyncio.sleep(stall_s)
