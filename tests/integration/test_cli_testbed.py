@@ -106,6 +106,8 @@ def test_the_s3_engine_goes_up_serves_s3_and_comes_down(tmp_path):
     try:
         assert up.returncode == 0, up.stderr
         cluster = CostloCluster.load(state)
+        again = run_geoslo("testbed", "up", "--engine", "s3", "--state-dir", str(state))
+        assert again.returncode != 0 and "already runs" in again.stderr  # nothing orphaned
         status = run_geoslo("testbed", "status", "--state-dir", str(state))
         assert status.returncode == 0, status.stderr
         ports = [int(p) for p in re.findall(r"through ports \[(\d+)\]", status.stdout)]

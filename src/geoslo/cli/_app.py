@@ -15,7 +15,7 @@ from typing import Annotated
 import typer
 
 from geoslo._json import loads
-from geoslo.errors import GeosloError, InputError
+from geoslo.errors import GeosloError, InputError, TestbedError
 
 app = typer.Typer(
     add_completion=False,
@@ -617,6 +617,7 @@ def testbed_up(
     """Start Redis servers per site and the WAN emulator on loopback, (--engine
     redis-cluster) a Redis Cluster of masters, replicas and standbys, or (--engine s3)
     CosTLO's serving and second regions of S3 gateways with relays and lock services."""
+    _refuse_a_running_testbed(state_dir)
     if engine is TestbedEngine.s3:
         from geoslo.live.costlo import CostloCluster
 
@@ -667,6 +668,18 @@ def _recorded_cluster(state_dir: Path | None):
 
     folder = _testbed_dir(state_dir)
     return RedisClusterTestbed.load(folder) or CostloCluster.load(folder)
+
+
+def _refuse_a_running_testbed(state_dir: Path | None) -> None:
+    """One testbed per state folder: `down` must find every process `up` started."""
+    from geoslo.live.kurma import Testbed
+
+    existing = _recorded_cluster(state_dir) or Testbed.load(state_dir)
+    if existing is not None and any(p["alive"] for p in existing.status()):
+        raise TestbedError(
+            f"a testbed already runs in {_testbed_dir(state_dir)}; stop it with "
+            "`geoslo testbed down` (same --state-dir) or choose another --state-dir"
+        )
 
 
 def _print_costlo_status(cluster) -> None:

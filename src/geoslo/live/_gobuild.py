@@ -15,6 +15,9 @@ into ``<cache>/go-toolchain/``.
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
+import hashlib
 import os
 import platform
 import re
@@ -53,6 +56,12 @@ GO_PROGRAMS = {
 GO_MINIMUM = (1, 25)
 GO_TOOLCHAIN = "1.25.4"  # fetched from the module proxy when PATH has no recent enough Go
 _ARCHES = {"x86_64": "amd64", "aarch64": "arm64", "arm64": "arm64"}
+# SHA-256 of the toolchain zips as the module proxy served them (checked before use)
+_TOOLCHAIN_SHA256 = {
+    "amd64": "f4fa35e13952bae9836a82d8cf077710cd58fee98d31680f94edf435852b1af2",
+    "arm64": "2f51856a090fbee308b1e38e19eb46f59827b1518c61afb4cc46cc4f649b1799",
+}
+_DOWNLOAD_TIMEOUT_S = 60.0  # per read of the download: a stalled proxy fails, not hangs
 
 
 def cache_dir() -> Path:
@@ -75,8 +84,18 @@ def go_program(name: str, build: bool = True) -> str:
         return str(path)
     if not build:
         raise DependencyError(f"{name} is not built yet; run `geoslo testbed build`")
-    _build(name, path)
+    with _cache_lock():  # one build (or fetch) at a time per machine; the others reuse it
+        if not path.is_file():
+            _build(name, path)
     return str(path)
+
+
+@contextlib.contextmanager
+def _cache_lock():
+    cache_dir().mkdir(parents=True, exist_ok=True)
+    with open(cache_dir() / ".build.lock", "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        yield
 
 
 def _build(name: str, path: Path) -> None:
@@ -138,16 +157,28 @@ def _toolchain_go() -> str:
     print(f"geoslo: fetching Go {GO_TOOLCHAIN} from {url} (first time only)", file=sys.stderr)
     staging = root.with_name(root.name + f".fetching-{os.getpid()}")
     try:
-        archive = staging.with_suffix(".zip")
-        staging.parent.mkdir(parents=True, exist_ok=True)
-        urllib.request.urlretrieve(url, archive)  # noqa: S310 (https to the module proxy)
-        _unzip_toolchain(archive, staging, f"golang.org/toolchain@{version}/")
-        archive.unlink()
-        os.replace(staging, root)
-    except OSError as error:
-        shutil.rmtree(staging, ignore_errors=True)
+        staging.mkdir(parents=True, exist_ok=True)
+        archive = staging / "toolchain.zip"
+        _download(url, archive, _TOOLCHAIN_SHA256[arch])
+        _unzip_toolchain(archive, staging / "go", f"golang.org/toolchain@{version}/")
+        os.replace(staging / "go", root)
+    except (OSError, zipfile.BadZipFile) as error:
         raise DependencyError(f"could not fetch Go from {url}: {error}") from None
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
     return str(go)
+
+
+def _download(url: str, into: Path, sha256: str) -> None:
+    """Fetch ``url`` into ``into`` and check its SHA-256 (OSError when it differs)."""
+    digest = hashlib.sha256()
+    with urllib.request.urlopen(url, timeout=_DOWNLOAD_TIMEOUT_S) as response:  # noqa: S310
+        with open(into, "wb") as sink:
+            while chunk := response.read(1 << 20):
+                digest.update(chunk)
+                sink.write(chunk)
+    if digest.hexdigest() != sha256:
+        raise OSError(f"SHA-256 {digest.hexdigest()} is not the pinned {sha256}")
 
 
 def _unzip_toolchain(archive: Path, into: Path, prefix: str) -> None:
@@ -156,7 +187,10 @@ def _unzip_toolchain(archive: Path, into: Path, prefix: str) -> None:
         for info in zipped.infolist():
             if not info.filename.startswith(prefix) or info.is_dir():
                 continue
-            target = into / info.filename[len(prefix) :]
+            relative = info.filename[len(prefix) :]
+            if ".." in Path(relative).parts or relative.startswith("/"):
+                raise OSError(f"unsafe path in the toolchain zip: {info.filename!r}")
+            target = into / relative
             target.parent.mkdir(parents=True, exist_ok=True)
             with zipped.open(info) as source, open(target, "wb") as sink:
                 shutil.copyfileobj(source, sink)

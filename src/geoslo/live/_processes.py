@@ -138,6 +138,7 @@ def stop_pid(pid: int, timeout_s: float = 5.0) -> None:
         return
     try:
         os.kill(pid, signal.SIGTERM)
+        os.kill(pid, signal.SIGCONT)  # a stopped (paused) process acts on SIGTERM only now
     except ProcessLookupError:
         return
     deadline = time.monotonic() + timeout_s
@@ -218,7 +219,9 @@ class JsonConfigFile:
     (``write``), read back by the process it starts (``read``)."""
 
     def write(self, path: Path) -> None:
+        """Readable by its owner only: a config may hold a secret (an S3 key)."""
         Path(path).write_text(json.dumps(asdict(self)))
+        Path(path).chmod(0o600)
 
     @classmethod
     def read(cls, path: Path):

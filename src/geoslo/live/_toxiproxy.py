@@ -229,7 +229,7 @@ class ToxiproxyServer:
         command = [env, "LOG_LEVEL=warn", binary, "-host", "127.0.0.1",
                    "-port", str(port), "-seed", str(seed)]  # fmt: skip
         process = ManagedProcess("toxiproxy", command, Path(state_dir) / LOG_FILE, port)
-        process.start()
+        process.start(detached=True)  # outlives the command that started it, as the servers
         server = cls(int(process.pid), port, str(state_dir))
         (Path(state_dir) / STATE_FILE).write_text(json.dumps({"pid": server.pid, "port": port}))
         return server

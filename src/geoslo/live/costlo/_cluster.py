@@ -155,6 +155,12 @@ class CostloCluster:
         if network not in ("auto", "namespaces", "loopback"):
             raise InputError("network", f"must be auto, namespaces or loopback, not {network!r}")
         state_dir = Path(state_dir)
+        running = cls.load(state_dir)
+        if running is not None and any(p["alive"] for p in running.status()):
+            raise TestbedError(
+                f"a CosTLO testbed already runs in {state_dir}; stop it first "
+                f"(`geoslo testbed down --state-dir {state_dir}`)"
+            )
         state_dir.mkdir(parents=True, exist_ok=True)
         ports = iter(free_ports(2 * servers_per_region + 4 + servers_per_region + 1))
         cluster = cls(
@@ -250,6 +256,7 @@ class CostloCluster:
         toxiproxy = ToxiproxyServer.start(self.state_dir, seed)
         self.processes.append({"name": "toxiproxy", "pid": toxiproxy.pid, "port": toxiproxy.port})
         self.toxiproxy_port = toxiproxy.port
+        self.save()
         api = toxiproxy.api
         ports = {}
         for region in REGIONS:
@@ -405,6 +412,7 @@ class CostloCluster:
         data["state_dir"] = str(self.state_dir)
         tmp = self.state_dir / "cluster.json.tmp"
         tmp.write_text(json.dumps(data, indent=1))
+        tmp.chmod(0o600)  # it holds the S3 secret key
         tmp.replace(self.state_dir / "cluster.json")
 
     @classmethod

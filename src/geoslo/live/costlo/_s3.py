@@ -11,7 +11,9 @@ read the copy; if it holds this version or a newer one, answer ``present`` or ``
 without writing; otherwise PUT with ``If-Match: <etag read>`` (``If-None-Match: *`` when
 the copy did not exist). A 412 means another writer got in between: read again. So an
 older version never overwrites a newer one whatever the order of the requests, without
-any script on the server. ``CONDITIONAL_PUTS = False`` turns the guard into a plain
+any script on the server, provided the server evaluates the condition atomically with
+the write (versitygw v1.8.0 re-checks it under a per-object lock at commit; check it for
+any provider). ``CONDITIONAL_PUTS = False`` turns the guard into a plain
 read-check-then-PUT: the safety tests show that this loses newer versions.
 
 aiobotocore (botocore's S3 on asyncio) rather than obstore: the client library must cancel
@@ -42,13 +44,34 @@ from geoslo.live.costlo._objects import (
 )
 from geoslo.live.costlo._storage import GuardedWrites, WriteOutcome
 
-__all__ = ["S3RegionStore", "VERSION_METADATA", "CONDITIONAL_PUTS", "ensure_bucket"]
+__all__ = [
+    "S3RegionStore",
+    "S3RequestError",
+    "VERSION_METADATA",
+    "CONDITIONAL_PUTS",
+    "ensure_bucket",
+]
 
 VERSION_METADATA = "geoslo-version"  # sent as x-amz-meta-geoslo-version
 CONDITIONAL_PUTS = True  # the If-Match / If-None-Match guard (False only in safety tests)
 _ATTEMPTS = 64  # compare-and-swap rounds before giving up (each lost round is another
 # writer's success, so this bounds only a livelock that cannot happen with few writers)
 _POOL_CONNECTIONS = 64  # per server: a hedged GET and a PUT's requests in flight at once
+
+
+_SESSION = None  # one botocore session per process: S3's service model is loaded once
+
+
+def _session():
+    global _SESSION
+    if _SESSION is None:
+        _SESSION = get_session()
+    return _SESSION
+
+
+class S3RequestError(TestbedError):
+    """The S3 service refused a request in a way retrying cannot change: bad credentials,
+    a missing bucket, a malformed request (HTTP 400 or 403, NoSuchBucket)."""
 
 
 def _s3_client(url: str, access: S3Access):
@@ -60,7 +83,7 @@ def _s3_client(url: str, access: S3Access):
         read_timeout=10.0,
         max_pool_connections=_POOL_CONNECTIONS,
     )
-    return get_session().create_client(
+    return _session().create_client(
         "s3",
         endpoint_url=url,
         region_name=access.signing_region,
@@ -81,7 +104,7 @@ def _code(error: ClientError) -> str:
 class S3RegionStore(GuardedWrites):
     """The S3 servers of one region, as reached from this process."""
 
-    fatal_errors = ()
+    fatal_errors = (S3RequestError,)
 
     def __init__(self, endpoints: RegionEndpoints, name: str = "region") -> None:
         if endpoints.s3 is None:
@@ -99,10 +122,12 @@ class S3RegionStore(GuardedWrites):
         async with self._opening:
             if self._stack is not None:
                 return
-            stack = contextlib.AsyncExitStack()
-            for index, url in enumerate(self._urls):
-                self._clients[index] = await stack.enter_async_context(_s3_client(url, self.access))
-            self._stack = stack
+            async with contextlib.AsyncExitStack() as stack:  # closes them if one fails
+                clients = [
+                    await stack.enter_async_context(_s3_client(url, self.access))
+                    for url in self._urls
+                ]
+                self._stack, self._clients = stack.pop_all(), clients
 
     async def close(self) -> None:
         async with self._opening:
@@ -116,7 +141,10 @@ class S3RegionStore(GuardedWrites):
     async def _client(self, key: str, copy: int):
         if self._stack is None:
             await self.open()
-        return self._clients[self.server_for(key, copy)]
+        client = self._clients[self.server_for(key, copy)]
+        if client is None:
+            raise TestbedError(f"{self.name}: the store was closed")
+        return client
 
     async def _get(self, key: str, copy: int) -> tuple[str, bytes] | None:
         """``(etag, body)`` of a copy, or None if it does not exist."""
@@ -126,9 +154,9 @@ class S3RegionStore(GuardedWrites):
             async with reply["Body"] as body:
                 return reply["ETag"], await body.read()
         except ClientError as error:
-            if _code(error) in ("NoSuchKey", "404") or _status(error) == 404:
+            if _code(error) == "NoSuchKey":
                 return None
-            raise TestbedError(f"{self.name}: GET {copy_key(key, copy)}: {error}") from None
+            raise _request_error(self.name, "GET", copy_key(key, copy), error) from None
         except (TimeoutError, BotoCoreError, OSError, aiohttp.ClientError) as error:
             raise TestbedError(f"{self.name}: GET {copy_key(key, copy)}: {error}") from None
 
@@ -172,9 +200,15 @@ class S3RegionStore(GuardedWrites):
         except ClientError as error:
             if _status(error) in (409, 412):  # 409: a concurrent conditional write won
                 return False
-            raise TestbedError(f"{self.name}: PUT {copy_key(key, copy)}: {error}") from None
+            raise _request_error(self.name, "PUT", copy_key(key, copy), error) from None
         except (TimeoutError, BotoCoreError, OSError, aiohttp.ClientError) as error:
             raise TestbedError(f"{self.name}: PUT {copy_key(key, copy)}: {error}") from None
+
+
+def _request_error(name: str, method: str, key: str, error: ClientError) -> TestbedError:
+    """What a refused request raises: S3RequestError when retrying cannot help."""
+    fatal = _status(error) in (400, 403) or _code(error) == "NoSuchBucket"
+    return (S3RequestError if fatal else TestbedError)(f"{name}: {method} {key}: {error}")
 
 
 def _server_urls(endpoints: RegionEndpoints) -> list[str]:
