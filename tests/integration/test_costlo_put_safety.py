@@ -137,6 +137,43 @@ def test_racing_writers_never_leave_a_copy_older_than_the_newest_write(cluster):
     assert "refused" in statuses, "the writers never raced"
 
 
+def test_a_write_held_between_its_read_and_its_put_cannot_overwrite_a_newer_one(cluster):
+    # The race the guard closes, made to happen: writer A reads the copy (version 1),
+    # then waits; writer B writes version 3; A's PUT of version 2 goes out with the ETag
+    # it read. It must be refused (412, re-read, 3 >= 2), and the copy keep version 3.
+    # Without If-Match (_s3.CONDITIONAL_PUTS = False) A's PUT lands: the copy holds 2.
+    if cluster.engine != "s3":
+        pytest.skip("on Redis the guard is one Lua script: no gap between read and write")
+    key = "held:k"
+
+    async def scenario():
+        a, b = cluster.store(SERVING), cluster.store(SERVING)
+        try:
+            await a.write_checked(key, 0, 1, b"v1")
+            read, release, put = asyncio.Event(), asyncio.Event(), a._put
+
+            async def held_put(*args, **kwargs):
+                read.set()
+                await release.wait()
+                return await put(*args, **kwargs)
+
+            a._put = held_put
+            older = asyncio.create_task(a.write_checked(key, 0, 2, b"v2"))
+            await read.wait()
+            newer = await b.write_checked(key, 0, 3, b"v3")
+            a._put = put  # A's next round, if any, is not held
+            release.set()
+            return newer, await older, await b.read(key, 0)
+        finally:
+            await a.close()
+            await b.close()
+
+    newer, older, final = asyncio.run(scenario())
+    assert newer.status == "written"
+    assert (older.status, older.stored_version) == ("refused", 3), older
+    assert final == (3, b"v3"), f"an older write overwrote a newer one: {final}"
+
+
 # --- (a) the lock service's state lost or stale --------------------------------------------------
 def test_a_write_refused_by_every_copy_raises_and_is_never_acknowledged(cluster, tmp_path):
     # The service restarts from an old backup: it hands out version 2 while the copies

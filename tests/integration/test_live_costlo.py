@@ -164,11 +164,17 @@ def test_a_slow_first_request_triggers_the_redundant_set_after_the_timeout(
             finally:
                 await stalled
             await asyncio.sleep(0.2)  # the resumed server works off what it held
-            after = await client.get(key)  # the stalled reply was discarded, not misread
+            # the stalled reply was discarded, not misread; copy 0 serves alone again (a
+            # loaded machine may push a GET past the 20 ms timeout: up to 20 tries)
+            after = []
+            for _ in range(20):
+                after.append(await client.get(key))
+                if client.records[-1].winner == "serving/0/0":
+                    break
         return written[key], during, after, client.records
 
-    written, during, after, (stalled, calm) = asyncio.run(scenario())
-    assert during == written and after == written
+    written, during, after, (stalled, *later) = asyncio.run(scenario())
+    assert during == written and after == [written] * len(after)
     if probability == 1.0:
         # After 20 ms the second region's relay is asked; it answers 10 ms (RTT) later.
         assert stalled.redundant and stalled.winner == "second/relay"
@@ -177,6 +183,7 @@ def test_a_slow_first_request_triggers_the_redundant_set_after_the_timeout(
     else:
         assert not stalled.redundant and stalled.winner == "serving/0/0"
         assert stalled.latency_ms >= 250.0 and stalled.storage_requests == 1
+    calm = later[-1]
     assert calm.winner == "serving/0/0" and not calm.redundant
 
 
