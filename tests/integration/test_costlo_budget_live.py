@@ -8,9 +8,8 @@ import asyncio
 
 import pytest
 
+from _engines import skip_without_engine
 from geoslo.control.costlo.types import Configuration, GetTuple, HedgeBudget, PutTuple
-from geoslo.errors import DependencyError
-from geoslo.live._processes import find_program
 from geoslo.live.costlo import CostloClient, CostloCluster, VmLibrary
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
@@ -32,10 +31,7 @@ OPERATIONS = 40
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
-    try:
-        find_program("redis-server", "redis-server")
-    except DependencyError as error:
-        pytest.skip(f"redis-server is not available: {error}")
+    skip_without_engine("redis")
     running = CostloCluster.up(tmp_path_factory.mktemp("costlo-budget"), second_rtt_ms=5.0)
     yield running
     running.down()
