@@ -116,6 +116,7 @@ class S3RegionStore(GuardedWrites):
         self._clients: list[Any] = [None] * len(self._urls)
         self._opening = asyncio.Lock()
         self._stack: contextlib.AsyncExitStack | None = None
+        self._finishing: set[asyncio.Task] = set()  # reads whose caller stopped waiting
 
     async def open(self) -> None:
         """Create one S3 client per server (connections open on first use)."""
@@ -130,6 +131,9 @@ class S3RegionStore(GuardedWrites):
                 self._stack, self._clients = stack.pop_all(), clients
 
     async def close(self) -> None:
+        for task in list(self._finishing):
+            task.cancel()
+        await asyncio.gather(*self._finishing, return_exceptions=True)
         async with self._opening:
             if self._stack is not None:
                 await self._stack.aclose()
@@ -161,9 +165,23 @@ class S3RegionStore(GuardedWrites):
             raise TestbedError(f"{self.name}: GET {copy_key(key, copy)}: {error}") from None
 
     async def read(self, key: str, copy: int) -> tuple[int, bytes] | None:
-        """``(version, payload)`` of a copy, or None if the copy was never written."""
-        found = await self._get(key, copy)
+        """``(version, payload)`` of a copy, or None if the copy was never written.
+
+        A caller that stops waiting (the losers of a hedged GET are cancelled) does not
+        cancel the HTTP request: it finishes in the background and its connection goes
+        back to the pool. HTTP/1.1 cannot drop one request without closing its
+        connection, and a hedging client that closed its losers' connections would open
+        new ones for most GETs (each bounded by the read timeout; ``close`` ends them)."""
+        request = asyncio.ensure_future(self._get(key, copy))
+        self._finishing.add(request)
+        request.add_done_callback(self._finished)
+        found = await asyncio.shield(request)
         return None if found is None else decode_value(found[1])
+
+    def _finished(self, request: asyncio.Task) -> None:
+        self._finishing.discard(request)
+        if not request.cancelled():
+            request.exception()  # retrieved: a loser's failure is nobody's to report
 
     async def write_checked(
         self, key: str, copy: int, version: int, payload: bytes
