@@ -2,8 +2,7 @@
 obstore (Rust's object_store), on one versitygw gateway on loopback, in the same run.
 
 A hedged GET sends several requests from one event loop, so the client's own CPU per
-request shows in the latency: on this machine three concurrent requests to three copies
-doubled the median GET (docs/costlo-live.md, "Limits"). Printed per client, over
+request shows in its latency (docs/costlo-live.md, "The S3 engine"). Printed per client, over
 interleaved rounds: wall time and this process's CPU time per sequential GET, and the
 latency of a "first of three" GET (three at once, the first answer wins, the others are
 cancelled). Ratios are obstore over aiobotocore (under 1: obstore is cheaper).
