@@ -1,0 +1,45 @@
+"""The live reproduction's SLO-sweep checks (pure: no processes): each can fail."""
+
+from __future__ import annotations
+
+import pytest
+
+from geoslo.control.costlo import Configuration, GetTuple
+from geoslo.experiments.costlo._live import _sweep_checks, describe
+
+
+def point(slo_ms, measured_ms, estimated_requests, measured_requests) -> dict:
+    return {
+        "slo_ms": slo_ms,
+        "measured_inflation_ms": measured_ms,
+        "estimated_requests_per_get": estimated_requests,
+        "measured_requests_per_get": measured_requests,
+    }
+
+
+GOOD = [point(10.0, 10.5, 3.0, 3.0), point(15.0, 14.0, 1.4, 1.45)]
+
+
+def test_a_sweep_that_holds_its_estimates_passes_every_check():
+    assert all(_sweep_checks(GOOD).values())
+
+
+@pytest.mark.parametrize(
+    ("broken", "failing"),
+    [
+        ([point(10.0, 14.0, 3.0, 3.0), GOOD[1]], "the measured inflation is within"),
+        ([GOOD[0], point(15.0, 14.0, 1.4, 1.9)], "within 15% of the estimate"),
+        ([GOOD[0], point(15.0, 14.0, 3.0, 3.0)], "fewer storage requests per GET"),
+    ],
+)
+def test_each_check_fails_when_its_property_does_not_hold(broken, failing):
+    checks = _sweep_checks(broken)
+    assert [name for name, ok in checks.items() if not ok] == [
+        name for name in checks if failing in name
+    ]
+
+
+def test_describe_names_copies_requests_and_the_gate():
+    gated = Configuration(serving=GetTuple(2, 1), get_timeout_ms=5.0, get_probability=0.7)
+    assert describe(Configuration()) == "1x1 serving"
+    assert describe(gated) == "2x1 serving, timeout 5 ms, p 70%"
