@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import asyncio
 import re
 import shutil
 import socket
 import subprocess
 import sys
+import time
 
 import pytest
 from typer.testing import CliRunner
@@ -80,6 +82,9 @@ def test_up_status_down(tmp_path):
         (("--sites", "london,London"), "named twice"),
         (("--servers-per-site", "0"), "servers_per_site"),
         (("--service-mean-ms", "-1"), "service_mean_ms"),
+        (("--engine", "s3", "--regions", "toronto"), "need 2 to 6 regions"),
+        (("--engine", "s3", "--regions", "a=1,montreal"), "must then be an IBM region"),
+        (("--engine", "s3", "--regions", "toronto,atlantis"), "give NAME=RTT_MS"),
     ],
 )
 def test_bad_options_fail_with_one_line(tmp_path, args, message):
@@ -94,14 +99,16 @@ def test_status_without_a_testbed(tmp_path):
 
 
 def test_the_s3_engine_goes_up_serves_s3_and_comes_down(tmp_path):
-    # `--engine s3`: CosTLO's two regions of versitygw gateways, reached through toxiproxy
-    # (and in their own network namespaces as root); `down` stops them and the namespaces.
+    # `--engine s3 --regions`: CosTLO's regions of versitygw gateways, three IBM Cloud
+    # regions each its RTT away through toxiproxy (and in their own network namespaces as
+    # root); `down` stops them and the namespaces.
     from geoslo.live._sites import SiteNamespaces
     from geoslo.live.costlo import CostloCluster
 
     skip_without_engine("s3")
     state = tmp_path / "s3"
     up = run_geoslo("testbed", "up", "--engine", "s3", "--servers-per-site", "1",
+                    "--regions", "toronto,montreal,washington-dc", "--serving-rtt-ms", "2",
                     "--state-dir", str(state))  # fmt: skip
     try:
         assert up.returncode == 0, up.stderr
@@ -110,17 +117,40 @@ def test_the_s3_engine_goes_up_serves_s3_and_comes_down(tmp_path):
         assert again.returncode != 0 and "already runs" in again.stderr  # nothing orphaned
         status = run_geoslo("testbed", "status", "--state-dir", str(state))
         assert status.returncode == 0, status.stderr
+        assert "montreal, 11 ms away" in status.stdout  # the IBM matrix's Toronto-Montreal
         ports = [int(p) for p in re.findall(r"through ports \[(\d+)\]", status.stdout)]
-        assert len(ports) == 2 and all(answers(port) for port in ports)
+        assert len(ports) == 3 and all(answers(port) for port in ports)
+        fastest_ms = asyncio.run(fastest_gets_ms(cluster))
+        for region, rtt_ms in cluster.rtts_ms.items():  # a GET takes at least the RTT
+            assert rtt_ms <= fastest_ms[region] <= rtt_ms + 25.0, fastest_ms
+        assert cluster.name("second") == "montreal"  # the closest other region
         sites = SiteNamespaces.recorded_in(state)
         ours = [] if sites is None else [site.namespace for site in sites.sites]
-        assert len(ours) == (2 if cluster.network == "namespaces" else 0)
+        assert len(ours) == (3 if cluster.network == "namespaces" else 0)
         assert set(ours) <= set(netns_names())
     finally:
         down = run_geoslo("testbed", "down", "--state-dir", str(state))
-    assert down.returncode == 0 and "stopped 7 process(es)" in down.stdout, down.stdout
+    assert down.returncode == 0 and "stopped 10 process(es)" in down.stdout, down.stdout
     assert not any(p["alive"] for p in cluster.status())
     assert not set(ours) & set(netns_names()), "down left a namespace behind"
+
+
+async def fastest_gets_ms(cluster) -> dict[str, float]:
+    """The fastest of five GETs of a missing object through each region's path (ms)."""
+    from geoslo.live.costlo import region_store
+
+    fastest = {}
+    for region in cluster.rtts_ms:
+        store = region_store(cluster.reach(region), "rtt")
+        try:
+            for _ in range(5):
+                started = time.perf_counter()
+                assert await store.read("nothing-here", 0) is None
+                elapsed_ms = (time.perf_counter() - started) * 1e3
+                fastest[region] = min(fastest.get(region, elapsed_ms), elapsed_ms)
+        finally:
+            await store.close()
+    return fastest
 
 
 def netns_names() -> list[str]:

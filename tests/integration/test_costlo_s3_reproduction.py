@@ -1,5 +1,5 @@
 """`geoslo reproduce costlo --engine s3 --quick` as a user runs it: the whole loop on S3
-gateways in two regions behind toxiproxy, and the hedge budget during 10x slowdowns.
+gateways in three regions behind toxiproxy, and the hedge budget during 10x slowdowns.
 
 What must hold is asserted: the report and its rows, the stalls making a tail, the
 slowdown slowing the baseline, the budget kept at every moment with a tail no worse than
@@ -50,8 +50,9 @@ def test_the_s3_reproduction_runs_and_the_budget_holds(tmp_path):
     assert all(p["replay"] in rows for p in sweep), "every SLO's selection was replayed"
     assert rows["costlo_budget_slowed"]["budget_refused_fraction"] > 0, "the budget never bound"
     assert rows["costlo_slowed"]["budget_excess_requests"] > 0, "without it, no excess to bound"
-    assert set(results["pings_ms"]) == {"serving", "second"}
-    assert results["pings_ms"]["second"] > results["pings_ms"]["serving"]  # 12 ms against 2
+    pings = results["pings_ms"]  # measured; the IBM matrix's RTTs are 2, 11 and 19 ms
+    assert pings["toronto"] < pings["montreal"] < pings["washington-dc"], pings
+    assert results["second_region"] == "montreal"  # the closest other region (§5.2)
     assert "S3 gateways" in (out / "index.md").read_text()
 
 

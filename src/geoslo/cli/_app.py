@@ -589,7 +589,7 @@ def testbed_up(
         TestbedEngine,
         typer.Option(
             help="sites: Kurma's Redis servers per site and WAN; redis-cluster: the "
-            "Director's Redis Cluster; s3: CosTLO's two regions of S3 gateways (versitygw) "
+            "Director's Redis Cluster; s3: CosTLO's regions of S3 gateways (versitygw) "
             "behind toxiproxy, in network namespaces as root.",
         ),
     ] = TestbedEngine.sites,
@@ -606,6 +606,14 @@ def testbed_up(
         float | None,
         typer.Option(help="redis-cluster: each node's share of one CPU (cgroup quota, root)."),
     ] = None,
+    regions: Annotated[
+        str | None,
+        typer.Option(
+            help="s3: comma-separated regions, the serving one first: NAME=RTT_MS each (the "
+            "clients' RTT), or IBM Cloud regions (toronto,montreal,washington-dc) whose RTTs "
+            "are the first one's to them. Default: serving and second, at the RTTs below.",
+        ),
+    ] = None,
     second_rtt_ms: Annotated[
         float, typer.Option(help="s3: RTT from the clients to the second region (ms).")
     ] = 10.0,
@@ -616,16 +624,17 @@ def testbed_up(
 ) -> None:
     """Start Redis servers per site and the WAN emulator on loopback, (--engine
     redis-cluster) a Redis Cluster of masters, replicas and standbys, or (--engine s3)
-    CosTLO's serving and second regions of S3 gateways with relays and lock services."""
+    CosTLO's regions (--regions) of S3 gateways with relays and lock services."""
     _refuse_a_running_testbed(state_dir)
     if engine is TestbedEngine.s3:
-        from geoslo.live.costlo import CostloCluster
+        from geoslo.live.costlo import CostloCluster, region_rtts
 
         costlo = CostloCluster.up(
             _testbed_dir(state_dir),
             servers_per_region=servers_per_site,
             second_rtt_ms=second_rtt_ms,
             serving_rtt_ms=serving_rtt_ms,
+            regions=None if regions is None else region_rtts(regions, serving_rtt_ms),
             seed=seed,
             engine="s3",
         )
@@ -687,12 +696,13 @@ def _print_costlo_status(cluster) -> None:
         f"CosTLO regions in {cluster.state_dir} ({cluster.engine}, {cluster.network}); "
         "clients reach them through toxiproxy on 127.0.0.1"
     )
-    regions = cluster.regions()
-    for name in ("serving", "second"):
-        endpoints = regions.region(name)
+    for name, rtt_ms in cluster.rtts_ms.items():
+        endpoints = cluster.reach(name)
+        role = " (serving)" if name == cluster.serving else ""
         typer.echo(
-            f"  {name}: servers at {cluster.host(name)}:{cluster.servers[name]}, through "
-            f"ports {list(endpoints.server_ports)}; relay through port {endpoints.relay_port}"
+            f"  {name}{role}, {rtt_ms:g} ms away: servers at {cluster.host(name)}:"
+            f"{cluster.servers[name]}, through ports {list(endpoints.server_ports)}; relay "
+            f"through port {endpoints.relay_port}"
         )
     if cluster.s3 is not None:
         typer.echo(

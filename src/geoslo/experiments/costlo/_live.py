@@ -1,12 +1,14 @@
 """CosTLO's loop on real components: observe, model, decide and act against real storage
 servers (§5.2-§5.3, §4.3): Redis servers on loopback (``engine="redis"``), or S3 gateways
-(versitygw) in two regions behind the toxiproxy delay injector, each region in its own
+(versitygw) in several regions behind the toxiproxy delay injector, each region in its own
 network namespace as root (``engine="s3"``).
 
-1. A two-region `CostloCluster`: each region has N servers; each object has one copy per
-   server of each region.
+1. A `CostloCluster`: each region has N servers; each object has one copy per server of
+   each region. On Redis one region is measured; on S3 every one of ``regions`` (IBM Cloud
+   regions, the RTTs of its matrix), and the closest other by the measured pings serves
+   as the second region (§5.2).
 2. Storage stalls: the servers are stalled at Poisson times for lognormal durations (DEBUG
-   SLEEP on Redis; the process stopped on S3), the second region's less often. These are
+   SLEEP on Redis; the process stopped on S3), at a rate of each region's own. These are
    isolated latency spikes inside the storage service (§2); the real servers' queues turn
    them into the tail.
 3. The agent: pairs of concurrent GETs from this process, to one object and to two
@@ -29,6 +31,7 @@ network namespace as root (``engine="s3"``).
 from __future__ import annotations
 
 import asyncio
+import functools
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -50,13 +53,13 @@ from geoslo.control.costlo.search import select_configuration
 from geoslo.dist import LatencyDistribution
 from geoslo.live._cgroup import cpu_priority
 from geoslo.live.costlo import (
-    SECOND,
-    SERVING,
     CostloClient,
     CostloCluster,
+    Regions,
     StallSettings,
     agent_pairs,
     fill_objects,
+    region_rtts,
     region_store,
     stall_region,
 )
@@ -84,10 +87,15 @@ class LiveSettings:
     pairs_per_s: float = 200.0
     rate_rps: float = 150.0  # GETs per second during a replay
     replay_s: float = 30.0
-    # engine "s3": the second region, the slowdown and the budget
+    # engine "s3": the regions, the serving one first (IBM Cloud regions: the clients sit
+    # serving_rtt_ms from the first, and the others are its RTT to them away), each with
+    # its servers' stall rate; the slowdown and the budget
+    regions: tuple[tuple[str, float], ...] = (
+        ("toronto", 2.0),
+        ("montreal", 0.5),
+        ("washington-dc", 1.0),
+    )
     serving_rtt_ms: float = 2.0
-    second_rtt_ms: float = 12.0
-    second_stall_rate_per_s: float = 0.5
     slowdown_factor: float = 10.0
     budget: HedgeBudget = field(default_factory=HedgeBudget)  # Finagle's defaults
     # the SLOs, as fractions of the measured baseline inflation; the first is the headline
@@ -119,12 +127,15 @@ def run_live(settings: LiveSettings, state_dir: Path, seed: int = 1, progress=pr
     """Start the cluster, run the loop, stop every process it started; the results. The
     cluster and the client run in a CPU cgroup weighted above the machine's other work
     (`geoslo.live._cgroup`), so that a busy machine does not add to the measured tail."""
+    regions = None
+    if settings.engine == "s3":
+        names = ",".join(name for name, _ in settings.regions)
+        regions = region_rtts(names, settings.serving_rtt_ms)
     with cpu_priority("costlo-live") as cpu_note:
         cluster = CostloCluster.up(
             Path(state_dir),
             servers_per_region=settings.servers_per_region,
-            second_rtt_ms=settings.second_rtt_ms,
-            serving_rtt_ms=settings.serving_rtt_ms,
+            regions=regions,
             engine=settings.engine,
         )
         try:
@@ -137,72 +148,48 @@ def run_live(settings: LiveSettings, state_dir: Path, seed: int = 1, progress=pr
 async def _run(cluster: CostloCluster, settings: LiveSettings, seed: int, progress) -> dict:
     keys = [f"object-{k}" for k in range(settings.objects)]
     s3 = settings.engine == "s3"
-    regions = (SERVING, SECOND) if s3 else (SERVING,)
-    for region in regions:
-        await fill_objects(cluster.direct_regions().region(region), keys)
+    stall_rates = dict(settings.regions) if s3 else {cluster.serving: settings.stall_rate_per_s}
+    for region in stall_rates:
+        await fill_objects(cluster.direct(region), keys)
     stop = asyncio.Event()
-    spikes = StallSettings(settings.stall_rate_per_s, settings.stall_median_ms)
-    calmer = StallSettings(settings.second_stall_rate_per_s, settings.stall_median_ms)
-    stalls = stall_region(cluster, SERVING, spikes, seed, stop)
-    if s3:
-        stalls += stall_region(cluster, SECOND, calmer, seed + 100, stop)
+    stalls = []
+    for k, (region, rate_per_s) in enumerate(stall_rates.items()):
+        spikes = StallSettings(rate_per_s, settings.stall_median_ms)
+        stalls += stall_region(cluster, region, spikes, seed + 100 * k, stop)
     stalling = asyncio.gather(*stalls)
     try:
-        views = {}
-        for region in regions:
-            progress(f"costlo live: agent pairs ({region})")
-            direct = cluster.direct_regions().region(region)
-            pairs = await agent_pairs(
-                direct, keys, settings.agent_pairs, settings.pairs_per_s, seed
-            )
-            ping = await _pings(cluster, region, keys, 200) if s3 else np.zeros(1)
-            views[region] = (infer_storage_model(pairs), ping)
-        model = views[SERVING][0]
-        runs = {}
+        views = await _observe(cluster, list(stall_rates), keys, settings, seed, progress)
+        # §5.2: the second region is the closest other one, by the pings measured
+        others = [r for r in views if r != cluster.serving]
+        second = min(others, key=lambda r: float(np.median(views[r][1])), default=None)
+        regions = cluster.regions(second) if second else cluster.regions()
         progress("costlo live: baseline replay")
-        runs["baseline"] = await _replay(cluster, Configuration(), keys, settings, seed + 1)
+        runs = {"baseline": await _replay(regions, Configuration(), keys, settings, seed + 1)}
         baseline_ms = runs["baseline"]["latency_ms"]
-        base_inflation = _inflation_ms(baseline_ms, baseline_ms)
-        sweep = []
-        for k, fraction in enumerate(settings.slo_fractions):
-            slo_ms = fraction * base_inflation
-            selection, estimated_requests = _select(views, slo_ms, settings)
-            name = "costlo" if k == 0 else f"costlo_slo_{fraction:g}"
-            same = [p for p in sweep if p["selection"].configuration == selection.configuration]
-            if same:  # the same configuration at another SLO: its replay serves both
-                name = same[0]["run"]
-            else:
-                progress(f"costlo live: CosTLO replay (SLO {fraction:g} x the baseline's)")
-                runs[name] = await _replay(
-                    cluster, selection.configuration, keys, settings, seed + 10 + k
-                )
-            sweep.append(
-                {
-                    "slo_fraction": fraction,
-                    "slo_ms": slo_ms,
-                    "selection": selection,
-                    "estimated_requests_per_get": estimated_requests,
-                    "run": name,
-                }
-            )
-        selection, slo_ms = sweep[0]["selection"], sweep[0]["slo_ms"]
+        choose = functools.partial(_select, views, cluster.serving, second, settings=settings)
+        sweep = await _sweep(choose, regions, runs, keys, settings, seed + 10, progress)
+        selection = sweep[0]["selection"]
         progress("costlo live: two requests to one copy")
         same_copy = Configuration(serving=GetTuple(1, 2))
-        runs["same_copy"] = await _replay(cluster, same_copy, keys, settings, seed + 3)
+        runs["same_copy"] = await _replay(regions, same_copy, keys, settings, seed + 3)
         if s3:
             progress(f"costlo live: a {settings.slowdown_factor:g}x slowdown of the serving region")
-            runs |= await _slowdown(cluster, selection.configuration, keys, settings, seed + 4)
+            selected = selection.configuration
+            runs |= await _slowdown(cluster, regions, selected, keys, settings, seed + 4)
     finally:
         stop.set()
         await stalling
+    model = views[cluster.serving][0]
     return {
         "inferred": {
             "get_replicas": model.get_replicas,
             "shared_network": model.shared_network,
         },
         "pings_ms": {r: float(np.median(ping)) for r, (_, ping) in views.items()},
-        "baseline_inflation_ms": base_inflation,
-        "slo_ms": slo_ms,
+        "rtts_ms": cluster.rtts_ms,
+        "second_region": second,
+        "baseline_inflation_ms": _inflation_ms(baseline_ms, baseline_ms),
+        "slo_ms": sweep[0]["slo_ms"],
         "selection": selection,
         "rows": [_row(name, run, baseline_ms, settings) for name, run in runs.items()],
         "estimated_inflation_ms": selection.get.inflation_ms,
@@ -210,12 +197,59 @@ async def _run(cluster: CostloCluster, settings: LiveSettings, seed: int, progre
     }
 
 
+async def _observe(
+    cluster: CostloCluster, regions: list[str], keys, settings: LiveSettings, seed: int, progress
+) -> dict[str, tuple]:
+    """The agents (§5.2): each region's storage model, inferred from pairs timed at its
+    boundary, and (S3) the clients' pings to it; ``{region: (model, pings_ms)}``."""
+    views = {}
+    for region in regions:
+        progress(f"costlo live: agent pairs ({region})")
+        pairs = await agent_pairs(
+            cluster.direct(region), keys, settings.agent_pairs, settings.pairs_per_s, seed
+        )
+        s3 = settings.engine == "s3"
+        ping = await _pings(cluster, region, keys, 200) if s3 else np.zeros(1)
+        views[region] = (infer_storage_model(pairs), ping)
+    return views
+
+
+async def _sweep(
+    choose, regions: Regions, runs: dict, keys, settings: LiveSettings, seed: int, progress
+) -> list[dict]:
+    """ConfSelector at each SLO of ``settings.slo_fractions`` (of the baseline's measured
+    inflation), and a replay of each distinct selection (added to ``runs``)."""
+    baseline_ms = runs["baseline"]["latency_ms"]
+    sweep: list[dict] = []
+    for k, fraction in enumerate(settings.slo_fractions):
+        slo_ms = fraction * _inflation_ms(baseline_ms, baseline_ms)
+        selection, estimated_requests = choose(slo_ms)
+        name = "costlo" if k == 0 else f"costlo_slo_{fraction:g}"
+        same = [p for p in sweep if p["selection"].configuration == selection.configuration]
+        if same:  # the same configuration at another SLO: its replay serves both
+            name = same[0]["run"]
+        else:
+            progress(f"costlo live: CosTLO replay (SLO {fraction:g} x the baseline's)")
+            configuration = selection.configuration
+            runs[name] = await _replay(regions, configuration, keys, settings, seed + k)
+        sweep.append(
+            {
+                "slo_fraction": fraction,
+                "slo_ms": slo_ms,
+                "selection": selection,
+                "estimated_requests_per_get": estimated_requests,
+                "run": name,
+            }
+        )
+    return sweep
+
+
 async def _pings(cluster: CostloCluster, region: str, keys, count: int) -> np.ndarray:
     """The client's network latency to a region (S3): the same GET sent at the same moment
     through the injector and at the namespace boundary; the difference is the path's
     (a stalled server delays both alike)."""
-    through = region_store(cluster.regions().region(region), "ping")
-    direct = region_store(cluster.direct_regions().region(region), "ping-direct")
+    through = region_store(cluster.reach(region), "ping")
+    direct = region_store(cluster.direct(region), "ping-direct")
     loop = asyncio.get_running_loop()
 
     async def timed(store, key: str) -> float:
@@ -236,11 +270,16 @@ async def _pings(cluster: CostloCluster, region: str, keys, count: int) -> np.nd
 
 
 async def _slowdown(
-    cluster: CostloCluster, selected: Configuration, keys, settings: LiveSettings, seed: int
+    cluster: CostloCluster,
+    regions: Regions,
+    selected: Configuration,
+    keys,
+    settings: LiveSettings,
+    seed: int,
 ) -> dict:
     """One replay each, every one during its own slowdown of the serving region at the
     injector: the baseline, the selection, and the selection under the hedge budget."""
-    calm = await _replay(cluster, Configuration(), keys, replace(settings, replay_s=2.0), seed)
+    calm = await _replay(regions, Configuration(), keys, replace(settings, replay_s=2.0), seed)
     extra_ms = (settings.slowdown_factor - 1) * float(np.median(calm["latency_ms"]))
     configurations = {
         "baseline_slowed": Configuration(),
@@ -249,15 +288,16 @@ async def _slowdown(
     }
     runs = {}
     for k, (name, configuration) in enumerate(configurations.items()):
-        timer = await asyncio.to_thread(cluster.slow_region, SERVING, extra_ms, settings.replay_s)
+        slow = cluster.slow_region
+        timer = await asyncio.to_thread(slow, cluster.serving, extra_ms, settings.replay_s)
         try:
-            runs[name] = await _replay(cluster, configuration, keys, settings, seed + k)
+            runs[name] = await _replay(regions, configuration, keys, settings, seed + k)
         finally:
             await asyncio.to_thread(timer.join)
     return runs
 
 
-def _select(views: dict, slo_ms: float, settings: LiveSettings):
+def _select(views: dict, serving: str, second: str | None, slo_ms: float, settings: LiveSettings):
     """ConfSelector for this machine's client: the serving region (and the second one,
     on S3), with the storage models and pings the agent measured; the selection and its
     estimate of the storage requests per GET."""
@@ -268,12 +308,13 @@ def _select(views: dict, slo_ms: float, settings: LiveSettings):
         latency = LatencyDistribution.from_samples(ping, DEFAULT_STEP_MS)
         return RegionView(region, model, latency, prices, 1000.0)
 
-    second = view(SECOND) if SECOND in views else None
+    second_view = None if second is None else view(second)
     workload = PrefixWorkload(gets_per_month=settings.rate_rps * 730 * 3600)
     limits = SearchLimits(
         max_copies=settings.servers_per_region, allow_second_region=second is not None
     )
-    context = prefix_context(workload, view(SERVING), second, Slo(get_ms=slo_ms), limits)
+    slo = Slo(get_ms=slo_ms)
+    context = prefix_context(workload, view(serving), second_view, slo, limits)
     selection = select_configuration(context)
     c = selection.configuration
     redundant = context.readers[0].get.redundant_fraction(c)
@@ -281,12 +322,12 @@ def _select(views: dict, slo_ms: float, settings: LiveSettings):
 
 
 async def _replay(
-    cluster: CostloCluster, configuration: Configuration, keys, settings: LiveSettings, seed: int
+    regions: Regions, configuration: Configuration, keys, settings: LiveSettings, seed: int
 ) -> dict:
     """Open-loop Poisson GETs for ``replay_s`` under ``configuration``."""
     rng = np.random.default_rng(seed)
     started: list[tuple[float, object]] = []
-    async with CostloClient(configuration, cluster.regions(), seed=seed) as client:
+    async with CostloClient(configuration, regions, seed=seed) as client:
         loop = asyncio.get_running_loop()
         start = loop.time()
 
@@ -407,9 +448,8 @@ def live_report(settings: LiveSettings, out_dir: Path, seed: int = 1, progress=p
     stalled_by = "stopping the gateway process" if s3 else "DEBUG SLEEP"
     report.text(
         f"{settings.servers_per_region} {'versitygw gateways' if s3 else 'Redis servers'} per "
-        f"region, each stalled by {stalled_by} at {settings.stall_rate_per_s:g}/s"
-        + (f" (the second region's at {settings.second_stall_rate_per_s:g}/s)" if s3 else "")
-        + f" for about {settings.stall_median_ms:g} ms (lognormal); {settings.rate_rps:g} GETs/s "
+        f"region, each stalled by {stalled_by} for about {settings.stall_median_ms:g} ms "
+        f"(lognormal) at {_stall_text(results, settings)}; {settings.rate_rps:g} GETs/s "
         f"for {settings.replay_s:g} s per replay; seed {seed}; the cluster and the client ran "
         f"{results['cpu']}." + (_slowdown_text(results, settings) if s3 else "")
     )
@@ -452,6 +492,21 @@ def _sweep_section(report: Report, sweep: list[dict]) -> None:
 
 def _by_name(results: dict) -> dict[str, dict]:
     return {r["configuration"]: r for r in results["rows"]}
+
+
+def _stall_text(results: dict, settings: LiveSettings) -> str:
+    """Each region's stall rate and RTT, and which one served as the second (S3)."""
+    if settings.engine != "s3":
+        return f"{settings.stall_rate_per_s:g}/s"
+    rtts, pings = results["rtts_ms"], results["pings_ms"]
+    regions = "; ".join(
+        f"{name} {rate:g}/s ({rtts[name]:g} ms away, ping measured {pings[name]:.1f} ms)"
+        for name, rate in settings.regions
+    )
+    return (
+        f"{regions}. {settings.regions[0][0]} serves; the closest other region by the "
+        f"measured pings, {results['second_region']}, is the second (§5.2)"
+    )
 
 
 def _slowdown_text(results: dict, settings: LiveSettings) -> str:
@@ -539,7 +594,7 @@ LIVE_INTRO = {
         "involved: every latency below was measured."
     ),
     "s3": (
-        "CosTLO's whole loop against real S3 gateways (versitygw) in two regions, each in its "
+        "CosTLO's whole loop against real S3 gateways (versitygw) in several regions, each in its "
         "own network namespace, reached through the toxiproxy delay injector. Stopping a "
         "gateway's process at Poisson times makes the storage service's isolated latency "
         "spikes. An agent measures pairs of concurrent GETs at each region's boundary, and "

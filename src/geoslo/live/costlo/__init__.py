@@ -13,7 +13,7 @@ from geoslo.live.costlo._agent import (
     stall_server,
 )
 from geoslo.live.costlo._client import CostloClient, GetRecord
-from geoslo.live.costlo._cluster import CostloCluster
+from geoslo.live.costlo._cluster import CostloCluster, region_rtts
 from geoslo.live.costlo._environment import CostloTestbedEnvironment
 from geoslo.live.costlo._locks import (
     LockClient,
@@ -67,6 +67,7 @@ __all__ = [
     "CopyRef",
     "CostloClient",
     "CostloCluster",
+    "region_rtts",
     "CostloTestbedEnvironment",
     "GetPlan",
     "GetRecord",

@@ -97,10 +97,10 @@ def stall_region(
 ) -> list:
     """§2's spikes on every server of a region until ``stop``, as its engine allows:
     DEBUG SLEEP on Redis, stopping the process on S3. The coroutines, one per server."""
+    ports = cluster.servers[cluster.name(region)]
     if cluster.engine == "redis":
-        ports = cluster.servers[region]
         return [stall_server(p, stalls, seed + k, stop) for k, p in enumerate(ports)]
-    names = [cluster.server_name(region, k) for k in range(len(cluster.servers[region]))]
+    names = [cluster.server_name(region, k) for k in range(len(ports))]
     return [stall_process(cluster, name, stalls, seed + k, stop) for k, name in enumerate(names)]
 
 

@@ -1,12 +1,19 @@
-"""A small live CosTLO deployment on loopback: two regions and the WAN between them.
+"""A small live CosTLO deployment on one machine: named regions and the WAN to them.
 
-``CostloCluster.up(state_dir)`` starts, for the regions ``serving`` and ``second``, N
-storage servers each, a lock and version service per region, a relay per region, and one
-WAN-emulator process with a delay path from the client/VM side to every server and to the
-relay of the second region (the serving region is local). The storage engine is Redis
-(``engine="redis"``, the testbed's command line) or S3 (``engine="s3"``: one versitygw
-gateway per server, built from the Go module proxy, each with its own directory and one
-bucket). It records every PID in ``cluster.json``; ``down`` stops only those PIDs.
+``CostloCluster.up(state_dir)`` starts, for each region (``serving`` and ``second`` unless
+``regions`` names others, the serving one first, each with the clients' RTT to it), N
+storage servers, a lock and version service, a relay, and delay paths from the client/VM
+side to every server and relay of the other regions. The storage engine is Redis
+(``engine="redis"``: the paths are the ``_wan.py`` emulator's, and the serving region is
+local) or S3 (``engine="s3"``: one versitygw gateway per server, built from the Go module
+proxy, each with its own directory and one bucket; every path, the serving region's too,
+goes through toxiproxy). It records every PID in ``cluster.json``; ``down`` stops only
+those PIDs.
+
+A configuration names two roles (§5.2): the serving region and the second one, the closest
+other. Methods that take a region take its name or a role: ``"serving"`` is the first
+region, ``"second"`` the other one with the lowest RTT (``regions(second=...)`` picks
+another).
 """
 
 from __future__ import annotations
@@ -14,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import re
 import secrets
 import signal
 import time
@@ -38,7 +46,6 @@ from geoslo.live._toxiproxy import ToxiproxyApi, ToxiproxyServer
 from geoslo.live._wan import DelayPath, WanConfig
 from geoslo.live.costlo._locks import DEFAULT_LEASE_S, LockServiceConfig, initialise_backup
 from geoslo.live.costlo._objects import (
-    REGIONS,
     SECOND,
     SERVING,
     RegionEndpoints,
@@ -49,25 +56,30 @@ from geoslo.live.costlo._plan import object_copies
 from geoslo.live.costlo._relay import RelayConfig
 from geoslo.live.costlo._storage import Store, region_store
 from geoslo.live.costlo._vm_process import VmProcessConfig
-from geoslo.topology import BaseRttSchedule
+from geoslo.topology import BaseRttSchedule, load_ibm_latency
 
-__all__ = ["CostloCluster", "ENGINES"]
+__all__ = ["CostloCluster", "ENGINES", "region_rtts"]
 
 ENGINES = ("redis", "s3")
 S3_BUCKET = "geoslo-costlo"
+MAX_REGIONS = 6  # each one is N gateways, a relay and a lock service on this machine
+_REGION_NAME = re.compile(r"^[a-z][a-z0-9-]{0,19}$")
 
 
 @dataclass
 class CostloCluster:
-    """A running (or recorded) two-region deployment: its ports and its processes."""
+    """A running (or recorded) deployment of named regions: their ports and processes."""
 
     state_dir: Path
-    second_rtt_ms: float
-    servers: dict[str, list[int]]  # region -> its Redis ports (direct, local)
+    rtts_ms: dict[str, float]  # region -> the clients' RTT to it; the first one serves
+    servers: dict[str, list[int]]  # region -> its storage servers' ports (direct)
     relays: dict[str, int]  # region -> its relay's port (direct)
     locks: dict[str, int]  # region -> its lock service's port
-    wan_servers: list[int]  # WAN ports to the second region's servers, in order
-    wan_relay: int  # WAN port to the second region's relay
+    # region -> the delay injector's ports to its servers, in order, and to its relay (the
+    # regions the clients reach over the WAN: every one but the serving region on Redis,
+    # all of them on S3)
+    paths: dict[str, list[int]] = field(default_factory=dict)
+    path_relays: dict[str, int] = field(default_factory=dict)
     processes: list[dict] = field(default_factory=list)
     lease_s: float = DEFAULT_LEASE_S  # the lock services' default lease
     engine: str = "redis"
@@ -76,11 +88,29 @@ class CostloCluster:
     # loopback, and every client path through toxiproxy (the serving region's too)
     network: str = "loopback"
     hosts: dict[str, str] = field(default_factory=dict)  # region -> where it listens
-    local_servers: list[int] = field(default_factory=list)  # paths to the serving region
-    local_relay: int | None = None
-    serving_rtt_ms: float = 0.0  # the end-host's RTT to the serving region (s3 paths)
     residual_rtt_mean_ms: float = 0.5
     toxiproxy_port: int | None = None
+
+    # --- regions and roles -------------------------------------------------------------------
+    @property
+    def serving(self) -> str:
+        """The serving region's name (the first)."""
+        return next(iter(self.rtts_ms))
+
+    def name(self, region: str) -> str:
+        """A region's name from its name or its role (``"serving"``; ``"second"``: the
+        other region with the lowest RTT)."""
+        if region in self.rtts_ms:
+            return region
+        if region == SERVING:
+            return self.serving
+        if region == SECOND:
+            return min(self.others(), key=lambda other: self.rtts_ms[other])
+        raise InputError("region", f"no region {region!r}; regions: {list(self.rtts_ms)}")
+
+    def others(self) -> list[str]:
+        """Every region but the serving one, in the order they were given."""
+        return [name for name in self.rtts_ms if name != self.serving]
 
     # --- endpoints ---------------------------------------------------------------------------
     def _endpoints(
@@ -89,37 +119,47 @@ class CostloCluster:
         access = None if self.s3 is None else S3Access(**self.s3)
         return RegionEndpoints(tuple(ports), relay_port, host, access)
 
-    def regions(self) -> Regions:
-        """The regions as a client or VM next to the serving region reaches them."""
-        if self.local_servers:
-            serving = self._endpoints(self.local_servers, self.local_relay)
-        else:
-            serving = self._endpoints(self.servers[SERVING], self.relays[SERVING])
-        return Regions(serving, self._endpoints(self.wan_servers, self.wan_relay))
+    def reach(self, region: str) -> RegionEndpoints:
+        """A region as a client or VM next to the serving region reaches it: through the
+        delay injector, or directly when it is local."""
+        name = self.name(region)
+        if name in self.paths:
+            return self._endpoints(self.paths[name], self.path_relays[name])
+        return self.direct(name)
 
-    def direct_regions(self) -> Regions:
-        """Both regions without the WAN (for checks from a test)."""
-        return Regions(
-            self._endpoints(self.servers[SERVING], self.relays[SERVING], self.host(SERVING)),
-            self._endpoints(self.servers[SECOND], self.relays[SECOND], self.host(SECOND)),
-        )
+    def direct(self, region: str) -> RegionEndpoints:
+        """A region without the WAN: its own address (for checks from a test, filling, and
+        the agent at the region's boundary)."""
+        name = self.name(region)
+        return self._endpoints(self.servers[name], self.relays[name], self.host(name))
+
+    def regions(self, second: str = SECOND) -> Regions:
+        """The serving region and ``second`` as a client next to the serving one reaches
+        them."""
+        return Regions(self.reach(SERVING), self.reach(second))
+
+    def direct_regions(self, second: str = SECOND) -> Regions:
+        """The serving region and ``second`` without the WAN (for checks from a test)."""
+        return Regions(self.direct(SERVING), self.direct(second))
 
     def host(self, region: str) -> str:
         """Where a region's servers and relay listen (its namespace's address, or loopback)."""
-        return self.hosts.get(region, "127.0.0.1")
+        return self.hosts.get(self.name(region), "127.0.0.1")
 
     def store(self, region: str = SERVING) -> Store:
         """A store of one region's servers, reached directly (for checks and for filling)."""
-        return region_store(self.direct_regions().region(region), f"direct-{region}")
+        return region_store(self.direct(region), f"direct-{self.name(region)}")
 
     def server_name(self, region: str, index: int) -> str:
         """The recorded name of a storage server (to :meth:`kill` it)."""
-        return f"{self.engine}-{region}-{index}"
+        return f"{self.engine}-{self.name(region)}-{index}"
 
-    async def read_copies(self, configuration, key: str) -> dict[str, tuple[int, bytes] | None]:
+    async def read_copies(
+        self, configuration, key: str, second: str = SECOND
+    ) -> dict[str, tuple[int, bytes] | None]:
         """Every copy of ``key`` that ``configuration`` keeps, read straight from its server
         (no WAN, no relay): ``{"serving/0": (version, value) or None, ...}``."""
-        stores = {r: self.store(r) for r in (SERVING, SECOND)}
+        stores = {SERVING: self.store(SERVING), SECOND: self.store(second)}
         try:
             return {
                 str(ref): await stores[ref.region].read(key, ref.copy)
@@ -130,7 +170,7 @@ class CostloCluster:
                 await store.close()
 
     def lock_port(self, region: str = SERVING) -> int:
-        return self.locks[region]
+        return self.locks[self.name(region)]
 
     # --- lifecycle ---------------------------------------------------------------------------
     @classmethod
@@ -145,11 +185,17 @@ class CostloCluster:
         engine: str = "redis",
         network: str = "auto",
         serving_rtt_ms: float = 0.0,
+        regions: dict[str, float] | None = None,
     ) -> CostloCluster:
         """Start every process (all at once, then wait for their ports). The lock services
-        start from a new, empty backup (their state is complete, not lost). ``network``
-        (engine s3): "namespaces", "loopback", or "auto" (namespaces where root can make
-        them)."""
+        start from a new, empty backup (their state is complete, not lost). ``regions``:
+        name -> the clients' RTT (ms), the serving region first (see :func:`region_rtts`);
+        by default ``serving`` and ``second`` at ``serving_rtt_ms`` and ``second_rtt_ms``.
+        ``network`` (engine s3): "namespaces", "loopback", or "auto" (namespaces where
+        root can make them)."""
+        if regions is None:
+            regions = {SERVING: serving_rtt_ms, SECOND: second_rtt_ms}
+        regions = _checked_regions(regions)
         if engine not in ENGINES:
             raise InputError("engine", f"must be one of {ENGINES}, got {engine!r}")
         if network not in ("auto", "namespaces", "loopback"):
@@ -162,20 +208,21 @@ class CostloCluster:
                 f"(`geoslo testbed down --state-dir {state_dir}`)"
             )
         state_dir.mkdir(parents=True, exist_ok=True)
-        ports = iter(free_ports(2 * servers_per_region + 4 + servers_per_region + 1))
+        ports = iter(free_ports(len(regions) * (2 * servers_per_region + 3)))
         cluster = cls(
             state_dir,
-            second_rtt_ms,
-            {r: [next(ports) for _ in range(servers_per_region)] for r in REGIONS},
-            {r: next(ports) for r in REGIONS},
-            {r: next(ports) for r in REGIONS},
-            [next(ports) for _ in range(servers_per_region)],
-            next(ports),
+            regions,
+            {r: [next(ports) for _ in range(servers_per_region)] for r in regions},
+            {r: next(ports) for r in regions},
+            {r: next(ports) for r in regions},
             lease_s=lease_s,
             engine=engine,
-            serving_rtt_ms=serving_rtt_ms,
             residual_rtt_mean_ms=residual_rtt_mean_ms,
         )
+        if engine == "redis":  # the _wan.py emulator's ports, to every other region
+            for region in cluster.others():
+                cluster.paths[region] = [next(ports) for _ in range(servers_per_region)]
+                cluster.path_relays[region] = next(ports)
         if engine == "s3":
             cluster.network = _choose_network(network)
             cluster.s3 = {
@@ -183,7 +230,7 @@ class CostloCluster:
                 "access_key": f"geoslo{secrets.token_hex(4)}",
                 "secret_key": secrets.token_hex(16),
             }
-        for region in REGIONS:
+        for region in regions:
             initialise_backup(Path(cluster._locks_config(region).backup_path))
         try:
             cluster._start_all(cluster._program(), residual_rtt_mean_ms, seed)
@@ -194,13 +241,13 @@ class CostloCluster:
 
     def _start_all(self, program: str, residual_rtt_mean_ms: float, seed: int) -> None:
         if self.network == "namespaces":
-            sites = SiteNamespaces.create(self.state_dir, list(REGIONS), "geoslo-costlo")
-            self.hosts = {region: sites.address(region) for region in REGIONS}
+            sites = SiteNamespaces.create(self.state_dir, list(self.rtts_ms), "geoslo-costlo")
+            self.hosts = {region: sites.address(region) for region in self.rtts_ms}
             self.save()
-        for region in REGIONS:
+        for region in self.rtts_ms:
             for k in range(len(self.servers[region])):
                 self._start_server(program, region, k)
-        for region in REGIONS:
+        for region in self.rtts_ms:
             locks = self._locks_config(region)
             self._launch_module("costlo-locks", f"locks-{region}", locks, locks.port)
             relay = RelayConfig(
@@ -219,8 +266,8 @@ class CostloCluster:
         if self.engine == "s3":
             from geoslo.live.costlo._s3 import ensure_bucket
 
-            for region in REGIONS:
-                asyncio.run(ensure_bucket(self.direct_regions().region(region)))
+            for region in self.rtts_ms:
+                asyncio.run(ensure_bucket(self.direct(region)))
             self._start_paths(seed)
         self.save()
 
@@ -251,30 +298,25 @@ class CostloCluster:
 
     # --- the WAN of the s3 engine: toxiproxy paths -----------------------------------------------
     def _start_paths(self, seed: int) -> None:
-        """toxiproxy, and one path per server and relay of each region: the second region
-        ``second_rtt_ms`` away, the serving one ``serving_rtt_ms`` (both with the residual)."""
+        """toxiproxy, and one path per server and relay of each region, its RTT away (with
+        the residual)."""
         toxiproxy = ToxiproxyServer.start(self.state_dir, seed)
         self.processes.append({"name": "toxiproxy", "pid": toxiproxy.pid, "port": toxiproxy.port})
         self.toxiproxy_port = toxiproxy.port
         self.save()
         api = toxiproxy.api
-        ports = {}
-        for region in REGIONS:
-            rtt_ms = self.second_rtt_ms if region == SECOND else self.serving_rtt_ms
+        for region, rtt_ms in self.rtts_ms.items():
             targets = [(f"{region}-server-{k}", p) for k, p in enumerate(self.servers[region])]
             targets.append((f"{region}-relay", self.relays[region]))
+            ports = []
             for name, port in targets:
-                ports[name] = api.create_proxy(name, self.host(region), port)
+                ports.append(api.create_proxy(name, self.host(region), port))
                 api.set_path_delay(name, rtt_ms, self.residual_rtt_mean_ms)
-        serving, second = (
-            [ports[f"{r}-server-{k}"] for k in range(len(self.servers[r]))] for r in REGIONS
-        )
-        self.local_servers, self.local_relay = serving, ports[f"{SERVING}-relay"]
-        self.wan_servers, self.wan_relay = second, ports[f"{SECOND}-relay"]
+            self.paths[region], self.path_relays[region] = ports[:-1], ports[-1]
 
     def region_paths(self, region: str) -> list[str]:
         """The toxiproxy paths from the client side to a region's servers and relay."""
-        prefix = f"{region}-"
+        prefix = f"{self.name(region)}-"
         return sorted(name for name in self._toxiproxy().proxies() if name.startswith(prefix))
 
     def slow_region(self, region: str, extra_rtt_ms: float, duration_s: float):
@@ -288,18 +330,21 @@ class CostloCluster:
         return ToxiproxyApi(self.toxiproxy_port)
 
     def _locks_config(self, region: str) -> LockServiceConfig:
-        backup = self.state_dir / f"locks-{region}.jsonl"
-        return LockServiceConfig(self.locks[region], str(backup), self.lease_s)
+        name = self.name(region)
+        backup = self.state_dir / f"locks-{name}.jsonl"
+        return LockServiceConfig(self.locks[name], str(backup), self.lease_s)
 
     def _wan_config(self, residual_rtt_mean_ms: float, seed: int) -> WanConfig:
-        rtt = BaseRttSchedule.constant(self.second_rtt_ms)
-        targets = list(zip(self.wan_servers, self.servers[SECOND], strict=True))
-        targets.append((self.wan_relay, self.relays[SECOND]))
-        paths = tuple(
-            DelayPath(SERVING, SECOND, listen, target, rtt, residual_rtt_mean_ms)
-            for listen, target in targets
-        )
-        return WanConfig(paths, float(time.time()), seed)
+        paths = []
+        for region in self.others():
+            rtt = BaseRttSchedule.constant(self.rtts_ms[region])
+            targets = list(zip(self.paths[region], self.servers[region], strict=True))
+            targets.append((self.path_relays[region], self.relays[region]))
+            paths += [
+                DelayPath(self.serving, region, listen, target, rtt, residual_rtt_mean_ms)
+                for listen, target in targets
+            ]
+        return WanConfig(tuple(paths), float(time.time()), seed)
 
     def _launch_module(
         self, role: str, name: str, config, port: int, region: str | None = None
@@ -380,7 +425,7 @@ class CostloCluster:
         """Kill a region's lock service and start it again on its port: from its backup,
         with the backup deleted (``lose_state``: every version and lock forgotten), or from
         a copy of an earlier backup (``old_backup``: stale versions)."""
-        name = f"locks-{region}"
+        name = f"locks-{self.name(region)}"
         self.kill(name)
         config = self._locks_config(region)
         if lose_state:
@@ -420,7 +465,7 @@ class CostloCluster:
         path = Path(state_dir) / "cluster.json"
         if not path.exists():
             return None
-        data = json.loads(path.read_text())
+        data = _upgraded(json.loads(path.read_text()))
         data["state_dir"] = Path(data["state_dir"])
         return cls(**data)
 
@@ -435,3 +480,71 @@ def _choose_network(network: str) -> str:
     if network == "namespaces":
         raise TestbedError(f"cannot make network namespaces here: {reason}")
     return "loopback"
+
+
+def _upgraded(data: dict) -> dict:
+    """A cluster.json written before regions had names (two, "serving" and "second"), in
+    today's form, so that ``status`` and ``down`` still find its processes."""
+    if "rtts_ms" in data:
+        return data
+    rtts = {SERVING: data.pop("serving_rtt_ms", 0.0), SECOND: data.pop("second_rtt_ms")}
+    local, local_relay = data.pop("local_servers", []), data.pop("local_relay", None)
+    data["paths"] = {SECOND: data.pop("wan_servers")} | ({SERVING: local} if local else {})
+    data["path_relays"] = {SECOND: data.pop("wan_relay")}
+    if local_relay is not None:
+        data["path_relays"][SERVING] = local_relay
+    return {"rtts_ms": rtts, **data}
+
+
+def _checked_regions(regions: dict[str, float]) -> dict[str, float]:
+    """Two to MAX_REGIONS regions with short lower-case names and RTTs in [0, 1000] ms."""
+    if not 2 <= len(regions) <= MAX_REGIONS:
+        raise InputError("regions", f"need 2 to {MAX_REGIONS} regions, got {len(regions)}")
+    for name, rtt_ms in regions.items():
+        if not isinstance(name, str) or not _REGION_NAME.match(name):
+            raise InputError(
+                "regions", f"{name!r}: a name is a-z, 0-9 and '-', at most 20, a letter first"
+            )
+        if not 0.0 <= float(rtt_ms) <= 1000.0:
+            raise InputError("regions", f"{name}: RTT must be in [0, 1000] ms, got {rtt_ms}")
+    return {name: float(rtt_ms) for name, rtt_ms in regions.items()}
+
+
+def region_rtts(spec: str, serving_rtt_ms: float = 2.0) -> dict[str, float]:
+    """``--regions``: comma-separated regions, the serving one first, each ``NAME=RTT_MS``
+    (the clients' round trip to it) or an IBM Cloud region (``washington-dc``): the
+    clients sit ``serving_rtt_ms`` from the first region, and an IBM region's RTT is the
+    first one's to it in the latest publication (the first must then be an IBM region)."""
+    names, rtt_ms = load_ibm_latency()
+    ibm = {name.lower().replace(" ", "-"): k for k, name in enumerate(names)}
+    entries = [entry.strip().lower() for entry in spec.split(",") if entry.strip()]
+    regions: dict[str, float] = {}
+    for position, entry in enumerate(entries):
+        name, given, rtt = entry.partition("=")
+        name = name.strip()
+        if name in regions:
+            raise InputError("regions", f"{name!r} is named twice")
+        if given:
+            regions[name] = _parse_rtt(name, rtt)
+        elif name not in ibm:
+            raise InputError(
+                "regions", f"{name!r}: give NAME=RTT_MS or an IBM region: {sorted(ibm)}"
+            )
+        elif position == 0:
+            regions[name] = serving_rtt_ms
+        elif entries[0] not in ibm:
+            raise InputError(
+                "regions",
+                f"{name!r}: an IBM region's RTT is from the first region, "
+                "which must then be an IBM region too",
+            )
+        else:
+            regions[name] = float(rtt_ms[ibm[entries[0]], ibm[name]])
+    return _checked_regions(regions)
+
+
+def _parse_rtt(name: str, text: str) -> float:
+    try:
+        return float(text)
+    except ValueError:
+        raise InputError("regions", f"{name}: RTT {text!r} is not a number of ms") from None
