@@ -133,6 +133,7 @@ def test_the_s3_engine_goes_up_serves_s3_and_comes_down(tmp_path):
     assert down.returncode == 0 and "stopped 10 process(es)" in down.stdout, down.stdout
     assert not any(p["alive"] for p in cluster.status())
     assert not set(ours) & set(netns_names()), "down left a namespace behind"
+    assert not (state / "toxiproxy.json").exists(), "down left the injector's record"
 
 
 async def fastest_gets_ms(cluster) -> dict[str, float]:

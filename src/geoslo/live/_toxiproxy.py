@@ -37,6 +37,7 @@ from geoslo.live._gobuild import go_program
 from geoslo.live._processes import ManagedProcess, free_ports, process_alive, stop_pid
 
 __all__ = [
+    "STATE_FILE",
     "LatencyToxic",
     "ToxiproxyApi",
     "ToxiproxyServer",

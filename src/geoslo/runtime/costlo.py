@@ -20,12 +20,12 @@ from geoslo.control.costlo import (
     EpochObservation,
     EpochPlan,
     HedgeBudget,
+    HedgeBudgetInput,
     PrefixWorkload,
     SearchLimits,
     Slo,
     configuration_to_dict,
 )
-from geoslo.control.costlo._schema import HedgeBudgetInput
 from geoslo.control.costlo.example import EXAMPLE_WORKLOAD
 from geoslo.control.costlo.validation import LIMITS_RANGES, MAX_SLO_MS
 from geoslo.live.costlo import CostloTestbedEnvironment, StallSettings

@@ -6,6 +6,7 @@ each epoch, §5.2); ``validation`` (the problem.json/config.json contract); ``ex
 illustrative prefix).
 """
 
+from geoslo.control.costlo._schema import HedgeBudgetInput
 from geoslo.control.costlo.decide import CostloProblem, RegionInput, decide
 from geoslo.control.costlo.example import example_dict, example_problem
 from geoslo.control.costlo.loop import CostloLoop, prefix_problem
@@ -42,6 +43,7 @@ __all__ = [
     "Estimate",
     "GetTuple",
     "HedgeBudget",
+    "HedgeBudgetInput",
     "PrefixObservation",
     "PrefixWorkload",
     "PutTuple",

@@ -42,6 +42,7 @@ from geoslo.live._processes import (
     wait_for_port,
 )
 from geoslo.live._sites import SiteNamespaces
+from geoslo.live._toxiproxy import STATE_FILE as TOXIPROXY_STATE_FILE
 from geoslo.live._toxiproxy import ToxiproxyApi, ToxiproxyServer
 from geoslo.live._wan import DelayPath, WanConfig
 from geoslo.live.costlo._locks import DEFAULT_LEASE_S, LockServiceConfig, initialise_backup
@@ -445,6 +446,7 @@ class CostloCluster:
         made; how many processes were running."""
         stopped = stop_recorded(self.processes)
         self.processes = []
+        (self.state_dir / TOXIPROXY_STATE_FILE).unlink(missing_ok=True)  # its PID is gone
         sites = SiteNamespaces.recorded_in(self.state_dir)
         if sites is not None:
             sites.delete()
