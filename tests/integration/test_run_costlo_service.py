@@ -147,3 +147,47 @@ def test_the_client_library_issues_the_plans_configuration(tmp_path, needs_redis
     assert all(r.storage_requests == 2 and r.redundant for r in records)
     assert np.mean([r.winner is not None for r in records]) == 1.0
     assert pids and not any(process_alive(pid) for pid in pids)  # close() waited for them
+
+
+def test_the_s3_testbed_observes_every_region_and_serves_the_plans_second(tmp_path):
+    """On S3 every region's agent measures pairs and pings, the loop takes the closest
+    other region as the second (§5.2), and the client reaches the plan's second region:
+    with the serving region's gateways stopped, GETs are answered from it, no sooner than
+    its RTT."""
+    skip_without_engine("s3")
+    regions = {"home": 2.0, "far": 30.0, "near": 10.0}
+    both = Configuration(second=GetTuple(1, 1), get_timeout_ms=0.0)
+
+    async def scenario():
+        env = CostloTestbedEnvironment(
+            tmp_path / "state", servers_per_region=2, objects=50, agent_pairs=50,
+            pings_per_region=30, rate_rps=20.0, engine="s3", regions=regions,
+        )  # fmt: skip
+        await env.start()
+        try:
+            observation = await env.observe()
+            plan = CostloLoop(Slo(get_ms=5.0), SearchLimits(max_copies=2)).step(observation)
+            chosen = plan.selections["local"].second_region
+            far = replace(plan.selections["local"], configuration=both, second_region="far")
+            await env.apply(EpochPlan(2, {"local": far}, {"local": "feasible"}, plan.outcome))
+            await env.observe()  # the GETs so far, of either client
+            servers = [env.cluster.server_name("serving", k) for k in range(2)]
+            for name in servers:
+                env.cluster.pause(name)
+            try:
+                await asyncio.sleep(1.5)
+            finally:
+                for name in servers:
+                    env.cluster.resume(name)
+            await env.observe()
+            return observation, chosen, env.last_records
+        finally:
+            await env.close()
+
+    observation, chosen, records = asyncio.run(scenario())
+    pings = {r.name: float(np.median(r.ping_ms["local"])) for r in observation.regions}
+    assert list(pings) == ["home", "far", "near"] and pings["home"] < pings["near"] < pings["far"]
+    assert chosen == "near"  # the closest other region by the measured pings
+    from_second = [r for r in records if r.winner and r.winner.startswith("second")]
+    assert len(from_second) >= 5, records
+    assert min(r.latency_ms for r in from_second) >= 30.0  # far's RTT, not near's

@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from geoslo.control.costlo import (
     CostloLoop,
@@ -28,7 +28,7 @@ from geoslo.control.costlo import (
 )
 from geoslo.control.costlo.example import EXAMPLE_WORKLOAD
 from geoslo.control.costlo.validation import LIMITS_RANGES, MAX_SLO_MS
-from geoslo.live.costlo import CostloTestbedEnvironment, StallSettings
+from geoslo.live.costlo import CostloTestbedEnvironment, StallSettings, region_rtts
 from geoslo.runtime._service import Service, System
 from geoslo.sim.costlo import CostloSimEnvironment
 
@@ -124,14 +124,20 @@ class SimulatorSettings(BaseModel):
 
 
 class TestbedSettings(BaseModel):
-    """``[environment] kind = "testbed"``: Redis servers on loopback with injected stalls
-    and one end-host (docs/costlo-live.md)."""
+    """``[environment] kind = "testbed"``: Redis servers on loopback, or S3 gateways in
+    named regions behind toxiproxy, with injected stalls and one end-host
+    (docs/costlo-live.md)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     kind: Literal["testbed"]
     engine: Literal["redis", "s3"] = Field(
         "redis", description="Storage servers: Redis, or S3 gateways (versitygw) behind toxiproxy."
+    )
+    regions: str | None = Field(
+        None,
+        description="engine s3: the regions, the serving one first, as `geoslo testbed up "
+        "--regions` takes them (NAME=RTT_MS or IBM Cloud regions); default serving and second.",
     )
     state_dir: str | None = Field(None, description="Logs of the processes; default a temp dir.")
     servers_per_region: int = Field(3, ge=2, le=8, description="One copy per server.")
@@ -142,6 +148,13 @@ class TestbedSettings(BaseModel):
     pairs_per_s: float = Field(200.0, gt=0, le=10_000)
     rate_rps: float = Field(100.0, gt=0, le=5_000, description="The end-host's GETs/s.")
     seed: int = Field(0, ge=0)
+
+    @field_validator("regions")
+    @classmethod
+    def _known_regions(cls, regions: str | None) -> str | None:
+        if regions is not None:
+            region_rtts(regions)  # the reason, at the config check, for a bad one
+        return regions
 
 
 def simulator(settings: SimulatorSettings, controller: CostloSettings) -> CostloSimEnvironment:
@@ -177,6 +190,7 @@ def testbed(settings: TestbedSettings, controller: CostloSettings) -> CostloTest
         percentile=controller.percentile,
         seed=settings.seed,
         engine=settings.engine,
+        regions=None if settings.regions is None else region_rtts(settings.regions),
     )
 
 
@@ -267,6 +281,8 @@ peak_put_rps = 0.1
 # On real Redis servers with injected stalls instead (docs/costlo-live.md), e.g. with
 # interval_s = 10.0:
 #   kind = "testbed"
+#   engine = "redis"           # or "s3": versitygw gateways behind toxiproxy, with
+#   regions = "toronto,montreal,washington-dc"   # (s3) the serving region first
 #   servers_per_region = 3     # one copy of every object per server
 #   stall_rate_per_s = 2.0     # DEBUG SLEEP stalls per server: isolated spikes (§2)
 #   stall_median_ms = 20.0

@@ -58,9 +58,9 @@ from geoslo.live.costlo import (
     Regions,
     StallSettings,
     agent_pairs,
+    agent_pings,
     fill_objects,
     region_rtts,
-    region_store,
     stall_region,
 )
 from geoslo.models import infer_storage_model
@@ -209,7 +209,8 @@ async def _observe(
             cluster.direct(region), keys, settings.agent_pairs, settings.pairs_per_s, seed
         )
         s3 = settings.engine == "s3"
-        ping = await _pings(cluster, region, keys, 200) if s3 else np.zeros(1)
+        through, direct = cluster.reach(region), cluster.direct(region)
+        ping = await agent_pings(through, direct, keys, 200) if s3 else np.zeros(1)
         views[region] = (infer_storage_model(pairs), ping)
     return views
 
@@ -242,31 +243,6 @@ async def _sweep(
             }
         )
     return sweep
-
-
-async def _pings(cluster: CostloCluster, region: str, keys, count: int) -> np.ndarray:
-    """The client's network latency to a region (S3): the same GET sent at the same moment
-    through the injector and at the namespace boundary; the difference is the path's
-    (a stalled server delays both alike)."""
-    through = region_store(cluster.reach(region), "ping")
-    direct = region_store(cluster.direct(region), "ping-direct")
-    loop = asyncio.get_running_loop()
-
-    async def timed(store, key: str) -> float:
-        started = loop.time()
-        await store.read(key, 0)
-        return (loop.time() - started) * 1e3
-
-    differences = []
-    try:
-        for k in range(count):
-            key = keys[k % len(keys)]
-            via, at = await asyncio.gather(timed(through, key), timed(direct, key))
-            differences.append(via - at)
-    finally:
-        await through.close()
-        await direct.close()
-    return np.clip(np.array(differences), 0.0, None)
 
 
 async def _slowdown(

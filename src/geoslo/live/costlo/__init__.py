@@ -1,12 +1,13 @@
 """CosTLO on the live testbed (NSDI 2015): its client library (GET), relay VMs, the
-per-region lock and version service and the VM library (PUT), with a small two-region
-deployment on loopback; ``CostloTestbedEnvironment`` is the environment handle ``geoslo run`` drives
-``CostloLoop`` with. Reference: docs/costlo-live.md.
+per-region lock and version service and the VM library (PUT), with a small deployment of
+named regions on this machine; ``CostloTestbedEnvironment`` is the environment handle
+``geoslo run`` drives ``CostloLoop`` with. Reference: docs/costlo-live.md.
 """
 
 from geoslo.live.costlo._agent import (
     StallSettings,
     agent_pairs,
+    agent_pings,
     fill_objects,
     stall_process,
     stall_region,
@@ -92,6 +93,7 @@ __all__ = [
     "VmProcessConfig",
     "WriteOutcome",
     "agent_pairs",
+    "agent_pings",
     "copy_key",
     "decode_value",
     "encode_value",

@@ -33,6 +33,7 @@ __all__ = [
     "stall_process",
     "stall_region",
     "agent_pairs",
+    "agent_pings",
 ]
 
 
@@ -125,6 +126,31 @@ async def agent_pairs(
         await store.close()
     same, distinct = _pairs(timed[0::2]), _pairs(timed[1::2])
     return StorageMeasurements(same, distinct, same, distinct)
+
+
+async def agent_pings(
+    through: RegionEndpoints, direct: RegionEndpoints, keys: list[str], count: int
+) -> np.ndarray:
+    """The clients' network latency to a region (ms), §5.2's pings: the same GET sent at
+    the same moment through the delay injector and at the region's boundary; the
+    difference is the path's (a stalled server delays both alike)."""
+    via_injector, at_boundary = region_store(through, "ping"), region_store(direct, "ping-direct")
+
+    async def timed(store: Store, key: str) -> float:
+        started = time.perf_counter()
+        await store.read(key, 0)
+        return (time.perf_counter() - started) * 1e3
+
+    differences = []
+    try:
+        for k in range(count):
+            key = keys[k % len(keys)]
+            via, at = await asyncio.gather(timed(via_injector, key), timed(at_boundary, key))
+            differences.append(via - at)
+    finally:
+        await via_injector.close()
+        await at_boundary.close()
+    return np.clip(np.array(differences), 0.0, None)
 
 
 async def _timed_pair(store: Store, a: tuple[str, int], b: tuple[str, int]) -> list[float]:

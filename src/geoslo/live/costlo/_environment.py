@@ -12,9 +12,13 @@ minus the median of one GET alone (§3, measured by the agent's single requests)
 exactly that configuration from then on; the old one finishes its GETs and closes.
 ``close()`` stops everything it started and returns when it has exited.
 
-The testbed is one prefix (``local``, this machine) and one region (``serving``): loopback
-has no Internet between them, so the agent's pings are zero and the search has no second
-region (its copies and requests per copy, relays, timeout and probability remain).
+The testbed is one prefix (``local``, this machine). On Redis it is one region
+(``serving``): loopback has no Internet between them, so the agent's pings are zero and the
+search has no second region (its copies and requests per copy, relays, timeout and
+probability remain). On S3 every region of the cluster (``regions``, the serving one
+first) is observed: its agent's pairs at its boundary and its pings through the delay
+injector (`agent_pings`), and the loop takes the closest other as the second region
+(§5.2); the client then reaches the serving region and the plan's second one.
 """
 
 from __future__ import annotations
@@ -37,16 +41,20 @@ from geoslo.control.costlo import (
 )
 from geoslo.control.costlo.cost import HOURS_PER_MONTH
 from geoslo.errors import InputError, TestbedError
-from geoslo.live.costlo._agent import StallSettings, agent_pairs, fill_objects, stall_region
+from geoslo.live.costlo._agent import (
+    StallSettings,
+    agent_pairs,
+    agent_pings,
+    fill_objects,
+    stall_region,
+)
 from geoslo.live.costlo._client import CostloClient, GetRecord
 from geoslo.live.costlo._cluster import CostloCluster
-from geoslo.live.costlo._objects import SERVING
 from geoslo.topology import StoragePrices, cloud_regions
 
-__all__ = ["CostloTestbedEnvironment", "PREFIX", "REGION"]
+__all__ = ["CostloTestbedEnvironment", "PREFIX"]
 
 PREFIX = "local"  # the testbed's one prefix: this machine's end-host
-REGION = "serving"  # its serving region
 
 
 @dataclass
@@ -66,6 +74,10 @@ class CostloTestbedEnvironment:
     seed: int = 0
     simulated: bool = False
     engine: str = "redis"  # or "s3": versitygw gateways behind toxiproxy (CostloCluster)
+    # engine "s3": region -> the clients' RTT (ms), the serving one first (None: the
+    # cluster's default two)
+    regions: dict[str, float] | None = None
+    pings_per_region: int = 100  # per observation (engine s3)
     epoch: int = 0
     last_records: list[GetRecord] = field(default_factory=list)  # of the last observation
     cluster: CostloCluster | None = None
@@ -77,6 +89,7 @@ class CostloTestbedEnvironment:
     _stop: asyncio.Event | None = None
     _own_dir: bool = False
     _keys: list[str] = field(default_factory=list)
+    _in_force: tuple = (Configuration(), None)  # the configuration and its second region
 
     @property
     def workload(self) -> PrefixWorkload:
@@ -104,12 +117,14 @@ class CostloTestbedEnvironment:
             self.servers_per_region,
             seed=self.seed,
             engine=self.engine,
+            regions=self.regions if self.engine == "s3" else None,
         )
         self._keys = [f"object-{k}" for k in range(self.objects)]
-        await fill_objects(self.cluster.direct_regions().serving, self._keys)
         self._stop = asyncio.Event()
-        stalls = stall_region(self.cluster, SERVING, self.stalls, self.seed, self._stop)
-        self._background = [asyncio.create_task(stall) for stall in stalls]
+        for k, region in enumerate(self._observed()):
+            await fill_objects(self.cluster.direct(region), self._keys)
+            stalls = stall_region(self.cluster, region, self.stalls, self.seed + k, self._stop)
+            self._background += [asyncio.create_task(stall) for stall in stalls]
         self._client = await self._new_client(Configuration())
         self._background.append(asyncio.create_task(self._load()))
 
@@ -118,38 +133,59 @@ class CostloTestbedEnvironment:
         if self.cluster is None:
             raise TestbedError("the testbed is not started")
         self.epoch += 1
-        seed = self.seed + 1_000 * self.epoch
-        serving = self.cluster.direct_regions().serving
-        storage = await agent_pairs(serving, self._keys, self.agent_pairs, self.pairs_per_s, seed)
+        regions = [await self._observe_region(region) for region in self._observed()]
         self.last_records = self._take_records()
-        single_ms = storage.get_distinct_objects.service_ms  # each request alone on its server
-        region = RegionObservation(
-            REGION,
-            self.prices,
-            storage,
-            {PREFIX: np.zeros(self.agent_pairs)},  # loopback: no Internet to the end-host
-            self.relay_rps,
-        )
+        # each request alone on its server: the serving region's baseline median
+        single_ms = regions[0].storage.get_distinct_objects.service_ms
         prefix = PrefixObservation(
-            PREFIX, REGION, self.workload, self._inflation_ms(float(np.median(single_ms)))
+            PREFIX,
+            self.cluster.serving,
+            self.workload,
+            self._inflation_ms(float(np.median(single_ms))),
         )
-        return EpochObservation((region,), (prefix,))
+        return EpochObservation(tuple(regions), (prefix,))
+
+    async def _observe_region(self, region: str) -> RegionObservation:
+        """One region's agent (§5.2): pairs at its boundary and, on S3, the pings through
+        the delay injector (on Redis the end-host is next to its one region: zero)."""
+        seed = self.seed + 1_000 * self.epoch + len(region)
+        direct = self.cluster.direct(region)
+        storage = await agent_pairs(direct, self._keys, self.agent_pairs, self.pairs_per_s, seed)
+        if self.engine == "s3":
+            through = self.cluster.reach(region)
+            ping = await agent_pings(through, direct, self._keys, self.pings_per_region)
+        else:
+            ping = np.zeros(self.agent_pairs)
+        return RegionObservation(region, self.prices, storage, {PREFIX: ping}, self.relay_rps)
+
+    def _observed(self) -> list[str]:
+        """The regions the agents measure: every one on S3, the serving one on Redis."""
+        names = list(self.cluster.rtts_ms)
+        return names if self.engine == "s3" else names[:1]
 
     async def apply(self, plan: EpochPlan) -> None:
         """The end-host's client library issues the plan's configuration from now on."""
         unknown = set(plan.configurations) - {PREFIX}
         if unknown:
             raise InputError("plan", f"the testbed serves only {PREFIX!r}, not {sorted(unknown)}")
-        configuration = plan.configurations.get(PREFIX, Configuration())
-        if configuration.serving_copies > self.servers_per_region or configuration.second.copies:
+        selection = plan.selections.get(PREFIX)
+        configuration = Configuration() if selection is None else selection.configuration
+        second = "" if selection is None else selection.second_region
+        observed = self._observed()
+        if configuration.second.copies and second not in observed[1:]:
+            raise InputError("plan", f"{configuration} needs a second region; observed: {observed}")
+        copies = max(configuration.serving_copies, configuration.second.copies)
+        if copies > self.servers_per_region:
             raise InputError(
                 "plan",
-                f"the testbed holds {self.servers_per_region} copies in one region: "
+                f"the testbed holds {self.servers_per_region} copies per region: "
                 f"{configuration} cannot be served",
             )
-        if self._client is not None and configuration == self._client.configuration:
+        in_force = (configuration, second or None)
+        if self._client is not None and in_force == self._in_force:
             return
-        old, self._client = self._client, await self._new_client(configuration)
+        old, self._client = self._client, await self._new_client(configuration, second or None)
+        self._in_force = in_force
         if old is not None:
             self._retire(old)
 
@@ -173,8 +209,11 @@ class CostloTestbedEnvironment:
             self.state_dir, self._own_dir = None, False
 
     # --- the end-host -------------------------------------------------------------------
-    async def _new_client(self, configuration: Configuration) -> CostloClient:
-        client = CostloClient(configuration, self.cluster.regions(), seed=self.seed + self.epoch)
+    async def _new_client(
+        self, configuration: Configuration, second: str | None = None
+    ) -> CostloClient:
+        regions = self.cluster.regions(second) if second else self.cluster.regions()
+        client = CostloClient(configuration, regions, seed=self.seed + self.epoch)
         await client.start()
         self._inflight[client] = set()
         return client
