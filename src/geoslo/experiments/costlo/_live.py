@@ -35,7 +35,6 @@ import functools
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-import matplotlib.pyplot as plt
 import numpy as np
 
 from geoslo.control.costlo import (
@@ -451,6 +450,8 @@ def _sweep_section(report: Report, sweep: list[dict]) -> None:
         "against the baseline's.",
     )
     report.table("slo_sweep", points, caption="Each SLO: the selection, estimated and measured")
+    import matplotlib.pyplot as plt  # only for a report: `costlo decide` imports this module
+
     fig, (left, right) = plt.subplots(1, 2, figsize=(9, 3.4))
     slo = [p["slo_ms"] for p in points]
     left.plot(slo, slo, ":", color="grey", label="SLO")
