@@ -112,15 +112,20 @@ async def agent_pairs(
     needed without a PUT SLO: the GET pairs stand in for them."""
     rng = np.random.default_rng(seed)
     store = region_store(endpoints, "agent")
+    await store.open()
     loop = asyncio.get_running_loop()
     tasks, start, at = [], loop.time(), 0.0
     try:
         for _ in range(pairs):
-            at += rng.exponential(1.0 / pairs_per_s)
-            await asyncio.sleep(max(0.0, start + at - loop.time()))
-            key = keys[int(rng.integers(len(keys)))]
-            tasks.append(asyncio.ensure_future(_timed_pair(store, (key, 0), (key, 0))))
-            tasks.append(asyncio.ensure_future(_timed_pair(store, (key, 0), (key, 1))))
+            # the two kinds alternate at their own times, each on its own object: a pair
+            # of one kind sent with the other, to the same object, shared its server with
+            # it (a single GET's median measured 9.6 ms against 2.8 ms alone)
+            for other_copy in (0, 1):
+                at += rng.exponential(0.5 / pairs_per_s)
+                await asyncio.sleep(max(0.0, start + at - loop.time()))
+                key = keys[int(rng.integers(len(keys)))]
+                pair = _timed_pair(store, (key, 0), (key, other_copy))
+                tasks.append(asyncio.ensure_future(pair))
         timed = await asyncio.gather(*tasks)
     finally:
         await store.close()

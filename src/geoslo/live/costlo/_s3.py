@@ -101,6 +101,9 @@ def _code(error: ClientError) -> str:
     return str(error.response.get("Error", {}).get("Code", ""))
 
 
+_WARM_S = 1.0  # how long opening a store waits for its first connections
+
+
 class S3RegionStore(GuardedWrites):
     """The S3 servers of one region, as reached from this process."""
 
@@ -119,7 +122,7 @@ class S3RegionStore(GuardedWrites):
         self._finishing: set[asyncio.Task] = set()  # reads whose caller stopped waiting
 
     async def open(self) -> None:
-        """Create one S3 client per server (connections open on first use)."""
+        """Create one S3 client per server and open a connection to each (see _warm)."""
         async with self._opening:
             if self._stack is not None:
                 return
@@ -129,6 +132,19 @@ class S3RegionStore(GuardedWrites):
                     for url in self._urls
                 ]
                 self._stack, self._clients = stack.pop_all(), clients
+        await self._warm(clients)
+
+    async def _warm(self, clients: list) -> None:
+        """One HEAD of the bucket per server, so that the first GETs do not pay for a new
+        connection: without it, a replay's first GETs measured 20-40 ms against a median
+        of 5 ms, and they made its p99. A server that has not answered within
+        ``_WARM_S`` is left to its first GET (its HEAD finishes in the background), and an
+        error shows on the first real request."""
+        heads = [asyncio.ensure_future(c.head_bucket(Bucket=self.access.bucket)) for c in clients]
+        for head in heads:
+            self._finishing.add(head)
+            head.add_done_callback(self._finished)
+        await asyncio.wait(heads, timeout=_WARM_S)
 
     async def close(self) -> None:
         for task in list(self._finishing):
