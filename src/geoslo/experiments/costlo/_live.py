@@ -167,7 +167,7 @@ async def _run(cluster: CostloCluster, settings: LiveSettings, seed: int, progre
         # §5.2: the second region is the closest other one, by the pings measured
         others = [r for r in views if r != cluster.serving]
         second = min(others, key=lambda r: float(np.median(views[r][1])), default=None)
-        regions = cluster.regions(second) if second else cluster.regions()
+        regions = cluster.regions(second)
         progress("costlo live: baseline replay")
         runs = {"baseline": await _replay(regions, Configuration(), keys, settings, seed + 1)}
         baseline_ms = runs["baseline"]["latency_ms"]

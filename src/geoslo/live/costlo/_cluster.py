@@ -134,14 +134,14 @@ class CostloCluster:
         name = self.name(region)
         return self._endpoints(self.servers[name], self.relays[name], self.host(name))
 
-    def regions(self, second: str = SECOND) -> Regions:
-        """The serving region and ``second`` as a client next to the serving one reaches
-        them."""
-        return Regions(self.reach(SERVING), self.reach(second))
+    def regions(self, second: str | None = None) -> Regions:
+        """The serving region and ``second`` (by default the closest other) as a client
+        next to the serving one reaches them."""
+        return Regions(self.reach(SERVING), self.reach(second or SECOND))
 
-    def direct_regions(self, second: str = SECOND) -> Regions:
+    def direct_regions(self, second: str | None = None) -> Regions:
         """The serving region and ``second`` without the WAN (for checks from a test)."""
-        return Regions(self.direct(SERVING), self.direct(second))
+        return Regions(self.direct(SERVING), self.direct(second or SECOND))
 
     def host(self, region: str) -> str:
         """Where a region's servers and relay listen (its namespace's address, or loopback)."""

@@ -133,7 +133,7 @@ class CostloTestbedEnvironment:
         if self.cluster is None:
             raise TestbedError("the testbed is not started")
         self.epoch += 1
-        regions = [await self._observe_region(region) for region in self._observed()]
+        regions = [await self._observe_region(k, r) for k, r in enumerate(self._observed())]
         self.last_records = self._take_records()
         # each request alone on its server: the serving region's baseline median
         single_ms = regions[0].storage.get_distinct_objects.service_ms
@@ -145,10 +145,10 @@ class CostloTestbedEnvironment:
         )
         return EpochObservation(tuple(regions), (prefix,))
 
-    async def _observe_region(self, region: str) -> RegionObservation:
+    async def _observe_region(self, index: int, region: str) -> RegionObservation:
         """One region's agent (§5.2): pairs at its boundary and, on S3, the pings through
         the delay injector (on Redis the end-host is next to its one region: zero)."""
-        seed = self.seed + 1_000 * self.epoch + len(region)
+        seed = self.seed + 1_000 * self.epoch + index
         direct = self.cluster.direct(region)
         storage = await agent_pairs(direct, self._keys, self.agent_pairs, self.pairs_per_s, seed)
         if self.engine == "s3":
@@ -212,7 +212,7 @@ class CostloTestbedEnvironment:
     async def _new_client(
         self, configuration: Configuration, second: str | None = None
     ) -> CostloClient:
-        regions = self.cluster.regions(second) if second else self.cluster.regions()
+        regions = self.cluster.regions(second)
         client = CostloClient(configuration, regions, seed=self.seed + self.epoch)
         await client.start()
         self._inflight[client] = set()
