@@ -10,6 +10,7 @@ from geoslo.errors import InputError
 
 ROLES = (
     "wan",
+    "routes",
     "imagestore",
     "kurma-instance",
     "loadgen",
@@ -29,6 +30,10 @@ def main(argv: list[str]) -> None:
         from geoslo.live._wan import WanConfig, serve_wan
 
         asyncio.run(serve_wan(WanConfig.read(config)))
+    elif role == "routes":
+        from geoslo.live._routes import RoutesConfig, follow_routes
+
+        follow_routes(RoutesConfig.read(config))
     elif role == "imagestore":
         from geoslo.live.supercloud.imagestore._servers import NodeConfig, serve_node
 

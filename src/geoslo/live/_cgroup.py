@@ -20,7 +20,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-__all__ = ["cpu_priority", "limit_cpu", "remove_group", "CPU_PERIOD_US"]
+__all__ = ["cpu_limit_reason", "cpu_priority", "limit_cpu", "remove_group", "CPU_PERIOD_US"]
 
 CPU_PERIOD_US = 100_000  # the kernel's default CFS period (100 ms)
 
@@ -80,23 +80,37 @@ def _remove(group: Path) -> None:
         pass
 
 
-def limit_cpu(pid: int, fraction: float, name: str) -> Path | None:
+def cpu_limit_reason() -> str | None:
+    """Why ``limit_cpu`` cannot cap a process here (None if it can)."""
+    if os.geteuid() != 0:
+        return "needs root (a CPU cgroup)"
+    controller = _controller()
+    if controller is None:
+        return "no CPU cgroup controller"
+    root, _, _ = controller
+    if root == _V1 and not (root / "cpu.cfs_quota_us").exists():
+        return "the CPU controller has no CFS quota (cpu.cfs_quota_us)"
+    return None
+
+
+def limit_cpu(pid: int, fraction: float, name: str, period_us: int = CPU_PERIOD_US) -> Path | None:
     """Move process ``pid`` (all its threads) into its own cgroup ``geoslo-<name>`` that may
-    use ``fraction`` of one CPU per CFS period; the group, or None without root or a CPU
-    controller (then nothing is limited). The group is reused if it exists."""
+    use ``fraction`` of one CPU per CFS period of ``period_us``; the group, or None without
+    root or a CPU controller (then nothing is limited). The group is reused if it exists.
+    A throttled process waits for the next period, so a short period keeps that wait short."""
     controller = _controller()
     if os.geteuid() != 0 or controller is None:
         return None
     root, _, _ = controller
     group = root / f"geoslo-{name}"
-    quota_us = max(1000, round(fraction * CPU_PERIOD_US))  # the kernel's floor is 1 ms
+    quota_us = max(1000, round(fraction * period_us))  # the kernel's floor is 1 ms
     try:
         group.mkdir(exist_ok=True)
         if root == _V1:
-            (group / "cpu.cfs_period_us").write_text(str(CPU_PERIOD_US))
+            (group / "cpu.cfs_period_us").write_text(str(period_us))
             (group / "cpu.cfs_quota_us").write_text(str(quota_us))
         else:
-            (group / "cpu.max").write_text(f"{quota_us} {CPU_PERIOD_US}")
+            (group / "cpu.max").write_text(f"{quota_us} {period_us}")
         (group / "cgroup.procs").write_text(str(pid))
     except OSError:
         _remove(group)

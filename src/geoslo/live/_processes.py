@@ -163,6 +163,7 @@ class ManagedProcess:
     log_path: Path
     port: int | None = None
     pid: int | None = None
+    host: str = "127.0.0.1"  # where ``port`` accepts (a site's address, for a namespace)
 
     def start(self, detached: bool = False, wait_timeout_s: float = 15.0) -> ManagedProcess:
         """Start it (in its own session when ``detached``, so it outlives the caller) and
@@ -180,7 +181,7 @@ class ManagedProcess:
         _CHILDREN[process.pid] = process
         if self.port is not None:
             try:
-                wait_for_port(self.port, wait_timeout_s, pid=self.pid)
+                wait_for_port(self.port, wait_timeout_s, pid=self.pid, host=self.host)
             except TestbedError as error:
                 self.stop()
                 raise TestbedError(f"{self.name}: {error}; see {self.log_path}") from None
@@ -205,10 +206,16 @@ def stop_recorded(records: list[dict]) -> int:
     return stopped
 
 
-def redis_server_command(redis: str, name: str, port: int, state_dir: Path) -> list[str]:
-    """A Redis server on loopback, no persistence, DEBUG SLEEP allowed (the backend's work)."""
+def redis_server_command(
+    redis: str, name: str, port: int, state_dir: Path, host: str = "127.0.0.1",
+    config_file: Path | None = None,
+) -> list[str]:  # fmt: skip
+    """A Redis server on ``host`` (loopback by default), no persistence, DEBUG SLEEP allowed
+    from loopback clients (the rootless testbed's backend work). ``config_file`` comes
+    first (e.g. a ``requirepass`` kept out of the command line, which anyone can read)."""
     return [
-        redis, "--port", str(port), "--bind", "127.0.0.1", "--save", "",
+        redis, *([str(config_file)] if config_file else []),
+        "--port", str(port), "--bind", host, "--save", "",
         "--appendonly", "no", "--enable-debug-command", "local",
         "--dir", str(state_dir), "--dbfilename", f"{name}.rdb",
     ]  # fmt: skip

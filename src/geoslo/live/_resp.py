@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import ssl
 from collections import deque
 
 from geoslo.errors import TestbedError
@@ -139,13 +140,25 @@ class RedisConnection:
         host: str = "127.0.0.1",
         timeout_s: float = 2.0,
         reader_kind: str | None = None,
+        password: str | None = None,
+        tls: ssl.SSLContext | None = None,
     ):
-        """Connect, or raise :class:`TestbedError` naming the address."""
+        """Connect (over TLS with a ``tls`` context), authenticate with ``AUTH password``
+        when given, or raise :class:`TestbedError` naming the address."""
         try:
-            reader, writer = await asyncio.wait_for(asyncio.open_connection(host, port), timeout_s)
+            reader, writer = await asyncio.wait_for(
+                asyncio.open_connection(host, port, ssl=tls), timeout_s
+            )
         except (TimeoutError, OSError) as error:
             raise TestbedError(f"cannot connect to {host}:{port}: {error}") from None
-        return cls(reader, writer, reader_kind)
+        connection = cls(reader, writer, reader_kind)
+        if password is not None:
+            try:
+                await asyncio.wait_for(connection.command(b"AUTH", password), timeout_s)
+            except (TimeoutError, TestbedError) as error:
+                await connection.close()
+                raise TestbedError(f"{host}:{port} refused AUTH: {error}") from None
+        return connection
 
     def send(self, payload: bytes, replies: int = 1) -> asyncio.Future:
         """Write an already-encoded payload holding ``replies`` commands; the future

@@ -40,6 +40,7 @@ __all__ = [
     "STATE_FILE",
     "SITES_NETWORK",
     "cannot_run_reason",
+    "choose_network",
     "echo_server_command",
     "echo_rtts_ms",
     "echo_connection",
@@ -194,6 +195,22 @@ class SiteNamespaces:
         return cls(tuple(Site(**s) for s in data["sites"]), str(state_dir))
 
 
+def choose_network(network: str, also_needs: str | None = None) -> tuple[str, str]:
+    """("namespaces" or "loopback", why): namespaces where asked for or possible ("auto"),
+    loopback otherwise. ``also_needs`` is another reason the namespaces form cannot run
+    here (None when nothing else is missing)."""
+    if network not in ("auto", "namespaces", "loopback"):
+        raise TestbedError(f"network {network!r}: use auto, namespaces or loopback")
+    if network == "loopback":
+        return network, "asked for"
+    reason = cannot_run_reason() or also_needs
+    if reason is None:
+        return "namespaces", "root: sites in network namespaces"
+    if network == "namespaces":
+        raise TestbedError(f"cannot make network namespaces here: {reason}")
+    return "loopback", reason
+
+
 def _site(name: str, subnet: ipaddress.IPv4Network, prefix: str, pid: int) -> Site:
     """A site on the ``index``-th /30: names from the pid and the index, which no other
     interface holds while the lock is held (so two sets in one process differ too)."""
@@ -227,16 +244,16 @@ def serve(conn):
     with conn:
         while data := conn.recv(65536):
             conn.sendall(data)
-listener = socket.create_server(("0.0.0.0", int(sys.argv[1])), backlog=64)
+listener = socket.create_server((sys.argv[2], int(sys.argv[1])), backlog=64)
 while True:
     threading.Thread(target=serve, args=(listener.accept()[0],), daemon=True).start()
 """
 
 
-def echo_server_command(port: int) -> list[str]:
-    """A TCP echo server on ``port`` (every address): the probe that measures a path's
-    RTT. Start it in a site with ``command_in``."""
-    return [sys.executable, "-c", _ECHO_SOURCE, str(port)]
+def echo_server_command(port: int, host: str = "0.0.0.0") -> list[str]:
+    """A TCP echo server on ``host:port`` (every address of a site by default): the probe
+    that measures a path's RTT. Start it in a site with ``command_in``."""
+    return [sys.executable, "-c", _ECHO_SOURCE, str(port), host]
 
 
 def echo_rtts_ms(

@@ -146,16 +146,25 @@ class ToxiproxyApi:
         with urllib.request.urlopen(request, timeout=self.timeout_s) as response:
             return response.read().decode().strip()
 
-    def create_proxy(self, name: str, upstream_host: str, upstream_port: int) -> int:
-        """A proxy on 127.0.0.1 (toxiproxy picks a free port) to the upstream; its port."""
+    def create_proxy(
+        self, name: str, upstream_host: str, upstream_port: int, listen_host: str = "127.0.0.1"
+    ) -> int:
+        """A proxy on ``listen_host`` (toxiproxy picks a free port) to the upstream; its
+        port. A site namespace reaches the root end of its own link only, so a path that
+        starts at a site listens on that address."""
         body = {
             "name": name,
-            "listen": "127.0.0.1:0",
+            "listen": f"{listen_host}:0",
             "upstream": f"{upstream_host}:{upstream_port}",
             "enabled": True,
         }
         made = self._call("POST", "/proxies", body)
         return int(made["listen"].rsplit(":", 1)[1])
+
+    def set_enabled(self, proxy: str, enabled: bool) -> None:
+        """Open or cut a path: a disabled proxy closes its connections and refuses new
+        ones (one direction of a partition between two sites is one path)."""
+        self._call("POST", f"/proxies/{proxy}", {"enabled": enabled})
 
     def delete_proxy(self, name: str) -> None:
         self._call("DELETE", f"/proxies/{name}")

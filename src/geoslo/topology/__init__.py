@@ -10,7 +10,13 @@ from geoslo.topology._cloud import (
     great_circle_km,
     propagation_rtt_ms,
 )
-from geoslo.topology._ibm import ibm_rtt_history, ibm_topology, load_ibm_latency
+from geoslo.topology._ibm import (
+    ibm_regions,
+    ibm_routing_changes,
+    ibm_rtt_history,
+    ibm_topology,
+    load_ibm_latency,
+)
 from geoslo.topology._links import BaseRttSchedule, WanLink, routing_changes
 from geoslo.topology._sites import Prices, Site
 from geoslo.topology._topology import KURMA_RTT_RANGES_MS, Topology, kurma_topology
@@ -28,6 +34,8 @@ __all__ = [
     "client_prefixes",
     "cloud_regions",
     "great_circle_km",
+    "ibm_regions",
+    "ibm_routing_changes",
     "ibm_rtt_history",
     "ibm_topology",
     "kurma_topology",

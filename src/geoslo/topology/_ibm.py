@@ -19,12 +19,18 @@ from pathlib import Path
 import numpy as np
 
 from geoslo.errors import DataError, InputError
-from geoslo.topology._links import WanLink
+from geoslo.topology._links import BaseRttSchedule, WanLink, poisson_change_times
 from geoslo.topology._sites import Prices, Site
 from geoslo.topology._topology import Topology
 from geoslo.workload import find_data_dir
 
-__all__ = ["load_ibm_latency", "ibm_rtt_history", "ibm_topology"]
+__all__ = [
+    "load_ibm_latency",
+    "ibm_rtt_history",
+    "ibm_routing_changes",
+    "ibm_regions",
+    "ibm_topology",
+]
 
 IBM_CSV = "wan/ibm-cloud-inter-region-latency.csv"
 _COLUMNS = ("published", "window", "src_region", "dst_region", "avg_latency_ms")
@@ -168,6 +174,26 @@ def ibm_rtt_history(src: str, dst: str) -> tuple[np.ndarray, np.ndarray]:
     series = table.rtt_ms[:, i, j]
     measured = np.isfinite(series)
     return table.dates[measured].copy(), series[measured].copy()
+
+
+def ibm_regions() -> tuple[str, ...]:
+    """Every region the table names, as it spells them."""
+    return tuple(_ibm_table().regions)
+
+
+def ibm_routing_changes(
+    src: str, dst: str, mean_interval_s: float, duration_s: float, seed: int
+) -> BaseRttSchedule:
+    """The measured drift of one pair's RTT, compressed in time: route changes at Poisson
+    times (mean gap ``mean_interval_s`` over ``[0, duration_s)``), each taking the pair's
+    next weekly average in publication order, from a seeded publication on (and around
+    again after the last). The pair's two directions are one path: the series of
+    ``min(src, dst) -> max(src, dst)`` (alphabetical) serves both."""
+    first, second = sorted((src, dst), key=str.lower)
+    _, series = ibm_rtt_history(first, second)
+    times = poisson_change_times(mean_interval_s, duration_s, np.random.default_rng(seed))
+    start = int(np.random.default_rng(seed + 1).integers(series.size))
+    return BaseRttSchedule(times, series[(start + np.arange(times.size)) % series.size])
 
 
 def ibm_topology(

@@ -16,7 +16,7 @@ from geoslo._checks import non_negative
 from geoslo.errors import InputError
 from geoslo.topology._sites import _check_name
 
-__all__ = ["BaseRttSchedule", "routing_changes", "WanLink"]
+__all__ = ["BaseRttSchedule", "poisson_change_times", "routing_changes", "WanLink"]
 
 
 def _read_only(values: object, field: str) -> np.ndarray:
@@ -101,15 +101,25 @@ def routing_changes(
     if duration == 0:
         raise InputError("duration_s", "must be > 0")
     rng = np.random.default_rng(seed)
-    # Enough gaps to pass the end with overwhelming probability, then top up if not.
-    n_guess = int(duration / interval * 1.5) + 16
-    gaps = rng.exponential(interval, n_guess)
-    while gaps.sum() < duration:
-        gaps = np.append(gaps, rng.exponential(interval, n_guess))
-    times = np.cumsum(gaps)
-    times = np.concatenate([[0.0], times[times < duration]])
+    times = poisson_change_times(interval, duration, rng)
     rtts = rng.uniform(low, high, times.size)
     return BaseRttSchedule(times, rtts)
+
+
+def poisson_change_times(
+    mean_interval_s: float, duration_s: float, rng: np.random.Generator
+) -> np.ndarray:
+    """0 and then the times of a Poisson process of mean gap ``mean_interval_s`` within
+    ``[0, duration_s)``: when routes change."""
+    if not (mean_interval_s > 0 and duration_s > 0):
+        raise InputError("mean_interval_s", "the mean gap and the duration must be > 0")
+    # Enough gaps to pass the end with overwhelming probability, then top up if not.
+    n_guess = int(duration_s / mean_interval_s * 1.5) + 16
+    gaps = rng.exponential(mean_interval_s, n_guess)
+    while gaps.sum() < duration_s:
+        gaps = np.append(gaps, rng.exponential(mean_interval_s, n_guess))
+    times = np.cumsum(gaps)
+    return np.concatenate([[0.0], times[times < duration_s]])
 
 
 @dataclass(frozen=True)

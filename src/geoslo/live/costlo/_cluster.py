@@ -30,7 +30,6 @@ from pathlib import Path
 
 from geoslo.errors import InputError, TestbedError
 from geoslo.live._gobuild import go_program
-from geoslo.live._netns import cannot_run_reason
 from geoslo.live._processes import (
     ManagedProcess,
     find_program,
@@ -41,7 +40,7 @@ from geoslo.live._processes import (
     stop_recorded,
     wait_for_port,
 )
-from geoslo.live._sites import SiteNamespaces
+from geoslo.live._sites import SiteNamespaces, choose_network
 from geoslo.live._toxiproxy import STATE_FILE as TOXIPROXY_STATE_FILE
 from geoslo.live._toxiproxy import ToxiproxyApi, ToxiproxyServer
 from geoslo.live._wan import DelayPath, WanConfig
@@ -225,7 +224,7 @@ class CostloCluster:
                 cluster.paths[region] = [next(ports) for _ in range(servers_per_region)]
                 cluster.path_relays[region] = next(ports)
         if engine == "s3":
-            cluster.network = _choose_network(network)
+            cluster.network = choose_network(network)[0]
             cluster.s3 = {
                 "bucket": S3_BUCKET,
                 "access_key": f"geoslo{secrets.token_hex(4)}",
@@ -470,18 +469,6 @@ class CostloCluster:
         data = _upgraded(json.loads(path.read_text()))
         data["state_dir"] = Path(data["state_dir"])
         return cls(**data)
-
-
-def _choose_network(network: str) -> str:
-    """Namespaces where asked for or possible ("auto"); loopback otherwise."""
-    if network == "loopback":
-        return network
-    reason = cannot_run_reason()
-    if reason is None:
-        return "namespaces"
-    if network == "namespaces":
-        raise TestbedError(f"cannot make network namespaces here: {reason}")
-    return "loopback"
 
 
 def _upgraded(data: dict) -> dict:

@@ -26,7 +26,7 @@ from collections import deque
 import numpy as np
 
 from geoslo.errors import ConfigError, TestbedError
-from geoslo.live._backend import get_payload, put_payload
+from geoslo.live._backend import reply_bytes
 from geoslo.live._resp import RedisConnection
 from geoslo.live.kurma._policies import RoutingPolicy, make_policy
 from geoslo.live.kurma._testbed import Testbed
@@ -255,7 +255,7 @@ class SiteClient:
         self.timeout_s = request_timeout_s
         self.base_rtt_window_s = base_rtt_window_s
         self.use_agent = use_agent
-        self.work = testbed.spec.work
+        self.work = testbed.workload  # what a read or a write asks of a server
         self.rng = _Draws(np.random.default_rng(seed))
         self.counters = IntervalCounters(len(self.sites))
         self.log = RequestLog(len(self.sites), slo_ms)
@@ -303,24 +303,24 @@ class SiteClient:
         """Read ``key`` from the site the policy picks; None if it failed (counted)."""
         self.counters.arrivals += 1
         host = self.policy.choose(self.rng, time.perf_counter() * 1e3)
-        payload = get_payload(key, self.work.draw_s(self.rng))
+        payload, replies = self.work.read_payload(key, self.rng)
         issued, start = time.time(), time.perf_counter()
         try:
-            reply = await self._send(host, payload, start)
+            reply = await self._send(host, payload, replies, start)
         except (TimeoutError, TestbedError):
             reply = self._failed(host)
         self._finish(host, payload, reply, issued, start, False)
-        return reply[1] if reply is not None else None
+        return self.work.value_of(reply) if reply is not None else None
 
     async def put(self, key: bytes, value: bytes) -> bool:
         """Write ``key`` at the site the policy picks, then propagate it everywhere."""
         self.counters.arrivals += 1
         self.counters.writes += 1
         host = self.policy.choose(self.rng, time.perf_counter() * 1e3)
-        payload = put_payload(key, value, self.work.draw_s(self.rng))
+        payload, replies = self.work.write_payload(key, value, self.rng, True)
         issued, start = time.time(), time.perf_counter()
         try:
-            reply = await self._send(host, payload, start)
+            reply = await self._send(host, payload, replies, start)
         except (TimeoutError, TestbedError):
             reply = self._failed(host)
         self._finish(host, payload, reply, issued, start, True)
@@ -328,18 +328,20 @@ class SiteClient:
             self._propagate(*host, key, value)
         return reply is not None
 
-    def _send(self, host: tuple[int, int], payload: bytes, start: float):
-        """Send ``payload`` (two commands) to ``host``, the policy's tuple (reused as the
-        key of its connection): the reply's future, under the request's deadline. Only a
-        first request to a host awaits (its connection opening): a coroutine then."""
+    def _send(self, host: tuple[int, int], payload: bytes, replies: int, start: float):
+        """Send ``payload`` (``replies`` commands) to ``host``, the policy's tuple (reused as
+        the key of its connection): the reply's future, under the request's deadline. Only
+        a first request to a host awaits (its connection opening): a coroutine then."""
         connection = self._connections.get(host)
         if connection is None or connection.closed:
-            return self._connect_and_send(host, payload, start)
-        return self._with_deadline(connection.send(payload, 2), start)
+            return self._connect_and_send(host, payload, replies, start)
+        return self._with_deadline(connection.send(payload, replies), start)
 
-    async def _connect_and_send(self, host: tuple[int, int], payload: bytes, start: float):
+    async def _connect_and_send(
+        self, host: tuple[int, int], payload: bytes, replies: int, start: float
+    ):
         connection = await self._connection(*host)
-        return await self._with_deadline(connection.send(payload, 2), start)
+        return await self._with_deadline(connection.send(payload, replies), start)
 
     def _failed(self, host: tuple[int, int]) -> None:
         """A request that failed or timed out: its host is skipped for a while."""
@@ -361,8 +363,7 @@ class SiteClient:
         if response_ms > self.slo_ms:
             c.violation_counts[site] += 1
         if site != self.site:
-            value = reply[1] if isinstance(reply, list) else b""
-            c.wan_byte_counts[site] += len(payload) + len(value or b"") + REPLY_OVERHEAD_BYTES
+            c.wan_byte_counts[site] += len(payload) + reply_bytes(reply) + REPLY_OVERHEAD_BYTES
         mins = c.min_by_second.get(int(issued))
         if mins is None:
             mins = c.min_by_second[int(issued)] = [math.inf] * len(self.sites)
@@ -402,11 +403,10 @@ class SiteClient:
             for s in range(n):
                 if (j, s) == (site, server):
                     continue
-                work = self.work.draw_s(self.rng) if s == worker else None
-                payload = put_payload(key, value, work)
+                payload, replies = self.work.write_payload(key, value, self.rng, s == worker)
                 if j != self.site:
                     self.counters.wan_byte_counts[j] += len(payload) + REPLY_OVERHEAD_BYTES
-                task = asyncio.ensure_future(self._fire(j, s, payload, 1 if work is None else 2))
+                task = asyncio.ensure_future(self._fire(j, s, payload, replies))
                 self._background.add(task)
                 task.add_done_callback(self._background.discard)
 
@@ -422,18 +422,18 @@ class SiteClient:
         if connection is None or connection.closed:
             if not self.policy.is_up(site, server, _now_ms()):
                 raise TestbedError(f"{self.sites[site]} server {server} is marked down")
-            port = self.testbed.server_port(self.sites[self.site], self.sites[site], server)
-            connection = await RedisConnection.open(port, timeout_s=self.timeout_s)
+            address = self.testbed.server_address(self.sites[self.site], self.sites[site], server)
+            connection = await self.testbed.connect(*address, self.timeout_s)
             self._connections[(site, server)] = connection
         return connection
 
     # --- the site agent ----------------------------------------------------------------------
     async def _agent_loop(self) -> None:
         """Stay connected to the local agent: answer its collections, apply its plans."""
-        port = self.testbed.sites[self.sites[self.site]].agent_local_port
+        site = self.testbed.sites[self.sites[self.site]]
         while True:
             try:
-                reader, writer = await asyncio.open_connection("127.0.0.1", port)
+                reader, writer = await asyncio.open_connection(site.host, site.agent_local_port)
             except OSError:
                 self._lost_agent()
                 await asyncio.sleep(0.5)

@@ -1,14 +1,14 @@
 """Kurma's testbed environment for ``geoslo run`` (Kurma §6, §7): real Redis servers per site
 behind the WAN emulator, open-loop clients per site, one controller for every site.
 
-* ``start()`` brings the testbed up (as ``geoslo testbed up`` does), one echo endpoint per
-  site on its agent port (the target of §6's WAN probes), and one client per site
+* ``start()`` brings the testbed up (as ``geoslo testbed up`` does), one echo server per
+  site on its agent port, inside the site (the target of §6's WAN probes), and one client per site
   (:class:`SiteClient`, following a plan) with its open-loop Poisson load.
 * ``observe()`` takes every client's counts since the last observation (§6's measurements:
   arrivals, writes, requests and violations per destination, the minimum response of the last
   ``base_rtt_window_s``) and probes every link 3 times through the WAN (§6).
 * ``apply(routing)`` hands each client its row of the routing fractions.
-* ``close()`` stops the load, the clients, the echo endpoints and every testbed process.
+* ``close()`` stops the load, the clients and every testbed process (the echo servers too).
 
 The clients run in the controller's process (its event loop); the solver runs off that loop
 (the runtime steps the controller in a worker thread), so requests keep their timing.
@@ -76,7 +76,6 @@ class KurmaTestbedEnvironment:
         self.shed = np.zeros(len(spec.sites), dtype=np.int64)  # arrivals not issued
         self.started_s: float | None = None  # how long start() took
         self._tasks: list[asyncio.Task] = []
-        self._echo: list[asyncio.base_events.Server] = []
         self._probe_streams: dict[tuple[int, int], tuple] = {}
         self._last_observe_s = 0.0
         self._own_dir: tempfile.TemporaryDirectory | None = None
@@ -91,7 +90,7 @@ class KurmaTestbedEnvironment:
             self.testbed = await asyncio.to_thread(
                 Testbed.up, self.spec, self.state_dir, lambda *_: None
             )
-            await self._start_echo()
+            await asyncio.to_thread(self.testbed.start_echo)
             for k, site in enumerate(self.spec.sites):
                 client = SiteClient(
                     self.testbed, site, "KurmaPerf", self.slo_ms, self.seed + 17 * k,
@@ -122,11 +121,6 @@ class KurmaTestbedEnvironment:
         for _, writer in self._probe_streams.values():
             writer.close()
         self._probe_streams.clear()
-        for server in self._echo:
-            server.close()
-            with contextlib.suppress(Exception):
-                await server.wait_closed()
-        self._echo.clear()
         if self.testbed is not None:
             await asyncio.to_thread(self.testbed.down)
             self.testbed = None
@@ -141,7 +135,7 @@ class KurmaTestbedEnvironment:
         client, rate = self.clients[k], self.rates_rps[k]
         rng = np.random.default_rng(self.seed + 1000 + k)
         keys = ZipfKeys(self.spec.keys, ZIPF_EXPONENT)
-        value = b"w" * self.spec.value_bytes
+        value = client.work.write_value()
         pending: set[asyncio.Task] = set()
         second = float(np.ceil(time.time()))
         while True:
@@ -167,18 +161,6 @@ class KurmaTestbedEnvironment:
             await asyncio.sleep(max(0.0, second - time.time()))
 
     # --- probes ------------------------------------------------------------------------------
-    async def _start_echo(self) -> None:
-        async def echo(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-            with contextlib.suppress(OSError, asyncio.IncompleteReadError):
-                while line := await reader.readline():
-                    writer.write(line)
-                    await writer.drain()
-            writer.close()
-
-        assert self.testbed is not None
-        for site in self.spec.sites:
-            port = self.testbed.sites[site].agent_port
-            self._echo.append(await asyncio.start_server(echo, "127.0.0.1", port))
 
     async def _probe(self, i: int, j: int) -> float:
         """Min RTT of §6's probes from site i to site j's agent, through the WAN (inf: none)."""
@@ -189,9 +171,9 @@ class KurmaTestbedEnvironment:
             try:
                 stream = self._probe_streams.get((i, j))
                 if stream is None:
-                    port = self.testbed.agent_port(sites[i], sites[j])
+                    host, port = self.testbed.agent_address(sites[i], sites[j])
                     stream = await asyncio.wait_for(
-                        asyncio.open_connection("127.0.0.1", port), PROBE_TIMEOUT_S
+                        asyncio.open_connection(host, port), PROBE_TIMEOUT_S
                     )
                     self._probe_streams[(i, j)] = stream
                 reader, writer = stream

@@ -88,8 +88,8 @@ class InstanceConfig:
     quantum_fraction: float = 0.01  # 1% of capacity, §5.2 and §7.1
     solve_time_limit_s: float | None = None  # None: half the interval
     exchange_secret_file: str | None = None  # None: <state_dir>/kurma-exchange.key
-    exchange_host: str = "127.0.0.1"  # where the instance accepts its peers
-    metrics_host: str = "127.0.0.1"  # where it serves /metrics
+    exchange_host: str | None = None  # where it accepts its peers (None: the site's address)
+    metrics_host: str | None = None  # where it serves /metrics (None: the site's address)
 
 
 def start_instance(config: InstanceConfig) -> ManagedProcess:
@@ -108,8 +108,9 @@ def start_instance(config: InstanceConfig) -> ManagedProcess:
     path = run_dir / f"{name}.json"
     path.write_text(json.dumps(asdict(config)))
     command = python_module_command("geoslo.live", "kurma-instance", str(path))
-    port = testbed.sites[config.site].agent_local_port
-    return ManagedProcess(name, command, run_dir / f"{name}.log", port).start()
+    port, host = testbed.sites[config.site].agent_local_port, testbed.host(config.site)
+    command = testbed.command_at(config.site, command)
+    return ManagedProcess(name, command, run_dir / f"{name}.log", port, host=host).start()
 
 
 def run_instance(config_path: Path) -> None:
@@ -343,15 +344,19 @@ class _Instance:
         loop = asyncio.get_running_loop()
         loop.add_signal_handler(signal.SIGTERM, self.stopping.set)
         ends = self.testbed.sites[self.config.site]
-        metrics = serve_metrics(self.metrics.registry, ends.metrics_port, self.config.metrics_host)
+        metrics_host = self.config.metrics_host or ends.host
+        metrics = serve_metrics(self.metrics.registry, ends.metrics_port, metrics_host)
         if self.kurma is not None:
             self.solver = _SolverProcess(*self.kurma)
             await asyncio.to_thread(self.solver.wait_ready)  # the first round is solved in time
         servers = [
             await asyncio.start_server(
-                self._on_peer, self.config.exchange_host, ends.agent_port, limit=MAX_MESSAGE_BYTES
+                self._on_peer,
+                self.config.exchange_host or ends.host,
+                ends.agent_port,
+                limit=MAX_MESSAGE_BYTES,
             ),  # the clients' port last: start_instance waits for it, then everything answers
-            await asyncio.start_server(self._on_client, "127.0.0.1", ends.agent_local_port),
+            await asyncio.start_server(self._on_client, ends.host, ends.agent_local_port),
         ]
         tasks = [loop.create_task(self._link(j)) for j in range(self.n) if j != self.me]
         tasks += [loop.create_task(self._probe_loop()), loop.create_task(self._round_loop())]
@@ -406,12 +411,10 @@ class _Instance:
 
     async def _link(self, j: int) -> None:
         """Keep a connection to instance ``j`` through the WAN; read its probe echoes."""
-        port = self.testbed.agent_port(self.config.site, self.sites[j])
+        host, port = self.testbed.agent_address(self.config.site, self.sites[j])
         while True:
             try:
-                reader, writer = await asyncio.open_connection(
-                    "127.0.0.1", port, limit=MAX_MESSAGE_BYTES
-                )
+                reader, writer = await asyncio.open_connection(host, port, limit=MAX_MESSAGE_BYTES)
             except OSError:
                 await asyncio.sleep(0.5)
                 continue
@@ -511,10 +514,11 @@ class _Instance:
     async def _backend_up(self) -> bool:
         """Whether any local server accepts a connection. A liveness check, not a PING: an
         overloaded server answers a PING only after its queue, which is not a failure."""
-        for port in self.testbed.sites[self.config.site].servers:
+        ends = self.testbed.sites[self.config.site]
+        for port in ends.servers:
             try:
                 _, writer = await asyncio.wait_for(
-                    asyncio.open_connection("127.0.0.1", port), HEALTH_TIMEOUT_S
+                    asyncio.open_connection(ends.host, port), HEALTH_TIMEOUT_S
                 )
             except (TimeoutError, OSError):
                 continue

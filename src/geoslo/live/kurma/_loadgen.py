@@ -50,7 +50,7 @@ async def replay(client: SiteClient, config: LoadgenConfig, keys: int) -> dict:
     rng = np.random.default_rng(config.seed + 1)
     key_ids = ZipfKeys(keys, config.zipf_exponent).sample(arrivals.size, config.seed + 2)
     is_write = rng.random(arrivals.size) < config.write_fraction
-    value = b"w" * client.testbed.spec.value_bytes
+    value = client.work.write_value()
     pending: set[asyncio.Task] = set()
     max_late_s, k = 0.0, 0
     loop = asyncio.get_running_loop()
@@ -102,6 +102,10 @@ def start_loadgen(config: LoadgenConfig, run_dir: Path) -> ManagedProcess:
     config_path = run_dir / f"{name}.json"
     config_path.write_text(json.dumps(asdict(config)))
     command = python_module_command("geoslo.live", "loadgen", str(config_path))
+    testbed = Testbed.load(Path(config.state_dir))
+    if testbed is None:
+        raise TestbedError(f"no testbed recorded in {config.state_dir}")
+    command = testbed.command_at(config.site, command)  # inside the site, in that form
     return ManagedProcess(name, command, run_dir / f"{name}.log").start()
 
 
