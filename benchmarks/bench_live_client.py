@@ -117,7 +117,7 @@ def _redis_py(port: int, python_parser: bool) -> redis.asyncio.Redis:
 
 async def _measure(testbed: Testbed, requests: int, rounds: int, warmup: int, seed: int) -> list:
     """Per round, every variant's request times (ns)."""
-    port = testbed.server_port(SITE, SITE, 0)
+    _, port = testbed.server_address(SITE, SITE, 0)
     plain, plain_python = _redis_py(port, False), _redis_py(port, True)
     raw, pipelined, again, encoded = [await RedisConnection.open(port) for _ in range(4)]
     client = SiteClient(testbed, SITE, "AllLocal", use_agent=False)
@@ -349,7 +349,11 @@ def main() -> None:
     if not HIREDIS_AVAILABLE:
         print("warning: hiredis is not installed: the baseline is redis-py's Python parser")
     spec = TestbedSpec(
-        sites=("London", "Ireland"), servers_per_site=1, service_mean_ms=SERVICE_MEAN_MS, keys=10
+        sites=("London", "Ireland"),
+        servers_per_site=1,
+        service_mean_ms=SERVICE_MEAN_MS,
+        keys=10,
+        network="loopback",  # DEBUG SLEEP + GET, the request this benchmark times
     )
     with tempfile.TemporaryDirectory(prefix="geoslo-bench-client-") as state_dir:
         testbed = Testbed.up(spec, Path(state_dir), progress=lambda message: None)

@@ -11,7 +11,8 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from geoslo.live._backend import ServiceWork
+from geoslo.live._backend import SleepWork
+from geoslo.live._resp import RedisConnection
 from geoslo.live.kurma._client import DOWN_BACKOFF_MS, SiteClient, _now_ms
 
 SITE = "Here"
@@ -19,10 +20,16 @@ SITE = "Here"
 
 def one_site_testbed(port: int) -> SimpleNamespace:
     """What SiteClient reads of a Testbed: one site with one server at ``port``."""
+
+    async def connect(host: str, port: int, timeout_s: float) -> RedisConnection:
+        return await RedisConnection.open(port, host, timeout_s)
+
     return SimpleNamespace(
-        spec=SimpleNamespace(sites=(SITE,), work=ServiceWork(mean_ms=1e-6)),
+        spec=SimpleNamespace(sites=(SITE,)),
+        workload=SleepWork(mean_ms=1e-6),
         sites={SITE: SimpleNamespace(servers=[port])},
-        server_port=lambda src, dst, server: port,
+        server_address=lambda src, dst, server: ("127.0.0.1", port),
+        connect=connect,
         base_rtt_ms=lambda t_unix_s: np.zeros((1, 1)),
     )
 

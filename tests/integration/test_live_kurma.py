@@ -47,11 +47,11 @@ def mm1_model(capacity_rps: float, path: Path) -> Path:
     return path
 
 
-def scrape(port: int) -> dict[tuple[str, tuple], float]:
+def scrape(host: str, port: int) -> dict[tuple[str, tuple], float]:
     """The instance's Prometheus exposition, parsed by the reference parser."""
     from prometheus_client.parser import text_string_to_metric_families
 
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as response:
+    with urllib.request.urlopen(f"http://{host}:{port}/metrics", timeout=5) as response:
         text = response.read().decode()
     return {
         (sample.name, tuple(sorted(sample.labels.items()))): sample.value
@@ -78,7 +78,7 @@ def first_round_after(log: list[dict], t_unix_s: float, available: bool) -> dict
 
 @pytest.fixture
 def testbed(tmp_path):
-    spec = TestbedSpec(servers_per_site=1, service_mean_ms=2.0, keys=2000, seed=3)
+    spec = TestbedSpec(sites=SITES, servers_per_site=1, keys=2000, seed=3)
     bed = Testbed.up(spec, tmp_path / "testbed", progress=lambda line: None)
     yield bed
     bed.down()
@@ -87,7 +87,7 @@ def testbed(tmp_path):
 def test_a_failed_site_is_excluded_within_two_intervals_and_readmitted(testbed, tmp_path):
     run_dir = tmp_path / "run"
     run_dir.mkdir()
-    model = mm1_model(testbed.spec.work.capacity_per_server_rps, tmp_path / "model.pkl")
+    model = mm1_model(testbed.workload.capacity_per_server_rps, tmp_path / "model.pkl")
     instances = {
         site: start_instance(
             InstanceConfig(str(testbed.state_dir), site, str(run_dir), "perf", str(model))
@@ -128,7 +128,7 @@ def test_a_failed_site_is_excluded_within_two_intervals_and_readmitted(testbed, 
                 time.sleep(0.2)
             assert not generator.alive, f"{generator.name} hangs; see {generator.log_path}"
         time.sleep(INTERVAL_S)
-        metrics = scrape(testbed.sites["London"].metrics_port)
+        metrics = scrape(testbed.host("London"), testbed.sites["London"].metrics_port)
     finally:
         for instance in instances.values():
             instance.stop()

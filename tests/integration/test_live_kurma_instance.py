@@ -43,7 +43,8 @@ def testbed(tmp_path):
     """A testbed record (ports, epoch) with nothing started: the test plays every part."""
     state_dir = tmp_path / "testbed"
     state_dir.mkdir()
-    bed = Testbed._allocate(TestbedSpec(servers_per_site=1), state_dir)
+    spec = TestbedSpec(sites=SITES, servers_per_site=1, network="loopback")
+    bed = Testbed._allocate(spec, state_dir, "loopback", "the test plays every part")
     bed.save()
     return bed
 

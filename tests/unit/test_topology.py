@@ -64,6 +64,8 @@ def test_exported_names():
         "Site",
         "Topology",
         "WanLink",
+        "ibm_regions",
+        "ibm_routing_changes",
         "ibm_rtt_history",
         "ibm_topology",
         "kurma_topology",
@@ -429,3 +431,18 @@ def test_embedded_ibm_matches_the_shared_csv(monkeypatch, tmp_path):
     embedded_history = ibm_rtt_history("Washington DC", "London")
     assert np.array_equal(embedded_history[0], history[0])
     assert np.array_equal(embedded_history[1], history[1])
+
+
+def test_ibm_routing_changes_walk_the_pairs_measured_series_at_poisson_times():
+    dates, series = topo.ibm_rtt_history("London", "Madrid")
+    schedule = topo.ibm_routing_changes("Madrid", "London", 120.0, 7200.0, seed=4)
+    assert schedule.change_times_s[0] == 0.0
+    assert 30 < schedule.change_times_s.size < 100  # about 7200 / 120 = 60 routes
+    # the routes are the pair's weekly averages in publication order, from some week on
+    k = np.arange(schedule.rtt_ms.size)
+    assert any(
+        np.array_equal(schedule.rtt_ms, series[(start + k) % series.size])
+        for start in range(series.size)
+    )
+    both = topo.ibm_routing_changes("London", "Madrid", 120.0, 7200.0, seed=4)
+    assert both == schedule  # one path: the same schedule both ways

@@ -593,10 +593,23 @@ def testbed_up(
             "behind toxiproxy, in network namespaces as root.",
         ),
     ] = TestbedEngine.sites,
-    sites: Annotated[str, typer.Option(help="Comma-separated sites.")] = "london,ireland,frankfurt",
+    sites: Annotated[
+        str,
+        typer.Option(
+            help="Comma-separated sites: IBM Cloud regions (RTTs from its measured matrices) "
+            "or Kurma's london,ireland,frankfurt (Table 2)."
+        ),
+    ] = "london,frankfurt,madrid",
     servers_per_site: Annotated[int, typer.Option(help="Redis servers per site.")] = 2,
+    network: Annotated[
+        str,
+        typer.Option(
+            help="sites, s3: namespaces (root: a network namespace per site, toxiproxy "
+            "between them), loopback (rootless), or auto (the first that works here)."
+        ),
+    ] = "auto",
     service_mean_ms: Annotated[
-        float, typer.Option(help="Mean backend work per request (ms).")
+        float, typer.Option(help="sites, loopback form: mean backend work per request (ms).")
     ] = 2.0,
     seed: Annotated[int, typer.Option(help="Seed of the WAN's routing changes.")] = 0,
     masters: Annotated[int, typer.Option(help="redis-cluster: masters holding slots.")] = 3,
@@ -622,7 +635,7 @@ def testbed_up(
     ] = 0.0,
     state_dir: StateDirOption = None,
 ) -> None:
-    """Start Redis servers per site and the WAN emulator on loopback, (--engine
+    """Start Redis servers per site and the WAN between them (--network), (--engine
     redis-cluster) a Redis Cluster of masters, replicas and standbys, or (--engine s3)
     CosTLO's regions (--regions) of S3 gateways with relays and lock services."""
     _refuse_a_running_testbed(state_dir)
@@ -637,6 +650,7 @@ def testbed_up(
             regions=None if regions is None else region_rtts(regions, serving_rtt_ms),
             seed=seed,
             engine="s3",
+            network=network,
         )
         _print_costlo_status(costlo)
         return
@@ -656,6 +670,7 @@ def testbed_up(
     spec = TestbedSpec(
         sites=tuple(sites.split(",")),
         servers_per_site=servers_per_site,
+        network=network,
         service_mean_ms=service_mean_ms,
         seed=seed,
     )
@@ -772,11 +787,13 @@ def _finish_reproduction(index: Path) -> None:
 
 def _print_status(testbed) -> None:
     typer.echo(f"testbed in {testbed.state_dir} (epoch {testbed.epoch_unix_s:.0f})")
+    typer.echo(f"  network: {testbed.describe()}")
     for p in testbed.status():
         state = "up" if p["alive"] else "DOWN"
-        typer.echo(f"  {p['name']:<20} pid {p['pid']:<8} port {p['port']:<6} {state}")
+        where = "-" if p["port"] is None else f"{p.get('host', '127.0.0.1')}:{p['port']}"
+        typer.echo(f"  {p['name']:<20} pid {p['pid']:<8} {where:<21} {state}")
     for site, ends in testbed.sites.items():  # no metrics port: only a site agent serves it
-        typer.echo(f"  {site}: redis {','.join(map(str, ends.servers))}")
+        typer.echo(f"  {site}: redis {ends.host}:{','.join(map(str, ends.servers))}")
 
 
 def _print_cluster_status(cluster) -> None:

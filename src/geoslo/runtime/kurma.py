@@ -93,7 +93,8 @@ class SimulatorSettings(BaseModel):
 
 
 class TestbedSettings(BaseModel):
-    """``kind = "testbed"``: Redis servers per site and the WAN emulator (docs/live.md)."""
+    """``kind = "testbed"``: Redis servers per site and the WAN emulator on loopback
+    (docs/live.md), one controller for every site."""
 
     model_config = _FROZEN
     __test__ = False  # not a pytest class
@@ -205,8 +206,9 @@ def _testbed(c: ControllerSettings, e: TestbedSettings, interval_s: float):
     spec = TestbedSpec(
         sites=e.sites,
         servers_per_site=e.servers_per_site,
+        network="loopback",  # the M/M/1 model below is of DEBUG SLEEP's exponential work
         service_mean_ms=e.service_mean_ms,
-        residual_rtt_mean_ms=e.residual_rtt_mean_ms,
+        residual_rtt_mean_range_ms=(e.residual_rtt_mean_ms, e.residual_rtt_mean_ms),
         seed=e.seed,
     )
     capacity = e.servers_per_site * 1000.0 / e.service_mean_ms

@@ -29,21 +29,22 @@ def build_problem(
 ) -> KurmaProblem:
     """The quantised problem of §5 for this observation.
 
-    Omega_ij is the curve of destination j at the measured base RTT from i (0 for i = j) and
-    j's write fraction. Writes propagated from other sites load j too: its curve is read at
-    Lambda_j plus that load, done here by shifting each destination's load grid.
+    Omega_ij is the curve of destination j for origin i (the pair's own, when the model has
+    per-pair curves) at the measured base RTT from i (0 for i = j) and j's write fraction.
+    Writes propagated from other sites load j too: its curve is read at Lambda_j plus that
+    load, done here by shifting each destination's load grid.
     """
     n = len(model.sites)
     extra_rps = propagated_writes_rps(observation)
     writes_in = np.asarray(observation.demand_rps) * np.asarray(observation.write_fraction)
     mix = (writes_in + extra_rps) / np.maximum(np.asarray(observation.demand_rps) + extra_rps, 1e-9)
-    grids = [surface.load_rps for surface in model.surfaces]
+    grids = [model.surface(i, j).load_rps for i in range(n) for j in range(n)]
     load_grid = np.unique(np.concatenate(grids + [[0.0]]))
     violation = np.empty((n, n, load_grid.size))
-    for j, surface in enumerate(model.surfaces):
+    for j in range(n):
         for i in range(n):
             base = 0 if i == j else observation.base_rtt_ms[i][j]
-            curve = surface.curve(base, float(mix[j]))
+            curve = model.surface(i, j).curve(base, float(mix[j]))
             violation[i, j] = curve(load_grid + extra_rps[j])
     return KurmaProblem(
         sites=tuple(model.sites),

@@ -138,9 +138,7 @@ class KurmaController:
             mix = float(np.mean([p.write_fraction for p in points]))
             best, _ = best_fitting_curve([s.curve(0, mix) for s in family], loads, observed)
             self.chosen_curve[site] = best
-            surfaces = list(self.model.surfaces)
-            surfaces[site] = family[best]
-            self.model = replace(self.model, surfaces=tuple(surfaces))
+            self.model = self.model.with_site_surface(site, family[best])
         self._pending_signals.clear()
 
     # --- the loop ----------------------------------------------------------------------------

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -62,12 +62,37 @@ class KurmaObservation:
 
 @dataclass(frozen=True)
 class KurmaModel:
-    """Per destination site, its family of SLO curves (over base RTT and write fraction)."""
+    """Per destination site, its family of SLO curves (over base RTT and write fraction).
+
+    ``pair_surfaces[i][j]`` (optional; None on the diagonal) is the family for requests
+    from i served at j, built with the i -> j path's own residual WAN latency: the paper's
+    curves are per site pair (§4.2). Without it, ``surfaces[j]`` serves every origin."""
 
     sites: tuple[str, ...]
     capacity_rps: np.ndarray
     surfaces: tuple[SloSurface, ...]
     min_service_ms: float = 0.0  # subtracted from the min response to get the base RTT, §6
+    pair_surfaces: tuple[tuple[SloSurface | None, ...], ...] | None = None
+
+    def surface(self, src: int, dst: int) -> SloSurface:
+        """The family for requests from ``src`` served at ``dst``."""
+        if src != dst and self.pair_surfaces is not None:
+            pair = self.pair_surfaces[src][dst]
+            if pair is not None:
+                return pair
+        return self.surfaces[dst]
+
+    def with_site_surface(self, site: int, surface: SloSurface) -> KurmaModel:
+        """``site``'s family replaced (an interference refit, §7.1.4): it then serves
+        every origin, its per-pair families dropped."""
+        surfaces = list(self.surfaces)
+        surfaces[site] = surface
+        pairs = self.pair_surfaces
+        if pairs is not None:
+            pairs = tuple(
+                tuple(None if j == site else s for j, s in enumerate(row)) for row in pairs
+            )
+        return replace(self, surfaces=tuple(surfaces), pair_surfaces=pairs)
 
 
 @dataclass(frozen=True)

@@ -6,8 +6,8 @@ The sequence is the paper's (§4, §6, §7) on real processes:
 2. the profiler drives every site open-loop at increasing loads at once (the machine is
    shared, so each site is profiled under the load the others put on it), while the
    instances, measuring only, probe the WAN 3 times per site every 200 ms;
-3. the response-time distributions and the residual WAN latency from the probes (base
-   removed) become each site's curve family, pickled for the instances;
+3. the response-time distributions and each link's residual WAN latency from its probes
+   (base removed) become the curve family of each site pair, pickled for the instances;
 4. each policy replays the same Trace-1-like imbalance, scaled to the profiled 5% point,
    through one load generator per site; Kurma's instances exchange state through the WAN.
 """
@@ -82,10 +82,15 @@ class LiveModel:
     """What profiling the testbed produced."""
 
     profile: ServiceProfile
-    residual_samples_ms: np.ndarray
-    surface: SloSurface
+    residual_samples_ms: dict[str, np.ndarray]  # per directed link "src>dst", base removed
+    surface: SloSurface  # with every link's residual pooled (the report's summary curve)
     saturation_rps: float
     model_path: Path
+    nominal_rps: float  # per site, the testbed's own estimate before profiling
+
+    @property
+    def pooled_residual_ms(self) -> np.ndarray:
+        return np.concatenate(list(self.residual_samples_ms.values()))
 
     @property
     def local_5pct_rps(self) -> float:
@@ -227,17 +232,34 @@ def _read_rounds(path: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
-def _read_probes(run_dir: Path, testbed: Testbed, keep) -> list[np.ndarray]:
-    """Probe RTTs per directed link, in time order, of the probes sent when ``keep(t)``."""
-    links = []
-    for site in testbed.spec.sites:
+def _read_probes(run_dir: Path, testbed: Testbed, keep) -> dict[tuple[int, int], np.ndarray]:
+    """Probe RTTs per directed link (i, j), in time order, of the probes sent when ``keep(t)``."""
+    sites, links = testbed.spec.sites, {}
+    for i, site in enumerate(sites):
         path = run_dir / f"kurma-{site.lower()}-probes.csv"
         rows = [line.split(",") for line in path.read_text().splitlines()] if path.exists() else []
-        for dst in testbed.spec.sites:
+        for j, dst in enumerate(sites):
             rtts = [float(r[2]) for r in rows if r[1] == dst and keep(float(r[0]))]
             if rtts:
-                links.append(np.array(rtts))
+                links[(i, j)] = np.array(rtts)
     return links
+
+
+def _pair_surfaces(profile, probes: dict, per_block: int, n: int):
+    """Each directed link's SLO curves, from its own residual (§4.2: curves per site pair)."""
+    rows = []
+    for i in range(n):
+        row = []
+        for j in range(n):
+            if i == j:
+                row.append(None)
+                continue
+            if (i, j) not in probes:
+                raise TestbedError(f"no probe crossed link {i} -> {j} while profiling")
+            residual = residual_from_probes([probes[(i, j)]], per_block)
+            row.append(build_slo_surface(profile, SLO_MS, residual, BASE_RTT_RANGE_MS))
+        rows.append(tuple(row))
+    return tuple(rows)
 
 
 def profile_testbed(
@@ -245,7 +267,7 @@ def profile_testbed(
 ) -> LiveModel:
     """Profile every site at once, open-loop, at loads up to the backend's capacity (§4.1)."""
     spec = testbed.spec
-    nominal_rps = spec.servers_per_site * spec.work.capacity_per_server_rps
+    nominal_rps = spec.servers_per_site * testbed.workload.capacity_per_server_rps
     loads = profile_loads(nominal_rps, settings.profile_points, highest_fraction=0.97)
     trace = _stepped_trace(loads, settings)
     progress(f"profiling {len(loads)} loads up to {loads[-1]:.0f} req/s, {len(trace)} s")
@@ -277,14 +299,17 @@ def profile_testbed(
     calm_until = start + period * int(np.sum(loads <= RESIDUAL_MAX_LOAD_FRACTION * nominal_rps))
     probes = _read_probes(run_dir / "profile", testbed, lambda t: t < calm_until)
     per_block = max(2, int(PROBE_BLOCK_S / 0.2) * 3)
-    residual = residual_from_probes(probes, per_block)
+    residual = residual_from_probes(list(probes.values()), per_block)
     surface = build_slo_surface(profile, SLO_MS, residual, BASE_RTT_RANGE_MS)
     n = len(spec.sites)
-    model = KurmaModel(spec.sites, np.full(n, saturation), (surface,) * n, profile.min_service_ms)
+    model = KurmaModel(
+        spec.sites, np.full(n, saturation), (surface,) * n, profile.min_service_ms,
+        _pair_surfaces(profile, probes, per_block, n),
+    )  # fmt: skip
     model_path = run_dir / "model.pkl"
     model_path.write_bytes(pickle.dumps(model))
-    samples = np.concatenate([p - p.min() for p in probes])
-    return LiveModel(profile, samples, surface, saturation, model_path)
+    samples = {f"{spec.sites[i]}>{spec.sites[j]}": p - p.min() for (i, j), p in probes.items()}
+    return LiveModel(profile, samples, surface, saturation, model_path, nominal_rps)
 
 
 def with_ramp(trace: np.ndarray) -> list[float]:

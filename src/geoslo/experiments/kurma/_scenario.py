@@ -48,10 +48,11 @@ class Scenario:
     profile: ServiceProfile
     surface: SloSurface  # every site has the same backend, so one surface serves all
     mmc_surface: SloSurface
+    wan: Topology | None = None  # another WAN and its sites (the live testbed's), if any
 
     @property
     def sites(self) -> tuple[str, ...]:
-        return ("London", "Ireland", "Frankfurt")
+        return self.wan.names if self.wan is not None else ("London", "Ireland", "Frankfurt")
 
     @property
     def backend_servers(self) -> int:
@@ -69,7 +70,10 @@ class Scenario:
         return self.saturation_rps / self.backend.servers
 
     def topology(self, duration_s: float, routing_changes: bool = True) -> Topology:
-        """Table 2's sites; base RTTs change within the observed ranges every ~2 minutes."""
+        """Table 2's sites; base RTTs change within the observed ranges every ~2 minutes
+        (or the scenario's own ``wan``)."""
+        if self.wan is not None:
+            return self.wan
         return kurma_topology(
             self.saturation_rps,
             servers=self.backend.servers,

@@ -54,6 +54,9 @@ from geoslo.live._toxiproxy import ToxiproxyServer
 from geoslo.live._wan import DelayPath, WanConfig
 from geoslo.topology import (
     BaseRttSchedule,
+    Site,
+    Topology,
+    WanLink,
     ibm_regions,
     ibm_routing_changes,
     kurma_topology,
@@ -167,6 +170,15 @@ class TestbedSpec:
             if a in self.sites and b in self.sites:
                 schedules[(a, b)] = schedules[(b, a)] = schedule
         return schedules
+
+    def topology(self, capacity_rps: float) -> Topology:
+        """The sites and their base-RTT schedules as a topology (for the simulator)."""
+        sites = tuple(Site(name, capacity_rps, self.servers_per_site) for name in self.sites)
+        links = tuple(
+            WanLink(src, dst, schedule)
+            for (src, dst), schedule in self.base_rtt_schedules().items()
+        )
+        return Topology(sites, links)
 
     def residual_rtt_mean_ms(self, src: str, dst: str) -> float:
         """The pair's own residual mean: seeded, uniform over the range in 0.5 ms steps
