@@ -33,40 +33,56 @@ def run_geoslo(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run(command, capture_output=True, text=True, timeout=60)
 
 
-def printed_ports(output: str) -> list[int]:
-    """Every port the status lines name: each process's, and each site's Redis list."""
-    ports = [int(p) for p in re.findall(r" port (\d+)", output)]
-    for listed in re.findall(r": redis ([\d,]+)", output):
-        ports += [int(p) for p in listed.split(",")]
-    return ports
+def printed_addresses(output: str) -> list[tuple[str, int]]:
+    """Every address the status lines name: each process's, and each site's Redis list."""
+    found = [(h, int(p)) for h, p in re.findall(r" (\d+\.\d+\.\d+\.\d+):(\d+) ", output)]
+    for host, listed in re.findall(r": redis ([\d.]+):([\d,]+)", output):
+        found += [(host, int(p)) for p in listed.split(",")]
+    return found
 
 
-def answers(port: int) -> bool:
+def answers(host: str, port: int) -> bool:
     with socket.socket() as s:
         s.settimeout(5.0)
-        return s.connect_ex(("127.0.0.1", port)) == 0
+        return s.connect_ex((host, port)) == 0
 
 
-def test_up_status_down(tmp_path):
+# (form, processes up starts, of which listen on a port): loopback runs the WAN emulator;
+# namespaces run toxiproxy and the route keeper (no port)
+FORMS = [("loopback", 3, 3), ("namespaces", 4, 3)]
+
+
+@pytest.mark.parametrize("network, processes, listening", FORMS)
+def test_up_status_down(tmp_path, network, processes, listening):
+    if network == "namespaces":
+        from geoslo.errors import TestbedError
+        from geoslo.live._sites import choose_network
+        from geoslo.live.kurma._testbed import _namespaces_lack
+
+        try:
+            choose_network("namespaces", _namespaces_lack())
+        except TestbedError as error:
+            pytest.skip(f"the namespaces form cannot run here: {error}")
     state = str(tmp_path / "bed")
     try:
         up = run("testbed", "up", "--sites", "London,ireland", "--servers-per-site", "1",
-                 "--state-dir", state)  # fmt: skip
+                 "--network", network, "--state-dir", state)  # fmt: skip
         assert up.exit_code == 0, up.output
-        assert "redis-london-0" in up.output and "wan" in up.output
+        assert "redis-london-0" in up.output and f"network: {network}" in up.output
+        assert ("wan" in up.output) == (network == "loopback")
         status = run("testbed", "status", "--state-dir", state)
-        assert status.exit_code == 0 and status.output.count(" up") == 3
+        assert status.exit_code == 0 and status.output.count(" up") == processes
         # nothing is printed that nothing serves (the agents' metrics ports were)
         for output in (up.output, status.output):
             assert "metrics" not in output
-            ports = printed_ports(output)
-            assert len(ports) == 5  # 3 processes, 2 Redis servers listed by site
-            assert [p for p in ports if not answers(p)] == []
+            addresses = printed_addresses(output)
+            assert len(addresses) == listening + 2  # and 2 Redis servers listed by site
+            assert [a for a in addresses if not answers(*a)] == []
         again = run("testbed", "up", "--state-dir", state)
         assert again.exit_code == 1 and "testbed down" in again.output
     finally:
         down = run("testbed", "down", "--state-dir", state)
-    assert down.exit_code == 0 and "stopped 3" in down.output
+    assert down.exit_code == 0 and f"stopped {processes}" in down.output
     assert not Testbed.load(tmp_path / "bed").running()
     after = run_geoslo("testbed", "status", "--state-dir", state)
     assert after.returncode == 1, after
@@ -82,6 +98,8 @@ def test_up_status_down(tmp_path):
         (("--sites", "london,London"), "named twice"),
         (("--servers-per-site", "0"), "servers_per_site"),
         (("--service-mean-ms", "-1"), "service_mean_ms"),
+        (("--network", "wifi"), "auto, namespaces or loopback"),
+        (("--sites", "ireland,madrid"), "not both"),
         (("--engine", "s3", "--regions", "toronto"), "need 2 to 6 regions"),
         (("--engine", "s3", "--regions", "a=1,montreal"), "must then be an IBM region"),
         (("--engine", "s3", "--regions", "toronto,atlantis"), "give NAME=RTT_MS"),
@@ -119,7 +137,7 @@ def test_the_s3_engine_goes_up_serves_s3_and_comes_down(tmp_path):
         assert status.returncode == 0, status.stderr
         assert "montreal, 11 ms away" in status.stdout  # the IBM matrix's Toronto-Montreal
         ports = [int(p) for p in re.findall(r"through ports \[(\d+)\]", status.stdout)]
-        assert len(ports) == 3 and all(answers(port) for port in ports)
+        assert len(ports) == 3 and all(answers("127.0.0.1", port) for port in ports)
         fastest_ms = asyncio.run(fastest_gets_ms(cluster))
         for region, rtt_ms in cluster.rtts_ms.items():  # a GET takes at least the RTT
             assert rtt_ms <= fastest_ms[region] <= rtt_ms + 25.0, fastest_ms

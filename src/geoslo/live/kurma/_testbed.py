@@ -257,8 +257,8 @@ class Testbed:
         if self.network == "namespaces":
             cost = f"{self.read_cost_us:.0f} us" if self.read_cost_us else "unmeasured"
             return (
-                "sites in network namespaces, WAN by toxiproxy, each Redis server under a "
-                f"{self.spec.server_cpu_fraction:.0%} CPU quota serving SORT_RO of "
+                "namespaces: a network namespace per site, WAN by toxiproxy, each Redis "
+                f"server under a {self.spec.server_cpu_fraction:.0%} CPU quota serving SORT_RO of "
                 f"{self.spec.list_length}-number lists ({cost} of CPU each)"
             )
         return (
