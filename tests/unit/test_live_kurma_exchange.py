@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from geoslo.live.kurma._instance import _valid_state, measurements_from_states
+from geoslo.live.kurma._instance import _valid_state, measurements_from_states, views_agree
 
 N = 3
 
@@ -96,9 +96,41 @@ DROP = object()
         (with_field("wan_bytes", DROP), False),
         (with_field("min_response_ms", [0.3, float("inf"), None]), False),
         (with_field("probe_rtt_ms", [None, -2.0, 1.0]), False),
+        (with_field("view", [True, False, True]), True),
+        (with_field("view", None), True),  # an agent's first round
+        (with_field("view", [True, False]), False),
+        (with_field("view", [1, 0, 1]), False),
     ],
 )
 def test_only_well_formed_states_from_other_sites_are_taken(message, valid):
     assert _valid_state(message, N, me=0) is valid
     if valid:  # what is taken, measurements_from_states can read
         measurements_from_states({message["site"]: message}, 10, N, 2.5)
+
+
+ALL = [True, True, True]
+
+
+def viewed(site: int, view) -> dict:
+    return {**state(site, 10), "view": view}
+
+
+@pytest.mark.parametrize(
+    "own, views, available, agreed",
+    [
+        (ALL, {1: ALL, 2: ALL}, ALL, True),  # steady
+        # an asymmetric partition: site 1 no longer hears site 0, site 0 still hears site 1
+        (ALL, {1: [False, True, True], 2: ALL}, ALL, False),  # seen from site 0
+        (ALL, {1: ALL, 2: [False, True, True]}, ALL, False),
+        # site 2 failed and every agent saw it: the first round with the new view holds
+        # local (the views sent were of the round before), the next one agrees
+        (ALL, {1: ALL}, [True, True, False], False),
+        ([True, True, False], {1: [True, True, False]}, [True, True, False], True),
+        (None, {1: ALL, 2: ALL}, ALL, False),  # this agent's first round
+    ],
+)
+def test_a_plan_is_applied_only_when_every_view_agrees(own, views, available, agreed):
+    states = {0: viewed(0, own)} | {j: viewed(j, v) for j, v in views.items()}
+    ok, compared = views_agree(states, np.array(available), own, me=0)
+    assert ok is agreed
+    assert set(compared) == {0} | {j for j in views if available[j]}

@@ -65,7 +65,13 @@ from geoslo.live._metrics import serve_metrics
 from geoslo.live._processes import ManagedProcess, python_module_command
 from geoslo.live.kurma._testbed import Testbed
 
-__all__ = ["InstanceConfig", "measurements_from_states", "run_instance", "start_instance"]
+__all__ = [
+    "InstanceConfig",
+    "measurements_from_states",
+    "run_instance",
+    "start_instance",
+    "views_agree",
+]
 
 PROBES_PER_SITE = 3  # §6
 PROBE_PERIOD_S = 0.2  # §6
@@ -159,6 +165,9 @@ class _Metrics:
             "solves_skipped", "Rounds not solved because the previous solve still ran"
         )
         self.solve_errors = counter("solve_errors", "Solves that failed (the plan stays)")
+        self.view_disagreements = counter(
+            "view_disagreements", "Rounds held all-local: the agents' views of who is up differed"
+        )
         self.requests = counter(
             "requests", "Client requests of this site, by serving site", ("dst",)
         )
@@ -311,6 +320,7 @@ class _Instance:
         self.states: dict[int, dict] = {}  # site -> its latest state message
         self.probe_sent: dict[tuple[int, int], float] = {}
         self.probe_rtts: list[tuple[float, int, float]] = []  # (unix s, site, rtt ms)
+        self.view: list[bool] | None = None  # the sites available in the last round
         self.estimate_row = np.zeros(self.n)  # Omega_ij at the planned loads, own row
         self.last_expected = 0.0  # Kurma's expected violations of the last interval's redirects
         run_dir = Path(config.run_dir)
@@ -552,6 +562,7 @@ class _Instance:
             "wan_bytes": report["wan_bytes"].tolist(),
             "min_response_ms": [m if np.isfinite(m) else None for m in report["min_response_ms"]],
             "probe_rtt_ms": self._probe_min_ms(),
+            "view": self.view,  # the partition rule (views_agree) compares these
         }
         for j, writer in list(self.peers.items()):
             writer.write(self._seal(j, state))
@@ -579,6 +590,8 @@ class _Instance:
         """Round ``k``'s measurements; with an objective, a solve on the worker thread unless
         the previous one still runs (then this round is skipped: one solve at a time)."""
         m = measurements_from_states(self.states, k, self.n, self.config.interval_s)
+        agreed, views = views_agree(self.states, m.available, self.view, self.me)
+        self.view = m.available.tolist()
         record = {
             "round": k,
             "t_unix_s": time.time(),
@@ -594,6 +607,9 @@ class _Instance:
             self.metrics.demand_rps.labels(site=site).set(m.arrivals[j] / m.duration_s)
         self.metrics.round.set(k)
         if self.solver is None:
+            self._log(record)
+        elif not agreed:
+            record.update(self._hold_local(views))
             self._log(record)
         elif self.solving is not None and not self.solving.done():
             record["skipped"] = "the previous round's solve still runs"
@@ -621,6 +637,23 @@ class _Instance:
         for waiting in self.waiting_records:
             self._log(waiting)
         self.waiting_records.clear()
+
+    def _hold_local(self, views: dict[int, list[bool] | None]) -> dict:
+        """The views disagree: every request stays local this round (no agent applies a
+        plan computed from a view another agent does not share; docs/live.md, §9)."""
+        self.metrics.view_disagreements.inc()
+        self.estimate_row = np.zeros(self.n)
+        row = np.eye(self.n)[self.me]
+        message = json.dumps({"type": "plan", "fractions": row.tolist()}).encode() + b"\n"
+        for writer in list(self.clients):
+            writer.write(message)
+        for j, site in enumerate(self.sites):
+            self.metrics.redirect_fraction.labels(dst=site).set(float(row[j]))
+        return {
+            "fractions": row.tolist(),
+            "views_disagree": {self.sites[j]: view for j, view in views.items()},
+            "enforced_unix_s": time.time(),
+        }
 
     def _enforce(self, solved: _Solved) -> dict:
         """Send the clients this site's row; publish the plan's metrics."""
@@ -683,6 +716,23 @@ def measurements_from_states(
     )
 
 
+def views_agree(
+    states: dict[int, dict], available: np.ndarray, own_view: list[bool] | None, me: int
+) -> tuple[bool, dict[int, list[bool] | None]]:
+    """The partition rule (§9 extended): an agent applies round k's plan only when the sites
+    it finds available are exactly the view it had in round k - 1 and the view each of
+    those sites sent in its round-k state (their round k - 1 view). An asymmetric partition
+    (A hears B, B does not hear A) gives A and B different views; then no agent applies a
+    plan and each keeps its requests local until every view agrees again, one round after
+    the membership stopped changing. Returns (agreed, every view compared by site)."""
+    now = [bool(a) for a in available]
+    views = {me: own_view}
+    for j, state in states.items():
+        if j != me and now[j]:
+            views[j] = state.get("view")
+    return all(view == now for view in views.values()), views
+
+
 def _is_count(value: object) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and value >= 0
 
@@ -720,6 +770,11 @@ def _valid_state(body: dict, n: int, me: int) -> bool:
             return False
         if not all(_is_amount(v, optional) for v in values):
             return False
+    view = body.get("view")
+    if view is not None and not (
+        isinstance(view, list) and len(view) == n and all(isinstance(v, bool) for v in view)
+    ):
+        return False
     return True
 
 

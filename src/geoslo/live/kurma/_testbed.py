@@ -409,6 +409,21 @@ class Testbed:
         self._launch("routes", python_module_command("geoslo.live", "routes", str(config_path)))
         progress(f"testbed: toxiproxy up ({len(routed)} paths), routes follow the schedules")
 
+    def cut(self, src: str, dst: str, cut: bool = True) -> list[str]:
+        """Cut (or, with ``cut=False``, mend) every path from ``src`` to ``dst``: clients and
+        the agent at ``src`` can no longer open connections to ``dst``, while ``dst``'s reach
+        ``src`` as before (one direction of a partition, §9). The namespaces form only."""
+        if self.network != "namespaces":
+            raise TestbedError("cutting a path needs the namespaces form (toxiproxy)")
+        toxiproxy = ToxiproxyServer.recorded_in(self.state_dir)
+        if toxiproxy is None:
+            raise TestbedError(f"no toxiproxy recorded in {self.state_dir}")
+        prefix = f"{src}-to-{dst}-"
+        names = [name for name in toxiproxy.api.proxies() if name.startswith(prefix)]
+        for name in names:
+            toxiproxy.api.set_enabled(name, not cut)
+        return names
+
     def start_echo(self) -> None:
         """An echo server on every site's agent port (the target of §6's probes, for a
         controller that runs no agents): recorded, so ``down`` stops them."""
