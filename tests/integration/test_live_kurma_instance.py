@@ -90,6 +90,7 @@ def state_of(site: str, round_k: int) -> dict:
         "wan_bytes": [0, 0, 0],
         "min_response_ms": [1.0 if j == i else None for j in range(3)],
         "probe_rtt_ms": [None if j == i else 10.0 for j in range(3)],
+        "view": [True, True, True],  # the peers see every site (the partition rule agrees)
     }
 
 
