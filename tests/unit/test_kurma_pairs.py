@@ -107,3 +107,13 @@ def test_reply_bytes_count_bulk_strings_in_lists():
     assert reply_bytes([b"OK", b"12345"]) == 7
     assert reply_bytes([[b"1", b"22"], 5, None]) == 3
     assert reply_bytes(b"") == 0
+
+
+def test_a_probe_faster_than_the_path_does_not_shift_its_block():
+    from geoslo.models import probe_residuals_ms
+
+    block = np.array([20.0, 20.5, 21.0, 20.2, 8.0, 20.1])  # one probe released early
+    plain = probe_residuals_ms([block], 6)
+    robust = probe_residuals_ms([block], 6, skip_lowest=1)
+    assert plain.max() == pytest.approx(13.0)  # every probe looks 12 ms late
+    assert robust.max() == pytest.approx(1.0) and robust.min() == 0.0

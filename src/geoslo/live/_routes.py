@@ -2,9 +2,11 @@
 
 toxiproxy holds a fixed delay per path; a route change is an update of that delay. The
 route keeper (``python -m geoslo.live routes CONFIG``, one process per testbed, recorded
-by PID) sets every path's delay at the start and again at each change time of its
-schedule: toxiproxy updates a toxic in place, so open connections keep flowing and see
-the new base RTT from then on. Schedules count from the testbed's epoch.
+by PID) brings every path's delay to its schedule at the start and again at each change
+time: toxiproxy updates a toxic in place, so open connections keep flowing and see the new
+base RTT from then on. An update interrupts the path's latency toxics, which pass on the
+chunk each holds without the rest of its delay (toxiproxy's latency toxic), so only the
+paths whose delay changes are updated. Schedules count from the testbed's epoch.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from pathlib import Path
 import numpy as np
 
 from geoslo.errors import TestbedError
-from geoslo.live._toxiproxy import ToxiproxyApi
+from geoslo.live._toxiproxy import ToxiproxyApi, path_toxics
 from geoslo.topology import BaseRttSchedule
 
 __all__ = ["RoutedPath", "RoutesConfig", "follow_routes", "schedule_from_dict", "schedule_to_dict"]
@@ -75,11 +77,19 @@ class RoutesConfig:
         )
         return cls(int(data["toxiproxy_port"]), float(data["epoch_unix_s"]), paths)
 
-    def set_all(self, t_s: float) -> None:
-        """Every path's delay as its schedule has it at ``t_s`` since the epoch."""
+    def set_all(self, t_s: float) -> int:
+        """Every path's delay as its schedule has it at ``t_s`` since the epoch; only the
+        paths whose toxics differ are updated (an update releases the chunk a latency
+        toxic holds at once: toxiproxy interrupts it). How many were updated."""
         api = ToxiproxyApi(self.toxiproxy_port)
+        updated = 0
         for path in self.paths:
-            api.set_path_delay(path.proxy, float(path.base_rtt.at(t_s)), path.residual_rtt_mean_ms)
+            wanted = path_toxics(float(path.base_rtt.at(t_s)), path.residual_rtt_mean_ms)
+            held = api.toxics(path.proxy)  # a stall's toxics may be there too: left alone
+            if any(held.get(toxic.name) != toxic.body() for toxic in wanted):
+                api.set_toxics(path.proxy, wanted)
+                updated += 1
+        return updated
 
     def next_change_s(self, t_s: float) -> float | None:
         """The first change time of any schedule after ``t_s`` (None: no more)."""

@@ -181,6 +181,13 @@ class ToxiproxyApi:
             if proxy["upstream"].rsplit(":", 1)[0] == host
         )
 
+    def toxics(self, proxy: str) -> dict[str, dict]:
+        """The proxy's toxics by name, in the form ``LatencyToxic.body`` writes."""
+        return {
+            t["name"]: {key: t[key] for key in ("name", "type", "stream", "toxicity", "attributes")}
+            for t in self._call("GET", f"/proxies/{proxy}/toxics")
+        }
+
     def set_toxics(self, proxy: str, toxics: list[LatencyToxic]) -> None:
         """Add the toxics to the proxy, updating those of the same name in place (live
         connections keep flowing, with the new delay)."""

@@ -12,7 +12,7 @@ from geoslo.models._egress import (
 from geoslo.models._interference import best_fitting_curve
 from geoslo.models._migration import MigrationCost, MigrationModel
 from geoslo.models._queueing import erlang_c, mmc_sojourn_tail, mmc_violation_surface
-from geoslo.models._residual import residual_from_probes
+from geoslo.models._residual import probe_residuals_ms, residual_from_probes
 from geoslo.models._scads import (
     PAPER_MIXES_READ_FRACTION,
     CopyDurationModel,
@@ -60,6 +60,7 @@ __all__ = [
     "concurrent_monte_carlo",
     "infer_storage_model",
     "ks_distance",
+    "probe_residuals_ms",
     "residual_from_probes",
     "ServiceProfile",
     "SloCurve",

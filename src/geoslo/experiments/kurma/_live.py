@@ -40,6 +40,7 @@ from geoslo.models import (
     ServiceProfile,
     SloSurface,
     build_slo_surface,
+    probe_residuals_ms,
     profile_backend,
     profile_loads,
     residual_from_probes,
@@ -60,6 +61,9 @@ OBJECTIVES.update(KurmaPerf="perf", KurmaCost="cost")
 PROBE_BLOCK_S = 5.0  # base RTT = min over blocks of 5 s of probes (75 per link)
 RESIDUAL_MAX_LOAD_FRACTION = 0.6  # of the nominal capacity (see profile_testbed)
 RAMP_S = 10  # before a replay, load ramps up to the trace's first second (not measured)
+# A block's base is its second-fastest probe: at a route change toxiproxy releases the chunk
+# it holds at once (docs/live.md), and that one probe would undercut the base of its block.
+SKIP_LOWEST_PROBES = 1
 
 
 @dataclass(frozen=True)
@@ -256,7 +260,9 @@ def _pair_surfaces(profile, probes: dict, per_block: int, n: int):
                 continue
             if (i, j) not in probes:
                 raise TestbedError(f"no probe crossed link {i} -> {j} while profiling")
-            residual = residual_from_probes([probes[(i, j)]], per_block)
+            residual = residual_from_probes(
+                [probes[(i, j)]], per_block, skip_lowest=SKIP_LOWEST_PROBES
+            )
             row.append(build_slo_surface(profile, SLO_MS, residual, BASE_RTT_RANGE_MS))
         rows.append(tuple(row))
     return tuple(rows)
@@ -299,7 +305,9 @@ def profile_testbed(
     calm_until = start + period * int(np.sum(loads <= RESIDUAL_MAX_LOAD_FRACTION * nominal_rps))
     probes = _read_probes(run_dir / "profile", testbed, lambda t: t < calm_until)
     per_block = max(2, int(PROBE_BLOCK_S / 0.2) * 3)
-    residual = residual_from_probes(list(probes.values()), per_block)
+    residual = residual_from_probes(
+        list(probes.values()), per_block, skip_lowest=SKIP_LOWEST_PROBES
+    )
     surface = build_slo_surface(profile, SLO_MS, residual, BASE_RTT_RANGE_MS)
     n = len(spec.sites)
     model = KurmaModel(
@@ -308,7 +316,10 @@ def profile_testbed(
     )  # fmt: skip
     model_path = run_dir / "model.pkl"
     model_path.write_bytes(pickle.dumps(model))
-    samples = {f"{spec.sites[i]}>{spec.sites[j]}": p - p.min() for (i, j), p in probes.items()}
+    samples = {
+        f"{spec.sites[i]}>{spec.sites[j]}": probe_residuals_ms([p], per_block, SKIP_LOWEST_PROBES)
+        for (i, j), p in probes.items()
+    }
     return LiveModel(profile, samples, surface, saturation, model_path, nominal_rps)
 
 
