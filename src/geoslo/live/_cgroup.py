@@ -93,15 +93,19 @@ def cpu_limit_reason() -> str | None:
     return None
 
 
-def limit_cpu(pid: int, fraction: float, name: str, period_us: int = CPU_PERIOD_US) -> Path | None:
+def limit_cpu(
+    pid: int, fraction: float, name: str, period_us: int = CPU_PERIOD_US, weight: int = 1
+) -> Path | None:
     """Move process ``pid`` (all its threads) into its own cgroup ``geoslo-<name>`` that may
-    use ``fraction`` of one CPU per CFS period of ``period_us``; the group, or None without
-    root or a CPU controller (then nothing is limited). The group is reused if it exists.
-    A throttled process waits for the next period, so a short period keeps that wait short."""
+    use ``fraction`` of one CPU per CFS period of ``period_us``, weighted ``weight`` x an
+    ordinary process within its quota (so that the machine's other work does not change
+    what the quota buys); the group, or None without root or a CPU controller (then
+    nothing is limited). The group is reused if it exists. A throttled process waits for
+    the next period, so a short period keeps that wait short."""
     controller = _controller()
     if os.geteuid() != 0 or controller is None:
         return None
-    root, _, _ = controller
+    root, weight_file, ordinary = controller
     group = root / f"geoslo-{name}"
     quota_us = max(1000, round(fraction * period_us))  # the kernel's floor is 1 ms
     try:
@@ -111,6 +115,7 @@ def limit_cpu(pid: int, fraction: float, name: str, period_us: int = CPU_PERIOD_
             (group / "cpu.cfs_quota_us").write_text(str(quota_us))
         else:
             (group / "cpu.max").write_text(f"{quota_us} {period_us}")
+        (group / weight_file).write_text(str(weight * ordinary))
         (group / "cgroup.procs").write_text(str(pid))
     except OSError:
         _remove(group)

@@ -67,6 +67,9 @@ __all__ = ["TestbedSpec", "Testbed", "default_state_dir", "canonical_sites"]
 DEFAULT_SITES = ("London", "Frankfurt", "Madrid")  # IBM Cloud regions, 13-29 ms apart
 KURMA_SITES = ("London", "Ireland", "Frankfurt")  # Kurma §7, Table 2 base RTT ranges
 AUTH_CONFIG = "redis-auth.conf"  # the servers' requirepass (namespaces form)
+# A server's group is weighted as the live experiment's (cpu_priority): its quota, not the
+# machine's other work, sets its capacity.
+SERVER_CPU_WEIGHT = 8
 COST_READS = 2000  # reads timed at up to measure a query's CPU cost (QueryWork.cost_us)
 
 
@@ -448,6 +451,7 @@ class Testbed:
         group = limit_cpu(
             record["pid"], self.spec.server_cpu_fraction,
             f"kurma-{os.getpid()}-{record['name']}", self.spec.server_cpu_period_us,
+            SERVER_CPU_WEIGHT,
         )  # fmt: skip
         if group is None:
             raise TestbedError(f"could not put {record['name']} under a CPU quota")
