@@ -76,6 +76,30 @@ def first_round_after(log: list[dict], t_unix_s: float, available: bool) -> dict
     return None
 
 
+def start_kurma(testbed, run_dir: Path, model: Path, duration_s: int, write_fraction: float):
+    """An instance (KurmaPerf) and a generator per site, London past its capacity; the
+    generators start in 2 s (their start time is returned)."""
+    instances = {
+        site: start_instance(
+            InstanceConfig(str(testbed.state_dir), site, str(run_dir), "perf", str(model))
+        )
+        for site in SITES
+    }
+    start = float(np.ceil(time.time() + 2.0))
+    rates = {"London": 560.0, "Ireland": 120.0, "Frankfurt": 120.0}  # London past capacity
+    generators = [
+        start_loadgen(
+            LoadgenConfig(
+                str(testbed.state_dir), site, "KurmaPerf", (rates[site],) * duration_s, start,
+                str(run_dir / f"requests-{site.lower()}.npz"), write_fraction, SLO_MS, seed=k,
+            ),
+            run_dir,
+        )
+        for k, site in enumerate(SITES)
+    ]  # fmt: skip
+    return instances, generators, start
+
+
 @pytest.fixture
 def testbed(tmp_path):
     spec = TestbedSpec(sites=SITES, servers_per_site=1, keys=2000, seed=3)
@@ -88,25 +112,8 @@ def test_a_failed_site_is_excluded_within_two_intervals_and_readmitted(testbed, 
     run_dir = tmp_path / "run"
     run_dir.mkdir()
     model = mm1_model(testbed.workload.capacity_per_server_rps, tmp_path / "model.pkl")
-    instances = {
-        site: start_instance(
-            InstanceConfig(str(testbed.state_dir), site, str(run_dir), "perf", str(model))
-        )
-        for site in SITES
-    }
     duration_s = 44
-    start = float(np.ceil(time.time() + 2.0))
-    rates = {"London": 560.0, "Ireland": 120.0, "Frankfurt": 120.0}  # London past capacity
-    generators = [
-        start_loadgen(
-            LoadgenConfig(
-                str(testbed.state_dir), site, "KurmaPerf", (rates[site],) * duration_s, start,
-                str(run_dir / f"requests-{site.lower()}.npz"), 0.02, SLO_MS, seed=k,
-            ),
-            run_dir,
-        )
-        for k, site in enumerate(SITES)
-    ]  # fmt: skip
+    instances, generators, start = start_kurma(testbed, run_dir, model, duration_s, 0.02)
     redis = next(p for p in testbed.processes if p["name"] == "redis-frankfurt-0")
     events = {}
     try:
@@ -201,25 +208,8 @@ def test_an_asymmetric_partition_never_leaves_agents_on_different_views(testbed,
     run_dir = tmp_path / "run"
     run_dir.mkdir()
     model = mm1_model(testbed.workload.capacity_per_server_rps, tmp_path / "model.pkl")
-    instances = [
-        start_instance(
-            InstanceConfig(str(testbed.state_dir), site, str(run_dir), "perf", str(model))
-        )
-        for site in SITES
-    ]
     duration_s = 40
-    start = float(np.ceil(time.time() + 2.0))
-    rates = {"London": 560.0, "Ireland": 120.0, "Frankfurt": 120.0}
-    generators = [
-        start_loadgen(
-            LoadgenConfig(
-                str(testbed.state_dir), site, "KurmaPerf", (rates[site],) * duration_s, start,
-                str(run_dir / f"requests-{site.lower()}.npz"), 0.0, SLO_MS, seed=k,
-            ),
-            run_dir,
-        )
-        for k, site in enumerate(SITES)
-    ]  # fmt: skip
+    instances, generators, start = start_kurma(testbed, run_dir, model, duration_s, 0.0)
     try:
         time.sleep(max(0.0, start + 10 - time.time()))
         assert len(testbed.cut("London", "Frankfurt")) == 2  # Frankfurt's server and agent
@@ -231,7 +221,7 @@ def test_an_asymmetric_partition_never_leaves_agents_on_different_views(testbed,
             while generator.alive and time.time() < start + duration_s + 30:
                 time.sleep(0.2)
     finally:
-        for process in instances + generators:
+        for process in [*instances.values(), *generators]:
             process.stop()
 
     logs = {site: rounds(run_dir, site) for site in SITES}

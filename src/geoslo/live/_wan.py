@@ -18,6 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
+from geoslo.live._routes import schedule_from_dict, schedule_to_dict
 from geoslo.topology import BaseRttSchedule
 
 __all__ = [
@@ -57,23 +58,19 @@ class DelayPath:
             "dst": self.dst,
             "listen_port": self.listen_port,
             "target_port": self.target_port,
-            "base_rtt": {
-                "change_times_s": self.base_rtt.change_times_s.tolist(),
-                "rtt_ms": self.base_rtt.rtt_ms.tolist(),
-            },
+            "base_rtt": schedule_to_dict(self.base_rtt),
             "residual_rtt_mean_ms": self.residual_rtt_mean_ms,
             "residual_rtt_shape": self.residual_rtt_shape,
         }
 
     @classmethod
     def from_dict(cls, data: dict) -> DelayPath:
-        base = data["base_rtt"]
         return cls(
             data["src"],
             data["dst"],
             int(data["listen_port"]),
             int(data["target_port"]),
-            BaseRttSchedule(np.array(base["change_times_s"]), np.array(base["rtt_ms"])),
+            schedule_from_dict(data["base_rtt"]),
             float(data["residual_rtt_mean_ms"]),
             float(data["residual_rtt_shape"]),
         )
