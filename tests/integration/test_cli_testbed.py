@@ -60,7 +60,7 @@ def test_up_status_down(tmp_path, network, processes, listening):
         from geoslo.live.kurma._testbed import _namespaces_lack
 
         try:
-            choose_network("namespaces", _namespaces_lack())
+            choose_network("namespaces", _namespaces_lack)
         except TestbedError as error:
             pytest.skip(f"the namespaces form cannot run here: {error}")
     state = str(tmp_path / "bed")

@@ -29,7 +29,7 @@ pytestmark = [
 @pytest.fixture(scope="module")
 def can_run():
     try:
-        choose_network("namespaces", _namespaces_lack())
+        choose_network("namespaces", _namespaces_lack)
     except TestbedError as error:
         pytest.skip(f"the namespaces form cannot run here: {error}")
 

@@ -55,6 +55,53 @@ def reply_bytes(reply) -> int:
 
 
 @dataclass(frozen=True)
+class ServiceWork:
+    """Service time of one request on one server: ``mean_ms * Exp(1)``, at least
+    ``min_ms`` (the server's own cost), drawn by whoever sends the request."""
+
+    mean_ms: float = 2.0
+    min_ms: float = 0.0
+
+    def __post_init__(self) -> None:
+        if not self.mean_ms > 0:
+            raise ConfigError("service_mean_ms", f"must be > 0, got {self.mean_ms}")
+
+    @property
+    def capacity_per_server_rps(self) -> float:
+        return 1000.0 / self.mean_ms
+
+    def draw_s(self, rng: np.random.Generator) -> float:
+        return max(self.mean_ms * rng.standard_exponential(), self.min_ms) / 1e3
+
+
+_DEBUG_SLEEP = encode_command(b"DEBUG", b"SLEEP", b"")[:-6]  # up to the argument's length
+
+
+def work_payload(work_s: float) -> bytes:
+    """``DEBUG SLEEP``: the server's work for the request pipelined after it."""
+    seconds = b"%.6f" % work_s
+    return b"%s$%d\r\n%s\r\n" % (_DEBUG_SLEEP, len(seconds), seconds)
+
+
+def get_payload(key: bytes, work_s: float) -> bytes:
+    """``DEBUG SLEEP`` then ``GET``: two replies (OK, the value); built with two format
+    operations, as it is on every request's path."""
+    seconds = b"%.6f" % work_s
+    return b"%s$%d\r\n%s\r\n*2\r\n$3\r\nGET\r\n$%d\r\n%s\r\n" % (
+        _DEBUG_SLEEP, len(seconds), seconds, len(key), key
+    )  # fmt: skip
+
+
+def put_payload(key: bytes, value: bytes, work_s: float | None) -> bytes:
+    """``DEBUG SLEEP`` then ``SET``: two replies; with ``work_s`` None a plain SET (one reply),
+    for replicas that only store the write."""
+    store = encode_command(b"SET", key, value)
+    if work_s is None:
+        return store
+    return work_payload(work_s) + store
+
+
+@dataclass(frozen=True)
 class SleepWork:
     """Reads are GETs of ``value_bytes`` values, each sent after ``DEBUG SLEEP`` for a
     service time drawn by the client (``ServiceWork``)."""
@@ -62,26 +109,26 @@ class SleepWork:
     mean_ms: float = 2.0
     value_bytes: int = 375  # Kurma §7.1.3: 375-byte requests
 
-    def __post_init__(self) -> None:
-        ServiceWork(self.mean_ms)  # raises ConfigError for a bad mean
+    def __post_init__(self) -> None:  # raises ConfigError for a bad mean
+        object.__setattr__(self, "_service", ServiceWork(self.mean_ms))
 
     @property
     def capacity_per_server_rps(self) -> float:
-        return ServiceWork(self.mean_ms).capacity_per_server_rps
+        return self._service.capacity_per_server_rps
 
     def write_value(self) -> bytes:
         return b"w" * self.value_bytes
 
     def read_payload(self, key: bytes, rng) -> tuple[bytes, int]:
         """``DEBUG SLEEP`` then ``GET``: two replies (OK, the value)."""
-        return get_payload(key, self.mean_ms * rng.standard_exponential() / 1e3), 2
+        return get_payload(key, self._service.draw_s(rng)), 2
 
     def write_payload(self, key: bytes, value: bytes, rng, loaded: bool) -> tuple[bytes, int]:
         """``DEBUG SLEEP`` then ``SET`` (two replies); a plain SET (one) unless ``loaded``:
         a replica that only stores a propagated write."""
         if not loaded:
             return put_payload(key, value, None), 1
-        return put_payload(key, value, self.mean_ms * rng.standard_exponential() / 1e3), 2
+        return put_payload(key, value, self._service.draw_s(rng)), 2
 
     def value_of(self, reply):
         return reply[1] if isinstance(reply, list) else reply
@@ -150,50 +197,3 @@ class QueryWork:
 
 
 Workload = SleepWork | QueryWork
-
-
-@dataclass(frozen=True)
-class ServiceWork:
-    """Service time of one request on one server: ``mean_ms * Exp(1)``, at least
-    ``min_ms`` (the server's own cost), drawn by whoever sends the request."""
-
-    mean_ms: float = 2.0
-    min_ms: float = 0.0
-
-    def __post_init__(self) -> None:
-        if not self.mean_ms > 0:
-            raise ConfigError("service_mean_ms", f"must be > 0, got {self.mean_ms}")
-
-    @property
-    def capacity_per_server_rps(self) -> float:
-        return 1000.0 / self.mean_ms
-
-    def draw_s(self, rng: np.random.Generator) -> float:
-        return max(self.mean_ms * rng.standard_exponential(), self.min_ms) / 1e3
-
-
-_DEBUG_SLEEP = encode_command(b"DEBUG", b"SLEEP", b"")[:-6]  # up to the argument's length
-
-
-def work_payload(work_s: float) -> bytes:
-    """``DEBUG SLEEP``: the server's work for the request pipelined after it."""
-    seconds = b"%.6f" % work_s
-    return b"%s$%d\r\n%s\r\n" % (_DEBUG_SLEEP, len(seconds), seconds)
-
-
-def get_payload(key: bytes, work_s: float) -> bytes:
-    """``DEBUG SLEEP`` then ``GET``: two replies (OK, the value); built with two format
-    operations, as it is on every request's path."""
-    seconds = b"%.6f" % work_s
-    return b"%s$%d\r\n%s\r\n*2\r\n$3\r\nGET\r\n$%d\r\n%s\r\n" % (
-        _DEBUG_SLEEP, len(seconds), seconds, len(key), key
-    )  # fmt: skip
-
-
-def put_payload(key: bytes, value: bytes, work_s: float | None) -> bytes:
-    """``DEBUG SLEEP`` then ``SET``: two replies; with ``work_s`` None a plain SET (one reply),
-    for replicas that only store the write."""
-    store = encode_command(b"SET", key, value)
-    if work_s is None:
-        return store
-    return work_payload(work_s) + store

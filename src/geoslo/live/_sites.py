@@ -195,15 +195,15 @@ class SiteNamespaces:
         return cls(tuple(Site(**s) for s in data["sites"]), str(state_dir))
 
 
-def choose_network(network: str, also_needs: str | None = None) -> tuple[str, str]:
+def choose_network(network: str, also_needs=None) -> tuple[str, str]:
     """("namespaces" or "loopback", why): namespaces where asked for or possible ("auto"),
-    loopback otherwise. ``also_needs`` is another reason the namespaces form cannot run
-    here (None when nothing else is missing)."""
+    loopback otherwise. ``also_needs()``, asked only when namespaces can be made, says what
+    else the namespaces form lacks here (None when nothing)."""
     if network not in ("auto", "namespaces", "loopback"):
         raise TestbedError(f"network {network!r}: use auto, namespaces or loopback")
     if network == "loopback":
         return network, "asked for"
-    reason = cannot_run_reason() or also_needs
+    reason = cannot_run_reason() or (also_needs() if also_needs else None)
     if reason is None:
         return "namespaces", "root: sites in network namespaces"
     if network == "namespaces":

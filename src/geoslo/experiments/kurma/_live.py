@@ -23,6 +23,7 @@ from pathlib import Path
 import numpy as np
 
 from geoslo.control.kurma import KurmaModel
+from geoslo.dist import LatencyDistribution
 from geoslo.errors import TestbedError
 from geoslo.experiments.kurma._runs import INTERVAL_S
 from geoslo.experiments.kurma._scenario import BASE_RTT_RANGE_MS, RHO, SLO_MS
@@ -43,7 +44,6 @@ from geoslo.models import (
     probe_residuals_ms,
     profile_backend,
     profile_loads,
-    residual_from_probes,
 )
 from geoslo.report import progress as progress_bar
 
@@ -249,7 +249,7 @@ def _read_probes(run_dir: Path, testbed: Testbed, keep) -> dict[tuple[int, int],
     return links
 
 
-def _pair_surfaces(profile, probes: dict, per_block: int, n: int):
+def _pair_surfaces(profile, residuals: dict[tuple[int, int], np.ndarray], n: int):
     """Each directed link's SLO curves, from its own residual (§4.2: curves per site pair)."""
     rows = []
     for i in range(n):
@@ -258,11 +258,9 @@ def _pair_surfaces(profile, probes: dict, per_block: int, n: int):
             if i == j:
                 row.append(None)
                 continue
-            if (i, j) not in probes:
+            if (i, j) not in residuals:
                 raise TestbedError(f"no probe crossed link {i} -> {j} while profiling")
-            residual = residual_from_probes(
-                [probes[(i, j)]], per_block, skip_lowest=SKIP_LOWEST_PROBES
-            )
+            residual = LatencyDistribution.from_samples(residuals[(i, j)], step_ms=0.1)
             row.append(build_slo_surface(profile, SLO_MS, residual, BASE_RTT_RANGE_MS))
         rows.append(tuple(row))
     return tuple(rows)
@@ -305,21 +303,20 @@ def profile_testbed(
     calm_until = start + period * int(np.sum(loads <= RESIDUAL_MAX_LOAD_FRACTION * nominal_rps))
     probes = _read_probes(run_dir / "profile", testbed, lambda t: t < calm_until)
     per_block = max(2, int(PROBE_BLOCK_S / 0.2) * 3)
-    residual = residual_from_probes(
-        list(probes.values()), per_block, skip_lowest=SKIP_LOWEST_PROBES
-    )
-    surface = build_slo_surface(profile, SLO_MS, residual, BASE_RTT_RANGE_MS)
+    residuals = {
+        link: probe_residuals_ms([rtts], per_block, SKIP_LOWEST_PROBES)
+        for link, rtts in probes.items()
+    }
+    pooled = LatencyDistribution.from_samples(np.concatenate(list(residuals.values())), 0.1)
+    surface = build_slo_surface(profile, SLO_MS, pooled, BASE_RTT_RANGE_MS)
     n = len(spec.sites)
     model = KurmaModel(
         spec.sites, np.full(n, saturation), (surface,) * n, profile.min_service_ms,
-        _pair_surfaces(profile, probes, per_block, n),
+        _pair_surfaces(profile, residuals, n),
     )  # fmt: skip
     model_path = run_dir / "model.pkl"
     model_path.write_bytes(pickle.dumps(model))
-    samples = {
-        f"{spec.sites[i]}>{spec.sites[j]}": probe_residuals_ms([p], per_block, SKIP_LOWEST_PROBES)
-        for (i, j), p in probes.items()
-    }
+    samples = {f"{spec.sites[i]}>{spec.sites[j]}": r for (i, j), r in residuals.items()}
     return LiveModel(profile, samples, surface, saturation, model_path, nominal_rps)
 
 

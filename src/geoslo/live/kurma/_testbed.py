@@ -311,7 +311,7 @@ class Testbed:
                 f"a testbed already runs from {state_dir}; `geoslo testbed down` first"
             )
         redis = find_program("redis-server", "redis-server")
-        network, reason = choose_network(spec.network, _namespaces_lack())
+        network, reason = choose_network(spec.network, _namespaces_lack)
         state_dir.mkdir(parents=True, exist_ok=True)
         testbed = cls._allocate(spec, state_dir, network, reason)
         try:
@@ -416,7 +416,7 @@ class Testbed:
         self.save()
         api, schedules, routed = toxiproxy.api, self.spec.base_rtt_schedules(), []
         for key, src, dst, target in self._path_targets():
-            name = key.replace(">", "-to-").replace("/", "-")
+            name = _proxy_name(key)
             listen = self.sites[src].path_host
             self.paths[key] = api.create_proxy(name, self.sites[dst].host, target, listen)
             residual = self.spec.residual_rtt_mean_ms(src, dst)
@@ -437,8 +437,7 @@ class Testbed:
         toxiproxy = ToxiproxyServer.recorded_in(self.state_dir)
         if toxiproxy is None:
             raise TestbedError(f"no toxiproxy recorded in {self.state_dir}")
-        prefix = f"{src}-to-{dst}-"
-        names = [name for name in toxiproxy.api.proxies() if name.startswith(prefix)]
+        names = [_proxy_name(key) for key in self.paths if key.startswith(f"{src}>{dst}/")]
         for name in names:
             toxiproxy.api.set_enabled(name, not cut)
         return names
@@ -603,6 +602,11 @@ class Testbed:
             list(data.get("cgroups", [])),
             data.get("redis_password"),
         )
+
+
+def _proxy_name(path_key: str) -> str:
+    """toxiproxy's name of a path: "London>Madrid/0" is London-to-Madrid-0."""
+    return path_key.replace(">", "-to-").replace("/", "-")
 
 
 def _cpu_seconds(pid: int) -> float:
