@@ -65,11 +65,15 @@ OSQP_SETTINGS = {
     "polishing": True,  # the active set's exact solution once ADMM has found it
     "polish_refine_iter": 10,
     "adaptive_rho": True,
+    # every 25 iterations, not OSQP's default (0: an interval from the measured setup
+    # time), which made a solve's path depend on the machine's load: one degenerate plan
+    # (a byte of backlog beside an empty link) ended "solved inaccurate" on a busy machine
+    "adaptive_rho_interval": 25,
     "eps_abs": 1e-7,  # shares to 1e-7 of the link, buffers to 1e-7 of C
     "eps_rel": 1e-7,
     "eps_prim_inf": 1e-7,
     "eps_dual_inf": 1e-7,
-    "max_iter": 20_000,
+    "max_iter": 100_000,  # ~0.4 s here at worst; near-degenerate plans took 23,000
 }
 
 
