@@ -7,7 +7,6 @@ is mocked. Skipped with a reason where redis-server is not installed.
 from __future__ import annotations
 
 import json
-import pickle
 import shutil
 import time
 import urllib.request
@@ -16,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from geoslo.control.kurma import KurmaModel
+from geoslo.control.kurma import KurmaModel, save_model
 from geoslo.dist import LatencyDistribution
 from geoslo.live._processes import stop_pid
 from geoslo.live.kurma import InstanceConfig, Testbed, TestbedSpec, start_instance
@@ -43,8 +42,7 @@ def mm1_model(capacity_rps: float, path: Path) -> Path:
     violation = mmc_violation_surface(1, capacity_rps, loads, SLO_MS, bases, residual)
     surface = SloSurface(bases, np.array([0.0]), loads, violation[:, None, :])
     model = KurmaModel(SITES, np.full(3, capacity_rps), (surface,) * 3, 0.2)
-    path.write_bytes(pickle.dumps(model))
-    return path
+    return save_model(model, path)
 
 
 def scrape(host: str, port: int) -> dict[tuple[str, tuple], float]:
@@ -111,7 +109,7 @@ def testbed(tmp_path):
 def test_a_failed_site_is_excluded_within_two_intervals_and_readmitted(testbed, tmp_path):
     run_dir = tmp_path / "run"
     run_dir.mkdir()
-    model = mm1_model(testbed.workload.capacity_per_server_rps, tmp_path / "model.pkl")
+    model = mm1_model(testbed.workload.capacity_per_server_rps, tmp_path / "model.npz")
     duration_s = 44
     instances, generators, start = start_kurma(testbed, run_dir, model, duration_s, 0.02)
     redis = next(p for p in testbed.processes if p["name"] == "redis-frankfurt-0")
@@ -207,7 +205,7 @@ def test_an_asymmetric_partition_never_leaves_agents_on_different_views(testbed,
         pytest.skip(f"cutting one direction needs toxiproxy (this testbed: {testbed.network})")
     run_dir = tmp_path / "run"
     run_dir.mkdir()
-    model = mm1_model(testbed.workload.capacity_per_server_rps, tmp_path / "model.pkl")
+    model = mm1_model(testbed.workload.capacity_per_server_rps, tmp_path / "model.npz")
     duration_s = 40
     instances, generators, start = start_kurma(testbed, run_dir, model, duration_s, 0.0)
     try:

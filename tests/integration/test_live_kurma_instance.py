@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import pickle
 import threading
 import time
 import urllib.request
@@ -21,7 +20,7 @@ import numpy as np
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from geoslo.control.kurma import KurmaModel
+from geoslo.control.kurma import KurmaModel, save_model
 from geoslo.dist import LatencyDistribution
 from geoslo.live._exchange import MAX_MESSAGE_BYTES, read_secret_file, seal
 from geoslo.live.kurma import InstanceConfig, Testbed, TestbedSpec, start_instance
@@ -56,8 +55,7 @@ def mm1_model(path: Path) -> Path:
     violation = mmc_violation_surface(1, CAPACITY_RPS, loads, SLO_MS, bases, residual)
     surface = SloSurface(bases, np.array([0.0]), loads, violation[:, None, :])
     model = KurmaModel(SITES, np.full(3, CAPACITY_RPS), (surface,) * 3, 0.2)
-    path.write_bytes(pickle.dumps(model))
-    return path
+    return save_model(model, path)
 
 
 def scrape(port: int) -> dict[tuple[str, tuple], float]:
@@ -269,7 +267,7 @@ RESPONSIVE_FRACTION = 0.1  # answers within 10% of the solve's own duration (mea
 def test_exchange_and_metrics_answer_during_a_slow_solve(testbed, tmp_path):
     """A 3-site problem at a 0.002% quantum takes seconds to solve; meanwhile probes are
     echoed and /metrics answers, each within a fraction of that solve's duration."""
-    model = mm1_model(tmp_path / "model.pkl")
+    model = mm1_model(tmp_path / "model.npz")
     run_dir = tmp_path / "run"
     instance, secret = start(
         testbed, run_dir, objective="perf", model_path=str(model), slo_ms=SLO_MS,

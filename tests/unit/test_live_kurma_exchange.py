@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from geoslo.live.kurma._instance import _valid_state, measurements_from_states, views_agree
+from geoslo.live.kurma._agent import _valid_state, measurements_from_states, views_agree
 
 N = 3
 

@@ -36,7 +36,7 @@ def test_the_example_config_is_the_papers_defaults() -> None:
     assert controller == ControllerSettings()
     assert (controller.slo_ms, controller.slo_violation_target) == (30.0, 0.05)  # §7
     assert controller.quantum_fraction == 0.01  # §5.2
-    assert set(SYSTEM.environments) == {"simulator", "testbed"}
+    assert set(SYSTEM.environments) == {"simulator", "testbed", "agent"}
 
 
 @pytest.mark.parametrize(

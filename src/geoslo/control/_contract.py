@@ -74,7 +74,10 @@ class Environment(Protocol[ObservedT, PlanT]):
     ``start()`` brings up what it needs (processes, connections); ``close()`` returns when
     everything it started has exited. ``simulated`` environments advance their own clock
     in ``observe()`` (the loop does not wait between intervals); the others are observed in
-    real time. ``observe()`` reports one interval; ``apply(plan)`` puts a plan in force."""
+    real time. One may also be ``self_paced`` (optional, False if absent): its ``observe()``
+    waits for its own interval point (a Kurma agent waits for §6's synchronised round), so
+    the loop does not wait between intervals either. ``observe()`` reports one interval;
+    ``apply(plan)`` puts a plan in force."""
 
     simulated: bool
 

@@ -12,7 +12,6 @@ ROLES = (
     "wan",
     "routes",
     "imagestore",
-    "kurma-instance",
     "loadgen",
     "costlo-relay",
     "costlo-locks",
@@ -38,10 +37,6 @@ def main(argv: list[str]) -> None:
         from geoslo.live.supercloud.imagestore._servers import NodeConfig, serve_node
 
         asyncio.run(serve_node(NodeConfig.read(config)))
-    elif role == "kurma-instance":
-        from geoslo.live.kurma import run_instance
-
-        run_instance(config)
     elif role == "loadgen":
         from geoslo.live.kurma._loadgen import run_loadgen_process
 

@@ -9,7 +9,12 @@ from typing import Any
 from geoslo.control import Environment
 from geoslo.runtime._log import ServiceLog
 
-__all__ = ["DryRunEnvironment"]
+__all__ = ["DryRunEnvironment", "is_self_paced"]
+
+
+def is_self_paced(environment: Environment) -> bool:
+    """Whether ``environment.observe()`` waits for its own interval point (the contract)."""
+    return bool(getattr(environment, "self_paced", False))
 
 
 class DryRunEnvironment:
@@ -23,6 +28,7 @@ class DryRunEnvironment:
     ) -> None:
         self.inner = inner
         self.simulated = inner.simulated
+        self.self_paced = is_self_paced(inner)
         self._plan_record = plan_record
         self._log = log
         self.plans_logged = 0

@@ -23,7 +23,7 @@ from geoslo.control import Outcome
 from geoslo.errors import GeosloError
 from geoslo.live import MetricsServer, serve_metrics
 from geoslo.runtime._config import RunConfig, ServiceSettings, is_loopback, parse_listen
-from geoslo.runtime._dryrun import DryRunEnvironment
+from geoslo.runtime._dryrun import DryRunEnvironment, is_self_paced
 from geoslo.runtime._log import ServiceLog
 from geoslo.runtime._metrics import Health, Metrics
 from geoslo.runtime._service import Service
@@ -33,6 +33,7 @@ __all__ = ["IntervalReport", "ServiceLoop", "serve", "ONCE_FAILED_EXIT"]
 ONCE_FAILED_EXIT = 3  # `geoslo run --once`: the one interval counted an error
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 _FAILED = object()  # an observation that did not come
+_STOPPED = object()  # a self-paced observation given up at stop()
 
 
 @dataclass
@@ -64,11 +65,16 @@ class ServiceLoop:
         self.service = service
         self.log = log
         self.metrics = metrics or Metrics(service.system)
+        for collector in service.collectors:
+            self.metrics.registry.register(collector)
         environment = service.environment
         if dry_run:
             environment = DryRunEnvironment(environment, service.plan_record, log)
         self.environment = environment
+        self.self_paced = is_self_paced(environment)
         self.observe_timeout_s = settings.observe_timeout_s or service.interval_s
+        if self.self_paced:  # observe() first waits up to an interval for its point
+            self.observe_timeout_s += service.interval_s
         self.apply_timeout_s = settings.apply_timeout_s or service.interval_s
         self.max_intervals = settings.intervals if max_intervals is None else max_intervals
         stale_after_s = 3 * service.interval_s + self.observe_timeout_s + self.apply_timeout_s
@@ -105,13 +111,14 @@ class ServiceLoop:
             await self.environment.close()
 
     async def _intervals(self) -> None:
-        """A simulated environment's clock advances in observe(), so intervals follow each
-        other at once; a real one is observed at the end of each interval of wall time, the
-        first one included (an observation right after start() would cover nothing)."""
+        """A simulated environment's clock advances in observe(), and a self-paced one's
+        observe() waits for its own point, so intervals follow each other at once; a real
+        one is observed at the end of each interval of wall time, the first one included
+        (an observation right after start() would cover nothing)."""
         clock = asyncio.get_running_loop()
         next_s = clock.time()
         while not self._stopping:
-            if not self.environment.simulated:
+            if not (self.environment.simulated or self.self_paced):
                 next_s = max(next_s + self.service.interval_s, clock.time())  # late: no burst
                 await self._sleep_until(next_s)
                 if self._stopping:
@@ -155,7 +162,10 @@ class ServiceLoop:
 
     async def _observe(self, report: IntervalReport) -> Any:
         try:
-            observation = await asyncio.wait_for(self.environment.observe(), self.observe_timeout_s)
+            observation = await asyncio.wait_for(self._observation(), self.observe_timeout_s)
+            if observation is _STOPPED:
+                report.status = "stopped"
+                return _FAILED
             self.metrics.set_observation(self.service.observation_gauges(observation))
         except TimeoutError:
             self._error(report, "observe", f"no observation within {self.observe_timeout_s:g} s")
@@ -164,6 +174,23 @@ class ServiceLoop:
             self._error(report, "observe", _describe(error))
             return _FAILED
         return observation
+
+    async def _observation(self) -> Any:
+        """The environment's observation; a self-paced one's wait ends at stop()."""
+        if not self.self_paced:
+            return await self.environment.observe()
+        assert self._wake is not None
+        observing = asyncio.ensure_future(self.environment.observe())
+        stopped = asyncio.ensure_future(self._wake.wait())
+        try:
+            await asyncio.wait({observing, stopped}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            stopped.cancel()
+            if not observing.done():
+                observing.cancel()
+        if observing.cancelled() or not observing.done():
+            return _STOPPED
+        return observing.result()
 
     async def _decide(self, observation: Any, report: IntervalReport) -> Any:
         """The plan to apply, or None (no plan, or one that may not be applied)."""

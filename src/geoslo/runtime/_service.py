@@ -20,7 +20,9 @@ class Service:
 
     ``plan_gauges`` and ``observation_gauges`` name the numbers worth a Prometheus gauge
     (the key is the gauge's ``name`` label, with its unit: ``"rate_rps:a->b"``);
-    ``plan_record`` is the JSON-able plan for the structured log and the dry run."""
+    ``plan_record`` is the JSON-able plan for the structured log and the dry run;
+    ``collectors`` are Prometheus collectors (a registry of the environment's own metrics)
+    served beside the runtime's at ``/metrics``."""
 
     system: str
     controller: Controller
@@ -29,6 +31,7 @@ class Service:
     plan_gauges: Callable[[Any], Mapping[str, float]]
     observation_gauges: Callable[[Any], Mapping[str, float]]
     plan_record: Callable[[Any], Mapping[str, Any]]
+    collectors: tuple[Any, ...] = ()
 
 
 @dataclass(frozen=True)

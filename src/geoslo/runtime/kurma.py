@@ -1,13 +1,16 @@
 """``geoslo run`` for Kurma (Bogdanov et al., SoCC 2018): every interval, the sites' measured
 demand and SLO violations in, the redirect fractions of KurmaPerf or KurmaCost out (§5, §6).
 
-One controller decides for every site: after §6's synchronised exchange every instance holds
-the same state and solves the same problem, so one :class:`KurmaController` stands for them
-all (per-site agents are a later issue).
-
 Environments: ``kind = "simulator"``, the request-level simulator of §7.1 under a Trace-1-like
 or Trace-2-like workload (one interval per observation); ``kind = "testbed"``, the local
-testbed of Redis servers and the WAN emulator with open-loop clients per site.
+testbed of Redis servers and the WAN emulator with open-loop clients per site. In both, one
+controller decides for every site: after §6's synchronised exchange every agent holds the
+same state and solves the same problem, so one :class:`KurmaController` stands for them all.
+
+``kind = "agent"`` is one site's agent among its peers, as an operator deploys it (§6):
+every address (its peers', its clients', its servers') comes from the configuration, the
+model from a file (``geoslo.control.kurma.save_model``), and it decides this site's row
+only (``geoslo.live.kurma._agent``).
 
 The model (each site's SLO curves, §4) is built at start-up, in ``build``: on the simulator by
 profiling the simulated backend open-loop at a small scale (``curves = "profiled"``, §4.1;
@@ -23,7 +26,7 @@ from collections.abc import Mapping
 from typing import Annotated, Any, Literal
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
 from geoslo.control.kurma import (
     IntervalMeasurements,
@@ -33,9 +36,16 @@ from geoslo.control.kurma import (
     Routing,
 )
 from geoslo.errors import ConfigError
+from geoslo.runtime._config import parse_listen
 from geoslo.runtime._service import Service, System
 
-__all__ = ["SYSTEM", "ControllerSettings", "SimulatorSettings", "TestbedSettings"]
+__all__ = [
+    "SYSTEM",
+    "AgentSettings",
+    "ControllerSettings",
+    "SimulatorSettings",
+    "TestbedSettings",
+]
 
 DEFAULT_INTERVAL_S = 2.5  # §6: the model is recomputed every 2.5 s
 _FROZEN = ConfigDict(extra="forbid", frozen=True)
@@ -47,8 +57,10 @@ class ControllerSettings(BaseModel):
 
     model_config = _FROZEN
 
-    objective: Literal["perf", "cost"] = Field(
-        "perf", description="KurmaPerf (model 1) or KurmaCost (model 2), §5."
+    objective: Literal["perf", "cost", "none"] = Field(
+        "perf",
+        description="KurmaPerf (model 1) or KurmaCost (model 2), §5; 'none' (an agent only): "
+        "measure and exchange, publish no row (the clients route by their own policy).",
     )
     slo_ms: float = Field(30.0, gt=0, le=10_000, description="§7: 30 ms at the 95th percentile.")
     slo_violation_target: float = Field(
@@ -118,6 +130,47 @@ class TestbedSettings(BaseModel):
     residual_rtt_mean_ms: float = Field(0.5, ge=0, le=100, description="WAN jitter over the base.")
     state_dir: str | None = Field(None, description="Testbed state and logs; default a temp dir.")
     seed: int = Field(0, ge=0, description="Seed of the arrivals, keys and WAN schedules.")
+
+
+def _address(value: str) -> str:
+    parse_listen(value)
+    return value
+
+
+Address = Annotated[str, AfterValidator(_address)]
+
+
+class AgentSettings(BaseModel):
+    """``kind = "agent"``: this site's agent, every address named (docs/live.md, "Point it
+    at your own Redis")."""
+
+    model_config = _FROZEN
+
+    kind: Literal["agent"]
+    site: str = Field(description="This agent's site (one of sites).")
+    sites: tuple[str, ...] = Field(
+        min_length=2, max_length=16, description="Every site, in the same order on every agent."
+    )
+    peers: dict[str, Address] = Field(
+        description="Each other site's agent exchange address as reached from here (HOST:PORT)."
+    )
+    exchange_listen: Address = Field(description="Where this agent accepts its peers.")
+    clients_listen: Address = Field(description="Where this agent accepts its local clients.")
+    servers: tuple[Address, ...] = Field(
+        min_length=1, description="This site's stores (a liveness check, §9)."
+    )
+    secret_file: str = Field(
+        description="The secret every agent shares (32+ bytes, owner-only file): the "
+        "exchange is authenticated."
+    )
+    model_file: str | None = Field(
+        None, description="The Kurma model (.npz, save_model); needed unless objective none."
+    )
+    max_one_way_ms: float = Field(
+        50.0, gt=0, le=10_000, description="Largest one-way delay to a peer: §6's dt."
+    )
+    epoch_unix_s: float = Field(0.0, ge=0, description="Rounds at epoch + k * interval_s (§6).")
+    log_dir: str | None = Field(None, description="Round and probe logs (None: none).")
 
 
 # --- the model -------------------------------------------------------------------------------
@@ -225,10 +278,69 @@ def _testbed(c: ControllerSettings, e: TestbedSettings, interval_s: float):
     return _testbed_model(c, e), environment
 
 
+def _agent(c: ControllerSettings, e: AgentSettings, interval_s: float):
+    """(controller, environment) of one site's agent; the controller is None with
+    objective none (the agent measures and exchanges only)."""
+    from geoslo.control.kurma import load_model
+    from geoslo.live.kurma import AgentSpec, KurmaAgentController, KurmaAgentEnvironment
+
+    spec = AgentSpec(
+        sites=tuple(e.sites),
+        site=e.site,
+        peers={site: parse_listen(address) for site, address in e.peers.items()},
+        exchange_listen=parse_listen(e.exchange_listen),
+        clients_listen=parse_listen(e.clients_listen),
+        servers=tuple(parse_listen(address) for address in e.servers),
+        secret_file=e.secret_file,
+        interval_s=interval_s,
+        max_one_way_ms=e.max_one_way_ms,
+        epoch_unix_s=e.epoch_unix_s,
+        log_dir=e.log_dir,
+        slo_ms=c.slo_ms,
+    )
+    if c.objective == "none":
+        return None, KurmaAgentEnvironment(spec)
+    if e.model_file is None:
+        raise ConfigError("environment.model_file", "an agent with an objective needs a model")
+    model = load_model(e.model_file)
+    if tuple(model.sites) != spec.sites:
+        raise ConfigError("environment.sites", f"the model's sites are {model.sites}")
+    controller = KurmaAgentController(model, _kurma_config(c, interval_s), e.site)
+    return controller, KurmaAgentEnvironment(spec, controller)
+
+
+def _build_agent(c: ControllerSettings, e: AgentSettings, interval_s: float) -> Service:
+    controller, environment = _agent(c, e, interval_s)
+    sites = tuple(e.sites)
+    return Service(
+        system="kurma",
+        controller=controller or _MeasureOnly(),
+        environment=environment,
+        interval_s=interval_s,
+        plan_gauges=lambda plan: {
+            f"redirect_fraction:{e.site}->{dst}": float(plan.row[j]) for j, dst in enumerate(sites)
+        },
+        observation_gauges=lambda r: _observation_gauges(sites, r.measurements),
+        plan_record=lambda plan: {"sites": list(sites), "row": plan.row.round(6).tolist()},
+        collectors=(environment.metrics.registry,),
+    )
+
+
+class _MeasureOnly:
+    """Objective none: no plan, ever (the clients keep their own routing)."""
+
+    def step(self, observation) -> None:
+        return None
+
+
 def build(controller: BaseModel, environment: BaseModel, interval_s: float) -> Service:
     """The Kurma controller and its environment (nothing started yet); the model is built
     here, and how long that took is the ``model_build_s`` gauge."""
     assert isinstance(controller, ControllerSettings)
+    if isinstance(environment, AgentSettings):
+        return _build_agent(controller, environment, interval_s)
+    if controller.objective == "none":
+        raise ConfigError("controller.objective", "'none' is for an agent (kind = \"agent\")")
     started = time.perf_counter()
     if isinstance(environment, SimulatorSettings):
         model, env = _simulator(controller, environment, interval_s)
@@ -328,7 +440,11 @@ SYSTEM = System(
     name="kurma",
     default_interval_s=DEFAULT_INTERVAL_S,
     controller_settings=ControllerSettings,
-    environments={"simulator": SimulatorSettings, "testbed": TestbedSettings},
+    environments={
+        "simulator": SimulatorSettings,
+        "testbed": TestbedSettings,
+        "agent": AgentSettings,
+    },
     build=build,
     example_config=EXAMPLE_CONFIG,
 )

@@ -1,11 +1,13 @@
 """Kurma (SoCC 2018): SLO-aware geo-distributed load balancing.
 
 ``types`` (config, observation, model), ``validation`` (the JSON contract), ``problem`` and
-``solver`` (KurmaPerf / KurmaCost, exact), ``decide`` (pure), ``loop`` (the controller).
+``solver`` (KurmaPerf / KurmaCost, exact), ``decide`` (pure), ``loop`` (the controller),
+``model_file`` (a model as a file an agent reads).
 """
 
 from geoslo.control.kurma.decide import build_problem, decide, dissemination_offset_s
 from geoslo.control.kurma.loop import KurmaController, plan_fractions
+from geoslo.control.kurma.model_file import load_model, save_model
 from geoslo.control.kurma.problem import KurmaPlan, KurmaProblem
 from geoslo.control.kurma.solver import evaluate, solve
 from geoslo.control.kurma.types import (
@@ -25,6 +27,7 @@ __all__ = [
     "KurmaObservation",
     "KurmaPlan",
     "KurmaProblem",
+    "load_model",
     "build_problem",
     "decide",
     "dissemination_offset_s",
@@ -33,5 +36,6 @@ __all__ = [
     "plan_fractions",
     "problem_to_dict",
     "Routing",
+    "save_model",
     "solve",
 ]

@@ -7,7 +7,7 @@ The sequence is the paper's (§4, §6, §7) on real processes:
    shared, so each site is profiled under the load the others put on it), while the
    instances, measuring only, probe the WAN 3 times per site every 200 ms;
 3. the response-time distributions and each link's residual WAN latency from its probes
-   (base removed) become the curve family of each site pair, pickled for the instances;
+   (base removed) become the curve family of each site pair, saved for the agents (save_model);
 4. each policy replays the same Trace-1-like imbalance, scaled to the profiled 5% point,
    through one load generator per site; Kurma's instances exchange state through the WAN.
 """
@@ -15,14 +15,13 @@ The sequence is the paper's (§4, §6, §7) on real processes:
 from __future__ import annotations
 
 import json
-import pickle
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
-from geoslo.control.kurma import KurmaModel
+from geoslo.control.kurma import KurmaModel, save_model
 from geoslo.dist import LatencyDistribution
 from geoslo.errors import TestbedError
 from geoslo.experiments.kurma._runs import INTERVAL_S
@@ -314,8 +313,7 @@ def profile_testbed(
         spec.sites, np.full(n, saturation), (surface,) * n, profile.min_service_ms,
         _pair_surfaces(profile, residuals, n),
     )  # fmt: skip
-    model_path = run_dir / "model.pkl"
-    model_path.write_bytes(pickle.dumps(model))
+    model_path = save_model(model, run_dir / "model.npz")
     samples = {f"{spec.sites[i]}>{spec.sites[j]}": r for (i, j), r in residuals.items()}
     return LiveModel(profile, samples, surface, saturation, model_path, nominal_rps)
 

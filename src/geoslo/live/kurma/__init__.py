@@ -1,22 +1,31 @@
 """Kurma on the live testbed (Kurma §6, §7): the testbed of Redis servers per site joined
 by the WAN emulator, the client library that routes and measures requests, its routing
-policies, the open-loop load generator and one Kurma instance process per site."""
+policies, the open-loop load generator, and Kurma's agent (one per site, ``geoslo run``)."""
 
+from geoslo.live.kurma._agent import (
+    AgentPlan,
+    AgentRound,
+    AgentSpec,
+    KurmaAgentController,
+    KurmaAgentEnvironment,
+    measurements_from_states,
+    views_agree,
+)
 from geoslo.live.kurma._client import RequestLog, SiteClient
 from geoslo.live.kurma._environment import KurmaTestbedEnvironment
-from geoslo.live.kurma._instance import (
-    InstanceConfig,
-    measurements_from_states,
-    run_instance,
-    start_instance,
-)
+from geoslo.live.kurma._instance import InstanceConfig, agent_config, start_instance
 from geoslo.live.kurma._loadgen import LoadgenConfig, read_loadgen_result, replay, start_loadgen
 from geoslo.live.kurma._policies import POLICY_NAMES, RoutingPolicy, make_policy
 from geoslo.live.kurma._testbed import Testbed, TestbedSpec, canonical_sites, default_state_dir
 
 __all__ = [
     "POLICY_NAMES",
+    "AgentPlan",
+    "AgentRound",
+    "AgentSpec",
     "InstanceConfig",
+    "KurmaAgentController",
+    "KurmaAgentEnvironment",
     "KurmaTestbedEnvironment",
     "LoadgenConfig",
     "RequestLog",
@@ -26,11 +35,12 @@ __all__ = [
     "TestbedSpec",
     "canonical_sites",
     "default_state_dir",
+    "agent_config",
     "make_policy",
     "measurements_from_states",
     "read_loadgen_result",
     "replay",
-    "run_instance",
     "start_instance",
     "start_loadgen",
+    "views_agree",
 ]

@@ -1,0 +1,835 @@
+"""One Kurma agent per site, as ``geoslo run`` runs it (Kurma §6, §9): an environment and a
+controller that follow the runtime's contract, with every address from its configuration.
+
+Rounds are at ``epoch + k * interval_s`` on every site's clock (§6). The environment runs
+them in the background whatever the controller is doing:
+
+1. at ``t_k - dt`` it collects its clients' counts for the interval, checks its servers,
+   and sends its state to every peer agent, through the WAN, authenticated with a shared
+   secret (``geoslo.live._exchange``; whatever fails a check is dropped and counted);
+2. at ``t_k`` it builds the global measurements from the states it holds for round ``k``
+   (or ``k - 1``: a state that missed the point by less than an interval still counts),
+   marks the sites it has not heard from for two rounds, or whose servers are down, as
+   unavailable (§9), and checks that every agent saw the same sites (:func:`views_agree`).
+
+``observe()`` returns the newest round not yet returned (it waits for the next one: the
+environment is ``self_paced``); a round that completed while the controller still solved
+the previous one is logged as skipped. The controller steps a :class:`KurmaController` in
+a spawned process, one solve at a time (a worker thread would not do: the solver's
+compiled kernels hold the interpreter lock for up to seconds), so the exchange, the probes,
+the clients and /metrics are served during a solve. When the views disagree, its plan is
+this site's all-local row. ``apply(plan)`` sends the clients their row.
+
+``dt`` is the largest one-way WAN delay to a peer plus a margin (``dissemination_offset_s``).
+The agent probes every peer 3 times every 200 ms (§6) to track base RTTs where no requests
+flow, and, given a log folder, logs every round and every probe (the live experiment's
+profile estimates residual WAN latency from them).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import math
+import multiprocessing
+import signal
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Any
+
+import numpy as np
+from prometheus_client import CollectorRegistry, Counter, Gauge, Summary
+
+from geoslo.control import Outcome
+from geoslo.control.kurma import (
+    IntervalMeasurements,
+    KurmaConfig,
+    KurmaController,
+    KurmaModel,
+    KurmaObservation,
+    build_problem,
+    decide,
+    dissemination_offset_s,
+)
+from geoslo.errors import ConfigError, TestbedError
+from geoslo.live._exchange import (
+    MAX_MESSAGE_BYTES,
+    REJECT_REASONS,
+    Envelope,
+    Opener,
+    Rejected,
+    read_secret_file,
+    seal,
+)
+
+__all__ = [
+    "AgentPlan",
+    "AgentRound",
+    "AgentSpec",
+    "KurmaAgentController",
+    "KurmaAgentEnvironment",
+    "measurements_from_states",
+    "views_agree",
+]
+
+PROBES_PER_SITE = 3  # §6
+PROBE_PERIOD_S = 0.2  # §6
+COLLECT_TIMEOUT_S = 0.015  # clients are local: their reports come back within this
+HEALTH_TIMEOUT_S = 0.2
+STALE_ROUNDS = 1  # a state from the previous round still counts (late by < one interval)
+SKIPPED = "the previous round's solve still runs"
+
+
+@dataclass(frozen=True)
+class AgentSpec:
+    """Everything one agent needs, by address (``geoslo run``'s ``kind = "agent"``).
+
+    ``peers[site]`` is where this agent reaches that site's agent (its exchange address as
+    seen from here: through the WAN); ``servers`` are this site's stores (a liveness check,
+    §9). Every agent lists the same ``sites`` in the same order and shares the secret."""
+
+    sites: tuple[str, ...]
+    site: str
+    peers: Mapping[str, tuple[str, int]]
+    exchange_listen: tuple[str, int]
+    clients_listen: tuple[str, int]
+    servers: tuple[tuple[str, int], ...]
+    secret_file: str
+    interval_s: float = 2.5  # §6
+    max_one_way_ms: float = 50.0  # the largest one-way delay to a peer: dt's first term, §6
+    epoch_unix_s: float = 0.0  # rounds at epoch + k * interval_s
+    log_dir: str | None = None  # round log and probe log (None: none written)
+    slo_ms: float = 30.0
+
+    def __post_init__(self) -> None:
+        if self.site not in self.sites:
+            raise ConfigError("site", f"{self.site!r} is not one of the sites {self.sites}")
+        others = set(self.sites) - {self.site}
+        if set(self.peers) != others:
+            raise ConfigError("peers", f"give the address of every other site: {sorted(others)}")
+        if not self.servers:
+            raise ConfigError("servers", "give at least one of this site's servers")
+
+
+class _Metrics:
+    """The agent's Prometheus metrics, in a registry of its own (docs/live.md lists them),
+    served beside the runtime's at ``/metrics``."""
+
+    def __init__(self) -> None:
+        r = self.registry = CollectorRegistry()
+
+        def gauge(name: str, doc: str, labels: tuple[str, ...] = ()) -> Gauge:
+            return Gauge(f"geoslo_kurma_{name}", doc, labels, registry=r)
+
+        def counter(name: str, doc: str, labels: tuple[str, ...] = ()) -> Counter:
+            return Counter(f"geoslo_kurma_{name}", doc, labels, registry=r)
+
+        self.round = gauge("round", "Index of the last synchronised round")
+        self.site_available = gauge(
+            "site_available", "1 if the site took part in the last round", ("site",)
+        )
+        self.demand_rps = gauge(
+            "demand_rps", "Client requests arriving at each site in the last interval", ("site",)
+        )
+        self.base_rtt_ms = gauge(
+            "base_rtt_ms", "Estimated base RTT from this site (whole ms)", ("dst",)
+        )
+        self.probe_rtt_ms = gauge("probe_rtt_ms", "Last WAN probe RTT from this site", ("dst",))
+        self.redirect_fraction = gauge(
+            "redirect_fraction", "Share of this site's requests sent to each site", ("dst",)
+        )
+        self.plan_rate_rps = gauge(
+            "plan_rate_rps", "The global plan: rate from src served at dst", ("src", "dst")
+        )
+        self.expected_violation_fraction = gauge(
+            "expected_violation_fraction", "The plan's expected SLO misses per site", ("site",)
+        )
+        self.plan_optimal = gauge("plan_optimal", "1 if the last plan is a proven optimum")
+        self.solve_seconds = Summary(
+            "geoslo_kurma_solve_seconds", "Time to step the controller and solve", registry=r
+        )
+        self.solves_skipped = counter(
+            "solves_skipped", "Rounds not solved because the previous solve still ran"
+        )
+        self.solve_errors = counter("solve_errors", "Solves that failed (the plan stays)")
+        self.view_disagreements = counter(
+            "view_disagreements", "Rounds held all-local: the agents' views of who is up differed"
+        )
+        self.requests = counter(
+            "requests", "Client requests of this site, by serving site", ("dst",)
+        )
+        self.violations = counter(
+            "violations", "Of which missed the SLO (failures included)", ("dst",)
+        )
+        self.errors = counter("errors", "Of which failed or timed out", ("dst",))
+        self.wan_bytes = counter(
+            "wan_bytes", "Bytes this site's clients sent and received over the WAN", ("dst",)
+        )
+        self.redirected_requests = counter("redirected_requests", "Requests this site redirected")
+        self.redirected_violations = counter("redirected_violations", "Of which missed the SLO")
+        self.redirected_expected_violations = counter(
+            "redirected_expected_violations", "Kurma's estimate of that number"
+        )
+        self.states_received = counter(
+            "states_received", "State messages received from each site", ("site",)
+        )
+        self.exchange_rejected = Counter(
+            "geoslo_exchange_rejected",
+            "Exchange messages dropped: truncated, oversized, malformed, unauthenticated, "
+            "expired, replayed or misaddressed",
+            ("reason",),
+            registry=r,
+        )
+        for reason in REJECT_REASONS:  # every reason exposed from the start, at 0
+            self.exchange_rejected.labels(reason=reason)
+
+
+@dataclass(frozen=True)
+class _Solved:
+    """What one step in the solver process hands back to the agent."""
+
+    fractions_row: np.ndarray  # this site's row of the routing
+    rates_rps: np.ndarray
+    demand_rps: np.ndarray
+    status: str
+    optimal: bool
+    site_violation_fraction: np.ndarray
+    estimate_row: np.ndarray  # Omega_ij at the planned loads, own row
+    base_rtt_row_ms: np.ndarray
+    solve_s: float
+
+
+def _step(controller: KurmaController, m: IntervalMeasurements, me: int) -> _Solved:
+    """Step the controller and read off what the instance needs (in the solver process, the
+    only place that holds the controller)."""
+    started = time.perf_counter()
+    controller.step(m)  # the plan in force (a new one, or the last) is read below
+    solve_s = time.perf_counter() - started
+    plan, observation = controller.plan, controller.observation
+    problem = build_problem(observation, controller.model, controller.config)
+    load = plan.rates_rps.sum(axis=0)
+    n = len(load)
+    return _Solved(
+        fractions_row=np.array(controller.fractions[me], dtype=float),
+        rates_rps=np.array(plan.rates_rps, dtype=float),
+        demand_rps=np.array(observation.demand_rps, dtype=float),
+        status=plan.status,
+        optimal=bool(plan.optimal),
+        site_violation_fraction=np.array(plan.site_violation_fraction, dtype=float),
+        estimate_row=np.array([problem.omega(me, j, load[j]) for j in range(n)]),
+        base_rtt_row_ms=np.array(controller.base_rtt_ms[me], dtype=float),
+        solve_s=solve_s,
+    )
+
+
+class _SolverProcess:
+    """The agent's :class:`KurmaController` in a spawned process: the event loop's process
+    never runs a solve. :meth:`step` blocks (call it from a thread); one call at a time."""
+
+    def __init__(self, model: KurmaModel, config: KurmaConfig) -> None:
+        context = multiprocessing.get_context("spawn")  # no fork of a threaded process
+        self._conn, child = context.Pipe()
+        self._process = context.Process(
+            target=_solver_main, args=(child, model, config), name="kurma-solver", daemon=True
+        )
+        self._process.start()
+        child.close()
+
+    def wait_ready(self) -> None:
+        """Block until the worker has loaded the solver (raises ``EOFError`` if it died)."""
+        self._conn.recv()
+
+    def step(self, m: IntervalMeasurements, me: int) -> _Solved:
+        """The worker's step; raises ``TestbedError`` if it failed, ``EOFError`` (or
+        ``OSError``) if the worker died."""
+        self._conn.send((m, me))
+        ok, value = self._conn.recv()
+        if not ok:
+            raise TestbedError(f"the solver failed: {value}")
+        return value
+
+    def close(self) -> None:
+        self._process.terminate()
+        self._process.join(5.0)
+        self._conn.close()
+
+
+def _solver_main(conn, model: KurmaModel, config: KurmaConfig) -> None:
+    """The solver process: step on every measurement received, until the pipe closes."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the agent decides when it ends
+    _warm_up(model, config)
+    controller = KurmaController(model, config)
+    conn.send((True, "ready"))
+    while True:
+        try:
+            m, me = conn.recv()
+        except (EOFError, OSError):
+            return
+        try:
+            answer = (True, _step(controller, m, me))
+        except Exception as error:  # reported to the agent, which keeps the plan in force
+            answer = (False, f"{type(error).__name__}: {error}")
+        conn.send(answer)
+
+
+def _warm_up(model: KurmaModel, config: KurmaConfig) -> None:
+    """Solve a made-up observation (every site at 90% of capacity) once, so the solver's
+    compiled kernels are loaded before the first round rather than during it."""
+    n = len(model.sites)
+    rtt_ms = np.full((n, n), 10.0)
+    np.fill_diagonal(rtt_ms, 0.0)
+    observation = KurmaObservation(0.9 * np.asarray(model.capacity_rps), np.zeros(n), rtt_ms)
+    with contextlib.suppress(Exception):  # a real solve would fail too, and say why
+        decide(observation, model, config)
+
+
+@dataclass
+class AgentRound:
+    """One round as the agent saw it: the global measurements, whether every agent's view
+    of who is up agreed (and the views), and the round's log record (completed by apply)."""
+
+    round: int
+    measurements: IntervalMeasurements
+    agreed: bool
+    views: dict[int, list[bool] | None]
+    record: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class AgentPlan:
+    """What this site's clients are told: its row of the routing, and where it came from
+    (a solve, or the all-local row of a round whose views disagreed)."""
+
+    row: np.ndarray
+    outcome: Outcome
+    solved: _Solved | None = None
+    views_disagree: dict[int, list[bool] | None] | None = None
+
+
+class KurmaAgentController:
+    """This site's Kurma (KurmaPerf or KurmaCost, §5) behind the runtime's ``step``: the
+    solve in a spawned process (started here; :meth:`wait_ready` before the first round)."""
+
+    def __init__(self, model: KurmaModel, config: KurmaConfig, site: str) -> None:
+        if site not in model.sites:
+            raise ConfigError("site", f"{site!r} is not one of the model's sites {model.sites}")
+        self.model, self.config = model, config
+        self.me = model.sites.index(site)
+        self._solver = _SolverProcess(model, config)
+
+    def wait_ready(self) -> None:
+        self._solver.wait_ready()
+
+    def step(self, observation: AgentRound) -> AgentPlan:
+        """The plan of one round: all-local if the views disagree (the partition rule),
+        else a solve; a failed solve raises (the runtime keeps the plan in force), and a
+        dead solver process is replaced (its controller's history is lost)."""
+        if not observation.agreed:
+            row = np.eye(len(self.model.sites))[self.me]
+            outcome = Outcome("feasible", "views disagree: all local")
+            return AgentPlan(row, outcome, views_disagree=observation.views)
+        try:
+            solved = self._solver.step(observation.measurements, self.me)
+        except (EOFError, OSError) as error:
+            self._solver.close()
+            self._solver = _SolverProcess(self.model, self.config)
+            raise TestbedError(
+                f"the solver process ended ({type(error).__name__}); restarted"
+            ) from None
+        status = solved.status if solved.status in ("optimal", "feasible") else "feasible"
+        outcome = Outcome(status, solved.status, None, solved.solve_s * 1e3)
+        return AgentPlan(solved.fractions_row, outcome, solved)
+
+    def close(self) -> None:
+        self._solver.close()
+
+
+class KurmaAgentEnvironment:
+    """The agent's side of the world (``geoslo.control.Environment``): its peers, its
+    clients and its servers. ``solver``, if given, is waited for before the clients' port
+    opens (the first round is solved in time) and closed with the environment."""
+
+    simulated = False
+    self_paced = True  # observe() waits for §6's synchronised round
+
+    def __init__(self, spec: AgentSpec, solver: KurmaAgentController | None = None) -> None:
+        self.spec = spec
+        self.solver = solver
+        self.sites = spec.sites
+        self.me = spec.sites.index(spec.site)
+        self.n = len(spec.sites)
+        self.offset_s = dissemination_offset_s(np.array([spec.max_one_way_ms]))
+        self.secret = read_secret_file(Path(spec.secret_file), "secret_file")
+        self.opener = Opener(self.secret, spec.site)
+        self.metrics = _Metrics()
+        self.clients: dict[asyncio.StreamWriter, asyncio.Queue] = {}
+        self.leftover_reports: list[dict] = []
+        self.peers: dict[int, asyncio.StreamWriter] = {}
+        self.states: dict[int, dict] = {}  # site -> its latest state message
+        self.probe_sent: dict[tuple[int, int], float] = {}
+        self.probe_rtts: list[tuple[float, int, float]] = []  # (unix s, site, rtt ms)
+        self.view: list[bool] | None = None  # the sites available in the last round
+        self.estimate_row = np.zeros(self.n)  # Omega_ij at the planned loads, own row
+        self.last_expected = 0.0  # Kurma's expected violations of the last interval's redirects
+        self._ready: AgentRound | None = None  # a round not yet observed
+        self._unlogged: AgentRound | None = None  # observed, its plan not applied yet
+        self._round_done = asyncio.Event()
+        self._servers: list[asyncio.Server] = []
+        self._tasks: list[asyncio.Task] = []
+        self._round_log: IO[str] | None = None
+        self._probe_log: IO[str] | None = None
+
+    # --- lifecycle ---------------------------------------------------------------------------
+    async def start(self) -> None:
+        """Open the logs, listen for peers, wait for the solver, then listen for clients
+        (whoever waits for the clients' port finds everything answering)."""
+        if self.spec.log_dir is not None:
+            stem = Path(self.spec.log_dir) / f"kurma-{self.spec.site.lower()}"
+            self._round_log = open(f"{stem}-rounds.jsonl", "a")  # noqa: SIM115
+            self._probe_log = open(f"{stem}-probes.csv", "a")  # noqa: SIM115
+        try:
+            host, port = self.spec.exchange_listen
+            self._servers.append(
+                await asyncio.start_server(self._on_peer, host, port, limit=MAX_MESSAGE_BYTES)
+            )
+            if self.solver is not None:
+                await asyncio.to_thread(self.solver.wait_ready)
+            host, port = self.spec.clients_listen
+            self._servers.append(await asyncio.start_server(self._on_client, host, port))
+        except OSError as error:
+            await self.close()
+            raise ConfigError("listen", f"cannot listen: {error.strerror or error}") from None
+        loop = asyncio.get_running_loop()
+        self._tasks = [loop.create_task(self._link(j)) for j in range(self.n) if j != self.me]
+        self._tasks += [loop.create_task(self._probe_loop()), loop.create_task(self._rounds())]
+
+    async def close(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+        self._tasks.clear()
+        for server in self._servers:
+            server.close()
+        self._servers.clear()
+        for writer in [*self.peers.values(), *self.clients]:
+            writer.close()
+        if self.solver is not None:
+            self.solver.close()  # a solve still running ends with its process
+        self._flush_unlogged()
+        for log in (self._round_log, self._probe_log):
+            if log is not None:
+                log.close()
+        self._round_log = self._probe_log = None
+
+    # --- peers -------------------------------------------------------------------------------
+    def _reject(self, reason: str) -> None:
+        self.metrics.exchange_rejected.labels(reason=reason).inc()
+
+    async def _on_peer(self, reader, writer) -> None:
+        """Messages from other instances: their state, or a probe to echo. A message that
+        fails a check is dropped and counted; one that breaks the framing (oversized,
+        truncated) also ends the connection."""
+        with contextlib.suppress(OSError, asyncio.CancelledError):
+            while True:
+                try:
+                    line = await reader.readline()
+                except ValueError:  # over the stream's limit: no telling where the next begins
+                    self._reject("oversized")
+                    break
+                if not line:
+                    break
+                try:
+                    self._on_peer_message(self.opener.open(line), line, writer)
+                except Rejected as rejected:
+                    self._reject(rejected.reason)
+                    if rejected.reason == "truncated":
+                        break
+        writer.close()
+
+    def _on_peer_message(self, envelope: Envelope, line: bytes, writer) -> None:
+        body = envelope.body
+        if body.get("type") == "probe" and _is_count(body.get("id")):
+            writer.write(line)  # the sender checks its own MAC on the echo
+        elif body.get("type") == "state" and _valid_state(body, self.n, self.me):
+            site = self.sites[body["site"]]
+            if envelope.src != site:
+                raise Rejected("malformed")
+            self.states[body["site"]] = body
+            self.metrics.states_received.labels(site=site).inc()
+        else:
+            raise Rejected("malformed")
+
+    async def _link(self, j: int) -> None:
+        """Keep a connection to instance ``j`` through the WAN; read its probe echoes."""
+        host, port = self.spec.peers[self.sites[j]]
+        while True:
+            try:
+                reader, writer = await asyncio.open_connection(host, port, limit=MAX_MESSAGE_BYTES)
+            except OSError:
+                await asyncio.sleep(0.5)
+                continue
+            self.peers[j] = writer
+            with contextlib.suppress(OSError):
+                try:
+                    while line := await reader.readline():
+                        self._on_probe_echo(j, line)
+                except ValueError:  # over the stream's limit: hang up, reconnect
+                    self._reject("oversized")
+            self.peers.pop(j, None)
+            writer.close()
+            await asyncio.sleep(0.5)
+
+    def _on_probe_echo(self, j: int, line: bytes) -> None:
+        received = time.monotonic()
+        try:
+            envelope = self.opener.open(line, dst=self.sites[j])
+            if envelope.src != self.spec.site or not _is_count(envelope.body.get("id")):
+                raise Rejected("malformed")
+        except Rejected as rejected:
+            self._reject(rejected.reason)
+            return
+        sent = self.probe_sent.pop((j, envelope.body["id"]), None)
+        if sent is None:
+            return
+        rtt_ms = (received - sent) * 1e3
+        now = time.time()
+        self.probe_rtts.append((now, j, rtt_ms))
+        if self._probe_log is not None:
+            self._probe_log.write(f"{now:.4f},{self.sites[j]},{rtt_ms:.4f}\n")
+        self.metrics.probe_rtt_ms.labels(dst=self.sites[j]).set(rtt_ms)
+
+    def _seal(self, j: int, body: dict) -> bytes:
+        return seal(self.secret, self.spec.site, self.sites[j], body)
+
+    async def _probe_loop(self) -> None:
+        probe_id = 0
+        while True:
+            for _ in range(PROBES_PER_SITE):
+                for j, writer in list(self.peers.items()):
+                    probe_id += 1
+                    line = self._seal(j, {"type": "probe", "id": probe_id})
+                    self.probe_sent[(j, probe_id)] = time.monotonic()
+                    writer.write(line)
+                await asyncio.sleep(0.002)  # separate segments: each probe sees its own delay
+            await asyncio.sleep(PROBE_PERIOD_S - PROBES_PER_SITE * 0.002)
+            horizon = time.monotonic() - 2.0
+            self.probe_sent = {k: v for k, v in self.probe_sent.items() if v > horizon}
+
+    def _probe_min_ms(self, window_s: float = 1.0) -> list[float | None]:
+        """Min probe RTT per site over the last second (§6), None where none came back."""
+        since = time.time() - window_s
+        self.probe_rtts = [p for p in self.probe_rtts if p[0] >= since]
+        mins: list[float | None] = [None] * self.n
+        for _, j, rtt in self.probe_rtts:
+            mins[j] = rtt if mins[j] is None else min(mins[j], rtt)
+        return mins
+
+    # --- clients -----------------------------------------------------------------------------
+    async def _on_client(self, reader, writer) -> None:
+        replies: asyncio.Queue = asyncio.Queue()
+        self.clients[writer] = replies
+        with contextlib.suppress(OSError, ValueError, asyncio.CancelledError):
+            while line := await reader.readline():
+                await replies.put(json.loads(line))
+        self.clients.pop(writer, None)
+        while not replies.empty():  # a closing client's last report: counted next round
+            self.leftover_reports.append(replies.get_nowait())
+        writer.close()
+
+    async def _collect(self, k: int) -> dict:
+        """Ask every local client for its counts of the interval; sum what comes back."""
+        total = {
+            "arrivals": 0,
+            "writes": 0,
+            "requests": np.zeros(self.n),
+            "violations": np.zeros(self.n),
+            "errors": np.zeros(self.n),
+            "wan_bytes": np.zeros(self.n),
+            "min_response_ms": np.full(self.n, np.inf),
+        }
+        message = json.dumps({"type": "collect", "round": k}).encode() + b"\n"
+        for writer in list(self.clients):
+            writer.write(message)
+        reports, self.leftover_reports = self.leftover_reports, []
+        for replies in list(self.clients.values()):
+            reports += await _reports_until(replies, k, COLLECT_TIMEOUT_S)
+        for report in reports:
+            for key in ("arrivals", "writes"):
+                total[key] += report[key]
+            for key in ("requests", "violations", "errors", "wan_bytes"):
+                total[key] = total[key] + np.asarray(report[key], float)
+            mins = np.array([np.inf if m is None else m for m in report["min_response_ms"]])
+            total["min_response_ms"] = np.minimum(total["min_response_ms"], mins)
+        return total
+
+    async def _backend_up(self) -> bool:
+        """Whether any local server accepts a connection. A liveness check, not a PING: an
+        overloaded server answers a PING only after its queue, which is not a failure."""
+        for host, port in self.spec.servers:
+            try:
+                _, writer = await asyncio.wait_for(
+                    asyncio.open_connection(host, port), HEALTH_TIMEOUT_S
+                )
+            except (TimeoutError, OSError):
+                continue
+            writer.close()
+            return True
+        return False
+
+    # --- rounds ------------------------------------------------------------------------------
+    async def _rounds(self) -> None:
+        interval, epoch = self.spec.interval_s, self.spec.epoch_unix_s
+        k = int((time.time() + self.offset_s - epoch) // interval) + 1
+        while True:
+            t_k = epoch + k * interval
+            await _sleep_until(t_k - self.offset_s)
+            own = await self._disseminate(k)
+            await _sleep_until(t_k)
+            self._complete(k, own)
+            k = max(k + 1, int((time.time() + self.offset_s - epoch) // interval) + 1)
+
+    async def _disseminate(self, k: int) -> dict:
+        report, backend_up = await asyncio.gather(self._collect(k), self._backend_up())
+        state = {
+            "type": "state",
+            "site": self.me,
+            "round": k,
+            "backend_up": backend_up,
+            "arrivals": report["arrivals"],
+            "writes": report["writes"],
+            "requests": report["requests"].tolist(),
+            "violations": report["violations"].tolist(),
+            "wan_bytes": report["wan_bytes"].tolist(),
+            "min_response_ms": [m if np.isfinite(m) else None for m in report["min_response_ms"]],
+            "probe_rtt_ms": self._probe_min_ms(),
+            "view": self.view,  # the partition rule (views_agree) compares these
+        }
+        for j, writer in list(self.peers.items()):
+            writer.write(self._seal(j, state))
+        self.states[self.me] = state
+        self._count(report)
+        return state
+
+    def _count(self, report: dict) -> None:
+        """Counters of the interval just measured, and Kurma's estimate for its redirects."""
+        m = self.metrics
+        for j, site in enumerate(self.sites):
+            m.requests.labels(dst=site).inc(float(report["requests"][j]))
+            m.violations.labels(dst=site).inc(float(report["violations"][j]))
+            m.errors.labels(dst=site).inc(float(report["errors"][j]))
+            m.wan_bytes.labels(dst=site).inc(float(report["wan_bytes"][j]))
+        remote = np.arange(self.n) != self.me
+        requests, violations = report["requests"][remote], report["violations"][remote]
+        m.redirected_requests.inc(float(requests.sum()))
+        m.redirected_violations.inc(float(violations.sum()))
+        expected = float((requests * self.estimate_row[remote]).sum())
+        m.redirected_expected_violations.inc(expected)
+        self.last_expected = expected
+
+    def _complete(self, k: int, own: dict) -> None:
+        """Round ``k``'s measurements and views, ready for observe(); a round still unread
+        from before is logged as skipped (the controller was solving through it)."""
+        m = measurements_from_states(self.states, k, self.n, self.spec.interval_s)
+        agreed, views = views_agree(self.states, m.available, self.view, self.me)
+        self.view = m.available.tolist()
+        record = {
+            "round": k,
+            "t_unix_s": time.time(),
+            "available": m.available.tolist(),
+            "report": {
+                key: own[key]
+                for key in ("arrivals", "writes", "requests", "violations", "wan_bytes")
+            },
+            "expected_redirect_violations": self.last_expected,
+        }
+        for j, site in enumerate(self.sites):
+            self.metrics.site_available.labels(site=site).set(float(m.available[j]))
+            self.metrics.demand_rps.labels(site=site).set(m.arrivals[j] / m.duration_s)
+        self.metrics.round.set(k)
+        if self._ready is not None:
+            self._ready.record["skipped"] = SKIPPED
+            self.metrics.solves_skipped.inc()
+            self._log(self._ready.record)
+        self._ready = AgentRound(k, m, agreed, views, record)
+        self._round_done.set()
+
+    # --- the runtime's contract ----------------------------------------------------------------
+    async def observe(self) -> AgentRound:
+        """The newest round not yet observed (waiting for the next one if none is)."""
+        self._flush_unlogged()
+        while self._ready is None:
+            self._round_done.clear()
+            await self._round_done.wait()
+        observed, self._ready = self._ready, None
+        self._unlogged = observed
+        return observed
+
+    async def apply(self, plan: AgentPlan) -> None:
+        """Send the clients this site's row; publish the plan's metrics; log the round."""
+        row = np.asarray(plan.row, dtype=float)
+        if row.shape != (self.n,):
+            raise ConfigError("row", f"must give {self.n} fractions, not {row.shape}")
+        message = json.dumps({"type": "plan", "fractions": row.tolist()}).encode() + b"\n"
+        for writer in list(self.clients):
+            writer.write(message)
+        for j, site in enumerate(self.sites):
+            self.metrics.redirect_fraction.labels(dst=site).set(float(row[j]))
+        entry = {"fractions": row.tolist(), "enforced_unix_s": time.time()}
+        if plan.views_disagree is not None:
+            self.metrics.view_disagreements.inc()
+            self.estimate_row = np.zeros(self.n)
+            entry["views_disagree"] = {self.sites[j]: v for j, v in plan.views_disagree.items()}
+        if plan.solved is not None:
+            entry.update(self._publish(plan.solved))
+        if self._unlogged is not None:
+            self._unlogged.record.update(entry)
+        self._flush_unlogged()
+
+    def _publish(self, solved: _Solved) -> dict:
+        """The solve's metrics; its part of the round record."""
+        self.estimate_row = solved.estimate_row
+        m = self.metrics
+        m.solve_seconds.observe(solved.solve_s)
+        m.plan_optimal.set(float(solved.optimal))
+        for j, site in enumerate(self.sites):
+            m.base_rtt_ms.labels(dst=site).set(float(solved.base_rtt_row_ms[j]))
+            m.expected_violation_fraction.labels(site=site).set(
+                float(solved.site_violation_fraction[j])
+            )
+            for i, src in enumerate(self.sites):
+                m.plan_rate_rps.labels(src=src, dst=site).set(float(solved.rates_rps[i, j]))
+        return {
+            "rates_rps": solved.rates_rps.tolist(),
+            "demand_rps": solved.demand_rps.tolist(),
+            "status": solved.status,
+            "solve_ms": solved.solve_s * 1e3,
+            "estimate_row": solved.estimate_row.tolist(),
+            "base_rtt_ms": solved.base_rtt_row_ms.tolist(),
+        }
+
+    def _flush_unlogged(self) -> None:
+        """Log the last observed round (with its plan, if one was applied)."""
+        if self._unlogged is not None:
+            self._log(self._unlogged.record)
+            self._unlogged = None
+
+    def _log(self, record: dict) -> None:
+        if self._round_log is not None:
+            self._round_log.write(json.dumps(record) + "\n")
+            self._round_log.flush()
+        if self._probe_log is not None:
+            self._probe_log.flush()
+
+
+def measurements_from_states(
+    states: dict[int, dict], k: int, n: int, interval_s: float
+) -> IntervalMeasurements:
+    """The global measurements of round ``k`` from the latest state of each site (§6, §9).
+
+    A site is available when its latest state is from round ``k`` or ``k - STALE_ROUNDS``
+    and its backend is up; an unavailable site contributes nothing and is excluded.
+    """
+    arrivals, writes = np.zeros(n), np.zeros(n)
+    requests, violations = np.zeros((n, n)), np.zeros((n, n))
+    min_response, probes = np.full((n, n), np.inf), np.full((n, n), np.inf)
+    available = np.zeros(n, dtype=bool)
+    for i in range(n):
+        state = states.get(i)
+        if state is None or state["round"] < k - STALE_ROUNDS or not state["backend_up"]:
+            continue
+        available[i] = True
+        arrivals[i], writes[i] = state["arrivals"], state["writes"]
+        requests[i], violations[i] = state["requests"], state["violations"]
+        min_response[i] = [np.inf if m is None else m for m in state["min_response_ms"]]
+        probes[i] = [np.inf if m is None else m for m in state["probe_rtt_ms"]]
+    return IntervalMeasurements(
+        interval_s, arrivals, writes, requests, violations, min_response, probes, available
+    )
+
+
+def views_agree(
+    states: dict[int, dict], available: np.ndarray, own_view: list[bool] | None, me: int
+) -> tuple[bool, dict[int, list[bool] | None]]:
+    """The partition rule (§9 extended): an agent applies round k's plan only when the sites
+    it finds available are exactly the view it had in round k - 1 and the view each of
+    those sites sent in its round-k state (their round k - 1 view). An asymmetric partition
+    (A hears B, B does not hear A) gives A and B different views; then no agent applies a
+    plan and each keeps its requests local until every view agrees again, one round after
+    the membership stopped changing. Returns (agreed, every view compared by site)."""
+    now = [bool(a) for a in available]
+    views = {me: own_view}
+    for j, state in states.items():
+        if j != me and now[j]:
+            views[j] = state.get("view")
+    return all(view == now for view in views.values()), views
+
+
+def _is_count(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+def _is_amount(value: object, optional: bool = False) -> bool:
+    if value is None:
+        return optional
+    return (
+        isinstance(value, int | float)
+        and not isinstance(value, bool)
+        and math.isfinite(value)
+        and value >= 0
+    )
+
+
+def _valid_state(body: dict, n: int, me: int) -> bool:
+    """Whether an (authenticated) state message has the fields :func:`measurements_from_states`
+    reads, of the right types and lengths, from another site than this one."""
+    site = body.get("site")
+    if not _is_count(site) or site >= n or site == me:
+        return False
+    if not _is_count(body.get("round")) or not isinstance(body.get("backend_up"), bool):
+        return False
+    if not (_is_amount(body.get("arrivals")) and _is_amount(body.get("writes"))):
+        return False
+    for key, optional in (
+        ("requests", False),
+        ("violations", False),
+        ("wan_bytes", False),
+        ("min_response_ms", True),
+        ("probe_rtt_ms", True),
+    ):
+        values = body.get(key)
+        if not isinstance(values, list) or len(values) != n:
+            return False
+        if not all(_is_amount(v, optional) for v in values):
+            return False
+    view = body.get("view")
+    if view is not None and not (
+        isinstance(view, list) and len(view) == n and all(isinstance(v, bool) for v in view)
+    ):
+        return False
+    return True
+
+
+async def _reports_until(replies: asyncio.Queue, k: int, timeout_s: float) -> list[dict]:
+    """Every report a client has sent, up to its answer to round ``k`` (or the timeout);
+    a client that closes sends a last report unasked, which is counted with the next round."""
+    reports: list[dict] = []
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            report = await asyncio.wait_for(replies.get(), max(0.0, deadline - time.monotonic()))
+        except TimeoutError:
+            return reports
+        reports.append(report)
+        if report.get("round") == k:
+            return reports
+
+
+async def _sleep_until(t_unix_s: float) -> None:
+    delay = t_unix_s - time.time()
+    if delay > 0:
+        await asyncio.sleep(delay)
