@@ -6,32 +6,19 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from types import SimpleNamespace
 
-import numpy as np
 import pytest
 
 from geoslo.live._backend import SleepWork
-from geoslo.live._resp import RedisConnection
-from geoslo.live.kurma._client import DOWN_BACKOFF_MS, SiteClient, _now_ms
+from geoslo.live.kurma._client import DOWN_BACKOFF_MS, SiteClient, StoreEndpoints, _now_ms
 
 SITE = "Here"
 
 
-def one_site_testbed(port: int) -> SimpleNamespace:
-    """What SiteClient reads of a Testbed: one site with one server at ``port``."""
-
-    async def connect(host: str, port: int, timeout_s: float) -> RedisConnection:
-        return await RedisConnection.open(port, host, timeout_s)
-
-    return SimpleNamespace(
-        spec=SimpleNamespace(sites=(SITE,)),
-        workload=SleepWork(mean_ms=1e-6),
-        sites={SITE: SimpleNamespace(servers=[port])},
-        server_address=lambda src, dst, server: ("127.0.0.1", port),
-        connect=connect,
-        base_rtt_ms=lambda t_unix_s: np.zeros((1, 1)),
-    )
+def one_site_client(port: int) -> SiteClient:
+    """A client of one site whose one server is at ``port`` (no agent)."""
+    endpoints = StoreEndpoints((SITE,), SITE, ((("127.0.0.1", port),),))
+    return SiteClient(endpoints, SleepWork(mean_ms=1e-6))
 
 
 class Server:
@@ -77,7 +64,7 @@ def test_a_request_without_reply_fails_after_its_timeout_and_marks_the_host_down
     async def scenario():
         server = Server(reply_after_s=None)
         port = await server.start()
-        client = SiteClient(one_site_testbed(port), SITE, use_agent=False)
+        client = one_site_client(port)
         client.timeout_s = timeout_s
         try:
             start = time.perf_counter()
@@ -100,7 +87,7 @@ def test_replies_within_the_timeout_are_not_failed_and_deadlines_are_released():
     async def scenario():
         server = Server(reply_after_s=0.05)
         port = await server.start()
-        client = SiteClient(one_site_testbed(port), SITE, use_agent=False)
+        client = one_site_client(port)
         client.timeout_s = 1.0
         try:
             replies = [await client.get(b"k:%d" % k) for k in range(5)]

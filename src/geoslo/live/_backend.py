@@ -29,6 +29,7 @@ from geoslo.errors import ConfigError
 from geoslo.live._resp import encode_command
 
 __all__ = [
+    "GetSetWork",
     "QueryWork",
     "ServiceWork",
     "SleepWork",
@@ -134,8 +135,40 @@ class SleepWork:
         return reply[1] if isinstance(reply, list) else reply
 
     def fill_commands(self, keys: int, seed: int = 0, batch: int = 500):
-        """The data set, as (payload, replies): every key holds a value, in pipelined
-        MSETs of ``batch`` keys."""
+        """The data set: as :class:`GetSetWork`'s."""
+        return GetSetWork(self.value_bytes).fill_commands(keys, seed, batch)
+
+
+@dataclass(frozen=True)
+class GetSetWork:
+    """Plain ``GET`` and ``SET`` of ``value_bytes`` values: what a client sends to a store
+    it does not load on purpose (an operator's own Redis, docs/live.md). Its capacity is
+    the store's, which only profiling it tells (0 here)."""
+
+    value_bytes: int = 375  # Kurma §7.1.3: 375-byte requests
+
+    def __post_init__(self) -> None:
+        if not (isinstance(self.value_bytes, int) and 1 <= self.value_bytes <= 2**20):
+            raise ConfigError("value_bytes", "must be an integer from 1 to 1048576")
+
+    @property
+    def capacity_per_server_rps(self) -> float:
+        return 0.0
+
+    def write_value(self) -> bytes:
+        return b"w" * self.value_bytes
+
+    def read_payload(self, key: bytes, rng) -> tuple[bytes, int]:
+        return encode_command(b"GET", key), 1
+
+    def write_payload(self, key: bytes, value: bytes, rng, loaded: bool) -> tuple[bytes, int]:
+        return encode_command(b"SET", key, value), 1
+
+    def value_of(self, reply):
+        return reply
+
+    def fill_commands(self, keys: int, seed: int = 0, batch: int = 500):
+        """The data set, as (payload, replies): every key holds a value (pipelined MSETs)."""
         value = b"v" * self.value_bytes
         for start in range(0, keys, batch):
             args: list = [b"MSET"]
@@ -196,4 +229,4 @@ class QueryWork:
             yield payload, len(copies)
 
 
-Workload = SleepWork | QueryWork
+Workload = SleepWork | QueryWork | GetSetWork

@@ -11,7 +11,7 @@ from geoslo.live.kurma._agent import (
     measurements_from_states,
     views_agree,
 )
-from geoslo.live.kurma._client import RequestLog, SiteClient
+from geoslo.live.kurma._client import RequestLog, SiteClient, StoreEndpoints
 from geoslo.live.kurma._environment import KurmaTestbedEnvironment
 from geoslo.live.kurma._instance import InstanceConfig, agent_config, start_instance
 from geoslo.live.kurma._loadgen import LoadgenConfig, read_loadgen_result, replay, start_loadgen
@@ -31,6 +31,7 @@ __all__ = [
     "RequestLog",
     "RoutingPolicy",
     "SiteClient",
+    "StoreEndpoints",
     "Testbed",
     "TestbedSpec",
     "canonical_sites",

@@ -1,7 +1,9 @@
 """The client library application code uses for GET and PUT at one site (asyncio).
 
-Each request is routed by the site's policy to a local server or, through the WAN
-emulator, to a server of another site; its response time is measured from the moment
+The client reaches every store by address (:class:`StoreEndpoints`: any server speaking
+RESP, with AUTH and TLS if it asks for them; ``Testbed.client_endpoints`` gives the
+testbed's). Each request is routed by the site's policy to a local server or, through the
+WAN, to a server of another site; its response time is measured from the moment
 it is sent, compared with the SLO, and counted per destination. A site *agent* (the
 Kurma instance) collects those counts at every dissemination point and sends back the
 row of the plan; without an agent, a plan-following policy stays all-local.
@@ -18,20 +20,21 @@ import contextlib
 import json
 import math
 import os
+import ssl
 import tempfile
 import time
 import weakref
 from collections import deque
+from dataclasses import dataclass
 
 import numpy as np
 
 from geoslo.errors import ConfigError, TestbedError
-from geoslo.live._backend import reply_bytes
+from geoslo.live._backend import Workload, reply_bytes
 from geoslo.live._resp import RedisConnection
 from geoslo.live.kurma._policies import RoutingPolicy, make_policy
-from geoslo.live.kurma._testbed import Testbed
 
-__all__ = ["SiteClient", "RequestLog", "IntervalCounters"]
+__all__ = ["SiteClient", "StoreEndpoints", "RequestLog", "IntervalCounters"]
 
 DOWN_BACKOFF_MS = 500.0  # a host that refused a connection is skipped this long
 REPLY_OVERHEAD_BYTES = 16  # RESP framing of a reply, for the WAN byte count
@@ -229,33 +232,64 @@ class RequestLog:
         return {name: np.array(records[name]) for name in _RECORD.names}
 
 
+@dataclass(frozen=True)
+class StoreEndpoints:
+    """Where one site's client reaches every site's stores, and its own site's agent.
+
+    ``servers[j]`` are site j's servers as reached from this site (through the WAN for
+    the others); ``agent`` is the local agent's clients address (None: no agent, a
+    plan-following policy stays all-local). ``password`` is sent with AUTH and ``tls``
+    wraps every connection, when given. ``base_rtt_ms`` (from this site to each) orders
+    the sites nearest first for the policies that need it (None: in the given order)."""
+
+    sites: tuple[str, ...]
+    site: str
+    servers: tuple[tuple[tuple[str, int], ...], ...]
+    agent: tuple[str, int] | None = None
+    password: str | None = None
+    tls: ssl.SSLContext | None = None
+    base_rtt_ms: tuple[float, ...] | None = None
+
+    def __post_init__(self) -> None:
+        if self.site not in self.sites:
+            raise ConfigError("site", f"{self.site!r} is not one of {self.sites}")
+        if len(self.servers) != len(self.sites) or not all(self.servers):
+            raise ConfigError("servers", "give at least one server for every site")
+        if self.base_rtt_ms is not None and len(self.base_rtt_ms) != len(self.sites):
+            raise ConfigError("base_rtt_ms", "give one RTT per site")
+
+    @property
+    def nearest_first(self) -> list[int]:
+        if self.base_rtt_ms is None:
+            return list(range(len(self.sites)))
+        return [int(j) for j in np.argsort(self.base_rtt_ms, kind="stable")]
+
+
 class SiteClient:
-    """GET and PUT from one site, routed by ``policy`` (a name or a RoutingPolicy)."""
+    """GET and PUT from one site, routed by ``policy`` (a name or a RoutingPolicy); each
+    request is ``work``'s (what a read or a write asks of a server)."""
 
     def __init__(
         self,
-        testbed: Testbed,
-        site: str,
+        endpoints: StoreEndpoints,
+        work: Workload,
         policy: str | RoutingPolicy = "AllLocal",
         slo_ms: float = 30.0,
         seed: int = 0,
         request_timeout_s: float = 2.0,
         base_rtt_window_s: float = 1.0,
-        use_agent: bool = True,
     ) -> None:
-        self.testbed = testbed
-        self.sites = testbed.spec.sites
-        self.site = self.sites.index(site)
-        servers = [len(testbed.sites[s].servers) for s in self.sites]
+        self.endpoints = endpoints
+        self.sites = endpoints.sites
+        self.site = self.sites.index(endpoints.site)
+        servers = [len(s) for s in endpoints.servers]
         if isinstance(policy, str):
-            rtt = testbed.base_rtt_ms(time.time())[self.site]
-            policy = make_policy(policy, self.site, servers, list(np.argsort(rtt, kind="stable")))
+            policy = make_policy(policy, self.site, servers, endpoints.nearest_first)
         self.policy = policy
         self.slo_ms = slo_ms
         self.timeout_s = request_timeout_s
         self.base_rtt_window_s = base_rtt_window_s
-        self.use_agent = use_agent
-        self.work = testbed.workload  # what a read or a write asks of a server
+        self.work = work
         self.rng = _Draws(np.random.default_rng(seed))
         self.counters = IntervalCounters(len(self.sites))
         self.log = RequestLog(len(self.sites), slo_ms)
@@ -272,7 +306,7 @@ class SiteClient:
 
     # --- lifecycle ---------------------------------------------------------------------------
     async def start(self) -> SiteClient:
-        if self.use_agent:
+        if self.endpoints.agent is not None:
             self._agent_task = asyncio.get_running_loop().create_task(self._agent_loop())
         return self
 
@@ -397,8 +431,8 @@ class SiteClient:
     def _propagate(self, site: int, server: int, key: bytes, value: bytes) -> None:
         """Eventual consistency: every other replica gets the write; one server per other
         site does the backend's work for it (it loads that site as a propagated write)."""
-        for j, name in enumerate(self.sites):
-            n = len(self.testbed.sites[name].servers)
+        for j, servers in enumerate(self.endpoints.servers):
+            n = len(servers)
             worker = -1 if j == site else int(self.rng.integers(n))
             for s in range(n):
                 if (j, s) == (site, server):
@@ -422,18 +456,20 @@ class SiteClient:
         if connection is None or connection.closed:
             if not self.policy.is_up(site, server, _now_ms()):
                 raise TestbedError(f"{self.sites[site]} server {server} is marked down")
-            address = self.testbed.server_address(self.sites[self.site], self.sites[site], server)
-            connection = await self.testbed.connect(*address, self.timeout_s)
+            host, port = self.endpoints.servers[site][server]
+            connection = await RedisConnection.open(
+                port, host, self.timeout_s, password=self.endpoints.password, tls=self.endpoints.tls
+            )
             self._connections[(site, server)] = connection
         return connection
 
     # --- the site agent ----------------------------------------------------------------------
     async def _agent_loop(self) -> None:
         """Stay connected to the local agent: answer its collections, apply its plans."""
-        site = self.testbed.sites[self.sites[self.site]]
+        assert self.endpoints.agent is not None
         while True:
             try:
-                reader, writer = await asyncio.open_connection(site.host, site.agent_local_port)
+                reader, writer = await asyncio.open_connection(*self.endpoints.agent)
             except OSError:
                 self._lost_agent()
                 await asyncio.sleep(0.5)

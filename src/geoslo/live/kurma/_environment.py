@@ -93,8 +93,9 @@ class KurmaTestbedEnvironment:
             await asyncio.to_thread(self.testbed.start_echo)
             for k, site in enumerate(self.spec.sites):
                 client = SiteClient(
-                    self.testbed, site, "KurmaPerf", self.slo_ms, self.seed + 17 * k,
-                    self.request_timeout_s, self.base_rtt_window_s, use_agent=False,
+                    self.testbed.client_endpoints(site, agent=False), self.testbed.workload,
+                    "KurmaPerf", self.slo_ms, self.seed + 17 * k, self.request_timeout_s,
+                    self.base_rtt_window_s,
                 )  # fmt: skip
                 self.clients.append(await client.start())
             for k in range(len(self.clients)):

@@ -77,7 +77,10 @@ async def _run(config: LoadgenConfig) -> None:
     testbed = Testbed.load(Path(config.state_dir))
     if testbed is None:
         raise TestbedError(f"no testbed recorded in {config.state_dir}")
-    client = SiteClient(testbed, config.site, config.policy, config.slo_ms, config.seed)
+    client = SiteClient(
+        testbed.client_endpoints(config.site), testbed.workload, config.policy,
+        config.slo_ms, config.seed,
+    )  # fmt: skip
     await client.start()
     try:
         summary = await replay(client, config, testbed.spec.keys)

@@ -52,6 +52,7 @@ from geoslo.live._sites import SiteNamespaces, choose_network, echo_server_comma
 from geoslo.live._toxiproxy import STATE_FILE as TOXIPROXY_STATE_FILE
 from geoslo.live._toxiproxy import ToxiproxyServer
 from geoslo.live._wan import DelayPath, WanConfig
+from geoslo.live.kurma._client import StoreEndpoints
 from geoslo.topology import (
     BaseRttSchedule,
     Site,
@@ -256,6 +257,24 @@ class Testbed:
         if src == dst:
             return self.sites[dst].host, self.sites[dst].servers[server]
         return self.sites[src].path_host, self.paths[f"{src}>{dst}/{server}"]
+
+    def client_endpoints(self, site: str, agent: bool = True) -> StoreEndpoints:
+        """Where a client at ``site`` reaches every store (and, with ``agent``, its agent)."""
+        sites = self.spec.sites
+        servers = tuple(
+            tuple(self.server_address(site, dst, s) for s in range(len(self.sites[dst].servers)))
+            for dst in sites
+        )
+        ends = self.sites[site]
+        return StoreEndpoints(
+            sites,
+            site,
+            servers,
+            (ends.host, ends.agent_local_port) if agent else None,
+            self.redis_password,
+            None,
+            tuple(float(x) for x in self.base_rtt_ms(time.time())[sites.index(site)]),
+        )
 
     def agent_address(self, src: str, dst: str) -> tuple[str, int]:
         """Where ``src``'s agent reaches ``dst``'s agent, through the WAN."""
