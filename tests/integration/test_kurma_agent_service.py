@@ -1,0 +1,180 @@
+"""Kurma pointed at stores it did not start, as an operator does (docs/live.md, "Point it at
+your own Redis"): two plain Redis servers that ask for AUTH and TLS, one agent per site
+started as ``geoslo run`` from a hand-written config that names every address, and clients
+built from addresses only (StoreEndpoints). Real Redis, real sockets, real processes."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import shutil
+import ssl
+import subprocess
+import time
+import urllib.request
+from pathlib import Path
+
+import numpy as np
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from geoslo.control.kurma import KurmaModel, save_model
+from geoslo.dist import LatencyDistribution
+from geoslo.live._backend import GetSetWork, key_name
+from geoslo.live._processes import ManagedProcess, free_ports, python_module_command
+from geoslo.live.kurma import SiteClient, StoreEndpoints
+from geoslo.models import SloSurface, mmc_violation_surface
+
+pytestmark = pytest.mark.integration
+
+SITES = ("East", "West")
+INTERVAL_S = 1.0
+CAPACITY_RPS = 1000.0
+PASSWORD = "agent-test-password"
+
+needs = [
+    (shutil.which("redis-server"), "redis-server is not installed"),
+    (shutil.which("openssl"), "openssl is not installed (the servers' TLS certificate)"),
+]
+pytestmark = [pytestmark] + [pytest.mark.skipif(not ok, reason=why) for ok, why in needs]
+
+
+def certificate(folder: Path) -> tuple[Path, Path]:
+    key, cert = folder / "key.pem", folder / "cert.pem"
+    subprocess.run(
+        ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", str(key),
+         "-out", str(cert), "-days", "1", "-subj", "/CN=localhost",
+         "-addext", "subjectAltName=IP:127.0.0.1"],
+        check=True, capture_output=True,
+    )  # fmt: skip
+    return key, cert
+
+
+def start_redis(folder: Path, name: str, port: int, key: Path, cert: Path) -> ManagedProcess:
+    """A Redis server that takes only TLS clients that authenticate (a config file keeps
+    the password off the command line)."""
+    config = folder / f"{name}.conf"
+    config.write_text(
+        f"port 0\ntls-port {port}\nbind 127.0.0.1\ntls-cert-file {cert}\ntls-key-file {key}\n"
+        f'tls-auth-clients no\nrequirepass {PASSWORD}\nsave ""\nappendonly no\ndir {folder}\n'
+    )
+    config.chmod(0o600)
+    command = [shutil.which("redis-server"), str(config)]
+    return ManagedProcess(name, command, folder / f"{name}.log", port).start()
+
+
+def mm1_model(path: Path) -> Path:
+    loads = np.linspace(10, 0.98 * CAPACITY_RPS, 40)
+    bases = np.arange(0, 41)
+    violation = mmc_violation_surface(
+        1, CAPACITY_RPS, loads, 30.0, bases, LatencyDistribution.point(1.0)
+    )
+    surface = SloSurface(bases, np.array([0.0]), loads, violation[:, None, :])
+    return save_model(KurmaModel(SITES, np.full(2, CAPACITY_RPS), (surface,) * 2, 0.1), path)
+
+
+def agent_toml(site: str, ports: dict, files: dict) -> str:
+    """What an operator writes for one site's agent (every address named)."""
+    peer = next(s for s in SITES if s != site)
+    return f"""\
+system = "kurma"
+interval_s = {INTERVAL_S}
+
+[environment]
+kind = "agent"
+site = "{site}"
+sites = {json.dumps(list(SITES))}
+peers = {{ {peer} = "127.0.0.1:{ports[peer]["exchange"]}" }}
+exchange_listen = "127.0.0.1:{ports[site]["exchange"]}"
+clients_listen = "127.0.0.1:{ports[site]["clients"]}"
+servers = ["127.0.0.1:{ports[site]["redis"]}"]
+secret_file = "{files["secret"]}"
+model_file = "{files["model"]}"
+max_one_way_ms = 5
+log_dir = "{files["logs"]}"
+
+[controller]
+objective = "perf"
+
+[service]
+listen = "127.0.0.1:{ports[site]["metrics"]}"
+"""
+
+
+def scrape(port: int) -> dict[tuple[str, tuple], float]:
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as response:
+        text = response.read().decode()
+    return {
+        (sample.name, tuple(sorted(sample.labels.items()))): sample.value
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+    }
+
+
+def test_agents_from_their_own_configs_steer_clients_of_stores_they_did_not_start(tmp_path):
+    key, cert = certificate(tmp_path)
+    numbers = iter(free_ports(4 * len(SITES)))
+    ports = {
+        s: {k: next(numbers) for k in ("redis", "exchange", "clients", "metrics")} for s in SITES
+    }
+    secret = tmp_path / "exchange.key"
+    secret.write_bytes(os.urandom(32).hex().encode())
+    secret.chmod(0o600)
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    files = {"secret": secret, "model": mm1_model(tmp_path / "model.npz"), "logs": logs}
+    started: list[ManagedProcess] = []
+    try:
+        for site in SITES:
+            started.append(start_redis(tmp_path, f"redis-{site}", ports[site]["redis"], key, cert))
+        for site in SITES:
+            config = tmp_path / f"agent-{site}.toml"
+            config.write_text(agent_toml(site, ports, files))
+            command = python_module_command("geoslo", "run", str(config))
+            log = tmp_path / f"agent-{site}.log"
+            started.append(ManagedProcess(f"agent-{site}", command, log, ports[site]["clients"]))
+            started[-1].start(wait_timeout_s=60.0)  # the solver's warm-up comes first
+        tls = ssl.create_default_context(cafile=str(cert))
+        values, plans = asyncio.run(_drive(ports, tls, seconds=5 * INTERVAL_S))
+        metrics = {site: scrape(ports[site]["metrics"]) for site in SITES}
+    finally:
+        for process in reversed(started):
+            process.stop()
+    assert values == {site: b"w" * 64 for site in SITES}  # SET then GET over TLS, with AUTH
+    assert all(count >= 2 for count in plans.values()), plans  # the agents' rows arrived
+    for site in SITES:
+        log = (logs / f"kurma-{site.lower()}-rounds.jsonl").read_text()
+        rounds = [json.loads(line) for line in log.splitlines()]
+        planned = [r for r in rounds if "rates_rps" in r]
+        assert planned and all(r["available"] == [True, True] for r in planned[1:]), rounds
+        counted = metrics[site]
+        assert counted[("geoslo_intervals_total", (("system", "kurma"),))] >= 2  # the runtime's
+        served = counted[("geoslo_kurma_requests_total", (("dst", site),))]  # the agent's
+        assert served > 0
+
+
+async def _drive(ports: dict, tls: ssl.SSLContext, seconds: float):
+    """One client per site at 100 req/s of GETs (a SET first); each site's value read
+    back, and how many rows each client received."""
+    clients = {}
+    for site in SITES:
+        servers = tuple(((("127.0.0.1", ports[s]["redis"]),)) for s in SITES)
+        endpoints = StoreEndpoints(
+            SITES, site, servers, ("127.0.0.1", ports[site]["clients"]), PASSWORD, tls
+        )
+        clients[site] = await SiteClient(endpoints, GetSetWork(64), "KurmaPerf").start()
+    try:
+        key = key_name(7)
+        for client in clients.values():
+            assert await client.put(key, client.work.write_value())
+        end = time.monotonic() + seconds
+        while time.monotonic() < end:
+            await asyncio.gather(*(c.get(key) for c in clients.values()))
+            await asyncio.sleep(0.01)
+        values = {site: await c.get(key) for site, c in clients.items()}
+        return values, {site: c.plans_received for site, c in clients.items()}
+    finally:
+        for client in clients.values():
+            await client.drain()
+            await client.close()
