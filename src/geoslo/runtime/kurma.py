@@ -310,7 +310,12 @@ def _agent(c: ControllerSettings, e: AgentSettings, interval_s: float):
 
 
 def _build_agent(c: ControllerSettings, e: AgentSettings, interval_s: float) -> Service:
-    controller, environment = _agent(c, e, interval_s)
+    try:
+        controller, environment = _agent(c, e, interval_s)
+    except ConfigError as error:  # named as the file names it
+        if error.field.startswith(("environment.", "controller.")):
+            raise
+        raise ConfigError(f"environment.{error.field}", error.problem) from None
     sites = tuple(e.sites)
     return Service(
         system="kurma",

@@ -45,6 +45,10 @@ def save_model(model: KurmaModel, path: str | Path) -> Path:
 
 def load_model(path: str | Path) -> KurmaModel:
     """The model in ``path``; ``ConfigError`` naming the file if it is not one."""
+    if not Path(path).is_file():
+        raise ConfigError("model_file", f"no model file at {path}")
+    if not zipfile.is_zipfile(path):  # (np.load would offer to unpickle it)
+        raise ConfigError("model_file", f"{path} is not an .npz file (save_model writes one)")
     try:
         with np.load(Path(path), allow_pickle=False) as data:
             arrays = {name: data[name] for name in data.files}
