@@ -13,6 +13,8 @@ from geoslo.errors import InputError
 from geoslo.live.kurma._policies import (
     POLICY_NAMES,
     AliasTable,
+    DecayingReservoir,
+    DynamicSnitch,
     GlobalRoundRobin,
     LatencyAware,
     RatesPolicy,
@@ -358,6 +360,68 @@ def test_latency_aware_observation_without_elapsed_time_is_not_counted():
     assert policy.count[host] == 20
 
 
+# --- DynamicSnitch ---------------------------------------------------------------------------
+def test_the_reservoir_keeps_its_size_and_weights_recent_samples():
+    reservoir = DecayingReservoir(100, 0.75, landmark_s=0.0)
+    uniforms = np.random.default_rng(0).random(2000)
+    for k, u in enumerate(uniforms[:1000]):  # 10 s of 1 ms responses...
+        reservoir.update(1.0, k * 0.01, 1.0 - u)
+    for k, u in enumerate(uniforms[1000:]):  # ...then 2 s of 9 ms ones
+        reservoir.update(9.0, 10.0 + k * 0.002, 1.0 - u)
+    assert len(reservoir) == 100
+    assert reservoir.median() == 9.0  # the recent samples weigh e^(0.75 s) more a second
+    assert DecayingReservoir(100, 0.75, 0.0).median() == 0.0
+
+
+def test_the_weighted_median_is_codahales():
+    reservoir = DecayingReservoir(10, 0.0, landmark_s=0.0)  # alpha 0: equal weights
+    for value in (5.0, 1.0, 3.0, 2.0):
+        reservoir.update(value, 0.0, 0.5)
+    # values 1 2 3 5, preceding weights 0 .25 .5 .75: the largest at most one half is 3
+    assert reservoir.median() == 3.0
+
+
+def snitch(site=0, servers_per_site=SERVERS, proximity=(0, 1, 2)):
+    return DynamicSnitch(site, list(servers_per_site), list(proximity), seed=1)
+
+
+def test_the_snitch_reads_locally_until_a_local_host_is_worse_by_the_badness():
+    policy = snitch()
+    feed(policy, (0, 0), 2.0, 50, 0.0)
+    feed(policy, (0, 1), 2.0, 50, 0.0)
+    feed(policy, (1, 0), 12.0, 50, 0.0)  # remote: measured through propagated writes
+    hosts = draw_hosts(policy, 400, now_ms=1000.0)
+    assert set(hosts) == {(0, 0), (0, 1)} and min(hosts.values()) > 150  # both, at random
+    feed(policy, (0, 0), 40.0, 50, 1000.0)  # one local server slows: the order is broken
+    feed(policy, (0, 1), 40.0, 50, 1000.0)
+    hosts = draw_hosts(policy, 100, now_ms=2000.0)
+    # scored in proximity order 1.0, 1.0, 0.3: sorted by score, the unscored host (1, 1)
+    # counts as 0 and comes first (compareEndpoints)
+    assert hosts == Counter({(1, 1): 100})
+    policy.mark_down(1, 1, FAR_FUTURE_MS)  # the next unscored host, nearest first
+    assert draw_hosts(policy, 10, now_ms=2000.0) == Counter({(2, 0): 10})
+
+
+def test_the_snitch_rescores_only_every_100_ms_and_forgets_after_10_minutes():
+    policy = snitch()
+    feed(policy, (0, 0), 40.0, 50, 0.0)
+    feed(policy, (0, 1), 40.0, 50, 0.0)
+    feed(policy, (1, 0), 5.0, 50, 0.0)
+    assert draw_hosts(policy, 5, now_ms=500.0) == Counter({(1, 1): 5})  # unscored first
+    feed(policy, (1, 1), 5.0, 50, 500.0)
+    feed(policy, (2, 0), 5.0, 50, 500.0)
+    feed(policy, (2, 1), 5.0, 50, 500.0)
+    assert draw_hosts(policy, 5, now_ms=550.0) == Counter({(1, 1): 5})  # scores not updated
+    assert set(draw_hosts(policy, 5, now_ms=700.0)) <= {(1, 0), (1, 1)}  # nearest, scored
+    later_ms = 700.0 + DynamicSnitch.reset_interval_ms
+    assert set(draw_hosts(policy, 50, now_ms=later_ms)) == {(0, 0), (0, 1)}  # all forgotten
+
+
+def test_only_the_snitch_hears_from_every_replica():
+    assert DynamicSnitch.observes_replicas
+    assert not LatencyAware.observes_replicas and not RatesPolicy.observes_replicas
+
+
 # --- make_policy -------------------------------------------------------------------------------
 @pytest.mark.parametrize(
     ("name", "kind", "follows_plan"),
@@ -367,6 +431,7 @@ def test_latency_aware_observation_without_elapsed_time_is_not_counted():
         ("KurmaCost", RatesPolicy, True),
         ("GlobalRR", GlobalRoundRobin, False),
         ("LatencyAware", LatencyAware, False),
+        ("DynamicSnitch", DynamicSnitch, False),
     ],
 )
 def test_make_policy_by_name(name, kind, follows_plan):
@@ -378,7 +443,9 @@ def test_make_policy_by_name(name, kind, follows_plan):
 
 
 def test_policy_names_are_the_ones_make_policy_knows():
-    assert set(POLICY_NAMES) == {"AllLocal", "GlobalRR", "LatencyAware", "KurmaPerf", "KurmaCost"}
+    assert set(POLICY_NAMES) == {
+        "AllLocal", "GlobalRR", "LatencyAware", "DynamicSnitch", "KurmaPerf", "KurmaCost"
+    }  # fmt: skip
     for name in POLICY_NAMES:
         make_policy(name, 0, SERVERS, [0, 1, 2])
 

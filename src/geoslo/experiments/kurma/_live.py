@@ -55,7 +55,7 @@ __all__ = [
     "testbed_for_run",
 ]
 
-OBJECTIVES = {"AllLocal": None, "GlobalRR": None, "LatencyAware": None}
+OBJECTIVES = {"AllLocal": None, "GlobalRR": None, "LatencyAware": None, "DynamicSnitch": None}
 OBJECTIVES.update(KurmaPerf="perf", KurmaCost="cost")
 PROBE_BLOCK_S = 5.0  # base RTT = min over blocks of 5 s of probes (75 per link)
 RESIDUAL_MAX_LOAD_FRACTION = 0.6  # of the nominal capacity (see profile_testbed)
@@ -73,7 +73,9 @@ class LiveSettings:
     profile_gap_s: float = 1.5  # idle between points: the queues drain
     write_fraction: float = 0.02  # writes reach every site (eventual consistency)
     warmup_s: float = 2.0  # between starting the processes and the first request
-    policies: tuple[str, ...] = ("AllLocal", "GlobalRR", "KurmaPerf", "KurmaCost")
+    policies: tuple[str, ...] = (
+        "AllLocal", "GlobalRR", "LatencyAware", "DynamicSnitch", "KurmaPerf", "KurmaCost"
+    )  # fmt: skip
 
     @classmethod
     def quick(cls) -> LiveSettings:

@@ -174,9 +174,16 @@ def _plot(rows: list[dict], live_runs: dict[str, LiveRun], sites):
     return fig
 
 
-def reproduce_live(out_dir: str | Path, quick: bool = False, seed: int = 1, progress=print) -> Path:
-    """Profile the testbed, replay Trace-1 for each policy live and simulated, write the report."""
-    settings = LiveSettings.quick() if quick else LiveSettings()
+def reproduce_live(
+    out_dir: str | Path,
+    quick: bool = False,
+    seed: int = 1,
+    progress=print,
+    settings: LiveSettings | None = None,
+) -> Path:
+    """Profile the testbed, replay Trace-1 for each policy live and simulated, write the
+    report; ``settings`` (default: the quick or the full run's) says what to run."""
+    settings = settings or (LiveSettings.quick() if quick else LiveSettings())
     out = Path(out_dir)
     run_dir = out / "run"
     shutil.rmtree(run_dir, ignore_errors=True)

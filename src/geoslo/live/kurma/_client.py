@@ -445,11 +445,16 @@ class SiteClient:
                 task.add_done_callback(self._background.discard)
 
     async def _fire(self, site: int, server: int, payload: bytes, replies: int) -> None:
+        """Send one propagated write; a policy that hears from every replica (a
+        coordinator's snitch) is told how long it took."""
         try:
             connection = await self._connection(site, server)
-            await self._with_deadline(connection.send(payload, replies), time.perf_counter())
+            sent = time.perf_counter()
+            await self._with_deadline(connection.send(payload, replies), sent)
         except (TimeoutError, TestbedError):
-            pass  # a replica that is down catches up when it is restarted (Testbed)
+            return  # a replica that is down catches up when it is restarted (Testbed)
+        if self.policy.observes_replicas:
+            self.policy.observe(site, server, (time.perf_counter() - sent) * 1e3, _now_ms())
 
     async def _connection(self, site: int, server: int) -> RedisConnection:
         connection = self._connections.get((site, server))

@@ -10,11 +10,16 @@ and the sockets. The same policies run in the simulator's kernel (``geoslo.sim``
 * ``LatencyAware``: DataStax's LatencyAwarePolicy over a DC-aware child plan (the
   simulator's ``latency_aware``): local hosts first, then remote sites by proximity,
   with hosts whose time-weighted average latency exceeds twice the best one moved last.
+* ``DynamicSnitch``: Cassandra's DynamicEndpointSnitch (3.x defaults), per client and per
+  host, fed by every response from every replica the client contacts (its propagated
+  writes included), as a coordinator's snitch is.
 """
 
 from __future__ import annotations
 
+import heapq
 import math
+import random
 
 import numpy as np
 
@@ -26,17 +31,20 @@ __all__ = [
     "RatesPolicy",
     "GlobalRoundRobin",
     "LatencyAware",
+    "DecayingReservoir",
+    "DynamicSnitch",
     "make_policy",
     "POLICY_NAMES",
 ]
 
-POLICY_NAMES = ("AllLocal", "GlobalRR", "LatencyAware", "KurmaPerf", "KurmaCost")
+POLICY_NAMES = ("AllLocal", "GlobalRR", "LatencyAware", "DynamicSnitch", "KurmaPerf", "KurmaCost")
 
 
 class RoutingPolicy:
     """Chooses ``(site, server)`` for each request; hosts marked down are skipped."""
 
-    follows_plan = False  # True: the site's instance sets the split every interval
+    follows_plan = False  # True: the site's agent sets the split every interval
+    observes_replicas = False  # True: observe() also gets the propagated writes' responses
 
     def __init__(self, site: int, servers_per_site: list[int]) -> None:
         self.site = site
@@ -252,6 +260,125 @@ class LatencyAware(RoutingPolicy):
         self.stamp_ms[host] = now_ms
 
 
+class DecayingReservoir:
+    """Codahale's ExponentiallyDecayingReservoir (forward decay, Cormode et al. 2009), as
+    Cassandra's snitch keeps one per host: ``size`` samples kept by priority w(t) / u,
+    w(t) = exp(alpha * (t - landmark)), u uniform; the median weighted by w. Priorities
+    and weights are kept as logarithms, so no rescaling is needed."""
+
+    def __init__(self, size: int, alpha_per_s: float, landmark_s: float) -> None:
+        self.size, self.alpha_per_s, self.landmark_s = size, alpha_per_s, landmark_s
+        self._heap: list[tuple[float, int, float, float]] = []  # (log priority, seq, value, log w)
+        self._seq = 0
+
+    def __len__(self) -> int:
+        return len(self._heap)
+
+    def update(self, value: float, t_s: float, uniform: float) -> None:
+        """One sample at ``t_s`` (``uniform`` in (0, 1])."""
+        log_weight = self.alpha_per_s * (t_s - self.landmark_s)
+        entry = (log_weight - math.log(uniform), self._seq, value, log_weight)
+        self._seq += 1
+        if len(self._heap) < self.size:
+            heapq.heappush(self._heap, entry)
+        elif entry[0] > self._heap[0][0]:
+            heapq.heapreplace(self._heap, entry)
+
+    def median(self) -> float:
+        """WeightedSnapshot.getMedian: the largest value whose preceding weights (in value
+        order, normalised) sum to at most one half (0 when empty)."""
+        if not self._heap:
+            return 0.0
+        samples = sorted((value, log_w) for _, _, value, log_w in self._heap)
+        top = max(log_w for _, log_w in samples)
+        weights = [math.exp(log_w - top) for _, log_w in samples]
+        total, before = math.fsum(weights), 0.0
+        chosen = samples[0][0]
+        for (value, _), weight in zip(samples, weights, strict=True):
+            if before / total > 0.5:
+                break
+            chosen = value
+            before += weight
+        return chosen
+
+
+class DynamicSnitch(RoutingPolicy):
+    """Cassandra's DynamicEndpointSnitch (3.x; cassandra.yaml defaults), one per client:
+    every host's latencies in a :class:`DecayingReservoir` (100 samples, alpha 0.75),
+    scores (median over the largest median) every 100 ms, the reservoirs cleared every
+    10 min. A read goes to the first host that is up in the subsnitch's order (this site's
+    servers in random order, then the other sites nearest first) unless, among the scored
+    hosts in that order, one's score exceeds the sorted scores' at its position by more
+    than the badness threshold (0.1): then in order of score, an unscored host counting
+    as 0 (sortByProximityWithBadness, compareEndpoints)."""
+
+    observes_replicas = True  # a coordinator's snitch hears from every replica it contacts
+    reservoir_size = 100
+    alpha_per_s = 0.75
+    update_interval_ms = 100.0
+    reset_interval_ms = 600_000.0
+    badness_threshold = 0.1
+
+    def __init__(
+        self, site: int, servers_per_site: list[int], proximity: list[int], seed: int = 0
+    ) -> None:
+        super().__init__(site, servers_per_site)
+        self.proximity = [j for j in proximity if j != site]  # remote sites, nearest first
+        self._random = random.Random(seed)
+        self.reservoirs: dict[tuple[int, int], DecayingReservoir] = {}
+        self.scores: dict[tuple[int, int], float] = {}
+        self.by_score: list[tuple[int, int]] | None = None  # None: proximity order holds
+        self._next_score_ms = -math.inf
+        self._next_reset_ms: float | None = None
+
+    def observe(self, site: int, server: int, response_ms: float, now_ms: float) -> None:
+        """receiveTiming: one response of a host, a read or a replica's write."""
+        if self._next_reset_ms is None:
+            self._next_reset_ms = now_ms + self.reset_interval_ms
+        reservoir = self.reservoirs.get((site, server))
+        if reservoir is None:
+            reservoir = DecayingReservoir(self.reservoir_size, self.alpha_per_s, now_ms / 1e3)
+            self.reservoirs[(site, server)] = reservoir
+        reservoir.update(response_ms, now_ms / 1e3, 1.0 - self._random.random())
+
+    def _update(self, now_ms: float) -> None:
+        """updateScores every 100 ms (and reset every 10 min); the badness decision."""
+        if self._next_reset_ms is not None and now_ms >= self._next_reset_ms:
+            self.reservoirs.clear()
+            self._next_reset_ms = now_ms + self.reset_interval_ms
+        medians = {host: r.median() for host, r in self.reservoirs.items() if len(r)}
+        largest = max(medians.values(), default=0.0)
+        self.scores = {h: m / largest for h, m in medians.items()} if largest > 0 else {}
+        self.by_score = None
+        order = self._proximity_order()
+        scored = [self.scores[h] for h in order if h in self.scores]
+        threshold = 1.0 + self.badness_threshold
+        if any(a > b * threshold for a, b in zip(scored, sorted(scored), strict=True)):
+            self.by_score = sorted(order, key=lambda h: self.scores.get(h, 0.0))
+        self._next_score_ms = now_ms + self.update_interval_ms
+
+    def _proximity_order(self) -> list[tuple[int, int]]:
+        local = list(range(self.servers[self.site]))
+        self._random.shuffle(local)
+        order = [(self.site, s) for s in local]
+        for j in self.proximity:
+            order += [(j, s) for s in range(self.servers[j])]
+        return order
+
+    def choose(self, rng: np.random.Generator, now_ms: float) -> tuple[int, int]:
+        if now_ms >= self._next_score_ms:
+            self._update(now_ms)
+        order = self.by_score
+        if order is None:  # this site's servers first, in random order (the fast path)
+            n = self.servers[self.site]
+            start = int(rng.random() * n)
+            for k in range(n):
+                if self.is_up(self.site, (start + k) % n, now_ms):
+                    return self.site, (start + k) % n
+            order = self._proximity_order()
+        return next((h for h in order if self.is_up(*h, now_ms)), (self.site, 0))
+
+
 def make_policy(name: str, site: int, servers_per_site: list[int], proximity: list[int]):
     """A policy by its name in the paper (one of ``POLICY_NAMES``)."""
     if name == "AllLocal":
@@ -262,4 +389,6 @@ def make_policy(name: str, site: int, servers_per_site: list[int], proximity: li
         return GlobalRoundRobin(site, servers_per_site)
     if name == "LatencyAware":
         return LatencyAware(site, servers_per_site, proximity)
+    if name == "DynamicSnitch":
+        return DynamicSnitch(site, servers_per_site, proximity, seed=site)
     raise InputError("policy", f"unknown policy {name!r}; use one of {', '.join(POLICY_NAMES)}")
