@@ -72,6 +72,7 @@ class KurmaController:
         self.fractions = np.eye(n)
         self.plan: KurmaPlan | None = None
         self.observation: KurmaObservation | None = None  # what the last plan was solved for
+        self.model_in_force = model  # the last plan's model (reduced capacities, §9)
         self.base_rtt_ms = np.zeros((n, n))
         self.chosen_curve = {site: 0 for site in self.curve_families}
         self._window: deque[tuple[float, np.ndarray, np.ndarray]] = deque()
@@ -152,7 +153,8 @@ class KurmaController:
             return None
         self._substitute_curves()
         self.observation = observation
-        self.plan = decide(observation, self.model, self.config)
+        self.model_in_force = self._model_for(m)
+        self.plan = decide(observation, self.model_in_force, self.config)
         target = plan_fractions(self.plan, observation.demand_rps)
         if self.config.max_fraction_change_per_s is None:
             self.fractions = target
@@ -160,6 +162,13 @@ class KurmaController:
             step = self.config.max_fraction_change_per_s * m.duration_s
             self.fractions = limit_change(self.fractions, target, step)
         return Routing(self.fractions, self.plan)
+
+    def _model_for(self, m: IntervalMeasurements) -> KurmaModel:
+        """The model this interval plans with: sites with failed servers on their
+        reduced-capacity curves (§9)."""
+        if m.capacity_share is None:
+            return self.model
+        return self.model.with_capacity_share(m.capacity_share)
 
     def _slow_demand(
         self, m: IntervalMeasurements, observation: KurmaObservation

@@ -94,6 +94,26 @@ class KurmaModel:
             )
         return replace(self, surfaces=tuple(surfaces), pair_surfaces=pairs)
 
+    def with_capacity_share(self, share: np.ndarray) -> KurmaModel:
+        """Each site with only ``share[j]`` of its servers up (§9: a failed server): a
+        request goes to a random server that is up, so the site at load L behaves as the
+        whole site at L / share; its curves' load axes and its capacity scale by share."""
+        share = np.clip(np.asarray(share, float), 0.0, 1.0)
+        if np.all(share >= 1.0):
+            return self
+
+        def scaled(surface: SloSurface | None, j: int) -> SloSurface | None:
+            if surface is None or share[j] >= 1.0:
+                return surface
+            return replace(surface, load_rps=surface.load_rps * max(share[j], 1e-9))
+
+        surfaces = tuple(scaled(s, j) for j, s in enumerate(self.surfaces))
+        pairs = self.pair_surfaces
+        if pairs is not None:
+            pairs = tuple(tuple(scaled(s, j) for j, s in enumerate(row)) for row in pairs)
+        capacity = np.asarray(self.capacity_rps, float) * share
+        return replace(self, capacity_rps=capacity, surfaces=surfaces, pair_surfaces=pairs)
+
 
 @dataclass(frozen=True)
 class IntervalMeasurements:
@@ -107,6 +127,7 @@ class IntervalMeasurements:
     min_response_ms: np.ndarray  # [i, j] min response in the last base-RTT window (inf: none)
     probe_rtt_ms: np.ndarray | None = None  # [i, j] min WAN probe RTT in that window (§6 probes)
     available: np.ndarray | None = None  # [i] sites heard from in the last exchange (§9)
+    capacity_share: np.ndarray | None = None  # [i] share of site i's servers up (None: all)
 
 
 @dataclass(frozen=True)

@@ -209,7 +209,7 @@ def _step(controller: KurmaController, m: IntervalMeasurements, me: int) -> _Sol
     controller.step(m)  # the plan in force (a new one, or the last) is read below
     solve_s = time.perf_counter() - started
     plan, observation = controller.plan, controller.observation
-    problem = build_problem(observation, controller.model, controller.config)
+    problem = build_problem(observation, controller.model_in_force, controller.config)
     load = plan.rates_rps.sum(axis=0)
     n = len(load)
     return _Solved(
@@ -567,19 +567,11 @@ class KurmaAgentEnvironment:
             total["min_response_ms"] = np.minimum(total["min_response_ms"], mins)
         return total
 
-    async def _backend_up(self) -> bool:
-        """Whether any local server accepts a connection. A liveness check, not a PING: an
+    async def _servers_up(self) -> int:
+        """How many local servers accept a connection. A liveness check, not a PING: an
         overloaded server answers a PING only after its queue, which is not a failure."""
-        for host, port in self.spec.servers:
-            try:
-                _, writer = await asyncio.wait_for(
-                    asyncio.open_connection(host, port), HEALTH_TIMEOUT_S
-                )
-            except (TimeoutError, OSError):
-                continue
-            writer.close()
-            return True
-        return False
+        up = await asyncio.gather(*(_accepts(host, port) for host, port in self.spec.servers))
+        return sum(up)
 
     # --- rounds ------------------------------------------------------------------------------
     async def _rounds(self) -> None:
@@ -594,12 +586,13 @@ class KurmaAgentEnvironment:
             k = max(k + 1, int((time.time() + self.offset_s - epoch) // interval) + 1)
 
     async def _disseminate(self, k: int) -> dict:
-        report, backend_up = await asyncio.gather(self._collect(k), self._backend_up())
+        report, servers_up = await asyncio.gather(self._collect(k), self._servers_up())
         state = {
             "type": "state",
             "site": self.me,
             "round": k,
-            "backend_up": backend_up,
+            "backend_up": servers_up > 0,
+            "capacity_share": servers_up / len(self.spec.servers),  # §9: a failed server
             "arrivals": report["arrivals"],
             "writes": report["writes"],
             "requests": report["requests"].tolist(),
@@ -732,12 +725,13 @@ def measurements_from_states(
     """The global measurements of round ``k`` from the latest state of each site (§6, §9).
 
     A site is available when its latest state is from round ``k`` or ``k - STALE_ROUNDS``
-    and its backend is up; an unavailable site contributes nothing and is excluded.
+    and its backend is up; an unavailable site contributes nothing and is excluded. A site
+    with some of its servers down plans on its reduced-capacity curve (``capacity_share``).
     """
     arrivals, writes = np.zeros(n), np.zeros(n)
     requests, violations = np.zeros((n, n)), np.zeros((n, n))
     min_response, probes = np.full((n, n), np.inf), np.full((n, n), np.inf)
-    available = np.zeros(n, dtype=bool)
+    available, capacity_share = np.zeros(n, dtype=bool), np.ones(n)
     for i in range(n):
         state = states.get(i)
         if state is None or state["round"] < k - STALE_ROUNDS or not state["backend_up"]:
@@ -747,9 +741,11 @@ def measurements_from_states(
         requests[i], violations[i] = state["requests"], state["violations"]
         min_response[i] = [np.inf if m is None else m for m in state["min_response_ms"]]
         probes[i] = [np.inf if m is None else m for m in state["probe_rtt_ms"]]
+        capacity_share[i] = state.get("capacity_share", 1.0)
     return IntervalMeasurements(
-        interval_s, arrivals, writes, requests, violations, min_response, probes, available
-    )
+        interval_s, arrivals, writes, requests, violations, min_response, probes, available,
+        capacity_share,
+    )  # fmt: skip
 
 
 def views_agree(
@@ -806,6 +802,9 @@ def _valid_state(body: dict, n: int, me: int) -> bool:
             return False
         if not all(_is_amount(v, optional) for v in values):
             return False
+    share = body.get("capacity_share", 1.0)
+    if not (_is_amount(share) and share <= 1.0):
+        return False
     view = body.get("view")
     if view is not None and not (
         isinstance(view, list) and len(view) == n and all(isinstance(v, bool) for v in view)
@@ -827,6 +826,15 @@ async def _reports_until(replies: asyncio.Queue, k: int, timeout_s: float) -> li
         reports.append(report)
         if report.get("round") == k:
             return reports
+
+
+async def _accepts(host: str, port: int) -> bool:
+    try:
+        _, writer = await asyncio.wait_for(asyncio.open_connection(host, port), HEALTH_TIMEOUT_S)
+    except (TimeoutError, OSError):
+        return False
+    writer.close()
+    return True
 
 
 async def _sleep_until(t_unix_s: float) -> None:
