@@ -16,7 +16,8 @@ from __future__ import annotations
 
 import json
 import time
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -26,7 +27,7 @@ from geoslo.dist import LatencyDistribution
 from geoslo.errors import TestbedError
 from geoslo.experiments.kurma._runs import INTERVAL_S
 from geoslo.experiments.kurma._scenario import BASE_RTT_RANGE_MS, RHO, SLO_MS
-from geoslo.live import stop_pid
+from geoslo.live import ManagedProcess, stop_pid
 from geoslo.live.kurma import (
     InstanceConfig,
     LoadgenConfig,
@@ -76,6 +77,7 @@ class LiveSettings:
     policies: tuple[str, ...] = (
         "AllLocal", "GlobalRR", "LatencyAware", "DynamicSnitch", "KurmaPerf", "KurmaCost"
     )  # fmt: skip
+    incidents: bool = True  # a KurmaPerf replay with a failure and a partition (§9)
 
     @classmethod
     def quick(cls) -> LiveSettings:
@@ -111,6 +113,7 @@ class LiveRun:
     rounds: list[list[dict]]  # per site, its instance's round records
     max_late_ms: float
     start_unix_s: float  # when the generators started
+    events: dict[str, float] = field(default_factory=dict)  # name -> when it happened (unix s)
 
     def since(self, t_unix_s: float) -> LiveRun:
         """Only requests issued from ``t_unix_s`` on, and the rounds measuring after it."""
@@ -120,7 +123,7 @@ class LiveRun:
         ]
         first_round_s = t_unix_s + INTERVAL_S
         rounds = [[rec for rec in log if rec["t_unix_s"] >= first_round_s] for log in self.rounds]
-        return LiveRun(self.policy, requests, rounds, self.max_late_ms, t_unix_s)
+        return LiveRun(self.policy, requests, rounds, self.max_late_ms, t_unix_s, self.events)
 
     def violated(self, i: int) -> np.ndarray:
         r = self.requests[i]
@@ -166,11 +169,22 @@ def _start_at(warmup_s: float) -> float:
     return float(np.ceil(time.time() + warmup_s))
 
 
+@dataclass(frozen=True)
+class Event:
+    """Something done to the testbed ``at_s`` after the generators start, while they run:
+    ``action(testbed, agents)`` (the agents' processes, in site order)."""
+
+    at_s: float
+    name: str
+    action: Callable[[Testbed, list[ManagedProcess]], object]
+
+
 def _replay(
     testbed: Testbed, run_dir: Path, policy: str, traces: list[list[float]], seed: int,
     write_fraction: float, warmup_s: float, model_path: Path | None, label: str | None = None,
+    events: Sequence[Event] = (),
 ) -> LiveRun:  # fmt: skip
-    """Instances up, one generator per site, wait for the end, instances down."""
+    """Agents up, one generator per site, ``events`` on time, wait for the end, agents down."""
     run_dir.mkdir(parents=True, exist_ok=True)
     objective = OBJECTIVES[policy]
     instances = [
@@ -195,7 +209,9 @@ def _replay(
             )
             for k, (site, trace) in enumerate(zip(testbed.spec.sites, traces, strict=True))
         ]  # fmt: skip
-        _wait(generators, start, max(len(t) for t in traces), label)
+        done = _wait(
+            generators, start, max(len(t) for t in traces), label, events, testbed, instances
+        )
         for generator in generators:
             if generator.alive:
                 generator.stop()
@@ -216,19 +232,30 @@ def _replay(
         rounds,
         max(summary["max_late_ms"] for _, summary in results),
         start,
+        done,
     )
 
 
-def _wait(generators, start_unix_s: float, duration_s: int, label: str | None) -> None:
-    """Until every generator ends (or a minute past the trace), a progress bar in seconds."""
+def _wait(
+    generators, start_unix_s: float, duration_s: int, label: str | None,
+    events: Sequence[Event] = (), testbed: Testbed | None = None, agents=(),
+) -> dict[str, float]:  # fmt: skip
+    """Until every generator ends (or a minute past the trace), a progress bar in seconds;
+    each event done when its time comes. Returns when each event was done (unix s)."""
     deadline = start_unix_s + duration_s + 60
     bar = progress_bar(total=duration_s, label=label) if label else None
+    pending, done = sorted(events, key=lambda e: e.at_s), {}
     while any(g.alive for g in generators) and time.time() < deadline:
+        while pending and time.time() >= start_unix_s + pending[0].at_s:
+            event = pending.pop(0)
+            event.action(testbed, list(agents))
+            done[event.name] = time.time()
         time.sleep(0.2)
         if bar is not None:
             bar.update(min(duration_s, int(time.time() - start_unix_s)) - bar.done)
     if bar is not None:
         bar.close()
+    return done
 
 
 def _read_rounds(path: Path) -> list[dict]:
@@ -329,12 +356,15 @@ def with_ramp(trace: np.ndarray) -> list[float]:
 
 def run_policy_live(
     testbed: Testbed, run_dir: Path, policy: str, traces: list[np.ndarray],
-    settings: LiveSettings, model: LiveModel, seed: int,
+    settings: LiveSettings, model: LiveModel, seed: int, events: Sequence[Event] = (),
+    name: str | None = None,
 ) -> LiveRun:  # fmt: skip
-    """Replay ``traces`` (one per site, per second) under ``policy``, after the ramp."""
+    """Replay ``traces`` (one per site, per second) under ``policy``, after the ramp, with
+    ``events`` (their times from the generators' start, the ramp included)."""
+    name = name or policy
     run = _replay(
-        testbed, run_dir / policy, policy, [with_ramp(t) for t in traces], seed,
-        settings.write_fraction, settings.warmup_s, model.model_path, f"Live {policy}",
+        testbed, run_dir / name, policy, [with_ramp(t) for t in traces], seed,
+        settings.write_fraction, settings.warmup_s, model.model_path, f"Live {name}", events,
     )  # fmt: skip
     return run.since(run.start_unix_s + RAMP_S)
 

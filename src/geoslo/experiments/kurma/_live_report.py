@@ -27,6 +27,12 @@ from geoslo.experiments.kurma._live import (
     testbed_for_run,
     with_ramp,
 )
+from geoslo.experiments.kurma._live_incidents import (
+    choose_sites,
+    incident_checks,
+    incident_events,
+    incident_findings,
+)
 from geoslo.experiments.kurma._runs import PolicyRun, run_policy
 from geoslo.experiments.kurma._scenario import RHO, build_scenario
 from geoslo.experiments.kurma._settings import Settings
@@ -190,6 +196,7 @@ def reproduce_live(
     run_dir.mkdir(parents=True)
     started = time.monotonic()
     live_runs: dict[str, LiveRun] = {}
+    incidents: dict | None = None
     # The sites' capacity is this machine's CPU: other work must not change it between
     # profiling and replay (a busy machine had halved the profiled 5% point).
     with cpu_priority("kurma-live") as cpu_note:
@@ -205,6 +212,9 @@ def reproduce_live(
                 live_runs[policy] = run_policy_live(
                     testbed, run_dir, policy, trace1.rates_rps, settings, live, seed
                 )
+            if settings.incidents:
+                progress("live: KurmaPerf with a failed server, a cut and a failed agent")
+                incidents = _incidents(testbed, run_dir, trace1.rates_rps, settings, live, seed)
         finally:
             testbed.down()
     progress("simulating the same setting")
@@ -213,9 +223,28 @@ def reproduce_live(
     results = _results(live, live_runs, sim_runs, settings, spec.sites, time.monotonic() - started)
     results["cpu"] = cpu_note
     results["network"] = network
+    if incidents is not None:
+        results["incidents"] = incidents
     report = _write(out, live, live_runs, sim_runs, trace1, settings, spec, quick, results)
     (out / "results.json").write_text(json.dumps(results, indent=1, default=float))
     return report
+
+
+def _incidents(testbed, run_dir, traces, settings, live, seed) -> dict:
+    """KurmaPerf's replay with the incidents, and what the agents and clients did."""
+    chosen = choose_sites(traces, testbed)
+    events = incident_events(chosen, testbed, RAMP_S + len(traces[0]))
+    run = run_policy_live(
+        testbed, run_dir, "KurmaPerf", traces, settings, live, seed, events, "incidents"
+    )
+    sites = testbed.spec.sites
+    findings = incident_findings(run, chosen, sites, live.saturation_rps)
+    findings["sites"] = {
+        "failed server at": sites[chosen.spare],
+        "cut": f"{sites[chosen.busiest]} to {sites[chosen.spare]}" if chosen.cut else None,
+        "failed agent at": sites[chosen.third],
+    }
+    return findings
 
 
 def _results(live, live_runs, sim_runs, settings, sites, elapsed_s) -> dict:
@@ -276,6 +305,8 @@ def _write(out, live, live_runs, sim_runs, trace1, settings, spec, quick, result
         "The generators' largest lateness against their schedule was "
         f"{results['max_late_ms']:.1f} ms; the testbed ran {results['cpu']}."
     )
+    if "incidents" in results:
+        _write_incidents(report, results["incidents"])
     report.section("Differences from the paper, and why")
     report.text(
         DIFFERENCES.format(
@@ -286,6 +317,83 @@ def _write(out, live, live_runs, sim_runs, trace1, settings, spec, quick, result
     )  # fmt: skip
     report.checks(check_done(results), "The live run's qualitative results.")
     return report.write(out)
+
+
+def _write_incidents(report: Report, found: dict) -> None:
+    """The incidents' section: what happened when, what the agents did, a timeline."""
+    where, t = found["sites"], found["events"]
+    report.section(
+        "Failures and a partition mid-run (§9)",
+        f"KurmaPerf replays Trace-1 again. At {t['server_fails']:.0f} s one of "
+        f"{where['failed server at']}'s servers fails (back at {t['server_back']:.0f} s); "
+        + (
+            f"at {t['cut']:.0f} s every path from {where['cut']} is cut "
+            f"at the delay injector, one direction only (mended at {t['mended']:.0f} s); "
+            if where["cut"]
+            else "the loopback form has no per-direction paths to cut, so no partition; "
+        )
+        + f"at {t['agent_fails']:.0f} s {where['failed agent at']}'s agent stops (back at "
+        f"{t['agent_back']:.0f} s).",
+    )
+    server, views = found["server"], found["views"]
+    rows = [
+        {
+            "incident": "failed server",
+            "what the agents did": "saw the reduced capacity after "
+            + ", ".join("never" if s is None else f"{s:.1f} s" for s in server["seen_after_s"])
+            + f"; {server['plans']} plans, {server['plans_over_capacity']} over its capacity",
+        }
+    ]
+    for site, agent in found["agent"].items():
+        excluded, back = agent["excluded_after_s"], agent["readmitted_after_s"]
+        rows.append(
+            {
+                "incident": f"failed agent, seen from {site}",
+                "what the agents did": (
+                    f"excluded after {_seconds(excluded)}, readmitted {_seconds(back)} after "
+                    f"its return; {agent['sent_while_excluded']} requests sent to it meanwhile"
+                ),
+            }
+        )
+    rows.append(
+        {
+            "incident": "partition rule",
+            "what the agents did": (
+                f"{len(views['split_rounds'])} rounds with plans from different views, "
+                f"{views['held_rounds']} rounds held all-local; every agent planned with "
+                f"every site {_seconds(views['recovered_after_s'])} after the mend"
+            ),
+        }
+    )
+    report.table("incidents_live", rows)
+    report.figure("incidents_live", _plot_incidents(found), "Violations and redirects, incidents")
+
+
+def _seconds(value: float | None) -> str:
+    return "never" if value is None else f"{value:.1f} s"
+
+
+def _plot_incidents(found: dict):
+    import matplotlib.pyplot as plt
+
+    line = found["timeline"]
+    fig, ax = plt.subplots(figsize=(10, 3.6))
+    ax.plot(line["t_s"], line["violation_pct"], label="global SLO violations (%)")
+    ax.plot(line["t_s"], line["redirected_pct"], label="requests redirected (%)")
+    spans = (
+        ("server_fails", "server_back", "failed server"),
+        ("cut", "mended", "one-way cut"),
+        ("agent_fails", "agent_back", "failed agent"),
+    )
+    for (start, end, label), color in zip(spans, ("C2", "C3", "C4"), strict=True):
+        if start in found["events"]:
+            ax.axvspan(found["events"][start], found["events"][end], alpha=0.15, color=color,
+                       label=label)  # fmt: skip
+    ax.set_xlabel("time since the generators started (s)")
+    ax.set_ylabel("%")
+    ax.legend(fontsize="small", ncol=2)
+    fig.tight_layout()
+    return fig
 
 
 def check_done(results: dict) -> dict[str, bool]:
@@ -308,4 +416,6 @@ def check_done(results: dict) -> dict[str, bool]:
         checks[f"{row['policy']}: estimate for redirected requests within 1 pp"] = (
             row["difference pp"] <= 1.0
         )
+    if "incidents" in results:
+        checks.update(incident_checks(results["incidents"]))
     return checks

@@ -634,6 +634,7 @@ class KurmaAgentEnvironment:
             "round": k,
             "t_unix_s": time.time(),
             "available": m.available.tolist(),
+            "capacity_share": m.capacity_share.tolist(),
             "report": {
                 key: own[key]
                 for key in ("arrivals", "writes", "requests", "violations", "wan_bytes")
