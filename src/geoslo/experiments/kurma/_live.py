@@ -77,6 +77,7 @@ class LiveSettings:
     policies: tuple[str, ...] = (
         "AllLocal", "GlobalRR", "LatencyAware", "DynamicSnitch", "KurmaPerf", "KurmaCost"
     )  # fmt: skip
+    trace2_policies: tuple[str, ...] = ("AllLocal", "KurmaPerf")  # Trace-2 leaves little spare
     incidents: bool = True  # a KurmaPerf replay with a failure and a partition (§9)
 
     @classmethod
@@ -212,6 +213,8 @@ def _replay(
         done = _wait(
             generators, start, max(len(t) for t in traces), label, events, testbed, instances
         )
+        if events:  # when each happened, beside the logs it explains
+            (run_dir / "events.json").write_text(json.dumps(done))
         for generator in generators:
             if generator.alive:
                 generator.stop()
