@@ -259,6 +259,52 @@ def test_real_time_environments_are_observed_once_per_interval_and_stop_wakes_th
     assert time.monotonic() - started < 30  # not the 60 s interval
 
 
+class SelfPaced(FaultyEnvironment):
+    """The simulated link behind an observe() that waits for its own point (a round every
+    ``every_s`` of wall time, as a Kurma agent's): the loop must not wait as well."""
+
+    self_paced = True
+
+    def __init__(self, inner, every_s: float) -> None:
+        super().__init__(inner)
+        self.simulated = False
+        self.every_s = every_s
+        self.points: list[float] = []
+
+    async def observe(self):
+        now = time.monotonic()
+        await asyncio.sleep(self.every_s - now % self.every_s)
+        self.points.append(time.monotonic())
+        return await super().observe()
+
+
+def test_a_self_paced_environment_sets_the_pace_and_stop_ends_its_wait():
+    service = replication_service()
+    env = SelfPaced(service.environment, every_s=0.5)
+    service = replace(service, environment=env, interval_s=0.5)
+    settings = ServiceSettings(intervals=4, observe_timeout_s=0.05)  # shorter than a wait
+    loop = ServiceLoop(service, settings, ServiceLog("replication", io.StringIO()))
+    asyncio.run(loop.run())
+    assert loop.failed_intervals == 0  # the wait for the point is not an observe timeout
+    gaps = [b - a for a, b in zip(env.points, env.points[1:], strict=False)]
+    assert len(env.points) == 4 and all(gap < 0.9 for gap in gaps)  # no point skipped
+
+    env = SelfPaced(replication_service().environment, every_s=60.0)
+    service = replace(service, environment=env, interval_s=60.0)
+    loop = ServiceLoop(service, ServiceSettings(), ServiceLog("replication", io.StringIO()))
+
+    async def stop_soon() -> None:
+        task = asyncio.create_task(loop.run())
+        await asyncio.sleep(0.3)
+        loop.stop()
+        await task
+
+    started = time.monotonic()
+    asyncio.run(stop_soon())
+    assert time.monotonic() - started < 30 and env.closed  # not the 60 s wait
+    assert loop.failed_intervals == 0 and env.points == []
+
+
 def test_a_solve_interrupted_by_sigint_stops_the_loop():
     """OSQP hooks SIGINT during its solves and reports ``interrupted``: the loop takes that
     as the operator's Ctrl-C and stops after the interval."""
