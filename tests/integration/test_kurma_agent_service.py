@@ -12,13 +12,12 @@ import shutil
 import ssl
 import subprocess
 import time
-import urllib.request
 from pathlib import Path
 
 import numpy as np
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
 
+from _metrics import scrape
 from geoslo.control.kurma import KurmaModel, save_model
 from geoslo.dist import LatencyDistribution
 from geoslo.live._backend import GetSetWork, key_name
@@ -100,16 +99,6 @@ objective = "perf"
 [service]
 listen = "127.0.0.1:{ports[site]["metrics"]}"
 """
-
-
-def scrape(port: int) -> dict[tuple[str, tuple], float]:
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as response:
-        text = response.read().decode()
-    return {
-        (sample.name, tuple(sorted(sample.labels.items()))): sample.value
-        for family in text_string_to_metric_families(text)
-        for sample in family.samples
-    }
 
 
 def test_agents_from_their_own_configs_steer_clients_of_stores_they_did_not_start(tmp_path):

@@ -9,13 +9,13 @@ from __future__ import annotations
 import json
 import shutil
 import time
-import urllib.request
 from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 import pytest
 
+from _metrics import scrape
 from geoslo.control.kurma import KurmaModel, save_model
 from geoslo.dist import LatencyDistribution
 from geoslo.live._processes import stop_pid
@@ -44,19 +44,6 @@ def mm1_model(capacity_rps: float, path: Path) -> Path:
     surface = SloSurface(bases, np.array([0.0]), loads, violation[:, None, :])
     model = KurmaModel(SITES, np.full(3, capacity_rps), (surface,) * 3, 0.2)
     return save_model(model, path)
-
-
-def scrape(host: str, port: int) -> dict[tuple[str, tuple], float]:
-    """The instance's Prometheus exposition, parsed by the reference parser."""
-    from prometheus_client.parser import text_string_to_metric_families
-
-    with urllib.request.urlopen(f"http://{host}:{port}/metrics", timeout=5) as response:
-        text = response.read().decode()
-    return {
-        (sample.name, tuple(sorted(sample.labels.items()))): sample.value
-        for family in text_string_to_metric_families(text)
-        for sample in family.samples
-    }
 
 
 def rounds(run_dir: Path, site: str) -> list[dict]:
@@ -134,7 +121,7 @@ def test_a_failed_site_is_excluded_within_two_intervals_and_readmitted(testbed, 
                 time.sleep(0.2)
             assert not generator.alive, f"{generator.name} hangs; see {generator.log_path}"
         time.sleep(INTERVAL_S)
-        metrics = scrape(testbed.host("London"), testbed.sites["London"].metrics_port)
+        metrics = scrape(testbed.sites["London"].metrics_port, testbed.host("London"))
     finally:
         for instance in instances.values():
             instance.stop()

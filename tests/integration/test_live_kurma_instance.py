@@ -13,13 +13,12 @@ import contextlib
 import json
 import threading
 import time
-import urllib.request
 from pathlib import Path
 
 import numpy as np
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
 
+from _metrics import scrape
 from geoslo.control.kurma import KurmaModel, save_model
 from geoslo.dist import LatencyDistribution
 from geoslo.live._exchange import MAX_MESSAGE_BYTES, read_secret_file, seal
@@ -56,17 +55,6 @@ def mm1_model(path: Path) -> Path:
     surface = SloSurface(bases, np.array([0.0]), loads, violation[:, None, :])
     model = KurmaModel(SITES, np.full(3, CAPACITY_RPS), (surface,) * 3, 0.2)
     return save_model(model, path)
-
-
-def scrape(port: int) -> dict[tuple[str, tuple], float]:
-    """The instance's exposition, parsed by prometheus-client's parser."""
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as response:
-        text = response.read().decode()
-    return {
-        (sample.name, tuple(sorted(sample.labels.items()))): sample.value
-        for family in text_string_to_metric_families(text)
-        for sample in family.samples
-    }
 
 
 def rejected(metrics: dict, reason: str) -> float:

@@ -89,6 +89,13 @@ def sample(loop: ServiceLoop, name: str, **labels: str) -> float:
     return 0.0 if value is None else value
 
 
+async def run_then_stop(loop: ServiceLoop, after_s: float) -> None:
+    task = asyncio.create_task(loop.run())
+    await asyncio.sleep(after_s)
+    loop.stop()
+    await task
+
+
 def records(stream: io.StringIO) -> list[dict]:
     return [json.loads(line) for line in stream.getvalue().splitlines()]
 
@@ -247,14 +254,8 @@ def test_real_time_environments_are_observed_once_per_interval_and_stop_wakes_th
     service = replace(service, interval_s=60.0)
     loop = ServiceLoop(service, ServiceSettings(), ServiceLog("replication", io.StringIO()))
 
-    async def stop_soon() -> None:
-        task = asyncio.create_task(loop.run())
-        await asyncio.sleep(0.3)
-        loop.stop()
-        await task
-
     started = time.monotonic()
-    asyncio.run(stop_soon())
+    asyncio.run(run_then_stop(loop, after_s=0.3))
     assert loop.interval == 0  # stopped during the first interval's wait: nothing observed
     assert time.monotonic() - started < 30  # not the 60 s interval
 
@@ -293,14 +294,8 @@ def test_a_self_paced_environment_sets_the_pace_and_stop_ends_its_wait():
     service = replace(service, environment=env, interval_s=60.0)
     loop = ServiceLoop(service, ServiceSettings(), ServiceLog("replication", io.StringIO()))
 
-    async def stop_soon() -> None:
-        task = asyncio.create_task(loop.run())
-        await asyncio.sleep(0.3)
-        loop.stop()
-        await task
-
     started = time.monotonic()
-    asyncio.run(stop_soon())
+    asyncio.run(run_then_stop(loop, after_s=0.3))
     assert time.monotonic() - started < 30 and env.closed  # not the 60 s wait
     assert loop.failed_intervals == 0 and env.points == []
 

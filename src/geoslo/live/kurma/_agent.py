@@ -64,6 +64,7 @@ from geoslo.live._exchange import (
     read_secret_file,
     seal,
 )
+from geoslo.live._tasks import cancel_and_wait
 
 __all__ = [
     "AgentPlan",
@@ -407,12 +408,7 @@ class KurmaAgentEnvironment:
         self._tasks += [loop.create_task(self._probe_loop()), loop.create_task(self._rounds())]
 
     async def close(self) -> None:
-        for task in self._tasks:
-            task.cancel()
-        for task in self._tasks:
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await task
-        self._tasks.clear()
+        await cancel_and_wait(self._tasks)
         for server in self._servers:
             server.close()
         self._servers.clear()

@@ -28,6 +28,7 @@ import numpy as np
 from geoslo.control.kurma import IntervalMeasurements, Routing
 from geoslo.errors import ConfigError, TestbedError
 from geoslo.live._backend import key_name
+from geoslo.live._tasks import cancel_and_wait
 from geoslo.live.kurma._client import IntervalCounters, RequestLog, SiteClient
 from geoslo.live.kurma._testbed import Testbed, TestbedSpec
 from geoslo.workload import ZipfKeys
@@ -108,12 +109,7 @@ class KurmaTestbedEnvironment:
 
     async def close(self) -> None:
         """Stop the load, the clients and every testbed process; return when all exited."""
-        for task in self._tasks:
-            task.cancel()
-        for task in self._tasks:
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await task
-        self._tasks.clear()
+        await cancel_and_wait(self._tasks)
         for client in self.clients:
             with contextlib.suppress(Exception):
                 await client.drain(timeout_s=self.request_timeout_s)
