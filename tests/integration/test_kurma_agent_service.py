@@ -23,6 +23,7 @@ from geoslo.dist import LatencyDistribution
 from geoslo.live._backend import GetSetWork, key_name
 from geoslo.live._processes import ManagedProcess, free_ports, python_module_command
 from geoslo.live.kurma import SiteClient, StoreEndpoints
+from geoslo.live.kurma._instance import AGENT_START_TIMEOUT_S
 from geoslo.models import SloSurface, mmc_violation_surface
 
 pytestmark = pytest.mark.integration
@@ -123,7 +124,7 @@ def test_agents_from_their_own_configs_steer_clients_of_stores_they_did_not_star
             command = python_module_command("geoslo", "run", str(config))
             log = tmp_path / f"agent-{site}.log"
             started.append(ManagedProcess(f"agent-{site}", command, log, ports[site]["clients"]))
-            started[-1].start(wait_timeout_s=60.0)  # the solver's warm-up comes first
+            started[-1].start(wait_timeout_s=AGENT_START_TIMEOUT_S)  # after the solver warms up
         tls = ssl.create_default_context(cafile=str(cert))
         values, plans = asyncio.run(_drive(ports, tls, seconds=5 * INTERVAL_S))
         metrics = {site: scrape(ports[site]["metrics"]) for site in SITES}

@@ -20,6 +20,8 @@ from geoslo.live.kurma._testbed import Testbed
 __all__ = ["InstanceConfig", "agent_config", "start_instance"]
 
 SECRET_FILE = "kurma-exchange.key"  # in the testbed's state folder unless the config names one
+# the clients' port opens once the solver is warm: seconds idle, tens on a loaded machine
+AGENT_START_TIMEOUT_S = 90.0
 
 
 @dataclass(frozen=True)
@@ -57,7 +59,8 @@ def start_instance(config: InstanceConfig) -> ManagedProcess:
     path.write_text(agent_config(testbed, config))
     command = testbed.command_at(config.site, python_module_command("geoslo", "run", str(path)))
     port, host = testbed.sites[config.site].agent_local_port, testbed.host(config.site)
-    return ManagedProcess(name, command, run_dir / f"{name}.log", port, host=host).start()
+    process = ManagedProcess(name, command, run_dir / f"{name}.log", port, host=host)
+    return process.start(wait_timeout_s=AGENT_START_TIMEOUT_S)
 
 
 def agent_config(testbed: Testbed, config: InstanceConfig) -> str:
