@@ -340,8 +340,7 @@ class KurmaAgentController:
             raise TestbedError(
                 f"the solver process ended ({type(error).__name__}); restarted"
             ) from None
-        status = solved.status if solved.status in ("optimal", "feasible") else "feasible"
-        outcome = Outcome(status, solved.status, None, solved.solve_s * 1e3)
+        outcome = Outcome(solved.status, solved.status, None, solved.solve_s * 1e3)
         return AgentPlan(solved.fractions_row, outcome, solved)
 
     def close(self) -> None:
