@@ -13,8 +13,9 @@ them in the background whatever the controller is doing:
    unavailable (§9), and checks that every agent saw the same sites (:func:`views_agree`).
 
 ``observe()`` returns the newest round not yet returned (it waits for the next one: the
-environment is ``self_paced``); a round that completed while the controller still solved
-the previous one is logged as skipped. The controller steps a :class:`KurmaController` in
+environment is ``self_paced``); a solve that outlasts an interval leaves the round that
+completed meanwhile to be solved next, late, and one superseded unread by a newer round is
+logged as skipped. The controller steps a :class:`KurmaController` in
 a spawned process, one solve at a time (a worker thread would not do: the solver's
 compiled kernels hold the interpreter lock for up to seconds), so the exchange, the probes,
 the clients and /metrics are served during a solve. When the views disagree, its plan is
@@ -153,7 +154,7 @@ class _Metrics:
             "geoslo_kurma_solve_seconds", "Time to step the controller and solve", registry=r
         )
         self.solves_skipped = counter(
-            "solves_skipped", "Rounds not solved because the previous solve still ran"
+            "solves_skipped", "Rounds never solved: a newer one came while a solve still ran"
         )
         self.solve_errors = counter("solve_errors", "Solves that failed (the plan stays)")
         self.view_disagreements = counter(
@@ -621,7 +622,7 @@ class KurmaAgentEnvironment:
 
     def _complete(self, k: int, own: dict) -> None:
         """Round ``k``'s measurements and views, ready for observe(); a round still unread
-        from before is logged as skipped (the controller was solving through it)."""
+        from before is superseded, logged as skipped (the controller was solving through it)."""
         m = measurements_from_states(self.states, k, self.n, self.spec.interval_s)
         agreed, views = views_agree(self.states, m.available, self.view, self.me)
         self.view = m.available.tolist()
