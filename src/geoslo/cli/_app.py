@@ -428,7 +428,8 @@ def reproduce_kurma(
     seed: Annotated[int, typer.Option(help="Seed of every random draw.")] = 1,
 ) -> None:
     """Kurma's figures 4, 5, 8-12 and the solver's scaling, paper beside ours; with --live,
-    Trace-1 on real processes beside the simulation (docs/live.md)."""
+    Trace-1 and Trace-2 on real processes beside the simulation, and a failure and a
+    partition mid-run (docs/live.md)."""
     if live:
         from geoslo.experiments.kurma import reproduce_live
 

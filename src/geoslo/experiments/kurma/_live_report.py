@@ -1,4 +1,5 @@
-"""`geoslo reproduce kurma --live`: Trace-1 on the live testbed, beside the simulation.
+"""`geoslo reproduce kurma --live`: Trace-1 and Trace-2 on the live testbed, beside the
+simulation, and KurmaPerf through a failed server, a one-way cut and a failed agent.
 
 The simulated column runs the same traces on the request-level simulator with a backend
 of the testbed's shape (servers per site, exponential service of the same mean), profiled
@@ -53,7 +54,7 @@ COST_BOUND_SLACK_PP = 2.0  # "near its bound": within 2 points above it over a s
 INTRO = (
     "Kurma on real processes on this machine: per site Redis servers holding the whole data "
     "set, a delay injector adding each site pair's base RTT (with routing changes) plus a "
-    "residual of its own on every path, one Kurma instance process per site exchanging its "
+    "residual of its own on every path, one Kurma agent per site (geoslo run) exchanging its "
     "state through the WAN every 2.5 s, and one open-loop load generator per site driving "
     "the client library. Everything Kurma uses was measured on the testbed: the profile, the "
     "saturation point, each link's residual WAN latency from its probes (one family of "
@@ -192,8 +193,8 @@ def reproduce_live(
     progress=print,
     settings: LiveSettings | None = None,
 ) -> Path:
-    """Profile the testbed, replay Trace-1 for each policy live and simulated, write the
-    report; ``settings`` (default: the quick or the full run's) says what to run."""
+    """Profile the testbed, replay Trace-1 for each policy (and Trace-2 for some) live and
+    simulated, run the incidents, write the report; ``settings`` (default: the quick or the full run's) says what to run."""
     settings = settings or (LiveSettings.quick() if quick else LiveSettings())
     out = Path(out_dir)
     run_dir = out / "run"
