@@ -194,7 +194,8 @@ def reproduce_live(
     settings: LiveSettings | None = None,
 ) -> Path:
     """Profile the testbed, replay Trace-1 for each policy (and Trace-2 for some) live and
-    simulated, run the incidents, write the report; ``settings`` (default: the quick or the full run's) says what to run."""
+    simulated, run the incidents, write the report; ``settings`` (default: the quick or
+    the full run's) says what to run."""
     settings = settings or (LiveSettings.quick() if quick else LiveSettings())
     out = Path(out_dir)
     run_dir = out / "run"
