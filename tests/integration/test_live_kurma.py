@@ -82,11 +82,12 @@ def testbed(tmp_path):
     bed.down()
 
 
-SUITE_POLICIES = ("AllLocal", "DynamicSnitch", "KurmaPerf", "KurmaCost")
+SUITE_POLICIES = ("AllLocal", "KurmaPerf", "KurmaCost")
 OVERLOADED_LATE_MS = 50.0  # generators this late mean the machine, not Kurma, was measured
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(1200)  # one run is ~7 min; an overloaded run is retried once
 def test_quick_live_reproduction_meets_the_issue(tmp_path):
     """KurmaPerf clearly below AllLocal, KurmaCost near its bound with fewer redirects,
     Kurma's estimate for redirected requests within 1 point of the measured fraction, and
@@ -95,8 +96,8 @@ def test_quick_live_reproduction_meets_the_issue(tmp_path):
     from geoslo.experiments.kurma._live import LiveSettings
     from geoslo.experiments.kurma._live_report import check_done
 
-    # the baselines the checks do not read are left out but one, and Trace-2 (the suite's
-    # time budget); the incidents run, with their checks
+    # the baselines no check reads and Trace-2 are left out (the suite's time budget;
+    # DynamicSnitch is unit-tested and runs in the full reproduction); the incidents run
     settings = replace(LiveSettings.quick(), policies=SUITE_POLICIES, trace2_policies=())
 
     def run(name: str) -> tuple[dict, list[str]]:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import json
+import signal
 import sys
 import traceback
 from collections.abc import Callable
@@ -835,6 +836,15 @@ register_run(
 )
 
 
+def _interrupt_on_sigterm(signum: int, frame) -> None:
+    """SIGTERM as Ctrl-C: the command's cleanup runs (a reproduction stops the testbed
+    and every process it started); a second SIGTERM ends at once."""
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    raise KeyboardInterrupt
+
+
 def main() -> None:
-    """Entry point: user errors become one line on stderr and exit status 2."""
+    """Entry point: user errors become one line on stderr and exit status 2. `geoslo run`
+    sets its own signal handlers (stop after the interval)."""
+    signal.signal(signal.SIGTERM, _interrupt_on_sigterm)
     app()

@@ -197,9 +197,10 @@ def _replay(
         )
         for site in testbed.spec.sites
     ]  # fmt: skip
+    generators: list[ManagedProcess] = []
     try:
         start = _start_at(warmup_s)
-        generators = [
+        generators += [
             start_loadgen(
                 LoadgenConfig(
                     str(testbed.state_dir), site, policy, tuple(trace), start,
@@ -220,9 +221,9 @@ def _replay(
                 generator.stop()
                 raise TestbedError(f"{generator.name} did not finish; see {generator.log_path}")
         time.sleep(3.0)  # an interval and more: the instances log the last one
-    finally:
-        for instance in instances:
-            instance.stop()
+    finally:  # also on an interrupt (SIGTERM is one: geoslo.cli.main)
+        for process in [*generators, *instances]:
+            process.stop()
     results = [
         read_loadgen_result(run_dir / f"requests-{site.lower()}.npz") for site in testbed.spec.sites
     ]
