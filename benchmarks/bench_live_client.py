@@ -22,7 +22,8 @@ every time) so that the machine's load falls on all of them alike:
 * ``raw DEBUG+GET (pre-encoded)``: the same payload encoded once, before the run (the
   reference of this benchmark before issue 17 §3's second round, printed for comparison:
   against it the library's share also holds the encoding of the request);
-* ``SiteClient``: ``SiteClient(testbed, "London", "AllLocal", use_agent=False).get(key)``.
+* ``SiteClient``: ``SiteClient(endpoints, testbed.workload).get(key)`` (AllLocal, no agent:
+  ``testbed.client_endpoints("London", agent=False)``).
 
 The run is cut into rounds; in each round the library's added share is SiteClient minus
 ``raw DEBUG+GET`` at p50 and at p99 (routing, drawing the service time, timing, counting,
@@ -120,7 +121,7 @@ async def _measure(testbed: Testbed, requests: int, rounds: int, warmup: int, se
     _, port = testbed.server_address(SITE, SITE, 0)
     plain, plain_python = _redis_py(port, False), _redis_py(port, True)
     raw, pipelined, again, encoded = [await RedisConnection.open(port) for _ in range(4)]
-    client = SiteClient(testbed, SITE, "AllLocal", use_agent=False)
+    client = SiteClient(testbed.client_endpoints(SITE, agent=False), testbed.workload, "AllLocal")
     await client.start()
     two_commands = get_payload(KEY, 0.0)
     value = b"v" * testbed.spec.value_bytes
@@ -157,7 +158,7 @@ async def _measure(testbed: Testbed, requests: int, rounds: int, warmup: int, se
             samples: dict[str, list[int]] = {name: [] for name in VARIANTS}
             await _interleaved(ops, requests, samples, rng)
             per_round.append(samples)
-        errors = int(client.counters.errors.sum())
+        errors = int(client.metrics.totals().errors.sum())
         if errors:
             raise RuntimeError(f"SiteClient counted {errors} failed requests")
     finally:
@@ -255,7 +256,7 @@ class _Answered:
 
 async def _library_work(testbed: Testbed, requests: int, rounds: int, warmup: int) -> list:
     """Each SiteClient GET's time (ns) over a connection that answers at once, by round."""
-    client = SiteClient(testbed, SITE, "AllLocal", use_agent=False)
+    client = SiteClient(testbed.client_endpoints(SITE, agent=False), testbed.workload, "AllLocal")
     client._connections[(client.site, 0)] = _Answered([b"OK", b"v"])
     samples: list[list[int]] = []
     try:

@@ -126,7 +126,7 @@ def test_agents_from_their_own_configs_steer_clients_of_stores_they_did_not_star
             started.append(ManagedProcess(f"agent-{site}", command, log, ports[site]["clients"]))
             started[-1].start(wait_timeout_s=AGENT_START_TIMEOUT_S)  # after the solver warms up
         tls = ssl.create_default_context(cafile=str(cert))
-        values, plans = asyncio.run(_drive(ports, tls, seconds=5 * INTERVAL_S))
+        values, plans, sent = asyncio.run(_drive(ports, tls, seconds=5 * INTERVAL_S))
         metrics = {site: scrape(ports[site]["metrics"]) for site in SITES}
     finally:
         for process in reversed(started):
@@ -142,11 +142,15 @@ def test_agents_from_their_own_configs_steer_clients_of_stores_they_did_not_star
         assert counted[("geoslo_intervals_total", (("system", "kurma"),))] >= 2  # the runtime's
         served = counted[("geoslo_kurma_requests_total", (("dst", site),))]  # the agent's
         assert served > 0
+        # the agent reads its client's cumulative histograms and counts each request once
+        # (the last interval's may still be uncounted when the agent is stopped)
+        read = sum(counted[("geoslo_kurma_requests_total", (("dst", dst),))] for dst in SITES)
+        assert 0.5 * sent[site] <= read <= sent[site], (read, sent[site])
 
 
 async def _drive(ports: dict, tls: ssl.SSLContext, seconds: float):
     """One client per site at 100 req/s of GETs (a SET first); each site's value read
-    back, and how many rows each client received."""
+    back, how many rows each client received and how many requests it made."""
     clients = {}
     for site in SITES:
         servers = tuple(((("127.0.0.1", ports[s]["redis"]),)) for s in SITES)
@@ -163,7 +167,8 @@ async def _drive(ports: dict, tls: ssl.SSLContext, seconds: float):
             await asyncio.gather(*(c.get(key) for c in clients.values()))
             await asyncio.sleep(0.01)
         values = {site: await c.get(key) for site, c in clients.items()}
-        return values, {site: c.plans_received for site, c in clients.items()}
+        sent = {site: float(c.metrics.totals().requests.sum()) for site, c in clients.items()}
+        return values, {site: c.plans_received for site, c in clients.items()}, sent
     finally:
         for client in clients.values():
             await client.drain()

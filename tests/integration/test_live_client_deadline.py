@@ -71,7 +71,13 @@ def test_a_request_without_reply_fails_after_its_timeout_and_marks_the_host_down
             reply = await asyncio.wait_for(client.get(b"k:0"), 30.0)
             elapsed_s = time.perf_counter() - start
             down = not client.policy.is_up(0, 0, _now_ms())
-            return reply, elapsed_s, down, client.counters.errors.tolist(), len(client._deadlines)
+            return (
+                reply,
+                elapsed_s,
+                down,
+                client.metrics.totals().errors.tolist(),
+                len(client._deadlines),
+            )
         finally:
             await client.close()
             await server.stop()
@@ -93,7 +99,7 @@ def test_replies_within_the_timeout_are_not_failed_and_deadlines_are_released():
             replies = [await client.get(b"k:%d" % k) for k in range(5)]
             replies += await asyncio.gather(*(client.get(b"k:0") for _ in range(5)))
             await asyncio.sleep(2 * client.timeout_s * 0.1)  # the watchdog's next round
-            return replies, client.counters.errors.tolist(), len(client._deadlines)
+            return replies, client.metrics.totals().errors.tolist(), len(client._deadlines)
         finally:
             await client.close()
             await server.stop()

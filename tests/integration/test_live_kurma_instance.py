@@ -23,6 +23,7 @@ from geoslo.control.kurma import KurmaModel, save_model
 from geoslo.dist import LatencyDistribution
 from geoslo.live._exchange import MAX_MESSAGE_BYTES, read_secret_file, seal
 from geoslo.live.kurma import InstanceConfig, Testbed, TestbedSpec, start_instance
+from geoslo.live.kurma._client_metrics import ClientMetrics
 from geoslo.live.kurma._instance import SECRET_FILE
 from geoslo.models import SloSurface, mmc_violation_surface
 
@@ -131,16 +132,24 @@ class Peer:
 
 
 async def local_client(port: int) -> None:
-    """London's client: answers each collection with an interval of London's demand."""
+    """London's client: answers each collection with its Prometheus metrics, London's
+    demand for one more interval served locally within the SLO."""
     reader, writer = await asyncio.open_connection("127.0.0.1", port)
-    report = state_of("London", 0)
-    fields = ("arrivals", "writes", "requests", "violations", "wan_bytes", "min_response_ms")
+    metrics = ClientMetrics(SITES, slo_ms=30.0)
+    first = True
     try:
         while line := await reader.readline():
             message = json.loads(line)
             if message["type"] == "collect":
-                answer = {key: report[key] for key in fields}
-                answer.update(type="report", round=message["round"], errors=[0, 0, 0])
+                arrivals = state_of("London", 0)["arrivals"]
+                metrics.arrivals += arrivals
+                for _ in range(arrivals):
+                    metrics.observe_ms(0, 1.0)
+                answer = {
+                    "type": "report", "round": message["round"], "first": first,
+                    "metrics": metrics.exposition(), "min_response_ms": [1.0, None, None],
+                }  # fmt: skip
+                first = False
                 writer.write(json.dumps(answer).encode() + b"\n")
     finally:
         writer.close()

@@ -66,6 +66,7 @@ from geoslo.live._exchange import (
     seal,
 )
 from geoslo.live._tasks import cancel_and_wait
+from geoslo.live.kurma._client_metrics import ClientTotals, read_exposition
 
 __all__ = [
     "AgentPlan",
@@ -527,11 +528,21 @@ class KurmaAgentEnvironment:
 
     # --- clients -----------------------------------------------------------------------------
     async def _on_client(self, reader, writer) -> None:
+        """A client's reports, each its Prometheus metrics (``_client_metrics``): queued as
+        the counts since its report before; a client's first report to this agent counts
+        from zero only if no agent read it before (else it is the baseline). A report that
+        does not parse ends the connection."""
         replies: asyncio.Queue = asyncio.Queue()
         self.clients[writer] = replies
-        with contextlib.suppress(OSError, ValueError, asyncio.CancelledError):
+        zero = ClientTotals.zero(self.n)
+        last: ClientTotals | None = None
+        with contextlib.suppress(OSError, ValueError, KeyError, asyncio.CancelledError):
             while line := await reader.readline():
-                await replies.put(json.loads(line))
+                report = json.loads(line)
+                totals = read_exposition(report["metrics"], self.sites, self.spec.slo_ms)
+                earlier = last if last is not None else (zero if report["first"] else totals)
+                report["counts"], last = totals - earlier, totals
+                await replies.put(report)
         self.clients.pop(writer, None)
         while not replies.empty():  # a closing client's last report: counted next round
             self.leftover_reports.append(replies.get_nowait())
@@ -539,29 +550,25 @@ class KurmaAgentEnvironment:
 
     async def _collect(self, k: int) -> dict:
         """Ask every local client for its counts of the interval; sum what comes back."""
-        total = {
-            "arrivals": 0,
-            "writes": 0,
-            "requests": np.zeros(self.n),
-            "violations": np.zeros(self.n),
-            "errors": np.zeros(self.n),
-            "wan_bytes": np.zeros(self.n),
-            "min_response_ms": np.full(self.n, np.inf),
-        }
         message = json.dumps({"type": "collect", "round": k}).encode() + b"\n"
         for writer in list(self.clients):
             writer.write(message)
         reports, self.leftover_reports = self.leftover_reports, []
         for replies in list(self.clients.values()):
             reports += await _reports_until(replies, k, COLLECT_TIMEOUT_S)
+        counts, mins = ClientTotals.zero(self.n), np.full(self.n, np.inf)
         for report in reports:
-            for key in ("arrivals", "writes"):
-                total[key] += report[key]
-            for key in ("requests", "violations", "errors", "wan_bytes"):
-                total[key] = total[key] + np.asarray(report[key], float)
-            mins = np.array([np.inf if m is None else m for m in report["min_response_ms"]])
-            total["min_response_ms"] = np.minimum(total["min_response_ms"], mins)
-        return total
+            counts = counts + report["counts"]
+            mins = np.minimum(mins, [np.inf if m is None else m for m in report["min_response_ms"]])
+        return {
+            "arrivals": counts.arrivals,
+            "writes": counts.writes,
+            "requests": counts.requests,
+            "violations": counts.violations,
+            "errors": counts.errors,
+            "wan_bytes": counts.wan_bytes,
+            "min_response_ms": mins,
+        }
 
     async def _servers_up(self) -> int:
         """How many local servers accept a connection. A liveness check, not a PING: an

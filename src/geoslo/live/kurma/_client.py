@@ -4,9 +4,10 @@ The client reaches every store by address (:class:`StoreEndpoints`: any server s
 RESP, with AUTH and TLS if it asks for them; ``Testbed.client_endpoints`` gives the
 testbed's). Each request is routed by the site's policy to a local server or, through the
 WAN, to a server of another site; its response time is measured from the moment
-it is sent, compared with the SLO, and counted per destination. A site *agent* (the
-Kurma instance) collects those counts at every dissemination point and sends back the
-row of the plan; without an agent, a plan-following policy stays all-local.
+it is sent and counted per destination in Prometheus metrics (a histogram with a bucket
+at the SLO: ``_client_metrics``). A site *agent* (the Kurma instance) reads them, with the
+minimum response per second, at every dissemination point and sends back the row of the
+plan; without an agent, a plan-following policy stays all-local.
 Writes reach every site (eventual consistency): after a PUT is acknowledged, the client
 propagates it to one server of every other site, with the same backend work, and stores
 it on the remaining replicas. Failed or timed-out requests count as SLO violations.
@@ -32,9 +33,10 @@ import numpy as np
 from geoslo.errors import ConfigError, TestbedError
 from geoslo.live._backend import Workload, reply_bytes
 from geoslo.live._resp import RedisConnection
+from geoslo.live.kurma._client_metrics import ClientMetrics, ClientTotals
 from geoslo.live.kurma._policies import RoutingPolicy, make_policy
 
-__all__ = ["SiteClient", "StoreEndpoints", "RequestLog", "IntervalCounters"]
+__all__ = ["SiteClient", "StoreEndpoints", "RequestLog"]
 
 DOWN_BACKOFF_MS = 500.0  # a host that refused a connection is skipped this long
 REPLY_OVERHEAD_BYTES = 16  # RESP framing of a reply, for the WAN byte count
@@ -61,60 +63,6 @@ class _Draws:
 
     def __getattr__(self, name: str):
         return getattr(self.generator, name)
-
-
-class IntervalCounters:
-    """What the client counted since the agent last collected (Kurma §6 measurements).
-
-    Counts are plain Python lists (one ``+= 1`` a request); the properties read them as
-    arrays. ``min_by_second`` maps a Unix second to the min response per destination.
-    """
-
-    def __init__(self, n_sites: int) -> None:
-        self.n_sites = n_sites
-        self.arrivals = 0
-        self.writes = 0
-        self.request_counts = [0] * n_sites
-        self.violation_counts = [0] * n_sites
-        self.error_counts = [0] * n_sites
-        self.wan_byte_counts = [0] * n_sites
-        self.min_by_second: dict[int, list[float]] = {}
-
-    @property
-    def requests(self) -> np.ndarray:
-        return np.array(self.request_counts, dtype=int)
-
-    @property
-    def violations(self) -> np.ndarray:
-        return np.array(self.violation_counts, dtype=int)
-
-    @property
-    def errors(self) -> np.ndarray:
-        return np.array(self.error_counts, dtype=int)
-
-    @property
-    def wan_bytes(self) -> np.ndarray:
-        return np.array(self.wan_byte_counts, dtype=int)
-
-    def min_response_ms(self, now_s: float, window_s: float) -> np.ndarray:
-        """Min response per destination over the last ``window_s`` (base RTT, §6)."""
-        mins = np.full(self.n_sites, np.inf)
-        for second, values in self.min_by_second.items():
-            if second >= now_s - window_s - 1:
-                mins = np.minimum(mins, values)
-        return mins
-
-    def to_report(self, now_s: float, window_s: float) -> dict:
-        mins = self.min_response_ms(now_s, window_s)
-        return {
-            "arrivals": self.arrivals,
-            "writes": self.writes,
-            "requests": list(self.request_counts),
-            "violations": list(self.violation_counts),
-            "errors": list(self.error_counts),
-            "wan_bytes": list(self.wan_byte_counts),
-            "min_response_ms": [None if not np.isfinite(m) else float(m) for m in mins],
-        }
 
 
 _RECORD = np.dtype(
@@ -291,8 +239,11 @@ class SiteClient:
         self.base_rtt_window_s = base_rtt_window_s
         self.work = work
         self.rng = _Draws(np.random.default_rng(seed))
-        self.counters = IntervalCounters(len(self.sites))
+        self.metrics = ClientMetrics(self.sites, slo_ms)
         self.log = RequestLog(len(self.sites), slo_ms)
+        self._taken = ClientTotals.zero(len(self.sites))  # the totals take_interval last saw
+        self._min_by_second: dict[int, list[float]] = {}  # Unix second -> min per destination
+        self._reported = False  # an agent has read this client's metrics
         self.plans_received = 0
         self._connections: dict[tuple[int, int], RedisConnection] = {}
         self._background: set[asyncio.Future] = set()
@@ -313,12 +264,9 @@ class SiteClient:
     async def close(self) -> None:
         """Report what the agent has not collected yet, then close every connection."""
         if self._agent_writer is not None and not self._agent_writer.is_closing():
-            report = self.counters.to_report(time.time(), self.base_rtt_window_s)
-            report.update(type="report", round=None)
-            self._agent_writer.write(json.dumps(report).encode() + b"\n")
+            self._agent_writer.write(self._report(None))
             with contextlib.suppress(OSError, asyncio.TimeoutError):
                 await asyncio.wait_for(self._agent_writer.drain(), 1.0)
-            self.counters = IntervalCounters(len(self.sites))
         if self._agent_task is not None:
             self._agent_task.cancel()
         if self._watchdog is not None:
@@ -335,7 +283,7 @@ class SiteClient:
     # --- requests ----------------------------------------------------------------------------
     async def get(self, key: bytes) -> bytes | None:
         """Read ``key`` from the site the policy picks; None if it failed (counted)."""
-        self.counters.arrivals += 1
+        self.metrics.arrivals += 1
         host = self.policy.choose(self.rng, time.perf_counter() * 1e3)
         payload, replies = self.work.read_payload(key, self.rng)
         issued, start = time.time(), time.perf_counter()
@@ -348,8 +296,8 @@ class SiteClient:
 
     async def put(self, key: bytes, value: bytes) -> bool:
         """Write ``key`` at the site the policy picks, then propagate it everywhere."""
-        self.counters.arrivals += 1
-        self.counters.writes += 1
+        self.metrics.arrivals += 1
+        self.metrics.writes += 1
         host = self.policy.choose(self.rng, time.perf_counter() * 1e3)
         payload, replies = self.work.write_payload(key, value, self.rng, True)
         issued, start = time.time(), time.perf_counter()
@@ -383,28 +331,40 @@ class SiteClient:
 
     def _finish(self, host, payload: bytes, reply, issued: float, start: float, write: bool):
         """Time the request (from ``start``, perf_counter s, when it was sent), log it and
-        count it for the agent (Kurma §6: requests, violations, errors, WAN bytes, and the
-        minimum response per second and destination)."""
+        count it for the agent (Kurma §6: the response time per destination, or a failure;
+        WAN bytes; the minimum response per second and destination)."""
         response_ms = (time.perf_counter() - start) * 1e3
         site = host[0]
         self.log.append(issued, site, response_ms, reply is not None, write)
-        c = self.counters
-        c.request_counts[site] += 1
         if reply is None:
-            c.error_counts[site] += 1
-            c.violation_counts[site] += 1
+            self.metrics.errors[site] += 1
             return
-        if response_ms > self.slo_ms:
-            c.violation_counts[site] += 1
+        self.metrics.observe_ms(site, response_ms)
         if site != self.site:
-            c.wan_byte_counts[site] += len(payload) + reply_bytes(reply) + REPLY_OVERHEAD_BYTES
-        mins = c.min_by_second.get(int(issued))
+            self.metrics.wan_bytes[site] += len(payload) + reply_bytes(reply) + REPLY_OVERHEAD_BYTES
+        mins = self._min_by_second.get(int(issued))
         if mins is None:
-            mins = c.min_by_second[int(issued)] = [math.inf] * len(self.sites)
+            mins = self._min_by_second[int(issued)] = [math.inf] * len(self.sites)
         if response_ms < mins[site]:
             mins[site] = response_ms
         if self._observes:
             self.policy.observe(site, host[1], response_ms, _now_ms())
+
+    def min_response_ms(self, now_s: float) -> np.ndarray:
+        """Min response per destination over the last ``base_rtt_window_s`` (base RTT, §6);
+        older seconds are forgotten."""
+        since = int(now_s - self.base_rtt_window_s) - 1
+        self._min_by_second = {t: m for t, m in self._min_by_second.items() if t >= since}
+        mins = np.full(len(self.sites), np.inf)
+        for values in self._min_by_second.values():
+            mins = np.minimum(mins, values)
+        return mins
+
+    def take_interval(self) -> ClientTotals:
+        """The counts since the last call (an in-process reader: ``_environment``)."""
+        totals = self.metrics.totals()
+        interval, self._taken = totals - self._taken, totals
+        return interval
 
     def _with_deadline(self, future: asyncio.Future, sent: float) -> asyncio.Future:
         """``future``, failed with TimeoutError if it is not done ``timeout_s`` after
@@ -439,7 +399,7 @@ class SiteClient:
                     continue
                 payload, replies = self.work.write_payload(key, value, self.rng, s == worker)
                 if j != self.site:
-                    self.counters.wan_byte_counts[j] += len(payload) + REPLY_OVERHEAD_BYTES
+                    self.metrics.wan_bytes[j] += len(payload) + REPLY_OVERHEAD_BYTES
                 task = asyncio.ensure_future(self._fire(j, s, payload, replies))
                 self._background.add(task)
                 task.add_done_callback(self._background.discard)
@@ -493,13 +453,25 @@ class SiteClient:
 
     def _on_agent_message(self, message: dict, writer: asyncio.StreamWriter) -> None:
         if message["type"] == "collect":
-            report = self.counters.to_report(time.time(), self.base_rtt_window_s)
-            report.update(type="report", round=message["round"])
-            writer.write(json.dumps(report).encode() + b"\n")
-            self.counters = IntervalCounters(len(self.sites))
+            writer.write(self._report(message["round"]))
         elif message["type"] == "plan" and self.policy.follows_plan:
             self.policy.set_fractions(np.asarray(message["fractions"], dtype=float))
             self.plans_received += 1
+
+    def _report(self, round_: int | None) -> bytes:
+        """The answer to a collection: the metrics in the Prometheus text format (cumulative;
+        ``first`` says no agent read them before, so they count from zero) and the minimum
+        response per destination."""
+        mins = self.min_response_ms(time.time())
+        report = {
+            "type": "report",
+            "round": round_,
+            "first": not self._reported,
+            "metrics": self.metrics.exposition(),
+            "min_response_ms": [None if not np.isfinite(m) else float(m) for m in mins],
+        }
+        self._reported = True
+        return json.dumps(report).encode() + b"\n"
 
     def _lost_agent(self) -> None:
         """Without its instance a plan-following client keeps its requests local."""

@@ -29,7 +29,7 @@ from geoslo.control.kurma import IntervalMeasurements, Routing
 from geoslo.errors import ConfigError, TestbedError
 from geoslo.live._backend import key_name
 from geoslo.live._tasks import cancel_and_wait
-from geoslo.live.kurma._client import IntervalCounters, RequestLog, SiteClient
+from geoslo.live.kurma._client import RequestLog, SiteClient
 from geoslo.live.kurma._testbed import Testbed, TestbedSpec
 from geoslo.workload import ZipfKeys
 
@@ -200,11 +200,11 @@ class KurmaTestbedEnvironment:
         requests, violations = np.zeros((n, n)), np.zeros((n, n))
         min_response = np.full((n, n), np.inf)
         for i, client in enumerate(self.clients):
-            counts, client.counters = client.counters, IntervalCounters(n)
+            counts = client.take_interval()
             client.log = RequestLog(n, self.slo_ms)  # a service keeps no per-request history
             arrivals[i], writes[i] = counts.arrivals, counts.writes
             requests[i], violations[i] = counts.requests, counts.violations
-            min_response[i] = counts.min_response_ms(now, self.base_rtt_window_s)
+            min_response[i] = client.min_response_ms(now)
         return IntervalMeasurements(
             duration_s, arrivals, writes, requests, violations, min_response, probes,
             np.ones(n, dtype=bool),
