@@ -536,7 +536,7 @@ class KurmaAgentEnvironment:
         self.clients[writer] = replies
         zero = ClientTotals.zero(self.n)
         last: ClientTotals | None = None
-        with contextlib.suppress(OSError, ValueError, KeyError, asyncio.CancelledError):
+        with contextlib.suppress(OSError, ValueError, KeyError, TypeError, asyncio.CancelledError):
             while line := await reader.readline():
                 report = json.loads(line)
                 totals = read_exposition(report["metrics"], self.sites, self.spec.slo_ms)
