@@ -12,6 +12,7 @@ from geoslo.live.replication import (
     class_bytes,
     class_rates,
     cumulative_mb,
+    destination_ports,
     images_started,
     rebuild_lines,
     setup_lines,
@@ -20,7 +21,7 @@ from geoslo.live.replication import (
 
 
 def test_setup_builds_one_class_per_stream_with_the_link_as_ceiling():
-    lines = setup_lines("gtx1", 20e6, (0.5, 0.3, 0.2), (5001, 5002, 5003))
+    lines = setup_lines("gtx1", 20e6, (0.5, 0.3, 0.2), destination_ports((5001, 5002, 5003)))
     assert lines[0] == "qdisc add dev gtx1 root handle 1: htb default 30"
     assert "classid 1:1 htb rate 20000000bit ceil 20000000bit" in lines[1]
     assert "classid 1:10 htb rate 10000000bit ceil 20000000bit" in lines[2]
@@ -55,7 +56,7 @@ class htb 1:30 parent 1:1 leaf 30: prio 0 rate 8Kbit ceil 20Mbit burst 1600b cbu
 
 
 def test_priority_is_a_fresh_qdisc_with_the_classes_in_order():
-    lines = rebuild_lines("gtx1", 20e6, (0, 0, 0), (5001, 5002, 5003), order=(1, 0, 2))
+    lines = rebuild_lines("gtx1", 20e6, (0, 0, 0), destination_ports((5001, 5002, 5003)), order=(1, 0, 2))
     assert lines[0] == "qdisc del dev gtx1 root"
     assert lines[1] == "qdisc add dev gtx1 root handle 1: htb default 30"
     assert lines[3].endswith("classid 1:20 htb rate 8000bit ceil 20000000bit prio 0 quantum 1514")
@@ -63,7 +64,7 @@ def test_priority_is_a_fresh_qdisc_with_the_classes_in_order():
     assert lines[5].endswith("classid 1:30 htb rate 8000bit ceil 20000000bit prio 2 quantum 1514")
     assert lines[6].endswith("match ip dport 5001 0xffff flowid 1:10")
     with pytest.raises(ConfigError, match="order"):
-        rebuild_lines("gtx1", 20e6, (0, 0, 0), (5001, 5002, 5003), order=(0, 0, 2))
+        rebuild_lines("gtx1", 20e6, (0, 0, 0), destination_ports((5001, 5002, 5003)), order=(0, 0, 2))
 
 
 def test_rates_as_tc_rounds_them_are_parsed():

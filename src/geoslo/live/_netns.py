@@ -16,13 +16,22 @@ import os
 import socket
 import subprocess
 import threading
+import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from geoslo.errors import DependencyError, TestbedError
-from geoslo.live._processes import find_program
+from geoslo.live._processes import find_program, process_alive
 
-__all__ = ["NamespacePair", "cannot_run_reason", "socket_in", "run_in", "STATE_FILE"]
+__all__ = [
+    "NamespacePair",
+    "STATE_FILE",
+    "cannot_run_reason",
+    "command_in",
+    "run_in",
+    "socket_in",
+    "wait_listening_in",
+]
 
 STATE_FILE = "egress-netns.json"
 _CLONE_NEWNET = 0x40000000
@@ -138,6 +147,33 @@ def socket_in(namespace: str, family=socket.AF_INET, kind=socket.SOCK_STREAM) ->
     if "error" in made:
         raise TestbedError(f"cannot open a socket in {namespace}: {made['error']}")
     return made["socket"]
+
+
+def command_in(namespace: str, argv: list[str]) -> list[str]:
+    """``argv`` run inside ``namespace`` (``ip netns exec`` execs it: the started process's
+    PID is the command's own)."""
+    return [_ip(), "netns", "exec", namespace, *argv]
+
+
+def wait_listening_in(
+    namespace: str, host: str, port: int, timeout_s: float = 10.0, pid: int | None = None
+) -> None:
+    """Block until something accepts on ``host:port`` as seen from inside ``namespace``
+    (or the process ``pid`` exits)."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        sock = socket_in(namespace)
+        sock.settimeout(0.2)
+        try:
+            sock.connect((host, port))
+            return
+        except OSError:
+            if pid is not None and not process_alive(pid):
+                raise TestbedError(f"process {pid} exited before listening on {port}") from None
+            time.sleep(0.05)
+        finally:
+            sock.close()
+    raise TestbedError(f"nothing listens on {host}:{port} in {namespace} after {timeout_s:.0f} s")
 
 
 def cannot_run_reason() -> str | None:

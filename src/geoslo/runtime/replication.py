@@ -3,8 +3,10 @@ egress link for the application, the replication service and VM images, every in
 
 Environments: ``kind = "simulator"``, the link of ``geoslo.sim.replication`` one interval
 per observation (§V's set-up); ``kind = "testbed"``, the real link of
-``geoslo.live.replication`` (two network namespaces, HTB, three TCP streams fed by a
-generator; root), observed in real time. The policies of §V-A are selectable: the MPC (§IV)
+``geoslo.live.replication`` (two network namespaces with a Redis server read across the
+link, a Redis master and its replica, VM images copied by rsync; HTB; root), observed in
+real time; ``kind = "host"``, the same controller on one's own interface and systems
+(docs/replication-live.md). The policies of §V-A are selectable: the MPC (§IV)
 and the FIFO, STATIC and PRIO baselines.
 """
 
@@ -29,12 +31,27 @@ from geoslo.control.replication import (
     Weights,
 )
 from geoslo.errors import ConfigError
-from geoslo.live.replication import LinkSpec, ReplicationTestbedEnvironment
+from geoslo.live.replication import (
+    EgressEnvironment,
+    EgressSpec,
+    LinkSpec,
+    PortMatch,
+    RedisAddress,
+    ReplicationTestbedEnvironment,
+    interface_capacity_mbps,
+)
 from geoslo.models import ArrivalModel
+from geoslo.runtime._config import parse_listen
 from geoslo.runtime._service import Service, System
 from geoslo.sim.replication import LinkSettings, ReplicationSimEnvironment
 
-__all__ = ["SYSTEM", "ReplicationSettings", "SimulatorSettings", "TestbedSettings"]
+__all__ = [
+    "SYSTEM",
+    "HostSettings",
+    "ReplicationSettings",
+    "SimulatorSettings",
+    "TestbedSettings",
+]
 
 DEFAULT_INTERVAL_S = 10.0  # the sampling time of Experiments 1 and 2 (§V-C)
 MAX_HORIZON = 180  # 30 minutes at 10 s; bounds the QP's size (3 x horizon shares), not the paper's
@@ -100,10 +117,10 @@ class SimulatorSettings(BaseModel):
 
 
 class TestbedSettings(BaseModel):
-    """``[environment] kind = "testbed"``: the real link (docs/replication-live.md; root).
-    Its capacity must be the controller's ``capacity_mbps``; VM images arrive on the
-    controller's schedule (``image_mb`` every ``image_period_s``). The rates are ours: a
-    small form of Experiment 1 that one process's threads can drive."""
+    """``[environment] kind = "testbed"``: the real link and real servers
+    (docs/replication-live.md; root). Its capacity must be the controller's
+    ``capacity_mbps``; VM images arrive on the controller's schedule (``image_mb`` every
+    ``image_period_s``). The rates are ours: a small form of Experiment 1."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -111,26 +128,80 @@ class TestbedSettings(BaseModel):
     capacity_mbps: float = Field(
         20.0, gt=0, le=1_000, allow_inf_nan=False, description="The HTB link's rate (Mbit/s)."
     )
-    application_mbps: list[Annotated[float, Field(ge=0, le=10_000, allow_inf_nan=False)]] = Field(
+    application_mbps: list[Annotated[float, Field(ge=0, le=1_000, allow_inf_nan=False)]] = Field(
         [15.2, 6.4],
         min_length=1,
-        description="The application's rate levels, each held level_period_s in turn.",
+        description="The reads' rate levels (Mbit/s of values), each held level_period_s.",
     )
-    replication_mbps: list[Annotated[float, Field(ge=0, le=10_000, allow_inf_nan=False)]] = Field(
-        [7.2], min_length=1, description="The replication service's rate levels."
+    replication_mbps: list[Annotated[float, Field(ge=0, le=1_000, allow_inf_nan=False)]] = Field(
+        [7.2], min_length=1, description="The writes' rate levels (Mbit/s of values)."
     )
     level_period_s: float = Field(
         8.0, gt=0, allow_inf_nan=False, description="How long each level holds."
     )
-    tick_s: float = Field(
-        0.05, gt=0, le=1.0, description="How often the generator feeds the streams."
+    value_bytes: int = Field(
+        65_536, ge=1024, le=16 * 2**20, description="One value read or written."
     )
     namespace_prefix: str = Field(
         "geoslo",
         pattern=r"^[a-z][a-z0-9-]{0,23}$",
         description="Network namespaces <prefix>-tx-<pid> and <prefix>-rx-<pid>.",
     )
-    state_dir: str | None = Field(None, description="Records the namespaces; default a temp dir.")
+    state_dir: str | None = Field(None, description="Logs, spool and records; default a temp dir.")
+
+
+class RedisSettings(BaseModel):
+    """A Redis server as the controller reaches it."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    address: str = Field(description="host:port")
+    password_file: str | None = Field(None, description="A file holding its AUTH password.")
+
+    def redis_address(self, field_name: str) -> RedisAddress:
+        try:
+            host, port = parse_listen(self.address)
+        except ValueError as error:
+            raise ConfigError(f"environment.{field_name}.address", str(error)) from None
+        password = None
+        if self.password_file is not None:
+            password = _read_secret(self.password_file, f"environment.{field_name}.password_file")
+        return RedisAddress(host, port, password)
+
+
+def _read_secret(path: str, field_name: str) -> str:
+    try:
+        return Path(path).read_text().strip()
+    except OSError as error:
+        raise ConfigError(field_name, f"cannot read {path}: {error.strerror}") from None
+
+
+Port = Annotated[int, Field(ge=1, le=65535)]
+
+
+class HostSettings(BaseModel):
+    """``[environment] kind = "host"``: one's own egress interface and the systems whose
+    traffic crosses it (docs/replication-live.md; root for tc and ss). Each stream is
+    told apart by a TCP port, as the HTB filters and the socket counts see it. C is the
+    controller's ``capacity_mbps`` if the config sets it, else read from the interface
+    (``interface_capacity_mbps``: an HTB root class's rate, else the line rate)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    kind: Literal["host"]
+    interface: str = Field(pattern=r"^[A-Za-z0-9_.@-]{1,15}$", description="The egress interface.")
+    namespace: str | None = Field(None, description="The interface's network namespace, if any.")
+    application: RedisSettings = Field(description="The Redis server the remote clients read.")
+    master: RedisSettings = Field(description="The Redis master the replication streams from.")
+    replica: RedisSettings = Field(description="Its replica at the other site.")
+    application_port: Port = Field(6379, description="Source port of the application's replies.")
+    replication_port: Port = Field(6380, description="Source port of the master's stream.")
+    image_port: Port = Field(873, description="Destination port of the image copies (rsync).")
+    spool_dir: str = Field(description="Where VM images arrive; each is copied once, oldest first.")
+    image_destination: str = Field(
+        description="rsync's destination: rsync://user@host/module or host:dir."
+    )
+    rsync_password_file: str | None = Field(None, description="An rsync daemon's password.")
 
 
 def replication_config(settings: ReplicationSettings, interval_s: float) -> ReplicationConfig:
@@ -194,11 +265,37 @@ def testbed(settings: TestbedSettings, config: ReplicationConfig) -> Replication
         level_period_s=settings.level_period_s,
         image_mb=config.image_mb,
         image_period_s=config.image_period_s,
-        tick_s=settings.tick_s,
+        value_bytes=settings.value_bytes,
         namespace_prefix=settings.namespace_prefix,
         state_dir=None if settings.state_dir is None else Path(settings.state_dir),
     )
     return ReplicationTestbedEnvironment(spec)
+
+
+def host(settings: HostSettings, config: ReplicationConfig) -> EgressEnvironment:
+    spool = Path(settings.spool_dir)
+    if not spool.is_dir():
+        raise ConfigError("environment.spool_dir", f"{spool} is not a folder")
+    password_file = settings.rsync_password_file
+    if password_file is not None:
+        _read_secret(password_file, "environment.rsync_password_file")
+    spec = EgressSpec(
+        dev=settings.interface,
+        application=settings.application.redis_address("application"),
+        master=settings.master.redis_address("master"),
+        replica=settings.replica.redis_address("replica"),
+        spool_dir=spool,
+        image_destination=settings.image_destination,
+        matches=(
+            PortMatch("sport", settings.application_port),
+            PortMatch("sport", settings.replication_port),
+            PortMatch("dport", settings.image_port),
+        ),
+        capacity_mbps=config.capacity_mbps,
+        namespace=settings.namespace,
+        rsync_password_file=None if password_file is None else Path(password_file),
+    )
+    return EgressEnvironment(spec)
 
 
 def plan_gauges(plan: Decision) -> Mapping[str, float]:
@@ -232,8 +329,11 @@ def plan_record(plan: Decision) -> Mapping[str, Any]:
 
 def build(controller: BaseModel, environment: BaseModel, interval_s: float) -> Service:
     """The controller and the environment the tables ask for (nothing started yet)."""
+    if environment.kind == "host" and "capacity_mbps" not in controller.model_fields_set:
+        capacity_mbps = interface_capacity_mbps(environment.interface, environment.namespace)
+        controller = controller.model_copy(update={"capacity_mbps": capacity_mbps})
     config = replication_config(controller, interval_s)
-    environments = {"simulator": simulator, "testbed": testbed}
+    environments = {"simulator": simulator, "testbed": testbed, "host": host}
     return Service(
         system="replication",
         controller=controller_for(controller, config),
@@ -271,8 +371,15 @@ step_s = 0.1                   # the link's time step; must divide interval_s
 #   application_mbps = [15.2, 6.4]   # rate levels, each held level_period_s in turn
 #   replication_mbps = [7.2]
 #   level_period_s = 8.0
-#   tick_s = 0.05                # how often the generator feeds the streams
+#   value_bytes = 65536          # one value read or written
 #   namespace_prefix = "geoslo"  # namespaces <prefix>-tx-<pid>, <prefix>-rx-<pid>
+# For kind = "host" (one's own egress interface, Redis servers and image spool; root):
+#   interface = "eth0"
+#   application = { address = "10.0.0.5:6379", password_file = "/etc/geoslo/app.pass" }
+#   master = { address = "10.0.0.5:6380", password_file = "/etc/geoslo/app.pass" }
+#   replica = { address = "10.1.0.7:6380", password_file = "/etc/geoslo/app.pass" }
+#   spool_dir = "/var/lib/images/outgoing"
+#   image_destination = "rsync://backup@10.1.0.7/images"
 
 [controller]
 policy = "mpc"                 # mpc (§IV) | fifo | static | prio (the baselines of §V-A)
@@ -298,7 +405,11 @@ SYSTEM = System(
     name="replication",
     default_interval_s=DEFAULT_INTERVAL_S,
     controller_settings=ReplicationSettings,
-    environments={"simulator": SimulatorSettings, "testbed": TestbedSettings},
+    environments={
+        "simulator": SimulatorSettings,
+        "testbed": TestbedSettings,
+        "host": HostSettings,
+    },
     build=build,
     example_config=EXAMPLE_CONFIG,
 )

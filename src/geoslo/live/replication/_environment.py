@@ -1,24 +1,23 @@
-"""The live link as an environment handle (Dürango et al., CDC 2016, §III-§IV): the
-controller's loop observes the real link's backlogs and sent bytes and puts its decision
-in force as HTB classes (``geoslo run``'s testbed for the replication MPC).
+"""The egress link as the controller's environment handle (Dürango et al., CDC 2016,
+§III-§IV): every interval, the three backlogs read from the systems that hold them
+(``_sources.py``, ``_sockets.py``) with what arrived and what was sent; the decision put in
+force as HTB classes on the interface (``HtbShaper``).
 
-``start()`` brings up the two namespaces, the HTB link and the three TCP streams
-(``EgressLink``; root only) and a generator thread that feeds the streams: the
-application's and the replication service's data at their rates (levels held
-``level_period_s`` each, repeating), in small ticks, and one VM image of ``image_mb`` every
-``image_period_s`` from the first period on (the backup holds the image of time 0), as the
-MPC's schedule assumes. ``observe()`` returns the interval's measurement with the time since
-``start()``; ``apply(decision)`` sets the shares (or PRIO's strict order); ``close()`` stops
-the generator and the streams and deletes the namespaces.
+* ``EgressEnvironment(EgressSpec(...))``: one's own host: a named interface, the
+  application's Redis server, the replication master and its replica, and a spool folder
+  of VM images that it copies by rsync (docs/replication-live.md).
+* ``ReplicationTestbedEnvironment(LinkSpec(...))``: the same on this machine's testbed
+  (``TrafficSites``: two namespaces and real servers; root), with the application's reader
+  and writer following the spec's rates and a VM image put in the spool every
+  ``image_period_s`` (the MPC's schedule).
 """
 
 from __future__ import annotations
 
 import asyncio
-import logging
 import math
+import os
 import tempfile
-import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,61 +31,198 @@ from geoslo.control.replication.types import (
     ReplicationObservation,
 )
 from geoslo.errors import ConfigError, TestbedError
-from geoslo.live._netns import cannot_run_reason
-from geoslo.live.replication._link import DEFAULT_PORTS, EgressLink
+from geoslo.live._netns import cannot_run_reason, run_in
+from geoslo.live._processes import find_program
+from geoslo.live.replication._htb import PortMatch
+from geoslo.live.replication._schedule import images_started
+from geoslo.live.replication._shaper import HtbShaper
+from geoslo.live.replication._sockets import AckedBytes, read_sockets, stream_of
+from geoslo.live.replication._sources import (
+    ApplicationStore,
+    CopiedImage,
+    ImageCopier,
+    RedisAddress,
+    ReplicatedStore,
+)
+from geoslo.live.replication._traffic import STREAM_MATCHES, TrafficSites
 
-__all__ = ["LinkSpec", "ReplicationTestbedEnvironment", "cumulative_mb", "images_started"]
+__all__ = [
+    "EgressEnvironment",
+    "EgressSpec",
+    "LinkSpec",
+    "ReplicationTestbedEnvironment",
+    "interface_capacity_mbps",
+]
 
 MB = 1e6  # bytes; the controller counts in MB (10^6 bytes) and Mbit/s
-_log = logging.getLogger(__name__)
+APPLICATION, REPLICATION, VM_IMAGE = 0, 1, 2
 
 
 @dataclass(frozen=True)
-class LinkSpec:
-    """The live link and what flows into it. The defaults are a small form of Experiment 1
-    (§V-C) that fits this machine: a 20 Mbit/s link (``docs/replication-live.md``), the
-    application alternating between overloading its share and not, and a 4 MB image every
-    8 s."""
+class EgressSpec:
+    """What the controller shapes and reads on one host. ``capacity_mbps`` None: the
+    interface's (``interface_capacity_mbps``)."""
 
-    capacity_mbps: float = 20.0
-    application_mbps: tuple[float, ...] = (15.2, 6.4)  # levels, each held level_period_s
-    replication_mbps: tuple[float, ...] = (7.2,)
-    level_period_s: float = 8.0
-    image_mb: float = 4.0
-    image_period_s: float = 8.0
-    tick_s: float = 0.05  # how often the generator feeds the streams
-    namespace_prefix: str = "geoslo"
-    ports: tuple[int, int, int] = DEFAULT_PORTS
-    state_dir: Path | None = None  # None: a new temporary folder
-    initial_shares: tuple[float, float, float] = (1 / 3, 1 / 3, 1 / 3)  # until the first apply
-
-    def __post_init__(self) -> None:
-        for name in ("capacity_mbps", "level_period_s", "image_mb", "image_period_s", "tick_s"):
-            value = getattr(self, name)
-            if not (isinstance(value, int | float) and math.isfinite(value) and value > 0):
-                raise ConfigError(name, f"must be a finite number > 0, got {value!r}")
-        for name in ("application_mbps", "replication_mbps"):
-            levels = getattr(self, name)
-            if not levels or not all(math.isfinite(v) and v >= 0 for v in levels):
-                raise ConfigError(name, "must be one or more finite rates >= 0 (Mbit/s)")
+    dev: str
+    application: RedisAddress
+    master: RedisAddress
+    replica: RedisAddress
+    spool_dir: Path
+    image_destination: str
+    matches: tuple[PortMatch, PortMatch, PortMatch]
+    capacity_mbps: float | None = None
+    namespace: str | None = None  # the interface's and the sockets' network namespace
+    rsync_password_file: Path | None = None
+    initial_shares: tuple[float, float, float] = (1 / 3, 1 / 3, 1 / 3)
 
 
-def cumulative_mb(levels_mbps, level_period_s: float, t_s: float) -> float:
-    """MB arrived from time 0 to ``t_s`` at rates that hold ``level_period_s`` each, in
-    turn, repeating."""
-    levels = np.asarray(levels_mbps, float) / 8.0  # MB/s
-    cycle_s = level_period_s * len(levels)
-    cycles, rest_s = divmod(max(t_s, 0.0), cycle_s)
-    full, part = divmod(rest_s, level_period_s)
-    full = int(full)
-    done = cycles * levels.sum() * level_period_s + levels[:full].sum() * level_period_s
-    return float(done + (levels[full] * part if full < len(levels) else 0.0))
+def interface_capacity_mbps(dev: str, namespace: str | None = None) -> float:
+    """C when none is given: the rate of an HTB root class already on ``dev`` (how an
+    operator caps a link), else the interface's line rate (``/sys/class/net/DEV/speed``)."""
+    tc = find_program("tc", "iproute2")
+    for line in run_in(namespace, [tc, "class", "show", "dev", dev]).splitlines():
+        if line.startswith("class htb") and " root " in line and (rate := _rate_mbps(line)):
+            return rate
+    try:
+        speed = float(run_in(namespace, ["cat", f"/sys/class/net/{dev}/speed"]).strip())
+    except (TestbedError, ValueError):
+        speed = -1.0
+    if not speed > 0:
+        raise ConfigError("capacity_mbps", f"{dev} reports no line rate: give the link's capacity")
+    return speed
 
 
-def images_started(t_s: float, image_period_s: float) -> int:
-    """VM images that have arrived by ``t_s``: one at each multiple of the period from the
-    first (the backup holds the image of time 0)."""
-    return int(math.floor(max(t_s, 0.0) / image_period_s + 1e-9))
+def _rate_mbps(line: str) -> float | None:
+    parts = line.split()
+    if "rate" not in parts:
+        return None
+    text = parts[parts.index("rate") + 1].removesuffix("bit")
+    unit = {"K": 1e-3, "M": 1.0, "G": 1e3}.get(text[-1:], 1e-6)
+    return float(text.rstrip("KMG")) * unit
+
+
+@dataclass
+class _Reading:
+    """Cumulative bytes per stream at one moment, and the backlogs then."""
+
+    arrived: np.ndarray
+    sent: np.ndarray
+    backlog: np.ndarray
+
+
+class EgressEnvironment:
+    """One host's egress, observed from its systems and shaped by HTB (``simulated =
+    False``). ``now_s`` counts from ``start()`` unless a ``clock_epoch_s`` is given."""
+
+    simulated = False
+
+    def __init__(self, spec: EgressSpec, clock_epoch_s: float | None = None) -> None:
+        self.spec = spec
+        self.allocation = Allocation("shares", spec.initial_shares)
+        self.capacity_mbps = spec.capacity_mbps
+        self.copier = ImageCopier(
+            spec.spool_dir, spec.image_destination, spec.namespace, spec.rsync_password_file
+        )
+        self._clock_epoch_s = clock_epoch_s
+        self._shaper: HtbShaper | None = None
+        self._application: ApplicationStore | None = None
+        self._replicated: ReplicatedStore | None = None
+        self._acked = AckedBytes()
+        self._last: _Reading | None = None
+
+    @property
+    def images(self) -> list[CopiedImage]:
+        return self.copier.images
+
+    async def start(self) -> None:
+        spec = self.spec
+        if self.capacity_mbps is None:
+            self.capacity_mbps = await asyncio.to_thread(
+                interface_capacity_mbps, spec.dev, spec.namespace
+            )
+        self._application = ApplicationStore(spec.application)
+        self._replicated = ReplicatedStore(spec.master, spec.replica)
+        shaper = HtbShaper(spec.dev, self.capacity_mbps * 1e6, spec.matches, spec.namespace)
+        await asyncio.to_thread(shaper.install, spec.initial_shares)
+        self._shaper = shaper
+        if self._clock_epoch_s is None:
+            self._clock_epoch_s = time.time()
+        self._last = await asyncio.to_thread(self._read)
+        self.copier.start()
+
+    async def observe(self) -> ReplicationObservation:
+        """The interval since the last observation: backlogs now, MB sent and arrived."""
+        if self._last is None:
+            raise TestbedError("the egress environment is not started (call start() first)")
+        reading = await asyncio.to_thread(self._read)
+        last, self._last = self._last, reading
+        measurement = Measurement(
+            reading.backlog / MB,
+            (reading.sent - last.sent) / MB,
+            (reading.arrived - last.arrived) / MB,
+        )
+        return ReplicationObservation(self.now_s(), measurement)
+
+    async def apply(self, plan: Decision | Allocation) -> None:
+        """Put the plan's allocation in force on the HTB classes."""
+        allocation = as_allocation(plan)
+        if self._shaper is None:
+            raise TestbedError("the egress environment is not started (call start() first)")
+        if allocation.mode == "priority":
+            await asyncio.to_thread(self._shaper.set_priority, allocation.order)
+        else:
+            await asyncio.to_thread(self._shaper.set_shares, allocation.shares)
+        self.allocation = allocation
+
+    async def close(self) -> None:
+        """Stop copying, close the connections, take HTB off the interface (idempotent)."""
+        await self.copier.stop()
+        for source in (self._application, self._replicated):
+            if source is not None:
+                source.close()
+        self._application = self._replicated = None
+        if self._shaper is not None:
+            shaper, self._shaper = self._shaper, None
+            await asyncio.to_thread(shaper.remove)
+
+    def now_s(self) -> float:
+        return time.time() - (self._clock_epoch_s or time.time())
+
+    def class_bytes(self) -> dict[str, int]:
+        """HTB's count of bytes sent per class (headers included): a cross-check."""
+        return self._shaper.class_bytes() if self._shaper else {}
+
+    def class_rates(self) -> dict[str, tuple[float, int]]:
+        return self._shaper.class_rates() if self._shaper else {}
+
+    def _read(self) -> _Reading:
+        """Every counter once: the sockets, the two Redis stores, the image spool."""
+        matches = self.spec.matches
+        sockets = read_sockets(self.spec.namespace)
+        acked = self._acked.update(sockets, matches)
+        in_sockets = np.zeros(3)
+        for sock in sockets:
+            if (stream := stream_of(sock, matches)) is not None:
+                in_sockets[stream] += sock.send_queue_bytes
+        buffered, produced = self._application.read()
+        lag, offset = self._replicated.read()
+        self.copier.scan()
+        images = self.copier.images
+        waiting = [image for image in images if image.done_s is None]
+        copied = sum(image.size_bytes for image in images if image.done_s is not None)
+        progress = min(self._image_socket_acked(sockets), waiting[0].size_bytes) if waiting else 0
+        arrived_images = sum(image.size_bytes for image in images)
+        return _Reading(
+            arrived=np.array([produced, offset, arrived_images], float),
+            sent=np.array([acked[APPLICATION], acked[REPLICATION], copied + progress], float),
+            backlog=np.array(
+                [buffered + in_sockets[APPLICATION], lag, arrived_images - copied - progress], float
+            ),
+        )
+
+    def _image_socket_acked(self, sockets) -> int:
+        """Bytes the backup acknowledged on the image copy's connection open now."""
+        return sum(s.acked_bytes for s in sockets if stream_of(s, self.spec.matches) == VM_IMAGE)
 
 
 def as_allocation(plan: Decision | Allocation) -> Allocation:
@@ -97,114 +233,152 @@ def as_allocation(plan: Decision | Allocation) -> Allocation:
     raise TypeError(f"cannot apply {type(plan).__name__} to the link: a Decision or Allocation")
 
 
+@dataclass(frozen=True)
+class LinkSpec:
+    """The testbed's link and what flows into it. The defaults are a small form of
+    Experiment 1 (§V-C) that fits this machine: a 20 Mbit/s link, the application's reads
+    alternating between overloading their share and not, steady replication, and a 4 MB
+    image every 8 s (docs/replication-live.md)."""
+
+    capacity_mbps: float = 20.0
+    application_mbps: tuple[float, ...] = (15.2, 6.4)  # levels, each held level_period_s
+    replication_mbps: tuple[float, ...] = (7.2,)
+    level_period_s: float = 8.0
+    image_mb: float = 4.0
+    image_period_s: float = 8.0
+    value_bytes: int = 65_536  # one value read or written
+    namespace_prefix: str = "geoslo"
+    state_dir: Path | None = None  # None: a new temporary folder
+    initial_shares: tuple[float, float, float] = (1 / 3, 1 / 3, 1 / 3)  # until the first apply
+    start_delay_s: float = 1.0  # the load starts this long after the servers are up
+
+    def __post_init__(self) -> None:
+        for name in ("capacity_mbps", "level_period_s", "image_mb", "image_period_s"):
+            value = getattr(self, name)
+            if not (isinstance(value, int | float) and math.isfinite(value) and value > 0):
+                raise ConfigError(name, f"must be a finite number > 0, got {value!r}")
+        for name in ("application_mbps", "replication_mbps"):
+            levels = getattr(self, name)
+            if not levels or not all(math.isfinite(v) and v >= 0 for v in levels):
+                raise ConfigError(name, "must be one or more finite rates >= 0 (Mbit/s)")
+        if not 1024 <= self.value_bytes <= 16 * 2**20:
+            raise ConfigError("value_bytes", f"must be 1 KiB to 16 MiB, got {self.value_bytes!r}")
+
+
 class ReplicationTestbedEnvironment:
-    """The real link, observed and shaped in real time (``simulated = False``)."""
+    """The testbed's link, its systems and its load, as an environment handle."""
 
     simulated = False
 
     def __init__(self, spec: LinkSpec | None = None) -> None:
         self.spec = spec or LinkSpec()
-        self.link: EgressLink | None = None
-        self.allocation = Allocation("shares", self.spec.initial_shares)
-        self._started_s = 0.0
-        self._fed_mb = np.zeros(3)
-        self._feed_lock = threading.Lock()
-        self._stop = threading.Event()
-        self._generator: threading.Thread | None = None
+        self.sites: TrafficSites | None = None
+        self.egress: EgressEnvironment | None = None
+        self.start_epoch_s = 0.0
+        self.request_logs: dict[str, list] = {}
+        self._images_task: asyncio.Task | None = None
 
-    # --- the contract ---------------------------------------------------------------------
+    @property
+    def allocation(self) -> Allocation:
+        return (
+            self.egress.allocation
+            if self.egress
+            else Allocation("shares", self.spec.initial_shares)
+        )
+
     async def start(self) -> None:
-        """The namespaces, HTB and streams, then the generator. Without root (or without
-        ``tc``, namespaces or HTB) a TestbedError says why."""
-        if self.link is not None:
+        """The namespaces and servers, the HTB link, then the load and the image schedule.
+        Without root (or ``tc``, namespaces or HTB) a TestbedError says why."""
+        if self.sites is not None:
             raise TestbedError("the replication testbed is already started")
         reason = await asyncio.to_thread(cannot_run_reason)
         if reason:
             raise TestbedError(f"the replication testbed cannot start here: {reason}")
-        self.link = await asyncio.to_thread(self._bring_up)
-        self._started_s = time.monotonic()
-        self.link.measure()  # intervals count from here
-        self._stop.clear()
-        self._generator = threading.Thread(target=self._generate, daemon=True)
-        self._generator.start()
-
-    async def observe(self) -> ReplicationObservation:
-        """The interval since the last observation: backlogs now, MB sent and arrived."""
-        link = self._running()
-        now_s = self.elapsed_s()
-        self._feed(now_s)
-        m = link.measure()
-        measurement = Measurement(m.backlog_bytes / MB, m.sent_bytes / MB, m.arrived_bytes / MB)
-        return ReplicationObservation(now_s, measurement)
-
-    async def apply(self, plan: Decision | Allocation) -> None:
-        """Put the plan's allocation in force on the link's HTB classes."""
-        allocation = as_allocation(plan)
-        link = self._running()
-        if allocation.mode == "priority":
-            await asyncio.to_thread(link.set_priority, allocation.order)
-        else:
-            await asyncio.to_thread(link.set_shares, allocation.shares)
-        self.allocation = allocation
-
-    async def close(self) -> None:
-        """Stop the generator and the streams, delete the namespaces (idempotent)."""
-        self._stop.set()
-        if self._generator is not None:
-            await asyncio.to_thread(self._generator.join)
-            self._generator = None
-        if self.link is not None:
-            link, self.link = self.link, None
-            await asyncio.to_thread(link.down)
-            if link.threads_alive():
-                _log.warning(
-                    "replication testbed: %d stream threads still running", link.threads_alive()
-                )
-
-    # --- parts ----------------------------------------------------------------------------
-    def elapsed_s(self) -> float:
-        """Seconds since ``start()`` (the MPC's clock: images at multiples of the period)."""
-        return time.monotonic() - self._started_s
-
-    def _bring_up(self) -> EgressLink:
         spec = self.spec
         state_dir = spec.state_dir or Path(tempfile.mkdtemp(prefix="geoslo-replication-"))
-        return EgressLink.up(
-            state_dir,
-            capacity_bps=spec.capacity_mbps * 1e6,
-            shares=spec.initial_shares,
-            ports=spec.ports,
-            prefix=spec.namespace_prefix,
+        self.sites = await asyncio.to_thread(
+            TrafficSites.up, state_dir, spec.namespace_prefix, spec.value_bytes
         )
+        try:
+            await self._start_on(self.sites)
+        except BaseException:
+            await self.close()
+            raise
 
-    def _running(self) -> EgressLink:
-        if self.link is None:
-            raise TestbedError("the replication testbed is not started (call start() first)")
-        return self.link
-
-    def _generate(self) -> None:
-        while not self._stop.wait(self.spec.tick_s):
-            try:
-                self._feed(self.elapsed_s())
-            except Exception:  # the streams are closing
-                _log.exception("replication testbed: the generator stopped")
-                return
-
-    def _feed(self, t_s: float) -> None:
-        """Add what has arrived by ``t_s`` and was not yet added."""
+    async def _start_on(self, sites: TrafficSites) -> None:
         spec = self.spec
-        target = np.array(
-            [
-                cumulative_mb(spec.application_mbps, spec.level_period_s, t_s),
-                cumulative_mb(spec.replication_mbps, spec.level_period_s, t_s),
-                images_started(t_s, spec.image_period_s) * spec.image_mb,
-            ]
-        )
-        with self._feed_lock:
-            link = self.link
-            if link is None:
-                return
-            new_bytes = np.floor((target - self._fed_mb) * MB)
-            new_bytes = np.maximum(new_bytes, 0.0)
-            link.add_arrivals(new_bytes)
-            self._fed_mb = self._fed_mb + new_bytes / MB
+        self.start_epoch_s = time.time() + spec.start_delay_s
+        self.egress = EgressEnvironment(
+            EgressSpec(
+                dev=sites.pair.tx_dev, application=sites.application, master=sites.master,
+                replica=sites.replica, spool_dir=sites.spool_dir,
+                image_destination=sites.image_destination, matches=STREAM_MATCHES,
+                capacity_mbps=spec.capacity_mbps, namespace=sites.pair.tx,
+                rsync_password_file=sites.rsync_password_file, initial_shares=spec.initial_shares,
+            ),
+            clock_epoch_s=self.start_epoch_s,
+        )  # fmt: skip
+        await self.egress.start()
+        await asyncio.to_thread(
+            sites.start_load, spec.application_mbps, spec.replication_mbps,
+            spec.level_period_s, self.start_epoch_s,
+        )  # fmt: skip
+        self._images_task = asyncio.get_running_loop().create_task(self._put_images(sites))
+
+    async def _put_images(self, sites: TrafficSites) -> None:
+        """A VM image of ``image_mb`` random bytes into the spool at each period (its file's
+        time is its scheduled time: when the image was taken)."""
+        spec, k = self.spec, 1
+        while True:
+            due_epoch_s = self.start_epoch_s + k * spec.image_period_s
+            await asyncio.sleep(max(due_epoch_s - time.time(), 0.0))
+            await asyncio.to_thread(
+                _write_image, sites.spool_dir, k, int(spec.image_mb * MB), due_epoch_s
+            )
+            k += 1
+
+    def elapsed_s(self) -> float:
+        """Seconds since the load started (the MPC's clock: images at multiples of the period)."""
+        return time.time() - self.start_epoch_s
+
+    def images_due(self) -> int:
+        return images_started(self.elapsed_s(), self.spec.image_period_s)
+
+    async def observe(self) -> ReplicationObservation:
+        return await self._running().observe()
+
+    async def apply(self, plan: Decision | Allocation) -> None:
+        await self._running().apply(plan)
+
+    def _running(self) -> EgressEnvironment:
+        if self.egress is None:
+            raise TestbedError("the replication testbed is not started (call start() first)")
+        return self.egress
+
+    async def close(self) -> None:
+        """Stop the images, the load, the copier and every server; delete the namespaces
+        (idempotent). The reader's and writer's request logs stay in ``request_logs``."""
+        if self._images_task is not None:
+            self._images_task.cancel()
+            await asyncio.gather(self._images_task, return_exceptions=True)
+            self._images_task = None
+        if self.sites is not None:
+            self.request_logs = await asyncio.to_thread(self.sites.stop_load)
+        if self.egress is not None:
+            await self.egress.close()
+        if self.sites is not None:
+            sites, self.sites = self.sites, None
+            await asyncio.to_thread(sites.down)
+
+
+def _write_image(spool_dir: Path, k: int, size_bytes: int, taken_epoch_s: float) -> None:
+    """``image-<k>`` of random bytes (nothing to compress), renamed into the spool whole."""
+    partial = spool_dir / f".image-{k:04d}.partial"
+    with open(partial, "wb") as out:
+        left = size_bytes
+        while left > 0:
+            chunk = min(left, 1 << 20)
+            out.write(os.urandom(chunk))
+            left -= chunk
+    os.utime(partial, (taken_epoch_s, taken_epoch_s))
+    partial.rename(spool_dir / f"image-{k:04d}")

@@ -1,7 +1,10 @@
 """The MPC's actuator on Linux traffic control (Dürango et al., CDC 2016, §III-A, §IV):
 an HTB qdisc on the sender's veth with one class per stream, ``rate = share x C`` (the
 guaranteed minimum) and ``ceil = C`` (work conserving: a class borrows what the others
-leave), and u32 filters that classify the streams by TCP destination port.
+leave), and u32 filters that classify each stream by a TCP port (``PortMatch``: the
+source port of a server on the sending side, as a Redis server answering reads or a
+master feeding its replica, or the destination port of a receiver on the other side, as
+an rsync daemon).
 
 PRIO (strict priority, §V-A) is HTB too: every class guaranteed HTB's smallest rate and
 the link lent by class priority (``prio 0`` first), so a class gets what the classes
@@ -18,11 +21,14 @@ them inside the sender's namespace.
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
+from typing import Literal
 
 from geoslo.errors import ConfigError
 
 __all__ = [
     "CLASS_IDS",
+    "PortMatch",
     "validate_shares",
     "setup_lines",
     "change_lines",
@@ -34,6 +40,31 @@ __all__ = [
 CLASS_IDS = ("1:10", "1:20", "1:30")  # application, replication, VM image
 _MIN_RATE_BPS = 8_000  # HTB needs a positive rate; a zero share guarantees ~nothing
 _FRAME_BYTES = 1514  # an Ethernet frame with its header: PRIO's quantum
+
+
+@dataclass(frozen=True)
+class PortMatch:
+    """Which packets are a stream's: TCP ``sport`` or ``dport`` equal to ``port``."""
+
+    direction: Literal["sport", "dport"]
+    port: int
+
+    def __post_init__(self) -> None:
+        if self.direction not in ("sport", "dport"):
+            raise ConfigError("direction", f"must be sport or dport, got {self.direction!r}")
+        if not 0 < int(self.port) < 65536:
+            raise ConfigError("port", f"must be a TCP port (1-65535), got {self.port!r}")
+
+    def filter_line(self, class_id: str) -> str:
+        return (
+            f"filter add dev {{dev}} parent 1: protocol ip prio 1 u32 match ip {self.direction} "
+            f"{self.port} 0xffff flowid {class_id}"
+        )
+
+
+def destination_ports(ports) -> tuple[PortMatch, PortMatch, PortMatch]:
+    """One destination port per stream (a receiver listening on each)."""
+    return tuple(PortMatch("dport", int(p)) for p in ports)  # type: ignore[return-value]
 
 
 def validate_shares(shares) -> tuple[float, float, float]:
@@ -53,9 +84,10 @@ def _class_line(
     )
 
 
-def setup_lines(dev: str, capacity_bps: float, shares, ports, order=None) -> list[str]:
-    """The qdisc, the link's class, one class per stream and the port filters: guaranteed
-    ``shares``, or with ``order`` (stream indices, first served first) strict priority."""
+def setup_lines(dev: str, capacity_bps: float, shares, matches, order=None) -> list[str]:
+    """The qdisc, the link's class, one class per stream and its filter (``matches``: a
+    ``PortMatch`` per stream): guaranteed ``shares``, or with ``order`` (stream indices,
+    first served first) strict priority."""
     shares = validate_shares(shares)
     lines = [
         "qdisc add dev {dev} root handle 1: htb default 30",
@@ -73,11 +105,7 @@ def setup_lines(dev: str, capacity_bps: float, shares, ports, order=None) -> lis
             _class_line("add", CLASS_IDS[i], 0.0, capacity_bps, rank, quantum)
             for rank, i in enumerate(_order(order))
         ]
-    lines += [
-        f"filter add dev {{dev}} parent 1: protocol ip prio 1 u32 match ip dport {port} 0xffff "
-        f"flowid {cid}"
-        for cid, port in zip(CLASS_IDS, ports, strict=True)
-    ]
+    lines += [match.filter_line(cid) for cid, match in zip(CLASS_IDS, matches, strict=True)]
     return [line.format(dev=dev) for line in lines]
 
 
@@ -88,9 +116,9 @@ def _order(order) -> tuple[int, ...]:
     return order
 
 
-def rebuild_lines(dev: str, capacity_bps: float, shares, ports, order=None) -> list[str]:
+def rebuild_lines(dev: str, capacity_bps: float, shares, matches, order=None) -> list[str]:
     """The qdisc deleted and set up again (``setup_lines``): how the mode changes."""
-    return [f"qdisc del dev {dev} root", *setup_lines(dev, capacity_bps, shares, ports, order)]
+    return [f"qdisc del dev {dev} root", *setup_lines(dev, capacity_bps, shares, matches, order)]
 
 
 def change_lines(dev: str, capacity_bps: float, shares) -> list[str]:

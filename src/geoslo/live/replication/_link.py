@@ -25,16 +25,9 @@ from pathlib import Path
 import numpy as np
 
 from geoslo.errors import TestbedError
-from geoslo.live._netns import RX_IP, NamespacePair, run_in, socket_in
-from geoslo.live._processes import find_program
-from geoslo.live.replication._htb import (
-    change_lines,
-    class_bytes,
-    class_rates,
-    rebuild_lines,
-    setup_lines,
-    validate_shares,
-)
+from geoslo.live._netns import RX_IP, NamespacePair, socket_in
+from geoslo.live.replication._htb import destination_ports
+from geoslo.live.replication._shaper import HtbShaper
 
 __all__ = ["EgressLink", "LinkMeasurement", "DEFAULT_PORTS"]
 
@@ -108,10 +101,10 @@ class EgressLink:
         self.pair = pair
         self.capacity_bps = capacity_bps
         self.ports = tuple(ports)
+        self.shaper = HtbShaper(pair.tx_dev, capacity_bps, destination_ports(ports), pair.tx)
         self.streams: list[_Stream] = []
         self._threads: list[threading.Thread] = []
         self._marks = (np.zeros(3), np.zeros(3), time.monotonic())
-        self.order: tuple[int, ...] | None = None  # strict priority in force, if any
 
     @classmethod
     def up(
@@ -127,16 +120,12 @@ class EgressLink:
         pair = NamespacePair.create(Path(state_dir), prefix)
         link = cls(pair, capacity_bps, ports)
         try:
-            link._tc(setup_lines(pair.tx_dev, capacity_bps, shares, link.ports))
+            link.shaper.install(shares)
             link._connect()
         except BaseException:
             link.down()
             raise
         return link
-
-    def _tc(self, lines: list[str]) -> None:
-        tc = find_program("tc", "iproute2")
-        run_in(self.pair.tx, [tc, "-batch", "-"], stdin="\n".join(lines) + "\n")
 
     def _connect(self) -> None:
         for port in self.ports:
@@ -169,21 +158,11 @@ class EgressLink:
 
     def set_shares(self, shares) -> None:
         """Each stream's guaranteed minimum share of the link from now on."""
-        shares = validate_shares(shares)
-        if self.order is None:
-            self._tc(change_lines(self.pair.tx_dev, self.capacity_bps, shares))
-        else:
-            self._tc(rebuild_lines(self.pair.tx_dev, self.capacity_bps, shares, self.ports))
-            self.order = None
+        self.shaper.set_shares(shares)
 
     def set_priority(self, order) -> None:
-        """Strict priority from now on, the first stream in ``order`` served first (PRIO):
-        the qdisc set up afresh unless this order is already in force."""
-        order = tuple(int(i) for i in order)
-        if order != self.order:
-            lines = rebuild_lines(self.pair.tx_dev, self.capacity_bps, (0, 0, 0), self.ports, order)
-            self._tc(lines)
-            self.order = order
+        """Strict priority from now on (PRIO; ``HtbShaper.set_priority``)."""
+        self.shaper.set_priority(order)
 
     def measure(self) -> LinkMeasurement:
         received = np.array([s.received_bytes for s in self.streams], dtype=float)
@@ -198,15 +177,11 @@ class EgressLink:
 
     def class_bytes(self) -> dict[str, int]:
         """HTB's own count of bytes sent per class (a cross-check)."""
-        tc = find_program("tc", "iproute2")
-        return class_bytes(
-            run_in(self.pair.tx, [tc, "-s", "class", "show", "dev", self.pair.tx_dev])
-        )
+        return self.shaper.class_bytes()
 
     def class_rates(self) -> dict[str, tuple[float, int]]:
         """The guaranteed rate (bit/s) and priority HTB holds per class now."""
-        tc = find_program("tc", "iproute2")
-        return class_rates(run_in(self.pair.tx, [tc, "class", "show", "dev", self.pair.tx_dev]))
+        return self.shaper.class_rates()
 
     def threads_alive(self) -> int:
         """Sender and receiver threads still running (0 once ``down()`` has returned)."""
