@@ -110,12 +110,13 @@ class Running:
         *flags: str,
         wait_s: float = WAIT_S,
         children_warnings_error: bool = True,
+        prefix: tuple[str, ...] = (),
     ) -> None:
         self.wait_s = wait_s
         self.log_path = config.with_suffix(".log")
         self._log = self.log_path.open("w")
         self.process = subprocess.Popen(
-            _command(config, flags, ()),
+            _command(config, flags, tuple(prefix)),
             stdout=subprocess.DEVNULL,
             stderr=self._log,
             env=_environ(children_warnings_error),

@@ -1,6 +1,9 @@
-"""The geo-replication MPC's actuator on a real link (docs/replication-live.md): two
-network namespaces, a veth shaped by HTB, three real TCP streams; and the library's loop
-driving the library's environment handle (``ReplicationTestbedEnvironment``) on it. Needs root."""
+"""The geo-replication MPC on a real link (docs/replication-live.md): the actuator (HTB on a
+veth between two network namespaces) calibrated with three synthetic streams; then real
+traffic (a Redis server read across the link, a Redis master and its replica, VM images
+copied by rsync) with the library's loop driving the library's environment handles
+(``ReplicationTestbedEnvironment``; ``geoslo run`` on the testbed and on a host's own
+interface). Needs root."""
 
 from __future__ import annotations
 
@@ -23,9 +26,11 @@ from geoslo.live.replication import (
     EgressLink,
     LinkSpec,
     ReplicationTestbedEnvironment,
+    TrafficSites,
     cannot_run_reason,
     class_rates,
     cumulative_mb,
+    reply_bytes,
 )
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
@@ -92,13 +97,15 @@ async def _drive(env: ReplicationTestbedEnvironment, controller, intervals: int,
     records = []
     await env.start()
     try:
+        await asyncio.sleep(max(-env.elapsed_s(), 0.0))
+        await env.observe()  # intervals count from the load's start
         for k in range(intervals):
             await asyncio.sleep(max((k + 1) * interval_s - env.elapsed_s(), 0.0))
             observation = await env.observe()
             decision = controller.step(observation)
             await env.apply(decision)
-            records.append((observation, decision, env.link.class_rates()))
-        pair = env.link.pair
+            records.append((observation, decision, env.egress.class_rates()))
+        pair = env.sites.pair
     finally:
         await env.close()
     return records, pair
@@ -138,28 +145,37 @@ def test_the_library_loop_drives_the_live_link_from_its_measurements(tmp_path, c
     # the controller acted: the shares left the equal split it started from
     shares = np.array([r[1].shares for r in records])
     assert np.abs(shares - 1 / 3).max() > 0.05
-    # the generator fed what the spec says: arrivals since start = the schedule's MB
+    # what the systems counted arriving is what the load sent, by the schedule: the
+    # application's replies (a value and its header each) as the reader's requests fell
+    # due, the master's stream (a SET and its value each), an image at 8 s and 16 s
     arrived = np.sum([m.arrived_mb for m in measurements], axis=0)
     end_s = observations[-1].now_s
-    assert arrived[0] == pytest.approx(cumulative_mb(spec.application_mbps, 8.0, end_s), abs=0.05)
-    assert arrived[1] == pytest.approx(cumulative_mb(spec.replication_mbps, 8.0, end_s), abs=0.05)
-    assert arrived[2] == pytest.approx(4.0 * int(end_s // 8.0))  # images at 8 s, 16 s
-    # the measured backlogs obey equation (3), up to the bytes in flight on the veth
+    per_value = reply_bytes(spec.value_bytes) / spec.value_bytes
+    reads_mb = cumulative_mb(spec.application_mbps, 8.0, end_s) * per_value
+    writes_mb = cumulative_mb(spec.replication_mbps, 8.0, end_s)
+    assert arrived[0] == pytest.approx(reads_mb, rel=0.02, abs=0.3)
+    assert arrived[1] == pytest.approx(writes_mb, rel=0.02, abs=0.3)
+    assert arrived[2] == pytest.approx(4.0 * int(end_s // 8.0))
+    # the measured backlogs obey equation (3): the backlog from the system holding it,
+    # arrivals from the producer, sent from the kernel's acknowledged bytes
     for before, after in zip(measurements[:-1], measurements[1:], strict=True):
         change = after.buffers_mb - before.buffers_mb
         assert change == pytest.approx(after.arrived_mb - after.sent_mb, abs=0.35)
-    # a stream that had data all interval got at least its share, unless it was starved
-    # just before (a TCP flow held at ~0 backs off and takes a while to ramp up again)
+    # a stream that had data all interval got at least most of its share, unless it was
+    # starved just before (a TCP flow held at ~0 backs off and takes a while to ramp up)
     for k in range(2, len(records)):
         after, elapsed_s = measurements[k], observations[k].now_s - observations[k - 1].now_s
         in_force = records[k - 1][1].shares
-        busy = (after.buffers_mb > 0.5) & (records[k - 2][1].shares >= 0.05)
+        had_data = (measurements[k - 1].buffers_mb > 0.5) & (after.buffers_mb > 0.5)
+        busy = had_data & (records[k - 2][1].shares >= 0.05)
         guaranteed_mb = in_force * config.capacity_mb * elapsed_s / interval_s
         assert np.all(after.sent_mb[busy] >= 0.75 * guaranteed_mb[busy] - 0.1), (in_force, after)
     assert backlogs[:, 0].max() > 0.5  # the application overloaded its share at some point
-    # close() took down what start() brought up
+    # close() took down what start() brought up; the reader's requests were answered
     assert not {pair.tx, pair.rx} & _namespaces()
-    assert env.link is None
+    assert env.sites is None and env.egress is not None
+    waits = [w for _, w in env.request_logs["reader"]]
+    assert len(waits) > 100 and sum(w is not None for w in waits) > 0.9 * len(waits)
 
 
 def test_prio_runs_on_the_same_environment_as_strict_priority(tmp_path, can_run):
@@ -169,8 +185,8 @@ def test_prio_runs_on_the_same_environment_as_strict_priority(tmp_path, can_run)
         capacity_mbps=CAPACITY_BPS / 1e6,
         application_mbps=(12.0,),
         replication_mbps=(12.0,),  # together over the link
-        image_mb=40.0,
-        image_period_s=1.0,  # an image waits from the first second on
+        image_mb=12.0,
+        image_period_s=1.0,  # images wait from the first second on
         namespace_prefix="geoslo-rprio",
         state_dir=tmp_path / "env",
     )
@@ -180,10 +196,10 @@ def test_prio_runs_on_the_same_environment_as_strict_priority(tmp_path, can_run)
         env = ReplicationTestbedEnvironment(spec)
         await env.start()
         try:
-            await asyncio.sleep(1.2)
+            await asyncio.sleep(max(1.2 - env.elapsed_s(), 0.0))
             decision = loop.step(await env.observe())
             await env.apply(decision)
-            rates = env.link.class_rates()
+            rates = env.egress.class_rates()
             await asyncio.sleep(3.0)  # TCP settles on the new split
             await env.observe()
             await asyncio.sleep(3.0)
@@ -199,7 +215,7 @@ def test_prio_runs_on_the_same_environment_as_strict_priority(tmp_path, can_run)
     assert sent_mbps[0] > 0.85 * 12.0  # all the application asks for
     assert sent_mbps[1] > 0.85 * (capacity - 12.0) * 0.96  # the rest, less HTB's headers
     assert sent_mbps[2] < 0.1 * capacity  # the image waits behind both
-    assert window.measurement.buffers_mb[2] > 30.0
+    assert window.measurement.buffers_mb[2] > 10.0
 
 
 def test_start_without_the_privileges_says_why(tmp_path, can_run):
@@ -338,3 +354,73 @@ def test_geoslo_run_puts_plans_in_htb_and_a_dry_run_only_logs_them(tmp_path, can
     else:
         assert plans == []
     assert not any(name.startswith("geoslo-rrunh") for name in _namespaces())
+
+
+# --- geoslo run on a host's own interface ------------------------------------------------
+
+HOST_CONFIG = """\
+system = "replication"
+interval_s = 1.0
+[environment]
+kind = "host"
+interface = "{dev}"
+application = {{ address = "{tx_ip}:6379", password_file = "{password}" }}
+master = {{ address = "127.0.0.1:6380", password_file = "{password}" }}
+replica = {{ address = "{rx_ip}:6380", password_file = "{password}" }}
+spool_dir = "{spool}"
+image_destination = "{destination}"
+rsync_password_file = "{password}"
+[controller]
+policy = "static"
+static_shares = [0.6, 0.3, 0.1]
+image_mb = 1.0
+image_period_s = 4.0
+[service]
+listen = "127.0.0.1:0"
+intervals = 3
+"""
+
+
+def test_geoslo_run_on_a_hosts_own_interface_shapes_it_and_reads_its_systems(tmp_path, can_run):
+    """An operator's form: ``geoslo run`` with ``kind = "host"`` inside the sending site
+    (``ip netns exec``), pointed at servers it did not start by address and password file:
+    C read from the interface (an HTB root class at 20 Mbit/s, as an operator caps a
+    link), the plan held by HTB while it runs, an image dropped in the spool copied to the
+    backup, the interface's qdisc taken off at the end."""
+    from geoslo.live._netns import RX_IP, TX_IP
+
+    sites = TrafficSites.up(tmp_path / "sites", "geoslo-rhost")
+    try:
+        tx, dev = sites.pair.tx, sites.pair.tx_dev
+        tc = find_program("tc", "iproute2")
+        subprocess.run(["ip", "netns", "exec", tx, tc, "qdisc", "add", "dev", dev, "root",
+                        "handle", "1:", "htb"], check=True)  # fmt: skip
+        subprocess.run(["ip", "netns", "exec", tx, tc, "class", "add", "dev", dev, "parent",
+                        "1:", "classid", "1:1", "htb", "rate", "20mbit"], check=True)  # fmt: skip
+        sites.start_load((8.0,), (4.0,), 1.0, time.time())
+        (sites.spool_dir / "image-a").write_bytes(os.urandom(1_000_000))
+        text = HOST_CONFIG.format(
+            dev=dev, tx_ip=TX_IP, rx_ip=RX_IP, password=sites.rsync_password_file,
+            spool=sites.spool_dir, destination=sites.image_destination,
+        )  # fmt: skip
+        config = write_config(tmp_path, text, "host.toml")
+        run = Running(config, prefix=["ip", "netns", "exec", tx])
+        try:
+            run.wait_for(lambda: len(run.result().events("interval")) >= 2, "2 intervals")
+            shown = subprocess.run(["ip", "netns", "exec", tx, tc, "class", "show", "dev", dev],
+                                   capture_output=True, text=True, check=True)  # fmt: skip
+            result = run.finish()
+        finally:
+            run.close()
+        assert result.returncode == 0, result.other
+        intervals = result.events("interval")
+        assert len(intervals) == 3 and all(i["applied"] and not i["errors"] for i in intervals)
+        rates = class_rates(shown.stdout)
+        assert [rates[c][0] for c in CLASS_IDS] == pytest.approx([12e6, 6e6, 2e6], rel=0.01)
+        assert (sites.backup_dir / "image-a").stat().st_size == 1_000_000
+        left = subprocess.run(["ip", "netns", "exec", tx, tc, "qdisc", "show", "dev", dev],
+                              capture_output=True, text=True, check=True).stdout  # fmt: skip
+        assert "htb" not in left
+    finally:
+        sites.down()
+    assert not any(name.startswith("geoslo-rhost") for name in _namespaces())

@@ -537,18 +537,38 @@ def reproduce_director(
 @user_errors
 def reproduce_replication(
     quick: Annotated[
-        bool, typer.Option(help="Steps of 0.5 s instead of 0.1 s (seconds, for CI).")
+        bool,
+        typer.Option(
+            help="Steps of 0.5 s instead of 0.1 s (seconds, for CI); with --live, the first "
+            "half of Experiment 1 (about 7 minutes)."
+        ),
+    ] = False,
+    live: Annotated[
+        bool,
+        typer.Option(
+            help="Experiment 1 compressed onto a real link: Redis reads, a Redis replica and "
+            "rsync'd images through HTB between two namespaces (root; about 13 minutes)."
+        ),
     ] = False,
     output: Annotated[
-        Path | None, typer.Option(help="Report folder [reports/replication].")
+        Path | None, typer.Option(help="Report folder [reports/replication or -live].")
     ] = None,
     seed: Annotated[int, typer.Option(help="Seed of every random draw.")] = 0,
 ) -> None:
     """Reproduce the geo-replication MPC's Experiments 1 and 2 (Tables I-II, Figs. 3-4)
-    against FIFO, STATIC and PRIO on the simulated egress link."""
-    from geoslo.experiments.replication import reproduce
+    against FIFO, STATIC and PRIO on the simulated egress link, or (--live) Experiment 1 on
+    a real link (docs/replication-live.md)."""
+    if live:
+        from geoslo.experiments.replication import LiveSettings, live_report
 
-    index = reproduce(output or Path("reports/replication"), quick=quick, seed=seed)
+        settings = LiveSettings.quick() if quick else LiveSettings()
+        settings = replace(settings, seed=seed)
+        out = output or Path("reports/replication-live")
+        index = live_report(settings, out, progress=lambda line: typer.echo(line, err=True))
+    else:
+        from geoslo.experiments.replication import reproduce
+
+        index = reproduce(output or Path("reports/replication"), quick=quick, seed=seed)
     _finish_reproduction(index)
 
 

@@ -1,7 +1,22 @@
 """Reproduction of Dürango et al.'s evaluation (CDC 2016, §V) on the simulated egress link:
 ``reproduce(out_dir, quick)`` writes the report; ``check_pattern`` holds the pattern the
-paper reports."""
+paper reports. ``live_report(LiveSettings(), out_dir)``: Experiment 1 compressed onto a
+real link (``geoslo.live.replication``; root)."""
 
+from geoslo.experiments.replication._live import (
+    LivePolicyRun,
+    LiveSchedule,
+    LiveSettings,
+    live_schedule,
+    run_live_policy,
+    simulate_schedule,
+)
+from geoslo.experiments.replication._live_report import (
+    DYNAMICS_TOLERANCE,
+    check_live,
+    dynamics_errors_mb,
+    live_report,
+)
 from geoslo.experiments.replication._report import (
     PAPER_VALUES,
     POLICIES,
@@ -12,6 +27,16 @@ from geoslo.experiments.replication._report import (
 from geoslo.experiments.replication._workloads import Experiment, experiment_1, experiment_2
 
 __all__ = [
+    "DYNAMICS_TOLERANCE",
+    "LivePolicyRun",
+    "LiveSchedule",
+    "LiveSettings",
+    "check_live",
+    "dynamics_errors_mb",
+    "live_report",
+    "live_schedule",
+    "run_live_policy",
+    "simulate_schedule",
     "PAPER_VALUES",
     "POLICIES",
     "Experiment",
