@@ -18,6 +18,7 @@ ROLES = (
     "costlo-vm",
     "zk-proxy",
     "zk-client",
+    "replication-load",
 )
 
 
@@ -37,6 +38,10 @@ def main(argv: list[str]) -> None:
         from geoslo.live.supercloud.imagestore._servers import NodeConfig, serve_node
 
         asyncio.run(serve_node(NodeConfig.read(config)))
+    elif role == "replication-load":
+        from geoslo.live.replication._load import run_load_process
+
+        run_load_process(config)
     elif role == "loadgen":
         from geoslo.live.kurma._loadgen import run_loadgen_process
 

@@ -10,7 +10,7 @@ application's clients and writers, each following a rate trace.
   the trace's rate; the master streams them to its replica across the link.
 
 Rates are levels (Mbit/s of values) held ``level_period_s`` each in turn, counted from
-``start_epoch_s``. ``python -m geoslo.live.replication._load CONFIG.json`` runs one; it
+``start_epoch_s``. ``python -m geoslo.live replication-load CONFIG.json`` runs one; it
 stops on SIGTERM, writing its log (JSON: per request, when it was sent and how long it
 waited; None if unanswered) to ``log_path``.
 """
@@ -20,7 +20,6 @@ from __future__ import annotations
 import asyncio
 import json
 import signal
-import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,7 +28,7 @@ from geoslo.live._processes import JsonConfigFile
 from geoslo.live._resp import RedisConnection, encode_command
 from geoslo.live.replication._schedule import cumulative_mb
 
-__all__ = ["LoadConfig", "run_load", "reply_bytes"]
+__all__ = ["LoadConfig", "run_load", "run_load_process", "reply_bytes"]
 
 TICK_S = 0.01
 MAX_WAITING_MB = 512.0  # a reader stops sending while this much is unanswered (bounded memory)
@@ -104,7 +103,12 @@ async def run_load(config: LoadConfig, stop: asyncio.Event) -> list[tuple[float,
     return [(e[0], e[1]) for e in log]
 
 
-async def _main(config_path: str) -> None:
+def run_load_process(config_path: Path) -> None:
+    """The process's body: the load until SIGTERM, then its log."""
+    asyncio.run(_main(config_path))
+
+
+async def _main(config_path: Path) -> None:
     config = LoadConfig.read(Path(config_path))
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -113,7 +117,3 @@ async def _main(config_path: str) -> None:
     log = await run_load(config, stop)
     if config.log_path:
         Path(config.log_path).write_text(json.dumps(log))
-
-
-if __name__ == "__main__":
-    asyncio.run(_main(sys.argv[1]))

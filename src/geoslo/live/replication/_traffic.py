@@ -195,7 +195,7 @@ class TrafficSites:
             )  # fmt: skip
             path = self.state_dir / f"{role}.json"
             config.write(path)
-            argv = python_module_command("geoslo.live.replication._load", str(path))
+            argv = python_module_command("geoslo.live", "replication-load", str(path))
             process = ManagedProcess(
                 role, command_in(namespace, argv), self.state_dir / f"{role}.log"
             )
