@@ -5,7 +5,6 @@ real link (``geoslo.live.replication``; root)."""
 
 from geoslo.experiments.replication._live import (
     LivePolicyRun,
-    LiveSchedule,
     LiveSettings,
     live_schedule,
     run_live_policy,
@@ -29,7 +28,6 @@ from geoslo.experiments.replication._workloads import Experiment, experiment_1, 
 __all__ = [
     "DYNAMICS_TOLERANCE",
     "LivePolicyRun",
-    "LiveSchedule",
     "LiveSettings",
     "check_live",
     "dynamics_errors_mb",

@@ -26,19 +26,17 @@ from geoslo.control.replication import (
     MpcPolicy,
     PolicyLoop,
     PrioPolicy,
-    ReplicationConfig,
     ReplicationController,
     StaticPolicy,
     Weights,
 )
-from geoslo.experiments.replication._workloads import experiment_1
+from geoslo.experiments.replication._workloads import Experiment, experiment_1
 from geoslo.live.replication import LinkSpec, ReplicationTestbedEnvironment, reply_bytes
 from geoslo.models import ArrivalModel
 from geoslo.sim.replication import LinkRun, LinkSettings, LinkWorkload, simulate_link
 
 __all__ = [
     "LiveSettings",
-    "LiveSchedule",
     "LivePolicyRun",
     "live_schedule",
     "run_live_policy",
@@ -66,22 +64,7 @@ class LiveSettings:
         return cls(fraction=0.5)
 
 
-@dataclass(frozen=True)
-class LiveSchedule:
-    """Per second on the link: the application's and the replication's rates (Mbit/s);
-    the controller's configuration and STATIC's shares for this link."""
-
-    application_mbps: np.ndarray
-    replication_mbps: np.ndarray
-    config: ReplicationConfig
-    static: StaticPolicy
-
-    @property
-    def duration_s(self) -> int:
-        return len(self.application_mbps)
-
-
-def live_schedule(settings: LiveSettings) -> LiveSchedule:
+def live_schedule(settings: LiveSettings) -> Experiment:
     """Experiment 1's traffic, averaged over each ``compression`` seconds and scaled to the
     link; the controller scaled as the module says."""
     paper = experiment_1()
@@ -106,10 +89,11 @@ def live_schedule(settings: LiveSettings) -> LiveSchedule:
             model.kind, model.process_noise_mb * rho, model.measurement_noise_mb * rho
         ),
     )
-    return LiveSchedule(app, rep, config, StaticPolicy.drbd(config))
+    name = f"Experiment 1 on a {settings.capacity_mbps:g} Mbit/s link, {k}x faster"
+    return Experiment(name, app, rep, config, StaticPolicy.drbd(config))
 
 
-def controller_for(name: str, schedule: LiveSchedule):
+def controller_for(name: str, schedule: Experiment):
     policies = {
         "MPC": lambda: ReplicationController(schedule.config),
         "FIFO": lambda: PolicyLoop(FifoPolicy()),
@@ -136,7 +120,7 @@ class LivePolicyRun:
 
 
 def run_live_policy(
-    name: str, schedule: LiveSchedule, settings: LiveSettings, state_dir: Path, progress=print
+    name: str, schedule: Experiment, settings: LiveSettings, state_dir: Path, progress=print
 ) -> LivePolicyRun:
     return asyncio.run(_run_live_policy(name, schedule, settings, state_dir, progress))
 
@@ -203,7 +187,7 @@ async def _run_live_policy(name, schedule, settings, state_dir, progress) -> Liv
     return LivePolicyRun(name, run, sent, arrived, waits, unanswered, class_bytes, np.array(late))
 
 
-def simulate_schedule(name: str, schedule: LiveSchedule, settings: LiveSettings) -> LinkRun:
+def simulate_schedule(name: str, schedule: Experiment, settings: LiveSettings) -> LinkRun:
     """The simulator on the same schedule: messages of one value (reply) each, 0.1 s steps."""
     link = LinkSettings(
         capacity_mbps=settings.capacity_mbps,

@@ -13,13 +13,13 @@ import numpy as np
 
 from geoslo.experiments.replication._live import (
     LivePolicyRun,
-    LiveSchedule,
     LiveSettings,
     live_schedule,
     run_live_policy,
     simulate_schedule,
 )
-from geoslo.experiments.replication._report import PAPER_VALUES, check_pattern
+from geoslo.experiments.replication._report import PAPER_VALUES, TABLE_ROWS, check_pattern
+from geoslo.experiments.replication._workloads import Experiment
 from geoslo.live.replication import STREAM_MATCHES
 from geoslo.report import Report, load_paper_values
 from geoslo.sim.replication import LinkRun, link_metrics
@@ -32,16 +32,6 @@ STREAMS = ("application", "replication", "VM images")
 # one instant: a value or two can land between two reads)
 DYNAMICS_TOLERANCE = (0.15, 0.05)
 DYNAMICS_SHARE = 0.95  # of a run's intervals and streams within the tolerance
-_ROWS = (
-    ("app_mean_mb", "App-mu [MB]"),
-    ("app_p95_mb", "App-lambda 0.95 [MB]"),
-    ("rep_mean_mb", "Rep-mu [MB]"),
-    ("rep_p95_mb", "Rep-lambda 0.95 [MB]"),
-    ("image_age_mean_s", "vm-sigma-mu [s]"),
-    ("image_age_p95_s", "vm-sigma-lambda [s]"),
-    ("transfer_mean_s", "vm-mu [s]"),
-    ("transfer_p95_s", "vm-lambda [s]"),
-)
 
 INTRO = (
     "Dürango et al.'s Experiment 1 (CDC 2016, §V-C) on a real egress link: two network "
@@ -161,7 +151,7 @@ def check_live(results: dict) -> dict[str, bool]:
     return checks
 
 
-def _setup_section(report: Report, settings: LiveSettings, schedule: LiveSchedule) -> None:
+def _setup_section(report: Report, settings: LiveSettings, schedule: Experiment) -> None:
     config = schedule.config
     report.section(
         "Setting",
@@ -190,7 +180,7 @@ def _table_section(report, settings, live_metrics, sim_metrics, runs) -> None:
     paper = load_paper_values(PAPER_VALUES)["values"]
     rows = []
     names = list(live_metrics)
-    for key, label in _ROWS:
+    for key, label in TABLE_ROWS:
         row = {"metric": label}
         for name in names:
             row[f"{name} live"] = round(getattr(live_metrics[name], key), 2)
@@ -262,7 +252,7 @@ _FIGURE_CAPTION = (
 )
 
 
-def _figure(schedule: LiveSchedule, runs: dict[str, LivePolicyRun], simulated: dict[str, LinkRun]):
+def _figure(schedule: Experiment, runs: dict[str, LivePolicyRun], simulated: dict[str, LinkRun]):
     fig, axes = plt.subplots(len(runs) + 1, 1, figsize=(8, 2.0 * (len(runs) + 1)), sharex=True)
     t = np.arange(schedule.duration_s)
     axes[0].plot(t, schedule.application_mbps, label="application")

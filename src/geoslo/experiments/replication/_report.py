@@ -29,7 +29,7 @@ __all__ = ["reproduce", "check_pattern", "PAPER_VALUES", "POLICIES", "run_experi
 
 PAPER_VALUES = Path(__file__).parent / "data" / "paper.json"
 POLICIES = ("MPC", "FIFO", "STATIC", "PRIO")
-_ROWS = (
+TABLE_ROWS = (
     ("app_mean_mb", "App-mu [MB]"),
     ("app_p95_mb", "App-lambda 0.95 [MB]"),
     ("rep_mean_mb", "Rep-mu [MB]"),
@@ -126,7 +126,7 @@ def _experiment_section(report, n: int, experiment: Experiment, runs, metrics, p
         f"{tuple(round(s, 3) for s in experiment.static.shares)}.",
     )
     rows = []
-    for key, label in _ROWS:
+    for key, label in TABLE_ROWS:
         row = {"metric": label}
         for name in POLICIES:
             row[name] = round(getattr(metrics[name], key), 1)
