@@ -154,7 +154,7 @@ async def _run_live_policy(name, schedule, settings, state_dir, progress) -> Liv
             decision = controller.step(observation)
             await env.apply(decision)
             m = observation.measurement
-            rows.append((k * settings.interval_s, m.buffers_mb, m.sent_mb, m.arrived_mb))
+            rows.append((observation.now_s, m.buffers_mb, m.sent_mb, m.arrived_mb))
             allocation = decision.allocation
             shares.append(allocation.shares if allocation.mode == "shares" else (np.nan,) * 3)
             decide_ms.append(decision.outcome.decide_ms or 0.0)
