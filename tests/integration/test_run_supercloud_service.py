@@ -210,17 +210,17 @@ def test_dry_run_on_the_testbed_decides_every_interval_and_moves_nothing(testbed
 
 @pytest.mark.timeout(90)
 def test_a_refused_plan_counts_an_apply_error_and_changes_nothing(testbed_ok, tmp_path):
-    """A plan §5.2.2's procedures do not make (nodes crossing both ways, issue 22): the
-    environment refuses it, the runtime counts it and goes on, the ensemble stays."""
-    both_ways = (Migration("zk1", "virginia", "tokyo"), Migration("zk2", "tokyo", "virginia"))
+    """A malformed plan (a node that is not a member of the ensemble): the environment
+    refuses it, the runtime counts it and goes on, the ensemble stays."""
+    malformed = (Migration("zk9", "virginia", "tokyo"),)
     table = {"kind": "testbed", "state_dir": str(tmp_path / "zk")}
     environment = SYSTEM.environments["testbed"].model_validate(table)
     service = SYSTEM.build(ControllerSettings(), environment, 3.0)
     recorded, records = _serve(
-        service, 2, dry_run=False, rewrite=lambda plan: replace(plan, migrations=both_ways)
+        service, 2, dry_run=False, rewrite=lambda plan: replace(plan, migrations=malformed)
     )
     errors = [r for r in records if r["event"] == "error"]
     assert [e["kind"] for e in errors] == ["apply", "apply"]
-    assert all("issue 22" in e["error"] for e in errors)
+    assert all("nothing changed" in e["error"] and "zk9" in e["error"] for e in errors)
     assert service.environment.applied == []
     assert len({observation.current for observation, _ in recorded.seen}) == 1

@@ -1,10 +1,11 @@
 """The simulated ensemble as the placement loop's environment (Supercloud, SoCC 2016 §5.1):
 the follow-the-sun load, one interval per observe(), migrations started by apply(), and
-the plans §5.2.2's reconfiguration procedures can carry out on the live ensemble."""
+a plan's reconfigurations on the live ensemble (§5.2.2's procedures in general)."""
 
 from __future__ import annotations
 
 import asyncio
+from itertools import count
 
 import numpy as np
 import pytest
@@ -14,6 +15,8 @@ from geoslo.control.supercloud.example import example_state
 from geoslo.control.supercloud.loop import PlacementLoop
 from geoslo.errors import InputError
 from geoslo.live.supercloud.zookeeper import PlanRefusedError, ReconfigStep, plan_steps
+from geoslo.live.supercloud.zookeeper._procedures import INITIAL_IDS, SERVERS, steps_of
+from geoslo.live.supercloud.zookeeper._reconfig_model import check_steps
 from geoslo.sim.supercloud import FollowTheSun, SupercloudSimEnvironment, follow_the_sun_rps
 
 SITES = ("Washington DC", "Tokyo")
@@ -91,62 +94,163 @@ def test_a_long_run_keeps_bounded_state() -> None:
     assert len(env.ensemble.migration_log) <= 100
 
 
-# --- §5.2.2's procedures as a plan's reconfigurations (live ensemble) ------------------
+# --- a plan's reconfigurations on the live ensemble (§5.2.2's procedures in general) ------
 
 A, B = "virginia", "tokyo"
 START = {1: A, 2: B, 3: A}  # §5.2.2: leader 3 and follower 1 in Virginia, follower 2 in Tokyo
 
 
-def _fresh():
-    ids = {A: iter((5, 7, 9)), B: iter((4, 6, 8))}
-    return lambda site: next(ids[site])
+class _FreshIds:
+    """The live environment's ids: odd in Virginia, even in Tokyo, each new one the next of
+    its site above every id used so far; remembers each new server's site."""
+
+    def __init__(self, members: dict[int, str]) -> None:
+        self.sites = dict(members)
+        self.highest = max(members)
+
+    def __call__(self, site: str) -> int:
+        parity = 1 if site == A else 0
+        self.highest = next(i for i in count(self.highest + 1) if i % 2 == parity)
+        self.sites[self.highest] = site
+        return self.highest
+
+
+def _steps(members, leader, moves, leader_site=None):
+    fresh = _FreshIds(members)
+    migrations = tuple(Migration(*m) for m in moves)
+    steps = plan_steps(members, leader, migrations, fresh, leader_site)
+    return steps, fresh.sites
+
+
+TWO_STEP = [("zk3", A, B)]  # §5.2.2's 2-step: the leader alone moves to Tokyo
+THREE_STEP = [("zk1", A, B), ("zk3", A, B), ("zk2", B, A)]  # 2 in Tokyo with the leader
 
 
 @pytest.mark.parametrize(
-    ("members", "leader", "moves", "steps"),
+    ("members", "leader", "moves", "leader_site", "steps"),
     [
-        (START, 3, [], ()),
-        (  # §5.2.2's 2-step: the leader alone moves
-            START, 3, [("zk3", A, B)],
+        (START, 3, [], None, ()),
+        (START, 3, [], A, ()),
+        (  # §5.2.2's 2-step
+            START, 3, TWO_STEP, None,
             (ReconfigStep("add a server in tokyo", (4,)),
              ReconfigStep("remove the original leader", (), (3,))),
         ),
+        (  # §5.2.2's 3-step
+            START, 3, THREE_STEP, None,
+            (ReconfigStep("add 2 servers in tokyo", (4, 6)),
+             ReconfigStep("remove every server in virginia", (), (1, 3)),
+             ReconfigStep("add a server in virginia, remove a follower in tokyo", (7,), (2,))),
+        ),
         (  # the 3-step's first two steps: every Virginia node moves
-            START, 3, [("zk1", A, B), ("zk3", A, B)],
+            START, 3, [("zk1", A, B), ("zk3", A, B)], None,
             (ReconfigStep("add 2 servers in tokyo", (4, 6)),
              ReconfigStep("remove every server in virginia", (), (1, 3))),
         ),
         (  # the 3-step's last step: one follower moves
-            {2: B, 4: B, 6: B}, 6, [("zk4", B, A)],
-            (ReconfigStep("add a server in virginia, remove a follower in tokyo", (5,), (4,)),),
+            {2: B, 4: B, 6: B}, 6, [("zk4", B, A)], None,
+            (ReconfigStep("add a server in virginia, remove a follower in tokyo", (7,), (4,)),),
         ),
         (  # a whole Tokyo ensemble back to Virginia
-            {2: B, 4: B, 6: B}, 6, [("zk2", B, A), ("zk4", B, A), ("zk6", B, A)],
-            (ReconfigStep("add 3 servers in virginia", (5, 7, 9)),
+            {2: B, 4: B, 6: B}, 6, [("zk2", B, A), ("zk4", B, A), ("zk6", B, A)], None,
+            (ReconfigStep("add 3 servers in virginia", (7, 9, 11)),
              ReconfigStep("remove every server in tokyo", (), (2, 4, 6))),
+        ),
+        (  # followers crossing both ways (refused before the general procedure)
+            START, 3, [("zk1", A, B), ("zk2", B, A)], None,
+            (ReconfigStep("add a server in tokyo and a server in virginia, remove a follower "
+                          "in virginia and a follower in tokyo", (4, 5), (1, 2)),),
+        ),
+        (  # the leader and some, not all, of Virginia's nodes (refused before)
+            {1: A, 3: A, 5: A, 2: B}, 5, [("zk3", A, B), ("zk5", A, B)], None,
+            (ReconfigStep("add 2 servers in tokyo", (6, 8)),
+             ReconfigStep("remove the original leader and a follower in virginia", (), (3, 5))),
+        ),
+        (  # only the leadership moves: the leader and a Tokyo follower are replaced in place
+            START, 3, [], B,
+            (ReconfigStep("add a server in tokyo", (4,)),
+             ReconfigStep("remove the original leader", (), (3,)),
+             ReconfigStep("add a server in virginia, remove a follower in tokyo", (5,), (2,))),
         ),
     ],
 )  # fmt: skip
-def test_the_plans_of_the_2_step_and_3_step_procedures(members, leader, moves, steps):
-    migrations = tuple(Migration(*m) for m in moves)
-    assert plan_steps(members, leader, migrations, _fresh()) == steps
+def test_a_plan_becomes_reconfigurations(members, leader, moves, leader_site, steps):
+    assert _steps(members, leader, moves, leader_site)[0] == steps
 
 
 @pytest.mark.parametrize(
-    ("members", "leader", "moves", "why"),
+    ("procedure", "moves", "final_sites"),
+    [("2-step", TWO_STEP, [A, B, B]), ("3-step", THREE_STEP, [A, B, B])],
+)
+def test_the_paper_procedures_are_the_plans_steps(procedure, moves, final_sites):
+    """The plan's steps have the shape of §5.2.2's procedure (as ``_procedures`` runs it):
+    the sites of the servers each step adds and removes, and whether it removes the
+    leader; both end with the leader in Tokyo and the same sites."""
+    steps, sites = _steps(START, 3, moves)
+    members, leader = check_steps(START, 3, steps, sites.__getitem__)
+    assert _shape(steps, sites, START, 3) == _paper_shape(procedure)
+    assert sorted(members.values()) == sorted(final_sites) and members[leader] == B
+
+
+def _shape(steps, sites, members, leader):
+    """Each step's (sites added, sites removed, whether it removes the leader)."""
+    shape = []
+    for step in steps:
+        joining = sorted(sites[i] for i in step.joining)
+        shape.append((joining, sorted(sites[i] for i in step.leaving), leader in step.leaving))
+        members, leader = _replay(members, leader, step, sites)
+    return shape
+
+
+def _replay(members, leader, step, sites):
+    """One step, only to follow the membership and the leader (failures=0: the sequence's
+    quorum is checked as a whole)."""
+    return check_steps(members, leader, [step], sites.__getitem__, failures=0)
+
+
+def _paper_shape(procedure: str):
+    """§5.2.2's procedure replayed from ``INITIAL_IDS``, led by the highest id; the
+    paper's own steps keep the quorum too."""
+    sites = {i: server.site for i, server in SERVERS.items()}
+    start = {i: sites[i] for i in INITIAL_IDS}
+    members, leader, steps = start, max(start), []
+    for step in steps_of(procedure):
+        grown = tuple(sorted([*members, *step.start_ids]))
+        steps.append(ReconfigStep(step.name, step.start_ids, step.leaving(grown, leader)))
+        members, leader = _replay(members, leader, steps[-1], sites)
+    check_steps(start, max(start), steps, sites.__getitem__)
+    return _shape(steps, sites, start, max(start))
+
+
+def test_only_the_3_step_places_the_leader_whichever_member_the_hand_off_picks():
+    """ZooKeeper hands the leadership to some up-to-date member of the new configuration,
+    not necessarily the highest id: after the 3-step's hand-off every member is in Tokyo,
+    after the 2-step's a Virginia server remains (§5.2.2, Fig. 7a: a Virginia leader)."""
+    for moves, always_tokyo in [(THREE_STEP, True), (TWO_STEP, False)]:
+        steps, sites = _steps(START, 3, moves)
+        leaders = {check_steps(START, 3, steps, sites.__getitem__, elect=pick)[1]
+                   for pick in (min, max)}  # fmt: skip
+        assert all(sites[i] == B for i in leaders) is always_tokyo
+
+
+@pytest.mark.parametrize(
+    ("members", "leader", "moves", "leader_site", "why"),
     [
-        (START, 3, [("zk1", A, B), ("zk2", B, A)], "2 routes"),
-        ({1: A, 3: A, 5: A, 2: B}, 5, [("zk3", A, B), ("zk5", A, B)], "2 of the 3 nodes"),
-        (START, 3, [("zk9", A, B)], "not a member"),
-        (START, 3, [("zk2", A, B)], "zk2 is in tokyo"),
-        (START, 3, [("vm", A, B)], "not a member"),
+        (START, 3, [("zk9", A, B)], None, "zk9 is not a member"),
+        (START, 3, [("vm", A, B)], None, "vm is not a member"),
+        (START, 3, [("zk2", A, B)], None, "zk2 is in tokyo, not virginia"),
+        (START, 3, [("zk1", A, B), ("zk1", A, B)], None, "zk1 moves twice"),
+        (START, 3, [], "osaka", "leader site 'osaka' would hold no member"),
+        (START, 3, [("zk1", A, B), ("zk3", A, B)], A, "leader site 'virginia' would hold no"),
+        (START, 7, [], None, "the leader 7 is not a member"),
     ],
 )
-def test_other_plans_are_refused_naming_why_and_issue_22(members, leader, moves, why):
-    migrations = tuple(Migration(*m) for m in moves)
+def test_malformed_plans_are_refused_naming_why(members, leader, moves, leader_site, why):
+    fresh = _FreshIds(members)
     with pytest.raises(PlanRefusedError, match=why) as refused:
-        plan_steps(members, leader, migrations, _fresh())
-    assert "issue 22" in str(refused.value)
+        plan_steps(members, leader, tuple(Migration(*m) for m in moves), fresh, leader_site)
+    assert "nothing changed" in str(refused.value)
+    assert fresh.highest == max(members)  # no id was taken
 
 
 def test_the_start_placement_is_the_first_observed() -> None:

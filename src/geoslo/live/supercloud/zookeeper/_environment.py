@@ -43,6 +43,7 @@ from geoslo.live.supercloud.zookeeper._plan_steps import (
     plan_steps,
 )
 from geoslo.live.supercloud.zookeeper._proxy import ProxyRoute, write_routes
+from geoslo.live.supercloud.zookeeper._reconfig_model import UnsafeStepsError, check_steps
 from geoslo.live.supercloud.zookeeper._run import cannot_run_reason
 from geoslo.live.supercloud.zookeeper._settings import (
     CLIENT_PORT,
@@ -344,8 +345,10 @@ class SupercloudTestbedEnvironment:
     # --- apply -----------------------------------------------------------------------
 
     async def apply(self, plan: Plan) -> None:
-        """Start the plan's reconfigurations in the background; refuse (nothing changed)
-        a plan §5.2.2's procedures do not make, or one arriving while another runs."""
+        """Start the plan's reconfigurations in the background (``plan_steps``: any
+        well-formed plan, checked by ``check_steps`` to keep a quorum at every step, the
+        leader ending in the plan's leader site); refuse (nothing changed) a malformed
+        plan, or one arriving while another runs."""
         if self._worker is not None and self._worker.is_alive():
             raise PlanRefusedError("plan refused: a reconfiguration is still running")
         members, leader = await asyncio.to_thread(self._membership)
@@ -354,9 +357,14 @@ class SupercloudTestbedEnvironment:
         with self._lock:
             self.members = members
         layout = {i: site_of_server(i) for i in members}
-        steps = plan_steps(layout, leader, plan.migrations, self._fresh_id)
+        leader_site = plan.placement.site_of(plan.placement.leader)
+        steps = plan_steps(layout, leader, plan.migrations, self._fresh_id, leader_site)
         if not steps:
             return
+        try:
+            check_steps(layout, leader, steps, site_of_server)
+        except UnsafeStepsError as error:
+            raise PlanRefusedError(f"plan refused, nothing changed: {error}") from None
         self.applied.append(tuple(step.name for step in steps))
         self._worker = threading.Thread(
             target=self._carry_out, args=(steps,), name="zk-reconfig", daemon=True
@@ -364,17 +372,16 @@ class SupercloudTestbedEnvironment:
         self._worker.start()
 
     def _fresh_id(self, site: str) -> int:
-        """The next id of ``site`` above every id used so far; when the pool is spent, the
-        lowest id of the site that is not a member."""
-        mine = [i for i in self.pool if site_of_server(i) == site]
-        above = [i for i in mine if i > self._highest]
-        if above:
-            self._highest = above[0]
-            return above[0]
-        free = [i for i in mine if i not in self.members]
-        if not free:
-            raise PlanRefusedError(f"plan refused: no free server id left in {site}")
-        return free[0]
+        """The next id of ``site`` above every id used so far (the election rule the steps
+        rely on needs a newcomer to hold the highest id); refused when the pool is spent."""
+        above = [i for i in self.pool if site_of_server(i) == site and i > self._highest]
+        if not above:
+            raise PlanRefusedError(
+                f"plan refused: no server id above {self._highest} left in {site} "
+                f"(the testbed's pool is {len(self.pool)} ids)"
+            )
+        self._highest = above[0]
+        return above[0]
 
     def _carry_out(self, steps: tuple[ReconfigStep, ...]) -> None:
         try:
