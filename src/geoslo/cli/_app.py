@@ -540,7 +540,7 @@ def reproduce_replication(
         bool,
         typer.Option(
             help="Steps of 0.5 s instead of 0.1 s (seconds, for CI); with --live, the first "
-            "half of Experiment 1 (about 7 minutes)."
+            "40% of Experiment 1 (about 6 minutes)."
         ),
     ] = False,
     live: Annotated[

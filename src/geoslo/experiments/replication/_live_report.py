@@ -79,7 +79,19 @@ def live_report(settings: LiveSettings, out_dir: Path, progress=print) -> Path:
     results["checks"] = checks
     report.text(f"{time.monotonic() - started:.0f} s on this machine.")
     report.data("results", results)
+    report.data("runs", {name: _raw(run) for name, run in runs.items()})
     return report.write(out_dir)
+
+
+def _raw(run: LivePolicyRun) -> dict:
+    """One policy's measurements as measured, so the tables can be derived again."""
+    r = run.run
+    return {
+        "time_s": r.time_s, "buffers_mb": r.buffers_mb, "sent_mb": run.interval_sent_mb,
+        "arrived_mb": run.interval_arrived_mb, "shares": r.shares,
+        "image_created_s": r.image_created_s, "image_done_s": r.image_done_s,
+        "request_waits_s": run.request_waits_s, "observe_late_s": run.late_s,
+    }  # fmt: skip
 
 
 def dynamics_errors_mb(run: LivePolicyRun) -> np.ndarray:
