@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import secrets
+import shutil
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -212,9 +213,12 @@ class TrafficSites:
         return logs
 
     def down(self) -> None:
-        """Stop every process started here (the load first), delete the namespaces."""
+        """Stop every process started here (the load first), delete the namespaces and the
+        images (random bytes, made here); the logs stay."""
         self.stop_load()
         for process in reversed(self.processes):
             process.stop()
         self.processes.clear()
         self.pair.delete()
+        for folder in (self.spool_dir, self.backup_dir):
+            shutil.rmtree(folder, ignore_errors=True)
