@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from _run import Running, run_service, write_config
+from _run import Running, http_get, run_service, write_config
 from geoslo.control.replication import ReplicationConfig, ReplicationController, policy_loop
 from geoslo.errors import TestbedError
 from geoslo.live._processes import find_program
@@ -339,6 +339,7 @@ def test_geoslo_run_puts_plans_in_htb_and_a_dry_run_only_logs_them(tmp_path, can
     try:
         run.wait_for(lambda: len(run.result().events("interval")) >= 2, "2 intervals")
         rates_bps = _htb_rates_bps("geoslo-rrunh", run.process.pid)
+        _, metrics = http_get(run.base_url() + "/metrics")
         assert run.stop() == 0
     finally:
         run.close()
@@ -348,6 +349,8 @@ def test_geoslo_run_puts_plans_in_htb_and_a_dry_run_only_logs_them(tmp_path, can
     plans = [record["plan"]["shares"] for record in result.events("dry_run")]
     in_force = (1 / 3, 1 / 3, 1 / 3) if flags else STATIC_SHARES
     assert rates_bps == pytest.approx([s * CAPACITY_BPS for s in in_force], rel=0.01)
+    assert b"geoslo_replication_capacity_mbps 20.0" in metrics  # the link's own gauges
+    assert b"geoslo_replication_measured_capacity_mbps" in metrics
     if flags:
         assert len(plans) == len(intervals) >= 2
         assert all(list(plan.values()) == pytest.approx(STATIC_SHARES) for plan in plans)

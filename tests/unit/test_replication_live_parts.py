@@ -17,6 +17,7 @@ from geoslo.live.replication import (
     class_rates,
     cumulative_mb,
     destination_ports,
+    full_link_goodput_mbps,
     images_started,
     parse_ss,
     rebuild_lines,
@@ -316,3 +317,18 @@ def _results(app_mb: dict, within=1.0, peak=0.96, images=(9, 9)) -> dict:
 def test_the_live_checks_can_fail(results, failed):
     checks = check_live(results)
     assert {name for name, passed in checks.items() if not passed} == failed
+
+
+@pytest.mark.parametrize(
+    ("backlog_mb", "sent_mb", "expected_mbps"),
+    [
+        ([5.0, 5.0, 5.0], [0.0, 2.4, 2.3], [19.2, 18.4]),  # full all along: every interval
+        ([5.0, 0.5, 5.0], [0.0, 2.4, 2.3], []),  # drained in between: neither counts
+        ([0.0, 0.0, 0.0], [0.0, 0.5, 0.5], []),  # idle: the link's C is not what it sent
+    ],
+)
+def test_c_is_measured_only_from_intervals_in_which_the_link_was_full(
+    backlog_mb, sent_mb, expected_mbps
+):
+    goodput = full_link_goodput_mbps([0.0, 1.0, 2.0], backlog_mb, sent_mb, 20.0)
+    assert goodput.tolist() == pytest.approx(expected_mbps)

@@ -334,15 +334,23 @@ def build(controller: BaseModel, environment: BaseModel, interval_s: float) -> S
         controller = controller.model_copy(update={"capacity_mbps": capacity_mbps})
     config = replication_config(controller, interval_s)
     environments = {"simulator": simulator, "testbed": testbed, "host": host}
+    env = environments[environment.kind](environment, config)
     return Service(
         system="replication",
         controller=controller_for(controller, config),
-        environment=environments[environment.kind](environment, config),
+        environment=env,
         interval_s=interval_s,
         plan_gauges=plan_gauges,
         observation_gauges=observation_gauges,
         plan_record=plan_record,
+        collectors=_collectors(env),
     )
+
+
+def _collectors(environment) -> tuple:
+    """The live link's own gauges (C in force and measured), where it has them."""
+    registry = getattr(environment, "registry", None)
+    return () if registry is None else (registry,)
 
 
 EXAMPLE_CONFIG = """\

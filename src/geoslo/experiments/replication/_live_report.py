@@ -20,7 +20,7 @@ from geoslo.experiments.replication._live import (
 )
 from geoslo.experiments.replication._report import PAPER_VALUES, TABLE_ROWS, check_pattern
 from geoslo.experiments.replication._workloads import Experiment
-from geoslo.live.replication import STREAM_MATCHES
+from geoslo.live.replication import STREAM_MATCHES, full_link_goodput_mbps
 from geoslo.report import Report, load_paper_values
 from geoslo.sim.replication import LinkRun, link_metrics
 
@@ -106,17 +106,10 @@ def _within(run: LivePolicyRun) -> np.ndarray:
     return np.abs(dynamics_errors_mb(run)) <= absolute + relative * moved
 
 
-def full_link_goodput_mbps(run: LivePolicyRun, capacity_mbps: float) -> np.ndarray:
-    """Goodput (Mbit/s) of each interval in which the link was full all along: the total
-    backlog above what the link sends in an interval at both its ends (C measured)."""
-    t = run.run.time_s
-    duration_s = np.diff(t)
-    backlog = run.run.buffers_mb.sum(axis=1)
-    full = (backlog[:-1] > capacity_mbps / 8 * duration_s) & (
-        backlog[1:] > capacity_mbps / 8 * duration_s
-    )
-    sent_mb = run.interval_sent_mb[1:].sum(axis=1)
-    return (sent_mb * 8 / duration_s)[full]
+def _full_link_goodput_mbps(run: LivePolicyRun, capacity_mbps: float) -> np.ndarray:
+    r = run.run
+    total_sent = run.interval_sent_mb.sum(axis=1)
+    return full_link_goodput_mbps(r.time_s, r.buffers_mb.sum(axis=1), total_sent, capacity_mbps)
 
 
 def images_due(run: LinkRun, settle_s: float) -> tuple[int, int]:
@@ -137,7 +130,7 @@ def _results(settings, schedule, runs, live_metrics, sim_metrics) -> dict:
     for name, run in runs.items():
         within = _within(run)
         errors = dynamics_errors_mb(run)
-        full = full_link_goodput_mbps(run, settings.capacity_mbps)
+        full = _full_link_goodput_mbps(run, settings.capacity_mbps)
         due, due_done = images_due(run.run, settle_s)
         out["policies"][name] = {
             "live": live_metrics[name].to_dict(),

@@ -8,6 +8,7 @@ environment handles that join them: ``EgressEnvironment`` on one's own host and
 streams). Reference: docs/replication-live.md."""
 
 from geoslo.live._netns import NamespacePair, cannot_run_reason, socket_in
+from geoslo.live.replication._capacity import full_link_goodput_mbps
 from geoslo.live.replication._environment import (
     EgressEnvironment,
     EgressSpec,
@@ -60,6 +61,7 @@ __all__ = [
     "class_rates",
     "cumulative_mb",
     "destination_ports",
+    "full_link_goodput_mbps",
     "images_started",
     "interface_capacity_mbps",
     "parse_ss",

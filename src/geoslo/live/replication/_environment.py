@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+from prometheus_client import CollectorRegistry, Gauge
 
 from geoslo.control.replication.types import (
     Allocation,
@@ -112,11 +113,19 @@ class _Reading:
 
 class EgressEnvironment:
     """One host's egress, observed from its systems and shaped by HTB (``simulated =
-    False``). ``now_s`` counts from ``start()`` unless a ``clock_epoch_s`` is given."""
+    False``). ``now_s`` counts from ``start()`` unless a ``clock_epoch_s`` is given.
+    ``registry`` holds its own Prometheus gauges (``geoslo run`` serves them): C in force
+    and C measured (``measured_capacity_mbps``)."""
 
     simulated = False
+    MEASURED_INTERVALS = 60  # the measured C is the median over this many recent full ones
 
-    def __init__(self, spec: EgressSpec, clock_epoch_s: float | None = None) -> None:
+    def __init__(
+        self,
+        spec: EgressSpec,
+        clock_epoch_s: float | None = None,
+        registry: CollectorRegistry | None = None,
+    ) -> None:
         self.spec = spec
         self.allocation = Allocation("shares", spec.initial_shares)
         self.capacity_mbps = spec.capacity_mbps
@@ -129,6 +138,18 @@ class EgressEnvironment:
         self._replicated: ReplicatedStore | None = None
         self._acked = AckedBytes()
         self._last: _Reading | None = None
+        self._totals: list[tuple[float, float, float]] = []  # (now_s, backlog MB, sent MB)
+        self.registry = registry or CollectorRegistry()
+        self._capacity_gauge = Gauge(
+            "geoslo_replication_capacity_mbps",
+            "C in force: given or read from the interface",
+            registry=self.registry,
+        )
+        self._measured_gauge = Gauge(
+            "geoslo_replication_measured_capacity_mbps",
+            "Median goodput of the recent intervals in which the link was full (nan: none)",
+            registry=self.registry,
+        )
 
     @property
     def images(self) -> list[CopiedImage]:
@@ -142,6 +163,8 @@ class EgressEnvironment:
             )
         self._application = ApplicationStore(spec.application)
         self._replicated = ReplicatedStore(spec.master, spec.replica)
+        self._capacity_gauge.set(self.capacity_mbps)
+        self._measured_gauge.set(float("nan"))
         shaper = HtbShaper(spec.dev, self.capacity_mbps * 1e6, spec.matches, spec.namespace)
         await asyncio.to_thread(shaper.install, spec.initial_shares)
         self._shaper = shaper
@@ -276,6 +299,7 @@ class ReplicationTestbedEnvironment:
         self.egress: EgressEnvironment | None = None
         self.start_epoch_s = 0.0
         self.request_logs: dict[str, list] = {}
+        self.registry = CollectorRegistry()  # the egress environment's gauges, once started
         self._images_task: asyncio.Task | None = None
 
     @property
@@ -317,6 +341,7 @@ class ReplicationTestbedEnvironment:
                 rsync_password_file=sites.rsync_password_file, initial_shares=spec.initial_shares,
             ),
             clock_epoch_s=self.start_epoch_s,
+            registry=self.registry,
         )  # fmt: skip
         await self.egress.start()
         await asyncio.to_thread(
