@@ -184,7 +184,20 @@ class EgressEnvironment:
             (reading.sent - last.sent) / MB,
             (reading.arrived - last.arrived) / MB,
         )
-        return ReplicationObservation(self.now_s(), measurement)
+        now_s = self.now_s()
+        self._totals.append((now_s, measurement.buffers_mb.sum(), measurement.sent_mb.sum()))
+        del self._totals[: -(self.MEASURED_INTERVALS + 1)]
+        self._measured_gauge.set(self.measured_capacity_mbps())
+        return ReplicationObservation(now_s, measurement)
+
+    def measured_capacity_mbps(self) -> float:
+        """C as the link delivered it lately: the median goodput of the recent intervals
+        in which it was full (``_capacity.py``); nan until there is one."""
+        if len(self._totals) < 2:
+            return float("nan")
+        t, backlog, sent = np.array(self._totals).T
+        full = full_link_goodput_mbps(t, backlog, sent, self.capacity_mbps or 0.0)
+        return float(np.median(full)) if full.size else float("nan")
 
     async def apply(self, plan: Decision | Allocation) -> None:
         """Put the plan's allocation in force on the HTB classes."""

@@ -23,6 +23,7 @@ import asyncio
 import logging
 import os
 import socket
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -167,16 +168,19 @@ class ImageCopier:
     images: list[CopiedImage] = field(default_factory=list)
     failures: int = 0
     _task: asyncio.Task | None = None
+    _scanning: threading.Lock = field(default_factory=threading.Lock)
 
     def scan(self) -> None:
-        """Take in the files that arrived since the last scan."""
-        known = {image.name for image in self.images}
-        new = []
-        for entry in os.scandir(self.spool_dir):
-            if entry.is_file() and not entry.name.startswith(".") and entry.name not in known:
-                stat = entry.stat()
-                new.append(CopiedImage(entry.name, stat.st_size, stat.st_mtime))
-        self.images += sorted(new, key=lambda image: (image.created_s, image.name))
+        """Take in the files that arrived since the last scan (the copier's task and the
+        environment's readings both scan, from two threads: one at a time)."""
+        with self._scanning:
+            known = {image.name for image in self.images}
+            new = []
+            for entry in os.scandir(self.spool_dir):
+                if entry.is_file() and not entry.name.startswith(".") and entry.name not in known:
+                    stat = entry.stat()
+                    new.append(CopiedImage(entry.name, stat.st_size, stat.st_mtime))
+            self.images += sorted(new, key=lambda image: (image.created_s, image.name))
 
     @property
     def waiting(self) -> list[CopiedImage]:
