@@ -34,6 +34,7 @@ from geoslo.control.replication.types import (
 from geoslo.errors import ConfigError, TestbedError
 from geoslo.live._netns import cannot_run_reason, run_in
 from geoslo.live._processes import find_program
+from geoslo.live.replication._capacity import full_link_goodput_mbps
 from geoslo.live.replication._htb import PortMatch
 from geoslo.live.replication._schedule import images_started
 from geoslo.live.replication._shaper import HtbShaper
