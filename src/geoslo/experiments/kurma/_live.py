@@ -43,7 +43,6 @@ from geoslo.models import (
     build_slo_surface,
     probe_residuals_ms,
     profile_backend,
-    profile_loads,
 )
 from geoslo.report import progress as progress_bar
 
@@ -298,13 +297,25 @@ def _pair_surfaces(profile, residuals: dict[tuple[int, int], np.ndarray], n: int
     return tuple(rows)
 
 
+def live_profile_loads(nominal_rps: float, n_points: int) -> np.ndarray:
+    """Evenly spaced loads from 5% to 97% of the nominal capacity. Not §4.1's spacing,
+    denser toward ``nominal_rps``: this backend saturates at 0.75-0.8 of its nominal
+    capacity (the CPU quota's throttling), so that spacing spent most points beyond
+    saturation, where every request violates, and left 48 to 336 req/s between two points.
+    The sites that receive redirects run in that gap, and a piecewise-linear curve across
+    it (0 to 0.6%) put Kurma's estimate for redirected requests at 1.1-1.4% where 0.0%
+    was measured, and where the local responses measured at the destination at the same
+    time, with the probes' residual and base, predicted 0.01-0.15%."""
+    return nominal_rps * np.linspace(0.05, 0.97, n_points)
+
+
 def profile_testbed(
     testbed: Testbed, run_dir: Path, settings: LiveSettings, seed: int, progress=print
 ) -> LiveModel:
     """Profile every site at once, open-loop, at loads up to the backend's capacity (§4.1)."""
     spec = testbed.spec
     nominal_rps = spec.servers_per_site * testbed.workload.capacity_per_server_rps
-    loads = profile_loads(nominal_rps, settings.profile_points, highest_fraction=0.97)
+    loads = live_profile_loads(nominal_rps, settings.profile_points)
     trace = _stepped_trace(loads, settings)
     progress(f"profiling {len(loads)} loads up to {loads[-1]:.0f} req/s, {len(trace)} s")
     run = _replay(
