@@ -155,7 +155,8 @@ def test_the_library_loop_drives_the_live_link_from_its_measurements(tmp_path, c
     writes_mb = cumulative_mb(spec.replication_mbps, 8.0, end_s)
     assert arrived[0] == pytest.approx(reads_mb, rel=0.02, abs=0.3)
     assert arrived[1] == pytest.approx(writes_mb, rel=0.02, abs=0.3)
-    assert arrived[2] == pytest.approx(4.0 * int(end_s // 8.0))
+    due = int(end_s // 8.0)  # the image due at the last observation may land just after it
+    assert arrived[2] in (pytest.approx(4.0 * due), pytest.approx(4.0 * (due - 1)))
     # the measured backlogs obey equation (3): the backlog from the system holding it,
     # arrivals from the producer, sent from the kernel's acknowledged bytes
     for before, after in zip(measurements[:-1], measurements[1:], strict=True):

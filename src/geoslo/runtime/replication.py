@@ -295,7 +295,7 @@ def host(settings: HostSettings, config: ReplicationConfig) -> EgressEnvironment
         namespace=settings.namespace,
         rsync_password_file=None if password_file is None else Path(password_file),
     )
-    return EgressEnvironment(spec)
+    return EgressEnvironment(spec, act_at_start=False)  # a dry run changes nothing
 
 
 def plan_gauges(plan: Decision) -> Mapping[str, float]:

@@ -6,10 +6,12 @@ simulator's run of the same schedule.
 Scaling (ours): the link is ``capacity_mbps`` (20) instead of 100 Mbit/s, so every rate
 is scaled by capacity/100; time runs ``compression`` (60) times faster, so an image of
 375 MB every 10 minutes becomes 1.25 MB every 10 s; the controller samples every second.
-The MPC's quantities in MB per interval (the Kalman noise levels) scale with the link's
-capacity per interval (ρ = 20 x 1 s / (100 x 10 s)) and the penalty on share moves with
-ρ², so that a move weighs against the same fraction of the link's interval as in the
-paper; the buffer and integral weights are the paper's.
+The MPC counts buffers in intervals of the link (``mpc.py``), so its weights are the
+paper's; its Kalman noise levels are MB per interval and scale with the link's capacity
+per interval (rho = 20 x 1 s / (100 x 10 s)). The interval is 60 of the paper's seconds
+where the paper's is 10, so the paper's horizon of 30 intervals looks three image
+periods ahead here where the paper's looked half of one; with the paper's ratio (H = 5)
+the simulator's MPC finished 10 of 17 images on this schedule, so H stays 30.
 """
 
 from __future__ import annotations
@@ -28,7 +30,6 @@ from geoslo.control.replication import (
     PrioPolicy,
     ReplicationController,
     StaticPolicy,
-    Weights,
 )
 from geoslo.experiments.replication._workloads import Experiment, experiment_1
 from geoslo.live.replication import LinkSpec, ReplicationTestbedEnvironment, reply_bytes
@@ -78,14 +79,14 @@ def live_schedule(settings: LiveSettings) -> Experiment:
         * settings.interval_s
         / (paper.config.capacity_mbps * paper.config.interval_s)
     )
-    w, model = paper.config.weights, paper.config.arrival_model
+    w, model = paper.config.weights, paper.config.arrival_model  # weights: unitless (mpc.py)
     config = replace(
         paper.config,
         capacity_mbps=settings.capacity_mbps,
         interval_s=settings.interval_s,
         image_mb=paper.config.image_mb * scale / k,
         image_period_s=paper.config.image_period_s / k,
-        weights=Weights(w.buffer, tuple(r * rho**2 for r in w.moves), w.integral),
+        weights=w,
         arrival_model=ArrivalModel(
             model.kind, model.process_noise_mb * rho, model.measurement_noise_mb * rho
         ),
@@ -168,7 +169,9 @@ async def _run_live_policy(name, schedule, settings, state_dir, progress) -> Liv
         await env.close()
     reader = env.request_logs.get("reader", [])
     end_s = steps * settings.interval_s
-    waits = np.array([w if w is not None else end_s - (sent - start) for sent, w in reader])
+    waits = np.array(
+        [w if w is not None else max(end_s - (sent - start), 0.0) for sent, w in reader]
+    )
     t = np.array([r[0] for r in rows])
     sent = np.array([r[2] for r in rows])
     arrived = np.array([r[3] for r in rows])

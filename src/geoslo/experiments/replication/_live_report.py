@@ -36,12 +36,13 @@ DYNAMICS_SHARE = 0.95  # of a run's intervals and streams within the tolerance
 INTRO = (
     "Dürango et al.'s Experiment 1 (CDC 2016, §V-C) on a real egress link: two network "
     "namespaces joined by a veth whose sending end HTB shapes; across it, the application's "
-    "clients read 64 KiB values from a Redis server, a Redis replica follows its master, "
+    "clients read values from a Redis server, a Redis replica follows its master, "
     "which the application writes to, and rsync copies VM images to a daemon at the backup "
     "site. Each stream's backlog is read from the system that holds it (the server's reply "
     "buffers and sockets, the master's replication offset against its replica's, the "
     "images not yet acknowledged) and what it sent from the kernel's acknowledged bytes. "
-    "The controller runs every second; each policy gets a fresh testbed. Beside each "
+    "Each policy gets a fresh testbed (the setting below says how big the values are and "
+    "how often the controller runs). Beside each "
     "measured column is the simulator's run of the same schedule; the paper's columns are "
     "at its scale (100 Mbit/s, 3 h), for the pattern only."
 )
@@ -102,9 +103,11 @@ def dynamics_errors_mb(run: LivePolicyRun) -> np.ndarray:
 
 
 def _within(run: LivePolicyRun) -> np.ndarray:
+    """Per interval after the first, the application's and the replication's: whether eq.
+    (3) holds within the tolerance (the images' holds by construction: left out)."""
     absolute, relative = DYNAMICS_TOLERANCE
-    moved = run.interval_arrived_mb[1:] + run.interval_sent_mb[1:]
-    return np.abs(dynamics_errors_mb(run)) <= absolute + relative * moved
+    moved = run.interval_arrived_mb[1:, :2] + run.interval_sent_mb[1:, :2]
+    return np.abs(dynamics_errors_mb(run)[:, :2]) <= absolute + relative * moved
 
 
 def _full_link_goodput_mbps(run: LivePolicyRun, capacity_mbps: float) -> np.ndarray:
@@ -136,7 +139,8 @@ def _results(settings, schedule, runs, live_metrics, sim_metrics) -> dict:
         out["policies"][name] = {
             "live": live_metrics[name].to_dict(),
             "simulated": sim_metrics[name].to_dict(),
-            "dynamics_within_fraction": float(within.mean()) if within.size else float("nan"),
+            # the worse of the application's and the replication's
+            "dynamics_within_fraction": float(within.mean(axis=0).min()) if within.size else 0.0,
             "dynamics_max_error_mb": np.abs(errors).max(axis=0).tolist() if errors.size else [],
             "full_link_intervals": int(full.size),
             "images_due": due,  # taken at least the MPC's horizon before the end
@@ -164,9 +168,9 @@ def check_live(results: dict) -> dict[str, bool]:
     policies = results["policies"]
     checks = {}
     for name, p in policies.items():
-        checks[f"{name}: backlogs obey eq. (3) in >= {DYNAMICS_SHARE:.0%} of intervals"] = (
-            p["dynamics_within_fraction"] >= DYNAMICS_SHARE
-        )
+        checks[
+            f"{name}: backlogs obey eq. (3) in >= {DYNAMICS_SHARE:.0%} of intervals, each stream"
+        ] = p["dynamics_within_fraction"] >= DYNAMICS_SHARE
     measured = [p["full_link_goodput_fraction"] for p in policies.values()]
     checks["a full link carries 85-102% of C (median goodput, every policy)"] = all(
         0.85 <= fraction <= 1.02 for fraction in measured
@@ -195,9 +199,10 @@ def _setup_section(report: Report, settings: LiveSettings, schedule: Experiment)
         f"{schedule.replication_mbps.max():.1f}); a {config.image_mb:.2f} MB image every "
         f"{config.image_period_s:g} s. Values of {settings.value_bytes} bytes. The MPC: "
         f"interval {config.interval_s:g} s, H = {config.horizon}, q = {config.weights.buffer}, "
-        f"r = {tuple(round(r, 1) for r in config.weights.moves)} (the paper's scaled by ρ², "
-        f"docs/replication-live.md), Kalman noise {config.arrival_model.process_noise_mb:.2f} "
-        f"and {config.arrival_model.measurement_noise_mb:.2f} MB per interval. STATIC "
+        f"r = {tuple(round(r, 1) for r in config.weights.moves)} (the paper's: the MPC counts "
+        f"buffers in intervals of the link), Kalman noise "
+        f"{config.arrival_model.process_noise_mb:.2f} and "
+        f"{config.arrival_model.measurement_noise_mb:.2f} MB per interval. STATIC "
         f"{tuple(round(s, 3) for s in schedule.static.shares)} (DRBD's 30%). HTB classes by "
         f"port: {_matches_text()}.",
     )  # fmt: skip
@@ -293,11 +298,13 @@ def _differences_section(report: Report, results: dict) -> None:
         for p in policies.values()
         if p["simulated"]["image_age_mean_s"] > 0
     ]
+    faster = "faster" if np.median(list(ratios.values()) or [1.0]) > 1 else "no faster"
     report.section(
         "Live against the simulator",
         f"When full, the link delivered {goodput:.1%} of C as goodput (TCP/IP headers take "
-        "the rest; HTB counts them), while the simulated link sends all of C: under overload "
-        "the live backlogs grow faster. The live application backlog was "
+        "the rest; HTB counts them), while the simulated link sends all of C; under overload "
+        f"the live backlogs grew {faster} than the simulated ones: the live application "
+        "backlog was "
         + ", ".join(f"{r:.1f}x the simulator's under {n}" for n, r in ratios.items())
         + f"; the images' mean age at the backup differed from the simulator's by at most "
         f"{max(ages, default=float('nan')):.0%}. The simulator's arrivals are Poisson messages "

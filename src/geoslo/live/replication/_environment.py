@@ -18,6 +18,7 @@ import asyncio
 import math
 import os
 import tempfile
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -126,8 +127,10 @@ class EgressEnvironment:
         spec: EgressSpec,
         clock_epoch_s: float | None = None,
         registry: CollectorRegistry | None = None,
+        act_at_start: bool = True,
     ) -> None:
         self.spec = spec
+        self.act_at_start = act_at_start
         self.allocation = Allocation("shares", spec.initial_shares)
         self.capacity_mbps = spec.capacity_mbps
         self.copier = ImageCopier(
@@ -138,6 +141,7 @@ class EgressEnvironment:
         self._application: ApplicationStore | None = None
         self._replicated: ReplicatedStore | None = None
         self._acked = AckedBytes()
+        self._reading = threading.Lock()
         self._last: _Reading | None = None
         self._totals: list[tuple[float, float, float]] = []  # (now_s, backlog MB, sent MB)
         self.registry = registry or CollectorRegistry()
@@ -166,18 +170,27 @@ class EgressEnvironment:
         self._replicated = ReplicatedStore(spec.master, spec.replica)
         self._capacity_gauge.set(self.capacity_mbps)
         self._measured_gauge.set(float("nan"))
-        shaper = HtbShaper(spec.dev, self.capacity_mbps * 1e6, spec.matches, spec.namespace)
-        await asyncio.to_thread(shaper.install, spec.initial_shares)
-        self._shaper = shaper
         if self._clock_epoch_s is None:
             self._clock_epoch_s = time.time()
         self._last = await asyncio.to_thread(self._read)
+        if self.act_at_start:
+            await self._begin_acting()
+
+    async def _begin_acting(self) -> None:
+        """HTB on the interface (in place of its root qdisc) and the image copies: at
+        start, or (``act_at_start`` False: one's own host) at the first plan applied, so
+        that a dry run changes nothing."""
+        spec = self.spec
+        shaper = HtbShaper(spec.dev, self.capacity_mbps * 1e6, spec.matches, spec.namespace)
+        await asyncio.to_thread(shaper.install, spec.initial_shares)
+        self._shaper = shaper
         self.copier.start()
 
     async def observe(self) -> ReplicationObservation:
         """The interval since the last observation: backlogs now, MB sent and arrived."""
         if self._last is None:
             raise TestbedError("the egress environment is not started (call start() first)")
+        self.copier.check()
         reading = await asyncio.to_thread(self._read)
         last, self._last = self._last, reading
         measurement = Measurement(
@@ -203,8 +216,10 @@ class EgressEnvironment:
     async def apply(self, plan: Decision | Allocation) -> None:
         """Put the plan's allocation in force on the HTB classes."""
         allocation = as_allocation(plan)
-        if self._shaper is None:
+        if self._last is None:
             raise TestbedError("the egress environment is not started (call start() first)")
+        if self._shaper is None:
+            await self._begin_acting()
         if allocation.mode == "priority":
             await asyncio.to_thread(self._shaper.set_priority, allocation.order)
         else:
@@ -233,33 +248,26 @@ class EgressEnvironment:
         return self._shaper.class_rates() if self._shaper else {}
 
     def _read(self) -> _Reading:
-        """Every counter once: the sockets, the two Redis stores, the image spool."""
-        matches = self.spec.matches
-        sockets = read_sockets(self.spec.namespace)
-        acked = self._acked.update(sockets, matches)
-        in_sockets = np.zeros(3)
-        for sock in sockets:
-            if (stream := stream_of(sock, matches)) is not None:
-                in_sockets[stream] += sock.send_queue_bytes
-        buffered, produced = self._application.read()
-        lag, offset = self._replicated.read()
-        self.copier.scan()
-        images = self.copier.images
-        waiting = [image for image in images if image.done_s is None]
-        copied = sum(image.size_bytes for image in images if image.done_s is not None)
-        progress = min(self._image_socket_acked(sockets), waiting[0].size_bytes) if waiting else 0
-        arrived_images = sum(image.size_bytes for image in images)
-        return _Reading(
-            arrived=np.array([produced, offset, arrived_images], float),
-            sent=np.array([acked[APPLICATION], acked[REPLICATION], copied + progress], float),
-            backlog=np.array(
-                [buffered + in_sockets[APPLICATION], lag, arrived_images - copied - progress], float
-            ),
-        )
+        """Every counter once: the sockets, the two Redis stores, the image spool (one
+        reading at a time: an abandoned one must not race the next)."""
+        with self._reading:
+            with self.copier.lock:  # the images against the sockets, at one moment
+                sockets = read_sockets(self.spec.namespace)
+                arrived_images, copied = self.copier.account(self._stream_sum(sockets, VM_IMAGE))
+            acked = self._acked.update(sockets, self.spec.matches)
+            in_sockets = self._stream_sum(sockets, APPLICATION, "send_queue_bytes")
+            buffered, produced = self._application.read()
+            lag, offset = self._replicated.read()
+            return _Reading(
+                arrived=np.array([produced, offset, arrived_images], float),
+                sent=np.array([acked[APPLICATION], acked[REPLICATION], copied], float),
+                backlog=np.array([buffered + in_sockets, lag, arrived_images - copied], float),
+            )
 
-    def _image_socket_acked(self, sockets) -> int:
-        """Bytes the backup acknowledged on the image copy's connection open now."""
-        return sum(s.acked_bytes for s in sockets if stream_of(s, self.spec.matches) == VM_IMAGE)
+    def _stream_sum(self, sockets, stream: int, what: str = "acked_bytes") -> int:
+        """Bytes (acknowledged, or waiting in Send-Q) on the stream's open connections."""
+        matches = self.spec.matches
+        return sum(getattr(s, what) for s in sockets if stream_of(s, matches) == stream)
 
 
 def as_allocation(plan: Decision | Allocation) -> Allocation:
@@ -401,13 +409,17 @@ class ReplicationTestbedEnvironment:
             self._images_task.cancel()
             await asyncio.gather(self._images_task, return_exceptions=True)
             self._images_task = None
-        if self.sites is not None:
-            self.request_logs = await asyncio.to_thread(self.sites.stop_load)
-        if self.egress is not None:
-            await self.egress.close()
-        if self.sites is not None:
-            sites, self.sites = self.sites, None
-            await asyncio.to_thread(sites.down)
+        try:
+            if self.sites is not None:
+                self.request_logs = await asyncio.to_thread(self.sites.stop_load)
+        finally:
+            try:
+                if self.egress is not None:
+                    await self.egress.close()
+            finally:
+                if self.sites is not None:
+                    sites, self.sites = self.sites, None
+                    await asyncio.to_thread(sites.down)
 
 
 def _write_image(spool_dir: Path, k: int, size_bytes: int, taken_epoch_s: float) -> None:

@@ -115,5 +115,7 @@ async def _main(config_path: Path) -> None:
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     log = await run_load(config, stop)
-    if config.log_path:
-        Path(config.log_path).write_text(json.dumps(log))
+    if config.log_path:  # whole or not at all: a reader of a half-written log must not fail
+        partial = Path(config.log_path).with_suffix(".partial")
+        partial.write_text(json.dumps(log))
+        partial.replace(config.log_path)

@@ -145,20 +145,26 @@ class ReplicatedStore:
 
 @dataclass
 class CopiedImage:
-    """One VM image: its file, size, when it arrived in the spool and when its copy ended."""
+    """One VM image: its file, size, when it arrived in the spool and when its copy ended
+    (epoch seconds), and the most of it the backup has acknowledged so far."""
 
     name: str
     size_bytes: int
     created_s: float  # the file's modification time (epoch seconds)
     done_s: float | None = None  # epoch seconds; None while waiting or copying
+    acknowledged_bytes: int = 0
 
 
 @dataclass
 class ImageCopier:
     """Copies each file that appears in ``spool_dir`` to ``destination`` (an rsync URL or
-    ``host:path``), one at a time, oldest first; a file must be renamed into the spool
-    when complete (files starting with '.' are skipped). Runs rsync in ``namespace`` when
-    given; ``password_file`` holds an rsync daemon's password."""
+    ``host:path``), one at a time, oldest first, and then moves it into the spool's
+    ``.copied`` folder (so a restart does not copy it again); a file must be renamed into
+    the spool when complete (files starting with '.' are skipped). Runs rsync in
+    ``namespace`` when given; ``password_file`` holds an rsync daemon's password.
+
+    ``lock`` orders the copier's bookkeeping (on the event loop) against a reading (in a
+    worker thread, ``account``): hold it across reading the sockets and ``account``."""
 
     spool_dir: Path
     destination: str
@@ -167,27 +173,51 @@ class ImageCopier:
     timeout_s: float = 300.0
     images: list[CopiedImage] = field(default_factory=list)
     failures: int = 0
+    lock: threading.Lock = field(default_factory=threading.Lock)
     _task: asyncio.Task | None = None
-    _scanning: threading.Lock = field(default_factory=threading.Lock)
+    _rsync: str | None = None
 
     def scan(self) -> None:
-        """Take in the files that arrived since the last scan (the copier's task and the
-        environment's readings both scan, from two threads: one at a time)."""
-        with self._scanning:
-            known = {image.name for image in self.images}
-            new = []
-            for entry in os.scandir(self.spool_dir):
-                if entry.is_file() and not entry.name.startswith(".") and entry.name not in known:
-                    stat = entry.stat()
-                    new.append(CopiedImage(entry.name, stat.st_size, stat.st_mtime))
-            self.images += sorted(new, key=lambda image: (image.created_s, image.name))
+        """Take in the files that arrived since the last scan (call with ``lock`` held)."""
+        known = {image.name for image in self.images}
+        new = []
+        for entry in os.scandir(self.spool_dir):
+            if entry.is_file() and not entry.name.startswith(".") and entry.name not in known:
+                stat = entry.stat()
+                new.append(CopiedImage(entry.name, stat.st_size, stat.st_mtime))
+        self.images += sorted(new, key=lambda image: (image.created_s, image.name))
+
+    def account(self, acknowledged_now: int) -> tuple[int, int]:
+        """(bytes of every image that arrived, bytes copied: the finished images plus the
+        copy in progress as acknowledged, never less than acknowledged before: a closing
+        connection leaves the sockets before its copy is marked done). With ``lock`` held,
+        ``acknowledged_now`` read under it."""
+        self.scan()
+        arrived = sum(image.size_bytes for image in self.images)
+        copied = sum(image.size_bytes for image in self.images if image.done_s is not None)
+        waiting = self.waiting
+        if waiting:
+            current = waiting[0]
+            seen = max(current.acknowledged_bytes, acknowledged_now)
+            current.acknowledged_bytes = min(seen, current.size_bytes)
+            copied += current.acknowledged_bytes
+        return arrived, copied
 
     @property
     def waiting(self) -> list[CopiedImage]:
         return [image for image in self.images if image.done_s is None]
 
     def start(self) -> None:
+        """Find rsync (a TestbedError now if it cannot be had) and start copying."""
+        self._rsync = find_program("rsync", "rsync")
+        (self.spool_dir / ".copied").mkdir(exist_ok=True)
         self._task = asyncio.get_running_loop().create_task(self._copy_forever())
+
+    def check(self) -> None:
+        """Raise if the copying task ended by itself (its error, as a TestbedError)."""
+        if self._task is not None and self._task.done() and not self._task.cancelled():
+            error = self._task.exception()
+            raise TestbedError(f"the image copier stopped: {error!r}")
 
     async def stop(self) -> None:
         if self._task is not None:
@@ -197,20 +227,25 @@ class ImageCopier:
 
     async def _copy_forever(self) -> None:
         while True:
-            self.scan()
-            waiting = self.waiting
+            with self.lock:
+                self.scan()
+                waiting = self.waiting
             if not waiting:
                 await asyncio.sleep(0.05)
                 continue
             image = waiting[0]
             if await self._copy(image):
-                image.done_s = time.time()
+                with self.lock:
+                    image.done_s = time.time()
+                    image.acknowledged_bytes = image.size_bytes
+                done = self.spool_dir / ".copied" / image.name
+                os.replace(self.spool_dir / image.name, done)
             else:
                 self.failures += 1
                 await asyncio.sleep(1.0)  # then the same image again
 
     async def _copy(self, image: CopiedImage) -> bool:
-        rsync = find_program("rsync", "rsync")
+        rsync = self._rsync or find_program("rsync", "rsync")
         target = self.destination.rstrip("/") + "/" + image.name
         source = str(self.spool_dir / image.name)
         command = [rsync, "--whole-file", f"--timeout={int(self.timeout_s)}", source, target]

@@ -19,6 +19,7 @@ the namespaces.
 from __future__ import annotations
 
 import json
+import os
 import secrets
 import shutil
 import time
@@ -100,9 +101,12 @@ class TrafficSites:
 
     # --- starting ------------------------------------------------------------------------
     def _secret_file(self, name: str, text: str) -> Path:
+        """A file readable by its owner only, from its first byte."""
         path = self.state_dir / name
-        path.touch(mode=0o600)
-        path.write_text(text)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        os.fchmod(fd, 0o600)  # an existing file keeps its mode through O_CREAT
+        with os.fdopen(fd, "w") as out:
+            out.write(text)
         return path
 
     def _start_servers(self) -> None:
@@ -209,16 +213,24 @@ class TrafficSites:
             process.stop()
             self.processes.remove(process)
             path = self.state_dir / f"{process.name}-requests.json"
-            logs[process.name] = json.loads(path.read_text()) if path.exists() else []
+            try:
+                logs[process.name] = json.loads(path.read_text())
+            except (OSError, ValueError):  # killed before it wrote its log
+                logs[process.name] = []
         return logs
 
     def down(self) -> None:
         """Stop every process started here (the load first), delete the namespaces and the
-        images (random bytes, made here); the logs stay."""
-        self.stop_load()
-        for process in reversed(self.processes):
-            process.stop()
-        self.processes.clear()
-        self.pair.delete()
-        for folder in (self.spool_dir, self.backup_dir):
-            shutil.rmtree(folder, ignore_errors=True)
+        images (random bytes, made here); the logs stay. Each step runs whatever the one
+        before it did."""
+        try:
+            self.stop_load()
+        finally:
+            try:
+                for process in reversed(self.processes):
+                    process.stop()
+                self.processes.clear()
+            finally:
+                self.pair.delete()
+                for folder in (self.spool_dir, self.backup_dir):
+                    shutil.rmtree(folder, ignore_errors=True)
