@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from geoslo.control.replication import (
     STREAMS,
@@ -202,6 +202,13 @@ class HostSettings(BaseModel):
         description="rsync's destination: rsync://user@host/module or host:dir."
     )
     rsync_password_file: str | None = Field(None, description="An rsync daemon's password.")
+
+    @model_validator(mode="after")
+    def _ports_tell_streams_apart(self) -> HostSettings:
+        ports = (self.application_port, self.replication_port, self.image_port)
+        if len(set(ports)) < 3:
+            raise ValueError(f"the three streams need three ports, got {ports}")
+        return self
 
 
 def replication_config(settings: ReplicationSettings, interval_s: float) -> ReplicationConfig:

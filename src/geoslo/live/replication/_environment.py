@@ -83,7 +83,11 @@ def interface_capacity_mbps(dev: str, namespace: str | None = None) -> float:
     """C when none is given: the rate of an HTB root class already on ``dev`` (how an
     operator caps a link), else the interface's line rate (``/sys/class/net/DEV/speed``)."""
     tc = find_program("tc", "iproute2")
-    for line in run_in(namespace, [tc, "class", "show", "dev", dev]).splitlines():
+    try:
+        classes = run_in(namespace, [tc, "class", "show", "dev", dev])
+    except TestbedError as error:
+        raise ConfigError("environment.interface", f"cannot read {dev}: {error}") from None
+    for line in classes.splitlines():
         if line.startswith("class htb") and " root " in line and (rate := _rate_mbps(line)):
             return rate
     try:
@@ -91,7 +95,9 @@ def interface_capacity_mbps(dev: str, namespace: str | None = None) -> float:
     except (TestbedError, ValueError):
         speed = -1.0
     if not speed > 0:
-        raise ConfigError("capacity_mbps", f"{dev} reports no line rate: give the link's capacity")
+        raise ConfigError(
+            "controller.capacity_mbps", f"{dev} reports no line rate: give the link's capacity"
+        )
     return speed
 
 

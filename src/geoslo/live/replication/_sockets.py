@@ -16,7 +16,7 @@ from geoslo.live._netns import run_in
 from geoslo.live._processes import find_program
 from geoslo.live.replication._htb import PortMatch
 
-__all__ = ["TcpSocket", "parse_ss", "read_sockets", "AckedBytes", "stream_of"]
+__all__ = ["TcpSocket", "parse_ss", "read_sockets", "AckedBytes", "stream_of", "crosses"]
 
 _SOCKET = re.compile(r"^(\d+)\s+(\d+)\s+(\S+):(\d+)\s+(\S+):(\d+)")
 _ACKED = re.compile(r"\bbytes_acked:(\d+)")
@@ -35,11 +35,17 @@ class TcpSocket:
 
     @property
     def crosses(self) -> bool:
-        """Whether its peer is another host (not loopback, not this host's own address)."""
-        return not self.peer_ip.startswith("127.") and self.peer_ip != self.local_ip
+        return crosses(self.local_ip, self.peer_ip)
 
 
-def _ip(text: str) -> str:
+def crosses(local_ip: str, peer_ip: str) -> bool:
+    """Whether a connection's peer is another host (not loopback, not this host's own
+    address): only then does its traffic cross the link."""
+    return not peer_ip.startswith("127.") and peer_ip != local_ip
+
+
+def address_ip(text: str) -> str:
+    """The IP of ``ip``, ``[ip6]`` or an IPv4-mapped ``::ffff:ip``."""
     return text.strip("[]").removeprefix("::ffff:")
 
 
@@ -49,7 +55,9 @@ def parse_ss(text: str) -> list[TcpSocket]:
     for line in text.splitlines():
         if match := _SOCKET.match(line):
             _, send_q, lip, lport, pip, pport = match.groups()
-            sockets.append(TcpSocket(_ip(lip), int(lport), _ip(pip), int(pport), int(send_q), 0))
+            sockets.append(
+                TcpSocket(address_ip(lip), int(lport), address_ip(pip), int(pport), int(send_q), 0)
+            )
         elif sockets and (acked := _ACKED.search(line)):
             last = sockets[-1]
             sockets[-1] = TcpSocket(

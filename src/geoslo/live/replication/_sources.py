@@ -33,6 +33,7 @@ import redis
 from geoslo.errors import TestbedError
 from geoslo.live._netns import socket_in
 from geoslo.live._processes import find_program
+from geoslo.live.replication._sockets import address_ip, crosses
 
 __all__ = ["RedisAddress", "ApplicationStore", "ReplicatedStore", "ImageCopier", "CopiedImage"]
 
@@ -83,14 +84,10 @@ class _NamespaceConnection(redis.connection.Connection):
         return sock
 
 
-def _ip(address: str) -> str:
-    return address.rsplit(":", 1)[0].strip("[]")
-
-
-def _crosses(client: dict) -> bool:
-    """A client at another host (as ``_sockets.TcpSocket.crosses``)."""
-    peer, local = _ip(client.get("addr", "")), _ip(client.get("laddr", ""))
-    return not peer.startswith("127.") and peer != local
+def _client_crosses(client: dict) -> bool:
+    """A client of ``CLIENT LIST`` at another host (``addr`` and ``laddr`` are ip:port)."""
+    peer, local = (address_ip(client.get(k, "").rsplit(":", 1)[0]) for k in ("addr", "laddr"))
+    return crosses(local, peer)
 
 
 class ApplicationStore:
@@ -110,7 +107,7 @@ class ApplicationStore:
             raise TestbedError(
                 f"application store {self.address.host}:{self.address.port}: {error}"
             ) from None
-        buffered = sum(int(c["omem"]) + int(c["obl"]) for c in clients if _crosses(c))
+        buffered = sum(int(c["omem"]) + int(c["obl"]) for c in clients if _client_crosses(c))
         return float(buffered), written + buffered
 
     def close(self) -> None:
