@@ -90,11 +90,11 @@ BAD = [
     (GOOD.replace('system = "replication"', ""), "system: required: one of kurma"),
     (
         GOOD.replace('"simulator"', '"kvm"'),
-        "environment.kind: must be one of simulator, testbed, not 'kvm'",
+        "environment.kind: must be one of simulator, testbed, host, not 'kvm'",
     ),
     (
         GOOD.replace('kind = "simulator"', "seed = 1"),
-        "environment.kind: must be one of simulator, testbed (required)",
+        "environment.kind: must be one of simulator, testbed, host (required)",
     ),
     ('system = "replication"\n', "environment: required"),
     (
