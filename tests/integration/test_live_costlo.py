@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
+import subprocess
 import time
 from collections import defaultdict
 
@@ -19,6 +20,7 @@ import pytest
 from _engines import skip_without_engine
 from geoslo.control.costlo import configuration_to_dict
 from geoslo.control.costlo.types import Configuration, GetTuple, PutTuple
+from geoslo.errors import TestbedError
 from geoslo.live._processes import process_alive
 from geoslo.live.costlo import (
     SERVING,
@@ -400,3 +402,41 @@ def test_recovery_finishes_an_operation_whose_release_missed_the_log(cluster, tm
     assert recovered == 2 and state == (1, None)
     assert set(copies.values()) == {(1, b"recover:k0|0")}
     assert all(op.finished for op in replay_log(log_path))
+
+
+def test_pauses_nest_so_an_ending_stall_does_not_resume_a_longer_one(tmp_path):
+    """The stall injector and a test may pause the same server: it runs again only when
+    every pause has been resumed (without this, the injector's SIGCONT cut a test's pause
+    short and its server answered again)."""
+    sleeper = subprocess.Popen(["sleep", "60"])
+    try:
+        one = CostloCluster(tmp_path, {"home": 1.0}, {"home": []}, {}, {})
+        one.processes = [{"name": "server", "pid": sleeper.pid, "port": None}]
+        one.pause("server")  # the test's
+        one.pause("server")  # an injected stall, inside it
+        assert _eventually(lambda: _stopped(sleeper.pid))
+        one.resume("server")  # the stall ends
+        time.sleep(0.2)
+        assert _stopped(sleeper.pid)
+        one.resume("server")
+        assert _eventually(lambda: not _stopped(sleeper.pid))
+        with pytest.raises(TestbedError):
+            one.resume("server")
+    finally:
+        sleeper.kill()
+        sleeper.wait()
+
+
+def _stopped(pid: int) -> bool:
+    """Whether the process is stopped (state T in /proc)."""
+    with open(f"/proc/{pid}/stat") as stat:
+        return stat.read().rsplit(")", 1)[1].split()[0] == "T"
+
+
+def _eventually(condition, timeout_s: float = 10.0) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.01)
+    return True

@@ -25,6 +25,7 @@ import re
 import secrets
 import signal
 import time
+from collections import Counter
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -90,6 +91,9 @@ class CostloCluster:
     hosts: dict[str, str] = field(default_factory=dict)  # region -> where it listens
     residual_rtt_mean_ms: float = 0.5
     toxiproxy_port: int | None = None
+
+    def __post_init__(self) -> None:
+        self._pauses: Counter[str] = Counter()  # name -> pauses not yet resumed (this process)
 
     # --- regions and roles -------------------------------------------------------------------
     @property
@@ -408,12 +412,20 @@ class CostloCluster:
         return go_program("versitygw")
 
     def pause(self, name: str) -> None:
-        """SIGSTOP one recorded process: a stalled server that answers nothing (tests)."""
-        os.kill(self._record(name)["pid"], signal.SIGSTOP)
+        """SIGSTOP one recorded process: a stalled server that answers nothing (the stall
+        injector's and the tests'). Pauses nest: it runs again when every pause has been
+        resumed, so an injected stall that ends cannot cut short a longer one."""
+        self._pauses[name] += 1
+        if self._pauses[name] == 1:
+            os.kill(self._record(name)["pid"], signal.SIGSTOP)
 
     def resume(self, name: str) -> None:
-        """SIGCONT a process :meth:`pause` stopped."""
-        os.kill(self._record(name)["pid"], signal.SIGCONT)
+        """End one :meth:`pause`; SIGCONT once none is left."""
+        if self._pauses[name] == 0:
+            raise TestbedError(f"{name} is not paused")
+        self._pauses[name] -= 1
+        if self._pauses[name] == 0:
+            os.kill(self._record(name)["pid"], signal.SIGCONT)
 
     def _record(self, name: str) -> dict:
         (record,) = [p for p in self.processes if p["name"] == name]
