@@ -4,7 +4,7 @@ the application's overload included) under the MPC, FIFO and STATIC (PRIO's stri
 priority is checked on its own in test_replication_live.py). Asserts the issue's bar on
 the measurements: the backlogs obey eq. (3), the link carries about C when full, the MPC
 buffers less application data than STATIC and FIFO while its images finish; and that the
-run cleans up. Needs root (about 3 minutes)."""
+run cleans up. Needs root (about a minute and a half: the policies run at once)."""
 
 from __future__ import annotations
 

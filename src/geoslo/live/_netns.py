@@ -188,7 +188,7 @@ def cannot_run_reason() -> str | None:
         )
     except DependencyError as error:
         return str(error)
-    probe = f"geoslo-probe-{os.getpid()}"
+    probe = f"geoslo-probe-{os.getpid()}-{threading.get_native_id()}"  # threads probe at once
     try:
         run_in(None, [ip, "netns", "add", probe])
         try:

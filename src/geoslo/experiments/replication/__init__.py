@@ -7,6 +7,7 @@ from geoslo.experiments.replication._live import (
     LivePolicyRun,
     LiveSettings,
     live_schedule,
+    run_live_policies,
     run_live_policy,
     simulate_schedule,
 )
@@ -33,6 +34,7 @@ __all__ = [
     "dynamics_errors_mb",
     "live_report",
     "live_schedule",
+    "run_live_policies",
     "run_live_policy",
     "simulate_schedule",
     "PAPER_VALUES",
