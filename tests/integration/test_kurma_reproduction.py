@@ -83,7 +83,6 @@ def test_cost_study_saves_against_alllocal_and_stays_above_allshared(quick_repor
         assert savings["AllShared"] >= savings["KurmaCost"] - 1.0
 
 
-@pytest.mark.slow
 def test_estimate_for_redirected_requests_is_within_half_a_point():
     """§4.2: the estimate agrees with the measured violations within 0.5 pp across 1-10%."""
     scenario = build_scenario(Settings(write_fractions=(0.0,)), seed=1)

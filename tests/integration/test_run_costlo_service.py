@@ -93,7 +93,6 @@ def _recorded_pids(state_dir: Path) -> list[int]:
     return [p["pid"] for p in json.loads((state_dir / "cluster.json").read_text())["processes"]]
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize(
     "engine, flags",
     [("redis", ()), ("redis", ("--dry-run",)), ("s3", ())],

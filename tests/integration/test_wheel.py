@@ -12,7 +12,7 @@ import pytest
 
 import geoslo
 
-pytestmark = [pytest.mark.integration, pytest.mark.slow]
+pytestmark = pytest.mark.integration
 
 REPO = Path(__file__).resolve().parents[2]
 PIP_CACHE = REPO / ".cache" / "pip"  # downloads are reused between runs

@@ -170,7 +170,6 @@ def test_a_bad_problem_among_many_is_named_by_its_index(problem_file, tmp_path):
     assert result.stderr.strip().startswith("geoslo: error: problems[1].serving_region")
 
 
-@pytest.mark.slow
 def test_ray_local_gives_the_same_answers_as_in_process(problem_file, tmp_path):
     pytest.importorskip("ray", reason="ray is not installed (pip install 'ray>=2.40')")
     many = _many(problem_file, tmp_path)

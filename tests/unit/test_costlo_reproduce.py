@@ -2,12 +2,9 @@
 
 import json
 
-import pytest
-
 from geoslo.experiments.costlo import check_done, reproduce
 
 
-@pytest.mark.slow
 def test_quick_reproduction_writes_the_report_and_passes_every_check(tmp_path):
     index = reproduce(tmp_path, quick=True)
     assert index == tmp_path / "index.md"

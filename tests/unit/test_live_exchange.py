@@ -76,6 +76,7 @@ def test_a_sealed_message_opens_to_what_was_sent():
         (sealed(sent_s=NOW_S + WINDOW_S + 1), "expired"),
         (sealed(dst="Frankfurt"), "misaddressed"),
     ],
+    ids=lambda value: value if isinstance(value, str) else "line",  # a nonce in each line
 )
 def test_bad_lines_are_rejected_with_their_reason(line, reason):
     with pytest.raises(Rejected) as caught:
