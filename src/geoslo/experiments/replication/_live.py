@@ -17,6 +17,7 @@ the simulator's MPC finished 10 of 17 images on this schedule, so H stays 30.
 from __future__ import annotations
 
 import asyncio
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import dataclass, replace
@@ -129,24 +130,43 @@ def run_live_policies(
     """Every policy of ``settings`` on a testbed of its own (``state_dir/<policy>``), all
     at once: each link carries a few Mbit/s, so they share only the CPU, which is idle
     most of the time (a policy's lateness is in its run); the first failure is raised
-    once every run has ended."""
+    once every run has ended. Ctrl-C (or the CLI's SIGTERM) stops every run at its next
+    interval, each taking its testbed down, before it goes on."""
+    stop = threading.Event()
     with ThreadPoolExecutor(len(settings.policies), thread_name_prefix="policy") as pool:
         futures = {
-            name: pool.submit(run_live_policy, name, schedule, settings, state_dir / name, progress)
+            name: pool.submit(
+                run_live_policy, name, schedule, settings, state_dir / name, progress, stop
+            )
             for name in settings.policies
         }
-        wait(futures.values())
+        try:
+            wait(futures.values())
+        except BaseException:
+            stop.set()
+            raise
     return {name: future.result() for name, future in futures.items()}
 
 
+class _Stopped(Exception):
+    """A run ended early because its caller was interrupted."""
+
+
 def run_live_policy(
-    name: str, schedule: Experiment, settings: LiveSettings, state_dir: Path, progress=print
+    name: str,
+    schedule: Experiment,
+    settings: LiveSettings,
+    state_dir: Path,
+    progress=print,
+    stop: threading.Event | None = None,
 ) -> LivePolicyRun:
-    """One policy on a fresh testbed (its namespaces named after it)."""
-    return asyncio.run(_run_live_policy(name, schedule, settings, state_dir, progress))
+    """One policy on a fresh testbed (its namespaces named after it); ``stop`` set ends
+    it at the next interval (its testbed taken down)."""
+    stop = stop or threading.Event()
+    return asyncio.run(_run_live_policy(name, schedule, settings, state_dir, progress, stop))
 
 
-async def _run_live_policy(name, schedule, settings, state_dir, progress) -> LivePolicyRun:
+async def _run_live_policy(name, schedule, settings, state_dir, progress, stop) -> LivePolicyRun:
     spec = LinkSpec(
         capacity_mbps=settings.capacity_mbps,
         application_mbps=tuple(float(v) for v in schedule.application_mbps),
@@ -168,6 +188,8 @@ async def _run_live_policy(name, schedule, settings, state_dir, progress) -> Liv
         await asyncio.sleep(max(env.start_epoch_s - time.time(), 0.0))
         await env.observe()  # the intervals count from the load's start
         for k in range(1, steps + 1):
+            if stop.is_set():
+                raise _Stopped(name)
             due = env.start_epoch_s + k * settings.interval_s
             await asyncio.sleep(max(due - time.time(), 0.0))
             late.append(time.time() - due)
