@@ -11,6 +11,7 @@ from scipy.stats import chi2
 
 from geoslo.errors import InputError
 from geoslo.live.kurma._policies import (
+    C3,
     POLICY_NAMES,
     AliasTable,
     DecayingReservoir,
@@ -432,6 +433,7 @@ def test_only_the_snitch_hears_from_every_replica():
         ("GlobalRR", GlobalRoundRobin, False),
         ("LatencyAware", LatencyAware, False),
         ("DynamicSnitch", DynamicSnitch, False),
+        ("C3", C3, False),
     ],
 )
 def test_make_policy_by_name(name, kind, follows_plan):
@@ -444,7 +446,7 @@ def test_make_policy_by_name(name, kind, follows_plan):
 
 def test_policy_names_are_the_ones_make_policy_knows():
     assert set(POLICY_NAMES) == {
-        "AllLocal", "GlobalRR", "LatencyAware", "DynamicSnitch", "KurmaPerf", "KurmaCost"
+        "AllLocal", "GlobalRR", "LatencyAware", "DynamicSnitch", "C3", "KurmaPerf", "KurmaCost"
     }  # fmt: skip
     for name in POLICY_NAMES:
         make_policy(name, 0, SERVERS, [0, 1, 2])

@@ -13,6 +13,7 @@ ROLES = (
     "routes",
     "imagestore",
     "loadgen",
+    "feedback",
     "costlo-relay",
     "costlo-locks",
     "costlo-vm",
@@ -46,6 +47,10 @@ def main(argv: list[str]) -> None:
         from geoslo.live.kurma._loadgen import run_loadgen_process
 
         run_loadgen_process(config)
+    elif role == "feedback":
+        from geoslo.live.kurma._feedback import FeedbackConfig, serve_feedback
+
+        asyncio.run(serve_feedback(FeedbackConfig.read(config)))
     elif role == "costlo-relay":
         from geoslo.live.costlo import run_relay
 

@@ -113,6 +113,8 @@ class SleepWork:
     def __post_init__(self) -> None:  # raises ConfigError for a bad mean
         object.__setattr__(self, "_service", ServiceWork(self.mean_ms))
 
+    commands_per_request = 2  # DEBUG SLEEP and the command (C3's feedback counts them)
+
     @property
     def capacity_per_server_rps(self) -> float:
         return self._service.capacity_per_server_rps
@@ -146,6 +148,7 @@ class GetSetWork:
     the store's, which only profiling it tells (0 here)."""
 
     value_bytes: int = 375  # Kurma §7.1.3: 375-byte requests
+    commands_per_request = 1
 
     def __post_init__(self) -> None:
         if not (isinstance(self.value_bytes, int) and 1 <= self.value_bytes <= 2**20):
@@ -188,6 +191,7 @@ class QueryWork:
     cpu_fraction: float = 0.10  # of one CPU per server (CFS quota)
     cpu_period_us: int = 10_000  # a throttled server waits at most this long
     cost_us: float | None = None  # measured CPU per read (set at up)
+    commands_per_request = 1
 
     def __post_init__(self) -> None:
         if not (isinstance(self.list_length, int) and 10 <= self.list_length <= 100_000):

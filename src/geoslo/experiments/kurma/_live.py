@@ -55,7 +55,7 @@ __all__ = [
     "testbed_for_run",
 ]
 
-OBJECTIVES = {"AllLocal": None, "GlobalRR": None, "LatencyAware": None, "DynamicSnitch": None}
+OBJECTIVES = dict.fromkeys(("AllLocal", "GlobalRR", "LatencyAware", "DynamicSnitch", "C3"))
 OBJECTIVES.update(KurmaPerf="perf", KurmaCost="cost")
 PROBE_BLOCK_S = 5.0  # base RTT = min over blocks of 5 s of probes (75 per link)
 RESIDUAL_MAX_LOAD_FRACTION = 0.6  # of the nominal capacity (see profile_testbed)
@@ -74,7 +74,7 @@ class LiveSettings:
     write_fraction: float = 0.02  # writes reach every site (eventual consistency)
     warmup_s: float = 2.0  # between starting the processes and the first request
     policies: tuple[str, ...] = (
-        "AllLocal", "GlobalRR", "LatencyAware", "DynamicSnitch", "KurmaPerf", "KurmaCost"
+        "AllLocal", "GlobalRR", "LatencyAware", "DynamicSnitch", "C3", "KurmaPerf", "KurmaCost"
     )  # fmt: skip
     trace2_policies: tuple[str, ...] = ("AllLocal", "KurmaPerf")  # Trace-2 leaves little spare
     incidents: bool = True  # a KurmaPerf replay with a failure and a partition (§9)

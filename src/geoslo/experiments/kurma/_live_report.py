@@ -94,12 +94,15 @@ def _simulate(live: LiveModel, spec, jobs: dict, settings: LiveSettings, seed: i
     scenario = build_scenario(sim_settings, seed, backend=_sim_backend(live, spec.servers_per_site))
     scenario = replace(scenario, wan=spec.topology(scenario.saturation_rps))
     skip = int(RAMP_S // INTERVAL_S)  # the intervals of the ramp are not measured, as live
+    clients = {"c3_clients": float(len(spec.sites))}  # C3's n: one client per site, as live
     runs: dict[str, dict[str, PolicyRun]] = {}
     for name, (traces, policies) in jobs.items():
         ramped = [np.array(with_ramp(t)) for t in traces]
         runs[name] = {}
         for policy in policies:
-            run = run_policy(scenario, policy, ramped, settings.write_fraction, seed)
+            run = run_policy(
+                scenario, policy, ramped, settings.write_fraction, seed, policy_params=clients
+            )
             runs[name][policy] = PolicyRun(
                 policy, run.requests[skip:], run.violations[skip:], run.served_rps[skip:], {}
             )

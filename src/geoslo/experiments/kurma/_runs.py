@@ -96,11 +96,13 @@ def run_policy(
     events=(),
     curve_families=None,
     on_interval=None,
+    policy_params: dict | None = None,
 ) -> PolicyRun:
     """Simulate ``policy`` over per-second traces (one per site) in 2.5 s intervals.
 
     ``events`` is a list of (time_s, callable(sim, controller)) applied when time passes,
-    e.g. interference on some servers or an interference signal (§7.1.4).
+    e.g. interference on some servers or an interference signal (§7.1.4);
+    ``policy_params`` overrides the simulator's ``DEFAULT_POLICY_PARAMS``.
     """
     duration_s = min(len(t) for t in traces)
     topology = scenario.topology(duration_s)
@@ -114,6 +116,7 @@ def run_policy(
         slo_ms=SLO_MS,
         seed=seed,
         policy=KERNEL_POLICIES.get(policy, "rates"),
+        policy_params=policy_params,
     )
     controller = (
         make_controller(scenario, policy, curve_families) if policy in MODEL_POLICIES else None

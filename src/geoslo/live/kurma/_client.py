@@ -7,7 +7,9 @@ WAN, to a server of another site; its response time is measured from the moment
 it is sent and counted per destination in Prometheus metrics (a histogram with a bucket
 at the SLO: ``_client_metrics``). A site *agent* (the Kurma instance) reads them, with the
 minimum response per second, at every dissemination point and sends back the row of the
-plan; without an agent, a plan-following policy stays all-local.
+plan; without an agent, a plan-following policy stays all-local. A policy that needs the
+servers' feedback (C3) subscribes to every site's feedback process (``_feedback``), and a
+request it holds back waits in the client's backpressure queue, in order.
 Writes reach every site (eventual consistency): after a PUT is acknowledged, the client
 propagates it to one server of every other site, with the same backend work, and stores
 it on the remaining replicas. Failed or timed-out requests count as SLO violations.
@@ -43,6 +45,7 @@ REPLY_OVERHEAD_BYTES = 16  # RESP framing of a reply, for the WAN byte count
 WATCHDOG_FRACTION = 0.1  # deadlines are checked every 10% of the request timeout
 MAX_LOGGED_SITES = (1 << 13) - 1  # a site index fits an int16 beside two flag bits
 DRAW_BLOCK = 1024  # random numbers drawn from numpy at a time (_Draws)
+HELD_TOO_LONG = -1  # the server of a request that timed out in the backpressure queue
 
 
 def _stream(draw):
@@ -186,7 +189,8 @@ class StoreEndpoints:
 
     ``servers[j]`` are site j's servers as reached from this site (through the WAN for
     the others); ``agent`` is the local agent's clients address (None: no agent, a
-    plan-following policy stays all-local). ``password`` is sent with AUTH and ``tls``
+    plan-following policy stays all-local); ``feedback[j]`` is where site j's feedback
+    process is reached from this site (C3 needs them). ``password`` is sent with AUTH and ``tls``
     wraps every connection, when given. ``base_rtt_ms`` (from this site to each) orders
     the sites nearest first for the policies that need it (None: in the given order)."""
 
@@ -197,6 +201,7 @@ class StoreEndpoints:
     password: str | None = None
     tls: ssl.SSLContext | None = None
     base_rtt_ms: tuple[float, ...] | None = None
+    feedback: tuple[tuple[str, int], ...] | None = None
 
     def __post_init__(self) -> None:
         if self.site not in self.sites:
@@ -205,6 +210,8 @@ class StoreEndpoints:
             raise ConfigError("servers", "give at least one server for every site")
         if self.base_rtt_ms is not None and len(self.base_rtt_ms) != len(self.sites):
             raise ConfigError("base_rtt_ms", "give one RTT per site")
+        if self.feedback is not None and len(self.feedback) != len(self.sites):
+            raise ConfigError("feedback", "give one feedback address per site")
 
     @property
     def nearest_first(self) -> list[int]:
@@ -233,6 +240,10 @@ class SiteClient:
         servers = [len(s) for s in endpoints.servers]
         if isinstance(policy, str):
             policy = make_policy(policy, self.site, servers, endpoints.nearest_first)
+        if policy.needs_feedback and endpoints.feedback is None:
+            raise ConfigError(
+                "feedback", f"{type(policy).__name__} needs every site's feedback process"
+            )
         self.policy = policy
         self.slo_ms = slo_ms
         self.timeout_s = request_timeout_s
@@ -246,19 +257,29 @@ class SiteClient:
         self._reported = False  # an agent has read this client's metrics
         self.plans_received = 0
         self._connections: dict[tuple[int, int], RedisConnection] = {}
+        self._opening: dict[tuple[int, int], asyncio.Future] = {}  # connections being opened
         self._background: set[asyncio.Future] = set()
         self._agent_task: asyncio.Task | None = None
         self._agent_writer: asyncio.StreamWriter | None = None
         self._deadlines: deque[float] = deque()  # of the requests in _pending, in order
         self._pending: deque[asyncio.Future] = deque()
         self._watchdog: asyncio.Task | None = None
+        self._held: deque[tuple[float, asyncio.Future]] = deque()  # (sent s, future): C3's
+        self._releaser: asyncio.Task | None = None
+        self._feedback_tasks: list[asyncio.Task] = []
         # RoutingPolicy.observe does nothing: skip the call unless a policy overrides it
         self._observes = type(policy).observe is not RoutingPolicy.observe
 
     # --- lifecycle ---------------------------------------------------------------------------
     async def start(self) -> SiteClient:
+        loop = asyncio.get_running_loop()
         if self.endpoints.agent is not None:
-            self._agent_task = asyncio.get_running_loop().create_task(self._agent_loop())
+            self._agent_task = loop.create_task(self._agent_loop())
+        if self.policy.needs_feedback:
+            self._feedback_tasks = [
+                loop.create_task(self._feedback_loop(j, address))
+                for j, address in enumerate(self.endpoints.feedback)
+            ]
         return self
 
     async def close(self) -> None:
@@ -269,8 +290,9 @@ class SiteClient:
                 await asyncio.wait_for(self._agent_writer.drain(), 1.0)
         if self._agent_task is not None:
             self._agent_task.cancel()
-        if self._watchdog is not None:
-            self._watchdog.cancel()
+        for task in (self._watchdog, self._releaser, *self._feedback_tasks):
+            if task is not None:
+                task.cancel()
         for connection in self._connections.values():
             await connection.close()
         self._connections.clear()
@@ -284,13 +306,10 @@ class SiteClient:
     async def get(self, key: bytes) -> bytes | None:
         """Read ``key`` from the site the policy picks; None if it failed (counted)."""
         self.metrics.arrivals += 1
-        host = self.policy.choose(self.rng, time.perf_counter() * 1e3)
-        payload, replies = self.work.read_payload(key, self.rng)
         issued, start = time.time(), time.perf_counter()
-        try:
-            reply = await self._send(host, payload, replies, start)
-        except (TimeoutError, TestbedError):
-            reply = self._failed(host)
+        host = self._choose(start) or await self._held_back(start)
+        payload, replies = self.work.read_payload(key, self.rng)
+        reply = await self._exchange(host, payload, replies, start)
         self._finish(host, payload, reply, issued, start, False)
         return self.work.value_of(reply) if reply is not None else None
 
@@ -298,17 +317,51 @@ class SiteClient:
         """Write ``key`` at the site the policy picks, then propagate it everywhere."""
         self.metrics.arrivals += 1
         self.metrics.writes += 1
-        host = self.policy.choose(self.rng, time.perf_counter() * 1e3)
-        payload, replies = self.work.write_payload(key, value, self.rng, True)
         issued, start = time.time(), time.perf_counter()
-        try:
-            reply = await self._send(host, payload, replies, start)
-        except (TimeoutError, TestbedError):
-            reply = self._failed(host)
+        host = self._choose(start) or await self._held_back(start)
+        payload, replies = self.work.write_payload(key, value, self.rng, True)
+        reply = await self._exchange(host, payload, replies, start)
         self._finish(host, payload, reply, issued, start, True)
         if reply is not None:
             self._propagate(*host, key, value)
         return reply is not None
+
+    def _choose(self, start: float) -> tuple[int, int] | None:
+        """The policy's host, unless requests are held back (they go first, in order)."""
+        return None if self._held else self.policy.choose(self.rng, start * 1e3)
+
+    async def _held_back(self, start: float) -> tuple[int, int]:
+        """C3's backpressure queue (§4.3): wait, in order, until a replica has room; past
+        the request timeout, ``(site, HELD_TOO_LONG)`` (the request fails)."""
+        future = asyncio.get_running_loop().create_future()
+        self._held.append((start, future))
+        if self._releaser is None or self._releaser.done():
+            self._releaser = asyncio.get_running_loop().create_task(self._release_held())
+        return await future
+
+    async def _release_held(self) -> None:
+        """At every window's end, the held requests that now have a host, oldest first."""
+        while self._held:
+            await asyncio.sleep(max(self.policy.held_until_ms - _now_ms(), 0.0) / 1e3)
+            now = time.perf_counter()
+            while self._held and self._held[0][0] + self.timeout_s <= now:
+                self._held.popleft()[1].set_result((self.site, HELD_TOO_LONG))
+            while self._held:
+                host = self.policy.choose(self.rng, now * 1e3)
+                if host is None:
+                    break
+                self._held.popleft()[1].set_result(host)
+
+    async def _exchange(self, host: tuple[int, int], payload: bytes, replies: int, start: float):
+        """The reply to ``payload`` from ``host``, or None if the request failed or timed
+        out (the host is then skipped for a while)."""
+        if host[1] == HELD_TOO_LONG:
+            return None
+        try:
+            return await self._send(host, payload, replies, start)
+        except (TimeoutError, TestbedError):
+            self.policy.failed(*host, _now_ms() + DOWN_BACKOFF_MS)
+            return None
 
     def _send(self, host: tuple[int, int], payload: bytes, replies: int, start: float):
         """Send ``payload`` (``replies`` commands) to ``host``, the policy's tuple (reused as
@@ -324,10 +377,6 @@ class SiteClient:
     ):
         connection = await self._connection(*host)
         return await self._with_deadline(connection.send(payload, replies), start)
-
-    def _failed(self, host: tuple[int, int]) -> None:
-        """A request that failed or timed out: its host is skipped for a while."""
-        self.policy.mark_down(*host, _now_ms() + DOWN_BACKOFF_MS)
 
     def _finish(self, host, payload: bytes, reply, issued: float, start: float, write: bool):
         """Time the request (from ``start``, perf_counter s, when it was sent), log it and
@@ -417,16 +466,45 @@ class SiteClient:
             self.policy.observe(site, server, (time.perf_counter() - sent) * 1e3, _now_ms())
 
     async def _connection(self, site: int, server: int) -> RedisConnection:
+        """The host's connection; requests that find it opening wait for the same one."""
         connection = self._connections.get((site, server))
-        if connection is None or connection.closed:
+        if connection is not None and not connection.closed:
+            return connection
+        opening = self._opening.get((site, server))
+        if opening is None:
             if not self.policy.is_up(site, server, _now_ms()):
                 raise TestbedError(f"{self.sites[site]} server {server} is marked down")
             host, port = self.endpoints.servers[site][server]
-            connection = await RedisConnection.open(
+            opening = asyncio.ensure_future(RedisConnection.open(
                 port, host, self.timeout_s, password=self.endpoints.password, tls=self.endpoints.tls
-            )
-            self._connections[(site, server)] = connection
+            ))  # fmt: skip
+            self._opening[(site, server)] = opening
+            opening.add_done_callback(lambda _: self._opening.pop((site, server), None))
+        connection = await asyncio.shield(opening)
+        self._connections[(site, server)] = connection
         return connection
+
+    # --- the servers' feedback (C3) ------------------------------------------------------------
+    async def _feedback_loop(self, site: int, address: tuple[str, int]) -> None:
+        """Stay subscribed to ``site``'s feedback process; hand each line to the policy."""
+        while True:
+            try:
+                reader, writer = await asyncio.open_connection(*address)
+            except OSError:
+                await asyncio.sleep(0.5)
+                continue
+            try:
+                while line := await reader.readline():
+                    message = json.loads(line)
+                    for server, (queue, service_ms) in enumerate(
+                        zip(message["q"], message["service_ms"], strict=True)
+                    ):
+                        self.policy.feedback(site, server, queue, service_ms)
+            except (OSError, ValueError, KeyError):
+                pass
+            finally:
+                writer.close()
+            await asyncio.sleep(0.5)
 
     # --- the site agent ----------------------------------------------------------------------
     async def _agent_loop(self) -> None:

@@ -13,6 +13,9 @@ and the sockets. The same policies run in the simulator's kernel (``geoslo.sim``
 * ``DynamicSnitch``: Cassandra's DynamicEndpointSnitch (3.x defaults), per client and per
   host, fed by every response from every replica the client contacts (its propagated
   writes included), as a coordinator's snitch is.
+* ``C3``: Suresh et al. (NSDI 2015), per client: replicas ranked by response time, queue and
+  service time (the servers' feedback, ``_feedback``), each under a cubic rate limiter,
+  with a backpressure queue when none has room.
 """
 
 from __future__ import annotations
@@ -33,11 +36,14 @@ __all__ = [
     "LatencyAware",
     "DecayingReservoir",
     "DynamicSnitch",
+    "C3",
     "make_policy",
     "POLICY_NAMES",
 ]
 
-POLICY_NAMES = ("AllLocal", "GlobalRR", "LatencyAware", "DynamicSnitch", "KurmaPerf", "KurmaCost")
+POLICY_NAMES = (
+    "AllLocal", "GlobalRR", "LatencyAware", "DynamicSnitch", "C3", "KurmaPerf", "KurmaCost"
+)  # fmt: skip
 
 
 class RoutingPolicy:
@@ -45,6 +51,7 @@ class RoutingPolicy:
 
     follows_plan = False  # True: the site's agent sets the split every interval
     observes_replicas = False  # True: observe() also gets the propagated writes' responses
+    needs_feedback = False  # True: the servers' feedback (C3) reaches it through feedback()
 
     def __init__(self, site: int, servers_per_site: list[int]) -> None:
         self.site = site
@@ -59,8 +66,13 @@ class RoutingPolicy:
     def is_up(self, site: int, server: int, now_ms: float) -> bool:
         return self.down_until_ms[(site, server)] <= now_ms
 
-    def choose(self, rng: np.random.Generator, now_ms: float) -> tuple[int, int]:
+    def choose(self, rng: np.random.Generator, now_ms: float) -> tuple[int, int] | None:
+        """The host of the next request (None: hold it back until ``held_until_ms``)."""
         raise NotImplementedError
+
+    def failed(self, site: int, server: int, until_ms: float) -> None:
+        """A request to the host failed or timed out: skip the host until ``until_ms``."""
+        self.mark_down(site, server, until_ms)
 
     def observe(self, site: int, server: int, response_ms: float, now_ms: float) -> None:
         """Feedback of one response (adaptive policies use it)."""
@@ -379,8 +391,130 @@ class DynamicSnitch(RoutingPolicy):
         return next((h for h in order if self.is_up(*h, now_ms)), (self.site, 0))
 
 
-def make_policy(name: str, site: int, servers_per_site: list[int], proximity: list[int]):
-    """A policy by its name in the paper (one of ``POLICY_NAMES``)."""
+class C3(RoutingPolicy):
+    """C3 (Suresh et al., NSDI 2015), one per client as the original, with the simulator's
+    parameters (``geoslo.sim.kurma``, ``c3_*``).
+
+    §4.1, replica ranking: every host's response time R, queue q and service time 1/mu
+    are exponentially weighted (alpha 0.9) from each response and the server's feedback
+    it carries; a request goes to the lowest psi = R - 1/mu + q_hat^3 / mu with
+    q_hat = 1 + os * n + q (os: this client's requests outstanding at the host, n: the
+    clients) among the key's replicas: ``replicas_per_site`` consecutive servers of every
+    site from a random start (every site's, nearest first, ties to the nearer).
+    §4.3, rate control: per host at most ``rate`` requests a 20 ms window; at a window's
+    end, a host that returned fewer than it was sent has its rate cut by beta (at most
+    once per hysteresis), otherwise it grows on the cubic gamma (t - T - K)^3 + R0 by at
+    most smax. When no replica has room, ``choose`` returns None: the client holds the
+    request in its backpressure queue, in order, until the next window."""
+
+    needs_feedback = True
+    ewma_alpha = 0.9
+    window_ms = 20.0
+    beta = 0.2
+    gamma = 2e-5
+    smax = 10.0
+    hysteresis_ms = 40.0
+    replicas_per_site = 3
+    initial_rate = 1000.0
+    min_rate = 1.0
+
+    def __init__(
+        self, site: int, servers_per_site: list[int], proximity: list[int], n_clients: int
+    ) -> None:
+        super().__init__(site, servers_per_site)
+        if n_clients < 1:
+            raise InputError("n_clients", f"must be >= 1, got {n_clients}")
+        self.n_clients = n_clients
+        self.order = [site] + [j for j in proximity if j != site]  # this site first
+        hosts = [(j, s) for j, n in enumerate(self.servers) for s in range(n)]
+        zero = dict.fromkeys(hosts, 0.0)
+        self.response_ms, self.queue, self.service_ms = dict(zero), dict(zero), dict(zero)
+        self.outstanding = dict.fromkeys(hosts, 0)
+        self.rate = dict.fromkeys(hosts, self.initial_rate)
+        self.rate_before_cut = dict.fromkeys(hosts, self.initial_rate)
+        self.cut_at_ms = dict.fromkeys(hosts, -math.inf)
+        self.sent, self.received = dict.fromkeys(hosts, 0), dict.fromkeys(hosts, 0)
+        self.latest: dict[tuple[int, int], tuple[float, float]] = {}  # host -> (q, 1/mu ms)
+        self.window_end_ms: float | None = None
+
+    @property
+    def held_until_ms(self) -> float:
+        """When a held request may be tried again: the current window's end."""
+        return self.window_end_ms if self.window_end_ms is not None else -math.inf
+
+    def psi(self, host: tuple[int, int]) -> float:
+        q_hat = 1.0 + self.outstanding[host] * self.n_clients + self.queue[host]
+        service = self.service_ms[host]
+        return self.response_ms[host] - service + q_hat**3 * service
+
+    def choose(self, rng: np.random.Generator, now_ms: float) -> tuple[int, int] | None:
+        self._close_windows(now_ms)
+        start = rng.random()
+        best, best_psi = None, math.inf
+        for j in self.order:
+            n = self.servers[j]
+            first = min(int(start * n), n - 1)
+            for k in range(min(self.replicas_per_site, n)):
+                host = (j, (first + k) % n)
+                if not self.is_up(*host, now_ms) or self.sent[host] >= self.rate[host]:
+                    continue
+                psi = self.psi(host)
+                if psi < best_psi:
+                    best, best_psi = host, psi
+        if best is not None:
+            self.sent[best] += 1
+            self.outstanding[best] += 1
+        return best
+
+    def feedback(self, site: int, server: int, queue: float, service_ms: float) -> None:
+        """The server's latest feedback; it counts when one of its responses arrives."""
+        self.latest[(site, server)] = (queue, service_ms)
+
+    def observe(self, site: int, server: int, response_ms: float, now_ms: float) -> None:
+        host, a = (site, server), self.ewma_alpha
+        self.response_ms[host] = a * self.response_ms[host] + (1 - a) * response_ms
+        if host in self.latest:
+            queue, service_ms = self.latest[host]
+            self.queue[host] = a * self.queue[host] + (1 - a) * queue
+            self.service_ms[host] = a * self.service_ms[host] + (1 - a) * service_ms
+        self._settled(host)
+        self.received[host] += 1
+
+    def failed(self, site: int, server: int, until_ms: float) -> None:
+        super().failed(site, server, until_ms)
+        self._settled((site, server))
+
+    def _settled(self, host: tuple[int, int]) -> None:
+        self.outstanding[host] = max(self.outstanding[host] - 1, 0)
+
+    def _close_windows(self, now_ms: float) -> None:
+        """The cubic rate update at every window's end (§4.3), the counts then reset."""
+        if self.window_end_ms is None:
+            self.window_end_ms = now_ms + self.window_ms
+        if now_ms < self.window_end_ms:
+            return
+        for host, rate in self.rate.items():
+            if self.sent[host] > self.received[host]:
+                if now_ms - self.cut_at_ms[host] >= self.hysteresis_ms:
+                    self.rate_before_cut[host] = rate
+                    self.rate[host] = max(rate * (1 - self.beta), self.min_rate)
+                    self.cut_at_ms[host] = now_ms
+            else:
+                r0 = self.rate_before_cut[host]
+                k = (self.beta * r0 / self.gamma) ** (1 / 3)
+                target = self.gamma * (now_ms - self.cut_at_ms[host] - k) ** 3 + r0
+                if target > rate:
+                    self.rate[host] = rate + min(target - rate, self.smax)
+            self.sent[host] = self.received[host] = 0
+        while self.window_end_ms <= now_ms:
+            self.window_end_ms += self.window_ms
+
+
+def make_policy(
+    name: str, site: int, servers_per_site: list[int], proximity: list[int], n_clients: int = 0
+):
+    """A policy by its name in the paper (one of ``POLICY_NAMES``); ``n_clients`` is C3's
+    n, the clients sharing the servers (0: one per site)."""
     if name == "AllLocal":
         return RatesPolicy(site, servers_per_site, follows_plan=False)
     if name in ("KurmaPerf", "KurmaCost"):
@@ -391,4 +525,6 @@ def make_policy(name: str, site: int, servers_per_site: list[int], proximity: li
         return LatencyAware(site, servers_per_site, proximity)
     if name == "DynamicSnitch":
         return DynamicSnitch(site, servers_per_site, proximity, seed=site)
+    if name == "C3":
+        return C3(site, servers_per_site, proximity, n_clients or len(servers_per_site))
     raise InputError("policy", f"unknown policy {name!r}; use one of {', '.join(POLICY_NAMES)}")

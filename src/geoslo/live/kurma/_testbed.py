@@ -1,8 +1,10 @@
 """The live testbed: real Redis servers per site and a delay injector between sites.
 
 ``Testbed.up(spec)`` starts ``servers_per_site`` Redis servers per site (each holding a
-full replica of the data set) and a delay path from every site to every server and every
-site agent of every other site. It comes in two forms, and every run says which it used:
+full replica of the data set), a feedback process per site (its servers' queues and
+service times, for C3: ``_feedback``) and a delay path from every site to every server,
+site agent and feedback process of every other site. It comes in two forms, and every
+run says which it used:
 
 * **namespaces** (root): each site is a network namespace with its own address
   (``_sites.SiteNamespaces``); its Redis servers listen there, each under a CFS CPU quota,
@@ -53,6 +55,7 @@ from geoslo.live._toxiproxy import STATE_FILE as TOXIPROXY_STATE_FILE
 from geoslo.live._toxiproxy import ToxiproxyServer
 from geoslo.live._wan import DelayPath, WanConfig
 from geoslo.live.kurma._client import StoreEndpoints
+from geoslo.live.kurma._feedback import FeedbackConfig
 from geoslo.topology import (
     BaseRttSchedule,
     Site,
@@ -227,6 +230,7 @@ class SiteEndpoints:
     metrics_port: int  # Prometheus exposition of the site's agent
     host: str = "127.0.0.1"  # the site's address: its servers and agent listen there
     path_host: str = "127.0.0.1"  # where paths from this site listen (its end of the WAN)
+    feedback_port: int = 0  # the site's feedback process (0: none, a testbed before it)
 
 
 @dataclass
@@ -239,7 +243,7 @@ class Testbed:
     state_dir: Path
     epoch_unix_s: float
     sites: dict[str, SiteEndpoints]
-    paths: dict[str, int]  # "src>dst/kind" -> WAN port, kind = server index or "agent"
+    paths: dict[str, int]  # "src>dst/kind" -> port, kind = server index, agent or feedback
     processes: list[dict] = field(default_factory=list)
     network: str = "loopback"  # the form in use: "namespaces" or "loopback"
     network_reason: str = ""  # why that form (e.g. what the namespaces form lacked)
@@ -274,6 +278,18 @@ class Testbed:
             self.redis_password,
             None,
             tuple(float(x) for x in self.base_rtt_ms(time.time())[sites.index(site)]),
+            self._feedback_addresses(site),
+        )
+
+    def _feedback_addresses(self, src: str) -> tuple[tuple[str, int], ...] | None:
+        """Where a client at ``src`` reaches every site's feedback process (WAN if remote)."""
+        if not all(ends.feedback_port for ends in self.sites.values()):
+            return None
+        return tuple(
+            (self.sites[dst].host, self.sites[dst].feedback_port)
+            if dst == src
+            else (self.sites[src].path_host, self.paths[f"{src}>{dst}/feedback"])
+            for dst in self.spec.sites
         )
 
     def agent_address(self, src: str, dst: str) -> tuple[str, int]:
@@ -343,6 +359,7 @@ class Testbed:
                 testbed.save()
             testbed._start_redis(redis, progress)
             asyncio.run(testbed._fill(progress))
+            testbed._start_feedback(progress)
             if network == "namespaces":
                 testbed._limit_servers(progress)
                 testbed._start_paths(progress)
@@ -358,14 +375,15 @@ class Testbed:
     @classmethod
     def _allocate(cls, spec: TestbedSpec, state_dir: Path, network: str, reason: str) -> Testbed:
         n, per = len(spec.sites), spec.servers_per_site
-        remote_paths = n * (n - 1) * (per + 1)
-        ports = iter(free_ports(n * (per + 3) + remote_paths))
+        remote_paths = n * (n - 1) * (per + 2)
+        ports = iter(free_ports(n * (per + 4) + remote_paths))
         sites = {
             s: SiteEndpoints(
-                [next(ports) for _ in range(per)], next(ports), next(ports), next(ports)
+                [next(ports) for _ in range(per)], next(ports), next(ports), next(ports),
+                feedback_port=next(ports),
             )
             for s in spec.sites
-        }
+        }  # fmt: skip
         paths = {}
         for src in spec.sites:
             for dst in spec.sites:
@@ -373,6 +391,7 @@ class Testbed:
                     for k in range(per):
                         paths[f"{src}>{dst}/{k}"] = next(ports)
                     paths[f"{src}>{dst}/agent"] = next(ports)
+                    paths[f"{src}>{dst}/feedback"] = next(ports)
         epoch = float(np.floor(time.time()))
         return cls(spec, state_dir, epoch, sites, paths, network=network, network_reason=reason)
 
@@ -382,7 +401,8 @@ class Testbed:
             pair, kind = key.split("/")
             src, dst = pair.split(">")
             ends = self.sites[dst]
-            yield key, src, dst, ends.agent_port if kind == "agent" else ends.servers[int(kind)]
+            named = {"agent": ends.agent_port, "feedback": ends.feedback_port}
+            yield key, src, dst, named[kind] if kind in named else ends.servers[int(kind)]
 
     def _start_redis(self, redis: str, progress) -> None:
         for site, ends in self.sites.items():
@@ -396,6 +416,21 @@ class Testbed:
         config = self.state_dir / AUTH_CONFIG if self.redis_password else None
         command = redis_server_command(redis, name, port, self.state_dir, ends.host, config)
         return self._launch(name, self.command_at(site, command), port, ends.host)
+
+    def _start_feedback(self, progress) -> None:
+        """Every site's feedback process, beside its servers (in its namespace)."""
+        for site, ends in self.sites.items():
+            name = f"feedback-{site.lower()}"
+            config = FeedbackConfig(
+                site, ends.host, ends.feedback_port,
+                tuple((ends.host, port) for port in ends.servers), self.redis_password,
+                commands_per_request=self.workload.commands_per_request,
+            )  # fmt: skip
+            path = self.state_dir / f"{name}.json"
+            config.write(path)
+            command = python_module_command("geoslo.live", "feedback", str(path))
+            self._launch(name, self.command_at(site, command), ends.feedback_port, ends.host)
+        progress(f"testbed: a feedback process per site ({len(self.sites)})")
 
     def _require_password(self) -> None:
         """A random password every server requires (Redis refuses clients beyond loopback
