@@ -107,3 +107,23 @@ def test_replies_within_the_timeout_are_not_failed_and_deadlines_are_released():
     replies, errors, pending = asyncio.run(scenario())
     assert replies == [b"v"] * 10 and errors == [0]
     assert pending == 0
+
+
+def test_requests_racing_for_a_hosts_first_connection_share_one():
+    """Twenty GETs issued at once to a host with no connection yet: one connection is
+    opened and every request is answered on it (before the fix, each opened its own and
+    all but the last were leaked)."""
+
+    async def scenario() -> tuple[int, int]:
+        server = Server(reply_after_s=0.0)
+        client = one_site_client(await server.start())
+        try:
+            values = await asyncio.gather(*[client.get(b"k:1") for _ in range(20)])
+            return sum(v == b"v" for v in values), len(server.handlers)
+        finally:
+            await client.close()
+            await server.stop()
+
+    answered, connections = asyncio.run(scenario())
+    assert answered == 20
+    assert connections == 1
