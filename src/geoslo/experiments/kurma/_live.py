@@ -114,6 +114,7 @@ class LiveRun:
     max_late_ms: float
     start_unix_s: float  # when the generators started
     events: dict[str, float] = field(default_factory=dict)  # name -> when it happened (unix s)
+    server_us_per_command: float = float("nan")  # the servers' own time per command (INFO)
 
     def since(self, t_unix_s: float) -> LiveRun:
         """Only requests issued from ``t_unix_s`` on, and the rounds measuring after it."""
@@ -123,7 +124,10 @@ class LiveRun:
         ]
         first_round_s = t_unix_s + INTERVAL_S
         rounds = [[rec for rec in log if rec["t_unix_s"] >= first_round_s] for log in self.rounds]
-        return LiveRun(self.policy, requests, rounds, self.max_late_ms, t_unix_s, self.events)
+        return LiveRun(
+            self.policy, requests, rounds, self.max_late_ms, t_unix_s, self.events,
+            self.server_us_per_command,
+        )  # fmt: skip
 
     def violated(self, i: int) -> np.ndarray:
         r = self.requests[i]
@@ -197,6 +201,7 @@ def _replay(
         for site in testbed.spec.sites
     ]  # fmt: skip
     generators: list[ManagedProcess] = []
+    calls_before, usec_before = testbed.server_counters()
     try:
         start = _start_at(warmup_s)
         generators += [
@@ -223,6 +228,7 @@ def _replay(
     finally:  # also on an interrupt (SIGTERM is one: geoslo.cli.main)
         for process in [*generators, *instances]:
             process.stop()
+    calls, usec = testbed.server_counters()
     results = [
         read_loadgen_result(run_dir / f"requests-{site.lower()}.npz") for site in testbed.spec.sites
     ]
@@ -236,6 +242,7 @@ def _replay(
         max(summary["max_late_ms"] for _, summary in results),
         start,
         done,
+        (usec - usec_before) / max(calls - calls_before, 1),
     )
 
 

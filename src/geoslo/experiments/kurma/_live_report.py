@@ -138,9 +138,30 @@ def _rows(live_runs: dict[str, LiveRun], sim_runs: dict[str, PolicyRun], sites) 
         row["live redirected %"] = 100 * run.redirected() / max(run.total(), 1)
         row["sim redirected %"] = 100 * sim.redirected_requests() / max(sim.requests.sum(), 1)
         row["live WAN MB"] = run.wan_bytes() / 1e6
+        row["server us/command"] = run.server_us_per_command
         row["requests"] = run.total()
         rows.append(row)
     return rows
+
+
+def _formats(rows: list[dict]) -> dict[str, str]:
+    formats = {k: ".2f" for k in rows[0] if k.endswith(("%", "MB"))}
+    return formats | {"server us/command": ".0f"}
+
+
+def _machine_speed_text(rows: list[dict]) -> str:
+    """What the servers' own time per command says about the machine across the runs
+    (a run compared with another on a slower machine is not a fair comparison)."""
+    speeds = {r["policy"]: r["server us/command"] for r in rows}
+    if not all(np.isfinite(v) for v in speeds.values()) or len(speeds) < 2:
+        return "The servers' time per command was not measured."
+    fastest = min(speeds.values())
+    parts = [f"{p} {v:.0f} us ({100 * (v / fastest - 1):+.0f}%)" for p, v in speeds.items()]
+    return (
+        "The servers' own time per command (INFO commandstats) during each replay, against "
+        f"the fastest: {', '.join(parts)}. Each server's capacity is its CPU quota over this "
+        "time, so a run on a slower machine meets a lower capacity than the model's."
+    )
 
 
 def _estimate_rows(live_runs: dict[str, LiveRun]) -> list[dict]:
@@ -318,16 +339,13 @@ def _write(out, live, live_runs, sim_runs, traces, settings, spec, quick, result
     )
     report.section("Trace-1 on the testbed", trace1.description)
     rows = _rows(live_runs, sim_runs, sites)
-    report.table(
-        "trace1_live", rows, formats={k: ".2f" for k in rows[0] if k.endswith(("%", "MB"))}
-    )
+    report.table("trace1_live", rows, formats=_formats(rows))
     report.figure("trace1_live", _plot(rows, live_runs, sites), "Global violations; redirect share")
     if "trace2" in results:
         report.section("Trace-2 on the testbed", trace2.description)
         rows2 = results["trace2"]
-        report.table(
-            "trace2_live", rows2, formats={k: ".2f" for k in rows2[0] if k.endswith(("%", "MB"))}
-        )
+        report.table("trace2_live", rows2, formats=_formats(rows2))
+        report.text(_machine_speed_text(rows2))
     report.section("Kurma's estimate for redirected requests, measured live")
     estimate = _estimate_rows(live_runs)
     if estimate:

@@ -55,7 +55,7 @@ from geoslo.live._toxiproxy import STATE_FILE as TOXIPROXY_STATE_FILE
 from geoslo.live._toxiproxy import ToxiproxyServer
 from geoslo.live._wan import DelayPath, WanConfig
 from geoslo.live.kurma._client import StoreEndpoints
-from geoslo.live.kurma._feedback import FeedbackConfig
+from geoslo.live.kurma._feedback import FeedbackConfig, info_counters
 from geoslo.topology import (
     BaseRttSchedule,
     Site,
@@ -598,6 +598,31 @@ class Testbed:
             config = str(self.state_dir / f"{name}.json")  # wan.json, routes.json
             self._launch(name, python_module_command("geoslo.live", name, config),
                          record["port"], record.get("host", "127.0.0.1"))  # fmt: skip
+
+    def server_counters(self) -> tuple[int, int]:
+        """Commands the clients sent every server so far, and the servers' microseconds
+        running them (``INFO commandstats`` summed; a server that does not answer is left
+        out). Two readings give the machine's speed over a run: us per command."""
+
+        async def read() -> tuple[int, int]:
+            calls = usec = 0
+            for ends in self.sites.values():
+                for port in ends.servers:
+                    try:
+                        connection = await self.connect(ends.host, port)
+                    except TestbedError:
+                        continue
+                    try:
+                        info = await asyncio.wait_for(connection.command(b"INFO", b"all"), 5.0)
+                        _, c, u = info_counters(info.decode())
+                        calls, usec = calls + c, usec + u
+                    except (TimeoutError, TestbedError):
+                        pass
+                    finally:
+                        await connection.close()
+            return calls, usec
+
+        return asyncio.run(read())
 
     async def _fill_one(self, host: str, port: int) -> None:
         """Write the whole data set to one server (at ``up``, and after a restart)."""
