@@ -306,3 +306,23 @@ def test_a_one_node_zookeeper_ensemble_is_searched_too() -> None:
     plan = decide(state)
     best, fewest = _brute_force(state)
     assert plan.score == pytest.approx(best) and len(plan.migrations) == fewest == 1
+
+
+def test_the_loop_decides_on_the_rtts_it_measured_not_the_templates() -> None:
+    """All load at b, nodes at a: with the template's L the ensemble moves to b; when the
+    measured RTTs say b is now far from everything and a close to it, it stays."""
+    state = _state([FrontEnd("b", 900, 100)], ["a", "a", "a"])
+    moved = PlacementLoop(state, threshold_fraction=0.1).step(_seen(0, state))
+    assert moved is not None and {n.site for n in moved.placement.nodes} == {"b"}
+    measured = RTT.copy()
+    measured[0, 1] = measured[1, 0] = 1.0  # a and b
+    measured[np.diag_indices(len(SITES))] = 1.0
+    seen = PlacementObservation(0, state.front_ends, state.current, False, measured)
+    assert PlacementLoop(state, threshold_fraction=0.1).step(seen) is None
+
+
+def test_the_loop_refuses_measured_rtts_of_the_wrong_shape() -> None:
+    state = _state([FrontEnd("b", 900, 100)], ["a", "a", "a"])
+    seen = PlacementObservation(0, state.front_ends, state.current, False, np.zeros((2, 2)))
+    with pytest.raises(InputError, match="rtt_ms"):
+        PlacementLoop(state).step(seen)

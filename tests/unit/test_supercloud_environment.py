@@ -259,3 +259,51 @@ def test_the_start_placement_is_the_first_observed() -> None:
     assert asyncio.run(env.observe()).current == env.start_placement
     with pytest.raises(InputError, match="start_sites"):
         _env(start=("Osaka",))
+
+
+# --- any number of sites --------------------------------------------------------------------
+THREE = ("washington-dc", "tokyo", "frankfurt")
+THREE_RTT = ((0.0, 150.0, 90.0), (150.0, 0.0, 230.0), (90.0, 230.0, 0.0))
+
+
+def test_server_ids_take_turns_over_the_sites_and_two_sites_keep_5_2_2s_layout() -> None:
+    from geoslo.live.supercloud.zookeeper import ZkLiveSettings
+    from geoslo.live.supercloud.zookeeper._environment import site_of_server
+
+    three = ZkLiveSettings(sites=THREE, site_rtt_ms=THREE_RTT)
+    assert [three.site_of(i) for i in range(1, 7)] == [*THREE, *THREE]
+    assert [site_of_server(i) for i in (1, 2, 3, 4)] == ["virginia", "tokyo"] * 2
+    assert three.rtt_matrix_ms()[1, 2] == 230.0
+
+
+@pytest.mark.parametrize(
+    ("table", "field"),
+    [
+        ({"sites": ("a",)}, "sites"),
+        ({"sites": ("a", "a")}, "sites"),
+        ({"sites": THREE}, "site_rtt_ms"),  # three sites need their RTTs
+        ({"sites": THREE, "site_rtt_ms": ((0.0, 1.0), (1.0, 0.0))}, "site_rtt_ms"),
+        ({"sites": THREE, "site_rtt_ms": tuple((-1.0,) * 3 for _ in range(3))}, "site_rtt_ms"),
+        ({"sites": THREE, "site_rtt_ms": tuple((2000.0,) * 3 for _ in range(3))}, "sync_limit"),
+    ],
+)
+def test_bad_sites_or_rtts_are_refused_naming_the_key(table, field) -> None:
+    from geoslo.errors import ConfigError
+    from geoslo.live.supercloud.zookeeper import ZkLiveSettings
+
+    with pytest.raises(ConfigError) as error:
+        ZkLiveSettings(**table)
+    assert error.value.field.startswith(field)
+
+
+@pytest.mark.parametrize("seed", range(30))
+def test_start_ids_put_every_node_in_its_site_and_give_the_leader_the_highest(seed) -> None:
+    from geoslo.live.supercloud.zookeeper import ZkLiveSettings
+    from geoslo.live.supercloud.zookeeper._environment import start_ids
+
+    settings = ZkLiveSettings(sites=THREE, site_rtt_ms=THREE_RTT)
+    rng = np.random.default_rng(seed)
+    sites = tuple(rng.choice(THREE, size=int(rng.integers(1, 8))).tolist())
+    ids = start_ids(sites, settings.site_of)
+    assert [settings.site_of(i) for i in ids] == list(sites)
+    assert len(set(ids)) == len(ids) and ids[0] == max(ids)

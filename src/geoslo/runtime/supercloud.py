@@ -66,12 +66,30 @@ class SimulatorSettings(BaseModel):
 
 
 class TestbedSettings(BaseModel):
-    """``kind = "testbed"``: §5.2.2's live ZooKeeper ensemble (root, Java, zookeeper)."""
+    """``kind = "testbed"``: a live ZooKeeper ensemble (root, Java, zookeeper) over §5.2.2's
+    two sites, or over IBM Cloud regions with ``sites`` (their measured RTTs)."""
 
     model_config = _FROZEN
     __test__ = False  # not a pytest class
 
     kind: Literal["testbed"]
+    sites: tuple[str, ...] | None = Field(
+        None,
+        min_length=2,
+        max_length=5,
+        description="IBM Cloud regions, RTTs from its measured matrix (none: §5.2.2's "
+        "Virginia and Tokyo, rtt_ms apart).",
+    )
+    threads: tuple[int, ...] | None = Field(
+        None, description="With sites: each site's client sessions, in the order of sites."
+    )
+    start_sites: tuple[str, ...] | None = Field(
+        None,
+        min_length=1,
+        max_length=9,
+        description="With sites: the first nodes' sites, the leader's first (default: "
+        "three in the first site).",
+    )
     rtt_ms: float = Field(
         100.0, ge=0, le=1000, description="Virginia-Tokyo RTT (§5.2.2 gives none; ~150 real)."
     )
@@ -101,12 +119,23 @@ def _environment(e: BaseModel, interval_s: float):
         return SupercloudSimEnvironment(e.sites, e.start_sites, interval_s, workload, seed=e.seed)
     from geoslo.live.supercloud.zookeeper import SupercloudTestbedEnvironment, ZkLiveSettings
 
-    settings = ZkLiveSettings(rtt_ms=e.rtt_ms, step_timeout_s=e.step_timeout_s)
-    threads = {"virginia": e.virginia_threads, "tokyo": e.tokyo_threads}
     state_dir = Path(e.state_dir) if e.state_dir else None
+    if e.sites is None:
+        settings = ZkLiveSettings(rtt_ms=e.rtt_ms, step_timeout_s=e.step_timeout_s)
+        threads = {"virginia": e.virginia_threads, "tokyo": e.tokyo_threads}
+        return SupercloudTestbedEnvironment(
+            settings, threads, interval_s, state_dir, think_ms=e.think_ms
+        )
+    from geoslo.sim.supercloud import site_rtt_ms
+
+    if e.threads is None or len(e.threads) != len(e.sites) or min(e.threads) < 0:
+        raise InputError("threads", f"give {len(e.sites)} session counts >= 0, one per site")
+    rtt = tuple(tuple(float(x) for x in row) for row in site_rtt_ms(e.sites))
+    settings = ZkLiveSettings(sites=e.sites, site_rtt_ms=rtt, step_timeout_s=e.step_timeout_s)
     return SupercloudTestbedEnvironment(
-        settings, threads, interval_s, state_dir, think_ms=e.think_ms
-    )
+        settings, dict(zip(e.sites, e.threads, strict=True)), interval_s, state_dir,
+        think_ms=e.think_ms, start_sites=e.start_sites or (e.sites[0],) * 3,
+    )  # fmt: skip
 
 
 def build(controller: BaseModel, environment: BaseModel, interval_s: float) -> Service:
@@ -179,6 +208,10 @@ seed = 0
 # rtt_ms = 100.0               # Virginia-Tokyo (§5.2.2 gives none)
 # virginia_threads = 2         # each site's client sessions (Tokyo's daytime: the busier)
 # tokyo_threads = 8
+# or IBM Cloud regions, their measured RTTs between the namespaces:
+# sites = ["Washington DC", "Tokyo", "Frankfurt"]
+# threads = [2, 8, 2]          # each site's client sessions, in the order of sites
+# start_sites = ["Washington DC", "Washington DC", "Washington DC"]  # leader first
 # think_ms = 200.0             # each session's pause between requests
 # step_timeout_s = 30.0        # one reconfiguration step's limit
 

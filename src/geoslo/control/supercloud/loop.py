@@ -5,9 +5,12 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+import numpy as np
+
 from geoslo.control.supercloud.decide import decide
 from geoslo.control.supercloud.evaluation import score_placement
 from geoslo.control.supercloud.types import PlacementObservation, PlacementState, Plan
+from geoslo.errors import InputError
 
 __all__ = ["PlacementLoop", "INTERVAL_S", "THRESHOLD_FRACTION"]
 
@@ -47,6 +50,11 @@ class PlacementLoop:
             current=observation.current,
             threshold=0.0,
         )
+        if observation.rtt_ms is not None:  # L as measured now (§5.1 observes it)
+            rtt_ms = np.asarray(observation.rtt_ms, dtype=float)
+            if rtt_ms.shape != self.template.rtt_ms.shape or not np.all(rtt_ms >= 0):
+                raise InputError("rtt_ms", f"must be {self.template.rtt_ms.shape}, >= 0")
+            state = replace(state, rtt_ms=rtt_ms)
         threshold = self.threshold_fraction * abs(score_placement(state, observation.current))
         plan = decide(replace(state, threshold=threshold))
         self.last_plan = plan

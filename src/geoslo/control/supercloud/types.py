@@ -86,12 +86,15 @@ class PlacementState:
 class PlacementObservation:
     """One interval as the loop sees it (§5.1): the time, the workload report S of the
     last interval (one entry per front-end), the placement in force, and whether a
-    migration (or reconfiguration) is still running, when the scheduler must wait."""
+    migration (or reconfiguration) is still running, when the scheduler must wait;
+    ``rtt_ms``, the RTTs between the sites as measured in the interval (None: the
+    template's L stands)."""
 
     now_s: float
     front_ends: tuple[FrontEnd, ...]
     current: Placement
     busy: bool = False
+    rtt_ms: np.ndarray | None = None
 
 
 @dataclass(frozen=True)

@@ -1,22 +1,27 @@
 """The live ZooKeeper ensemble as an environment handle: the Supercloud scheduler's loop
 drives a real ensemble (SoCC 2016 §5.1's loop, §5.2.2's reconfiguration).
 
-``start()`` brings up §5.2.2's testbed (two site namespaces joined by the delay proxy; a
-leader and a follower in Virginia, a follower in Tokyo; a closed-loop client per site);
-``observe()`` reads the membership (``conf``) and the leader (``srvr``) from the servers
-themselves and each site's reads and writes from its client's record; ``apply(plan)``
+``start()`` brings up the testbed (a namespace per site joined by the delay proxy, each
+pair of sites its own RTT apart; by default §5.2.2's: a leader and a follower in
+Virginia, a follower in Tokyo; a closed-loop client per site and an echo server per
+site); ``observe()`` reads the membership (``conf``) and the leader (``srvr``) from the
+servers themselves, each site's reads and writes from its client's record, and the RTT
+between every pair of sites from probes across the emulated WAN; ``apply(plan)``
 starts the plan's reconfigurations in the background (``observe()`` reports busy until
 they end; one that fails surfaces from the next ``observe()``); ``close()`` stops it all.
 
-Server N's site is Virginia for odd N and Tokyo for even N, and each new server takes
-the next unused id of its site: a newcomer has the highest id, which ZooKeeper's leader
-election prefers, as §5.2.2's procedures assume.
+Server N's site is ``sites[(N - 1) % len(sites)]`` (Virginia for odd N and Tokyo for even
+N with §5.2.2's two), and each new server takes the next unused id of its site: a
+newcomer has the highest id, which ZooKeeper's leader election prefers, as §5.2.2's
+procedures assume.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import shutil
+import socket
 import tempfile
 import threading
 import time
@@ -28,7 +33,9 @@ import numpy as np
 
 from geoslo.control.supercloud import FrontEnd, Node, Placement, PlacementObservation, Plan
 from geoslo.errors import ConfigError, TestbedError
+from geoslo.live._netns import socket_in
 from geoslo.live._processes import ManagedProcess, find_program, python_module_command
+from geoslo.live._sites import echo_server_command, rtts_on
 from geoslo.live.supercloud.zookeeper._client import ClientConfig
 from geoslo.live.supercloud.zookeeper._ensemble import (
     ZkServer,
@@ -47,11 +54,12 @@ from geoslo.live.supercloud.zookeeper._reconfig_model import UnsafeStepsError, c
 from geoslo.live.supercloud.zookeeper._run import cannot_run_reason
 from geoslo.live.supercloud.zookeeper._settings import (
     CLIENT_PORT,
+    PROBE_PORT,
     PROXIED_PORTS,
     SITE_A,
     SITE_B,
-    SITES,
     ZkLiveSettings,
+    probe_address,
     server_address,
 )
 from geoslo.live.supercloud.zookeeper._sites import SiteNamespaces
@@ -59,12 +67,31 @@ from geoslo.live.supercloud.zookeeper._sites import SiteNamespaces
 __all__ = ["SupercloudTestbedEnvironment", "site_of_server", "parse_members"]
 
 READ_PATH = "/geoslo/read"
-START_IDS = (1, 2, 3)  # §5.2.2: Virginia 1 and 3 (3 leads: the highest id), Tokyo 2
+START_SITES = (SITE_A, SITE_A, SITE_B)  # §5.2.2: the leader and a follower in Virginia
+PROBES_PER_PAIR = 3  # RTT = the least of 3 echoes per pair of sites, every interval
 _POLL_S = 0.1
 
 
 def site_of_server(server_id: int) -> str:
-    return SITE_A if server_id % 2 else SITE_B
+    """The site of a server in §5.2.2's two-site layout."""
+    return ZkLiveSettings().site_of(server_id)
+
+
+def start_ids(start_sites: tuple[str, ...], site_of) -> tuple[int, ...]:
+    """Server ids for nodes in ``start_sites`` (the leader's first, then the followers'):
+    each follower its site's lowest free id, the leader its site's lowest id above them
+    all, so that it is the one ZooKeeper's election picks (the highest id)."""
+    taken: set[int] = set()
+
+    def lowest_free(site: str, above: int = 0) -> int:
+        i = above + 1
+        while i in taken or site_of(i) != site:
+            i += 1
+        taken.add(i)
+        return i
+
+    followers = [lowest_free(site) for site in start_sites[1:]]
+    return (lowest_free(start_sites[0], max(followers, default=0)), *followers)
 
 
 def parse_members(conf: str) -> tuple[int, ...]:
@@ -88,15 +115,14 @@ class _Started:
 
 
 class SupercloudTestbedEnvironment:
-    """§5.2.2's live ensemble under the placement loop. ``client_threads`` sets each
-    site's closed-loop workers (sessions), each pausing ``think_ms`` after an operation
-    so that what a site asks for, not how near the servers are, sets its count (with
-    no pause the site nearest the servers would always look the busiest);
-    ``ids_per_site`` bounds the server ids (and addresses) each site can use, reused when
-    all are spent."""
+    """A live ensemble under the placement loop, over ``settings.sites`` (§5.2.2's two by
+    default). ``client_threads`` sets each site's closed-loop workers (sessions), each
+    pausing ``think_ms`` after an operation so that what a site asks for, not how near
+    the servers are, sets its count (with no pause the site nearest the servers would
+    always look the busiest); ``ids_per_site`` bounds the server ids (and addresses) each
+    site can use; ``start_sites`` are the first nodes' sites, the leader's first."""
 
     simulated = False
-    sites = SITES
 
     def __init__(
         self,
@@ -106,9 +132,13 @@ class SupercloudTestbedEnvironment:
         state_dir: Path | None = None,
         ids_per_site: int = 8,
         think_ms: float = 200.0,
+        start_sites: tuple[str, ...] = START_SITES,
     ) -> None:
-        if set(client_threads) != set(SITES) or min(client_threads.values()) < 0:
-            raise ConfigError("client_threads", f"must give each of {SITES} a count >= 0")
+        self.sites = settings.sites
+        if set(client_threads) != set(self.sites) or min(client_threads.values()) < 0:
+            raise ConfigError("client_threads", f"must give each of {self.sites} a count >= 0")
+        if not start_sites or not set(start_sites) <= set(self.sites):
+            raise ConfigError("start_sites", f"must name one or more of {self.sites}")
         if not 3 <= ids_per_site <= 60:
             raise ConfigError("ids_per_site", f"must be 3..60, got {ids_per_site}")
         if not 0 <= think_ms <= 60_000:
@@ -119,17 +149,20 @@ class SupercloudTestbedEnvironment:
         self.interval_s = float(interval_s)
         self._own_dir = state_dir is None
         self.state_dir = Path(state_dir or tempfile.mkdtemp(prefix="geoslo-zk-run-"))
-        self.pool = tuple(range(1, 2 * ids_per_site + 1))
-        self.rtt_ms = np.array([[0.0, settings.rtt_ms], [settings.rtt_ms, 0.0]])
-        self.members: tuple[int, ...] = START_IDS
-        start = tuple(Node(node_name(i), site_of_server(i)) for i in START_IDS)
-        self.start_placement = Placement(start, node_name(max(START_IDS)))
+        self.pool = tuple(range(1, len(self.sites) * ids_per_site + 1))
+        self.rtt_ms = settings.rtt_matrix_ms()
+        self.site_of = settings.site_of
+        self.start = start_ids(tuple(start_sites), self.site_of)
+        self.members: tuple[int, ...] = tuple(sorted(self.start))
+        nodes = tuple(Node(node_name(i), self.site_of(i)) for i in self.members)
+        self.start_placement = Placement(nodes, node_name(self.start[0]))
         self._started = _Started()
         self._lock = threading.Lock()
         self._cancel = threading.Event()
         self._worker: threading.Thread | None = None
         self._failure: str | None = None
-        self._highest = max(START_IDS)
+        self._highest = max(self.start)
+        self._probes: dict[tuple[str, str], socket.socket] = {}  # (from, to) -> echo link
         self._read_offsets: dict[str, int] = {}
         self._current: Placement | None = None
         self._ended_unseen = False
@@ -147,13 +180,14 @@ class SupercloudTestbedEnvironment:
     def _start_blocking(self) -> None:
         self.state_dir.mkdir(parents=True, exist_ok=True)
         try:
-            self._started.sites = SiteNamespaces.create(self.state_dir, list(self.pool))
+            self._started.sites = SiteNamespaces.create(self.state_dir, list(self.pool), self.sites)
             self._start_proxy()
-            self._start_servers(START_IDS, START_IDS)
+            self._start_echo()
+            self._start_servers(self.members, self.members)
             leader = self._wait("the first leader", self._leader, self.settings.step_timeout_s)
             self._create_znodes(leader)
             self._start_clients()
-            for site in SITES:  # the first interval counts from here
+            for site in self.sites:  # the first interval counts from here
                 self._site_counts(site)
         except BaseException:
             self._stop_all()
@@ -177,6 +211,9 @@ class SupercloudTestbedEnvironment:
             shutil.rmtree(self.state_dir, ignore_errors=True)
 
     def _stop_all(self) -> None:
+        for link in self._probes.values():
+            link.close()
+        self._probes.clear()
         for process in [*self._started.others, *self._started.servers.values()]:
             process.stop()
         if self._started.sites is not None:
@@ -186,82 +223,104 @@ class SupercloudTestbedEnvironment:
     # --- the testbed's parts ---------------------------------------------------------
 
     def _ns(self, server_id: int) -> str:
-        return self._started.sites.of(site_of_server(server_id))
+        return self._started.sites.of(self.site_of(server_id))
+
+    def _rtt_ms(self, a: str, b: str) -> float:
+        return float(self.rtt_ms[self.sites.index(a), self.sites.index(b)])
 
     def _start_proxy(self) -> None:
+        """A route from every other site to each server address's ports and to each
+        site's echo server, each pair of sites its own RTT apart."""
+        ns = self._started.sites.of
         routes = [
-            ProxyRoute(self._started.sites.of(site), self._ns(i), server_address(i), port)
+            ProxyRoute(ns(site), self._ns(i), server_address(i), port,
+                       self._rtt_ms(site, self.site_of(i)))
             for i in self.pool
-            for site in SITES
-            if site != site_of_server(i)
+            for site in self.sites
+            if site != self.site_of(i)
             for port in PROXIED_PORTS
+        ]  # fmt: skip
+        routes += [
+            ProxyRoute(ns(src), ns(dst), probe_address(k), PROBE_PORT, self._rtt_ms(src, dst))
+            for k, dst in enumerate(self.sites)
+            for src in self.sites
+            if src != dst
         ]
         config = self.state_dir / "proxy.json"
-        write_routes(config, routes, self.settings.rtt_ms)
+        write_routes(config, routes)
         command = python_module_command("geoslo.live", "zk-proxy", str(config))
         log = self.state_dir / "proxy.log"
         self._started.others.append(ManagedProcess("wan-proxy", command, log).start())
         self._wait("the delay proxy", config.with_suffix(".ready").exists, 20)
 
+    def _start_echo(self) -> None:
+        """An echo server in every site at its probe address (§5.1's RTT probes)."""
+        ip = find_program("ip", "iproute2")
+        for k, site in enumerate(self.sites):
+            command = [ip, "netns", "exec", self._started.sites.of(site),
+                       *echo_server_command(PROBE_PORT, probe_address(k))]  # fmt: skip
+            log = self.state_dir / f"echo-{k}.log"
+            self._started.others.append(ManagedProcess(f"echo-{k}", command, log).start())
+
     def _start_servers(self, ids: tuple[int, ...], members: tuple[int, ...]) -> None:
-        listed = [ZkServer(m, site_of_server(m)) for m in members]
+        listed = [ZkServer(m, self.site_of(m)) for m in members]
         for i in ids:
             old = self._started.servers.pop(i, None)
             if old is not None:  # a reused id: the old server left the ensemble
                 old.stop()
             shutil.rmtree(self.state_dir / f"zk{i}", ignore_errors=True)
-            server = ZkServer(i, site_of_server(i))
+            server = ZkServer(i, self.site_of(i))
             process = start_server(server, self._ns(i), listed, self.settings, self.state_dir)
             self._started.servers[i] = process
         for i in ids:
             self._wait(
                 f"server {i} to serve (log {self._started.servers[i].log_path})",
-                lambda i=i: server_mode(ZkServer(i, site_of_server(i)), self._ns(i)),
+                lambda i=i: server_mode(ZkServer(i, self.site_of(i)), self._ns(i)),
                 self.settings.step_timeout_s,
             )
 
     def _leader(self) -> int | None:
         for m in self.members:
-            if server_mode(ZkServer(m, site_of_server(m)), self._ns(m)) == "leader":
+            if server_mode(ZkServer(m, self.site_of(m)), self._ns(m)) == "leader":
                 return m
         return None
 
     def _operator(self, leader_id: int) -> tuple[str, list[ZkServer]]:
         order = [leader_id, *(m for m in self.members if m != leader_id)]
-        return self._ns(leader_id), [ZkServer(m, site_of_server(m)) for m in order]
+        return self._ns(leader_id), [ZkServer(m, self.site_of(m)) for m in order]
 
     def _create_znodes(self, leader_id: int) -> None:
         from geoslo.live.supercloud.zookeeper import _admin  # imports kazoo
 
-        paths = [READ_PATH, *(f"/geoslo/write-{site}" for site in SITES)]
+        paths = [READ_PATH, *(f"/geoslo/write-{k}" for k in range(len(self.sites)))]
         _admin.create_znodes(*self._operator(leader_id), self.settings, paths)
 
     def _client_hosts(self, site: str) -> list[str]:
-        own_first = sorted(self.pool, key=lambda i: (site_of_server(i) != site, i))
+        own_first = sorted(self.pool, key=lambda i: (self.site_of(i) != site, i))
         return [f"{server_address(i)}:{CLIENT_PORT}" for i in own_first]
 
     def _ops_path(self, site: str) -> Path:
-        return self.state_dir / f"ops-{site}.jsonl"
+        return self.state_dir / f"ops-{self.sites.index(site)}.jsonl"
 
     def _start_clients(self) -> None:
         s = self.settings
         started = []
-        for k, site in enumerate(SITES):
+        for k, site in enumerate(self.sites):
             if not self.client_threads[site]:
                 continue
             config = ClientConfig(
                 site, self._client_hosts(site), self.client_threads[site], s.read_fraction,
-                READ_PATH, f"/geoslo/write-{site}", s.value_bytes, s.session_timeout_s,
+                READ_PATH, f"/geoslo/write-{k}", s.value_bytes, s.session_timeout_s,
                 s.op_timeout_s, str(self._ops_path(site)), s.seed + k, self.think_ms,
             )  # fmt: skip
-            path = self.state_dir / f"client-{site}.json"
+            path = self.state_dir / f"client-{k}.json"
             config.write(path)
             command = [
                 find_program("ip", "iproute2"), "netns", "exec", self._started.sites.of(site),
                 *python_module_command("geoslo.live", "zk-client", str(path)),
             ]  # fmt: skip
-            log = self.state_dir / f"client-{site}.log"
-            self._started.others.append(ManagedProcess(f"client-{site}", command, log).start())
+            log = self.state_dir / f"client-{k}.log"
+            self._started.others.append(ManagedProcess(f"client-{k}", command, log).start())
             started.append(path.with_suffix(".ready"))
         for ready in started:
             self._wait(f"the client ({ready.stem})", ready.exists, 40)
@@ -292,15 +351,44 @@ class SupercloudTestbedEnvironment:
         self._ended_unseen = running and self._ended_unseen
         members, leader = await asyncio.to_thread(self._membership)
         front_ends = await asyncio.to_thread(self._workload)
+        rtt_ms = await asyncio.to_thread(self.measure_rtt_ms)
         self.intervals += 1
         if leader is not None:
-            nodes = tuple(Node(node_name(i), site_of_server(i)) for i in members)
+            nodes = tuple(Node(node_name(i), self.site_of(i)) for i in members)
             self._current = Placement(nodes, node_name(leader))
         elif not busy or self._current is None:
             raise TestbedError(f"no leader among the members {list(members)}: none serves")
         # While a reconfiguration elects a new leader, the placement is the last one seen.
         now_s = self.intervals * self.interval_s
-        return PlacementObservation(now_s, front_ends, self._current, busy)
+        return PlacementObservation(now_s, front_ends, self._current, busy, rtt_ms)
+
+    def measure_rtt_ms(self) -> np.ndarray:
+        """The RTT between every pair of sites: the least of ``PROBES_PER_PAIR`` echoes
+        from one site's namespace to the other's echo server, across the emulated WAN
+        (a pair whose probe fails keeps its configured RTT; 0 within a site)."""
+        measured = self.rtt_ms.copy()
+        for i, src in enumerate(self.sites):
+            for j in range(len(self.sites)):
+                if i != j:
+                    with contextlib.suppress(OSError):
+                        measured[i, j] = min(rtts_on(self._probe(src, j), PROBES_PER_PAIR))
+        return measured
+
+    def _probe(self, src: str, dst_index: int) -> socket.socket:
+        """A connection, kept open, from ``src``'s namespace to a site's echo server."""
+        key = (src, self.sites[dst_index])
+        link = self._probes.get(key)
+        if link is None:
+            link = socket_in(self._started.sites.of(src))
+            link.settimeout(5.0)
+            try:
+                link.connect((probe_address(dst_index), PROBE_PORT))
+            except OSError:
+                link.close()
+                raise
+            link.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            self._probes[key] = link
+        return link
 
     def _membership(self) -> tuple[tuple[int, ...], int | None]:
         """The ids in the dynamic configuration (``conf`` of the first member that
@@ -315,14 +403,14 @@ class SupercloudTestbedEnvironment:
         else:  # none serves: an election runs (or the ensemble is down)
             return known, None
         for m in members:
-            if server_mode(ZkServer(m, site_of_server(m)), self._ns(m)) == "leader":
+            if server_mode(ZkServer(m, self.site_of(m)), self._ns(m)) == "leader":
                 return members, m
         return members, None
 
     def _workload(self) -> tuple[FrontEnd, ...]:
         """Each site's successful reads and writes since the last call (its client's
         record: one line per operation)."""
-        return tuple(self._site_counts(site) for site in SITES)
+        return tuple(self._site_counts(site) for site in self.sites)
 
     def _site_counts(self, site: str) -> FrontEnd:
         path = self._ops_path(site)
@@ -356,13 +444,13 @@ class SupercloudTestbedEnvironment:
             raise PlanRefusedError("plan refused: the ensemble has no leader right now")
         with self._lock:
             self.members = members
-        layout = {i: site_of_server(i) for i in members}
+        layout = {i: self.site_of(i) for i in members}
         leader_site = plan.placement.site_of(plan.placement.leader)
         steps = plan_steps(layout, leader, plan.migrations, self._fresh_id, leader_site)
         if not steps:
             return
         try:
-            check_steps(layout, leader, steps, site_of_server)
+            check_steps(layout, leader, steps, self.site_of)
         except UnsafeStepsError as error:
             raise PlanRefusedError(f"plan refused, nothing changed: {error}") from None
         self.applied.append(tuple(step.name for step in steps))
@@ -374,7 +462,7 @@ class SupercloudTestbedEnvironment:
     def _fresh_id(self, site: str) -> int:
         """The next id of ``site`` above every id used so far (the election rule the steps
         rely on needs a newcomer to hold the highest id); refused when the pool is spent."""
-        above = [i for i in self.pool if site_of_server(i) == site and i > self._highest]
+        above = [i for i in self.pool if self.site_of(i) == site and i > self._highest]
         if not above:
             raise PlanRefusedError(
                 f"plan refused: no server id above {self._highest} left in {site} "
@@ -398,7 +486,7 @@ class SupercloudTestbedEnvironment:
         timeout_s = self.settings.step_timeout_s
         leader = self._wait("a leader", self._leader, timeout_s)
         self._start_servers(step.joining, self.members + step.joining)
-        joining = [ZkServer(i, site_of_server(i)) for i in step.joining]
+        joining = [ZkServer(i, self.site_of(i)) for i in step.joining]
         _admin.reconfig(*self._operator(leader), self.settings, joining, step.leaving)
         with self._lock:
             self.members = tuple(m for m in self.members + step.joining if m not in step.leaving)

@@ -28,15 +28,18 @@ __all__ = ["ProxyRoute", "main", "write_routes"]
 
 @dataclass(frozen=True)
 class ProxyRoute:
-    """Listen on ``address:port`` in ``listen_ns``; forward to the same in ``target_ns``."""
+    """Listen on ``address:port`` in ``listen_ns``; forward to the same in ``target_ns``,
+    ``rtt_ms`` apart (None: the file's RTT)."""
 
     listen_ns: str
     target_ns: str
     address: str
     port: int
+    rtt_ms: float | None = None
 
 
-def write_routes(path: Path, routes: list[ProxyRoute], rtt_ms: float) -> None:
+def write_routes(path: Path, routes: list[ProxyRoute], rtt_ms: float = 0.0) -> None:
+    """The proxy's config: every route, and the RTT of those that do not set their own."""
     data = {"rtt_ms": rtt_ms, "routes": [r.__dict__ for r in routes]}
     Path(path).write_text(json.dumps(data))
 
@@ -81,7 +84,7 @@ async def serve(routes: list[ProxyRoute], rtt_ms: float, ready_path: Path) -> No
     rng = np.random.default_rng(0)  # unused: the paths have no random residual
     servers = []
     for route in routes:
-        path = _delay_path(route, rtt_ms)
+        path = _delay_path(route, rtt_ms if route.rtt_ms is None else route.rtt_ms)
 
         async def handle(reader, writer, route=route, path=path):
             writer.get_extra_info("socket").setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)

@@ -2,6 +2,7 @@
 
 In its own site a server binds its address; in every other site the delay proxy binds
 the same address (§5.2.2's WAN between Virginia and Tokyo, emulated on one machine).
+Every site's probe address (its echo server) is on every namespace's loopback too.
 The namespaces are recorded in ``<state_dir>/zk-netns.json`` so that a crash can be
 cleaned up, and ``delete()`` removes exactly those.
 """
@@ -10,12 +11,13 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
 from geoslo.live._netns import run_in
 from geoslo.live._processes import find_program
-from geoslo.live.supercloud.zookeeper._settings import SITES, server_address
+from geoslo.live.supercloud.zookeeper._settings import SITES, probe_address, server_address
 
 __all__ = ["STATE_FILE", "SiteNamespaces"]
 
@@ -34,25 +36,32 @@ class SiteNamespaces:
     state_dir: str
 
     @classmethod
-    def create(cls, state_dir: Path, server_ids: list[int]) -> SiteNamespaces:
+    def create(
+        cls, state_dir: Path, server_ids: list[int], sites: tuple[str, ...] = SITES
+    ) -> SiteNamespaces:
         pid = os.getpid()
-        sites = cls({site: f"geoslo-zk-{pid}-{site}" for site in SITES}, str(state_dir))
+        names = {
+            site: f"geoslo-zk-{pid}-{re.sub('[^a-z0-9]+', '-', site.lower())}" for site in sites
+        }
+        created = cls(names, str(state_dir))
         Path(state_dir).mkdir(parents=True, exist_ok=True)
-        (Path(state_dir) / STATE_FILE).write_text(json.dumps(sites.names))
+        (Path(state_dir) / STATE_FILE).write_text(json.dumps(created.names))
         try:
-            sites._build(server_ids)
+            created._build(server_ids)
         except BaseException:
-            sites.delete()
+            created.delete()
             raise
-        return sites
+        return created
 
     def _build(self, server_ids: list[int]) -> None:
         ip = _ip()
+        addresses = [server_address(i) for i in server_ids]
+        addresses += [probe_address(k) for k in range(len(self.names))]
         for ns in self.names.values():
             run_in(None, [ip, "netns", "add", ns])
             run_in(ns, [ip, "link", "set", "lo", "up"])
-            for server_id in server_ids:
-                run_in(ns, [ip, "addr", "add", f"{server_address(server_id)}/32", "dev", "lo"])
+            for address in addresses:
+                run_in(ns, [ip, "addr", "add", f"{address}/32", "dev", "lo"])
 
     def of(self, site: str) -> str:
         return self.names[site]

@@ -1,0 +1,79 @@
+"""The placement loop on a live ZooKeeper ensemble over three sites (issue 22): RTTs measured
+by probes across the emulated WAN, and a plan the scheduler made from them carried out by
+reconfiguration until the ensemble itself reports the planned placement. Real ZooKeeper,
+real namespaces, the project's delay proxy; skipped where the testbed cannot run."""
+
+from __future__ import annotations
+
+import asyncio
+from collections import Counter
+
+import numpy as np
+import pytest
+
+from geoslo.control.supercloud import PlacementState
+from geoslo.control.supercloud.loop import PlacementLoop
+from geoslo.live.supercloud.zookeeper import ZkLiveSettings
+from geoslo.live.supercloud.zookeeper._environment import SupercloudTestbedEnvironment
+from geoslo.live.supercloud.zookeeper._run import cannot_run_reason
+
+pytestmark = pytest.mark.integration
+
+SITES = ("east", "west", "south")
+RTT_MS = ((0.0, 30.0, 50.0), (30.0, 0.0, 70.0), (50.0, 70.0, 0.0))
+
+
+@pytest.fixture
+def testbed_ok() -> None:
+    reason = cannot_run_reason()
+    if reason:
+        pytest.skip(f"live ZooKeeper testbed: {reason}")
+
+
+async def settled(env: SupercloudTestbedEnvironment, timeout_s: float):
+    """The first observation after the reconfiguration in progress has ended."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout_s
+    while loop.time() < deadline:
+        await asyncio.sleep(1.0)
+        seen = await env.observe()
+        if not seen.busy:
+            return seen
+    raise AssertionError(f"the reconfiguration did not end within {timeout_s:.0f} s")
+
+
+@pytest.mark.timeout(240)
+def test_three_sites_rtts_are_measured_and_a_plan_moves_the_ensemble(testbed_ok, tmp_path):
+    settings = ZkLiveSettings(sites=SITES, site_rtt_ms=RTT_MS)
+    threads = {"east": 1, "west": 1, "south": 6}  # south asks for the most
+    env = SupercloudTestbedEnvironment(
+        settings, threads, 3.0, tmp_path / "zk", start_sites=("east", "east", "west")
+    )
+
+    async def scenario():
+        await env.start()
+        try:
+            first = await env.observe()
+            await asyncio.sleep(4.0)
+            seen = await env.observe()
+            template = PlacementState(env.sites, env.rtt_ms, (), env.start_placement)
+            plan = PlacementLoop(template, threshold_fraction=0.0, interval_s=3.0).step(seen)
+            assert plan is not None, "the scheduler kept the start placement"
+            await env.apply(plan)
+            return first, plan, await settled(env, 150.0)
+        finally:
+            await env.close()
+
+    first, plan, final = asyncio.run(scenario())
+    configured = np.asarray(RTT_MS)
+    off = ~np.eye(3, dtype=bool)
+    # the least of 3 echoes through the delay proxy: the RTT set, plus the proxy's timers
+    assert np.all(first.rtt_ms[off] >= configured[off] - 1.0), first.rtt_ms
+    assert np.all(first.rtt_ms[off] <= configured[off] + np.maximum(5.0, 0.2 * configured[off]))
+    assert Counter(n.site for n in first.current.nodes) == Counter(["east", "east", "west"])
+    # the plan, as the ensemble itself reports it after the reconfiguration
+    assert any(m.to_site == "south" for m in plan.migrations)
+    sites = Counter(n.site for n in final.current.nodes)
+    assert sites == Counter(n.site for n in plan.placement.nodes)
+    leader_site = final.current.site_of(final.current.leader)
+    assert leader_site == plan.placement.site_of(plan.placement.leader)
