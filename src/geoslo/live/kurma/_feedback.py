@@ -146,7 +146,8 @@ class _Feedback:
         self.subscribers.add(writer)
         self.wake.set()
         with contextlib.suppress(OSError):
-            await reader.read()
+            while await reader.read(4096):  # whatever it sends is dropped; EOF ends it
+                pass
         self.subscribers.discard(writer)
         writer.close()
 
