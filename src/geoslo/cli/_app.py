@@ -579,20 +579,30 @@ def reproduce_supercloud(
         bool,
         typer.Option(help="Two simulated days, 12 s storage runs, no live ZooKeeper (for CI)."),
     ] = False,
-    output: Annotated[Path | None, typer.Option(help="Report folder [reports/supercloud].")] = None,
+    live: Annotated[
+        bool,
+        typer.Option(help="Follow the sun on a live ZooKeeper ensemble over three sites (root)."),
+    ] = False,
+    output: Annotated[
+        Path | None, typer.Option(help="Report folder [reports/supercloud or ...-live].")
+    ] = None,
     seed: Annotated[int, typer.Option(help="Seed of every random draw.")] = 0,
 ) -> None:
     """Reproduce the Supercloud's evaluation (SoCC 2016 §5): follow the sun (Figs. 4-5),
     ZooKeeper reconfiguration on a real ensemble vs VM migration (Fig. 7, needs root and
-    Java), storage under migration on the real image store (Figs. 8-9)."""
-    from geoslo.experiments.supercloud import reproduce
+    Java), storage under migration on the real image store (Figs. 8-9); with --live, the
+    scheduler moving a real ensemble through a compressed day against fixed ones."""
+    progress = lambda line: typer.echo(line, err=True)  # noqa: E731
+    if live:
+        from geoslo.experiments.supercloud import reproduce_live_sun
 
-    index = reproduce(
-        output or Path("reports/supercloud"),
-        quick=quick,
-        seed=seed,
-        progress=lambda line: typer.echo(line, err=True),
-    )
+        index = reproduce_live_sun(output or Path("reports/supercloud-live"), quick, seed, progress)
+    else:
+        from geoslo.experiments.supercloud import reproduce
+
+        index = reproduce(
+            output or Path("reports/supercloud"), quick=quick, seed=seed, progress=progress
+        )
     _finish_reproduction(index)
 
 

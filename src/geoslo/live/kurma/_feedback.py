@@ -27,10 +27,11 @@ import asyncio
 import contextlib
 import json
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 
 from geoslo.errors import ConfigError, TestbedError
+from geoslo.live._processes import JsonConfigFile
 from geoslo.live._resp import RedisConnection
 
 __all__ = [
@@ -47,10 +48,11 @@ PROC_TABLES = ("/proc/net/tcp", "/proc/net/tcp6")
 
 
 @dataclass(frozen=True)
-class FeedbackConfig:
+class FeedbackConfig(JsonConfigFile):
     """One site's feedback process: where it listens, the site's servers (host, port) and
     their password, how often it sends (ms) and polls INFO (s), and how many commands a
-    client's request takes (SleepWork pipelines two: DEBUG SLEEP and the GET)."""
+    client's request takes (SleepWork pipelines two: DEBUG SLEEP and the GET). Written
+    readable by its owner only (it holds the password)."""
 
     site: str
     host: str
@@ -68,16 +70,6 @@ class FeedbackConfig:
             raise ConfigError("period_ms", "the periods must be > 0")
         if self.commands_per_request < 1:
             raise ConfigError("commands_per_request", "must be >= 1")
-
-    def write(self, path: Path) -> None:
-        path.write_text(json.dumps(asdict(self)))
-        path.chmod(0o600)  # it holds the servers' password
-
-    @classmethod
-    def read(cls, path: Path) -> FeedbackConfig:
-        data = json.loads(path.read_text())
-        data["servers"] = tuple((str(h), int(p)) for h, p in data["servers"])
-        return cls(**data)
 
 
 def unread_bytes_by_port(table: str, ports: set[int]) -> dict[int, int]:

@@ -1,5 +1,6 @@
 """One site's closed-loop client (§5.2.2): ``threads`` workers, one ZooKeeper session
-each, read:write 9:1, each pausing ``think_ms`` between operations (0 in §5.2.2's runs);
+each, read:write 9:1, each pausing ``think_ms`` between operations (0 in §5.2.2's runs),
+or the pause its schedule gives for the moment (a site's day: ``think_ms_at``);
 a read gets a 1 KB znode, a write overwrites the site's 1 KB znode.
 
 Run inside the site's namespace as ``python -m geoslo.live.supercloud.zookeeper._client <config>``.
@@ -19,7 +20,7 @@ from pathlib import Path
 
 from geoslo.live._processes import JsonConfigFile
 
-__all__ = ["ClientConfig", "main"]
+__all__ = ["ClientConfig", "main", "think_ms_at"]
 
 _BACKOFF_S = 0.02  # after a failed operation (no session yet), so as not to spin
 
@@ -38,6 +39,19 @@ class ClientConfig(JsonConfigFile):
     out_path: str
     seed: int
     think_ms: float = 0.0  # a worker's pause after each operation (0: back to back)
+    # or one pause per step of schedule_step_s from schedule_start_unix_s, cycling
+    think_schedule_ms: list[float] | None = None
+    schedule_step_s: float = 0.0
+    schedule_start_unix_s: float = 0.0
+
+
+def think_ms_at(config: ClientConfig, t_unix_s: float) -> float:
+    """A worker's pause after an operation that ends at ``t_unix_s``."""
+    schedule = config.think_schedule_ms
+    if not schedule or config.schedule_step_s <= 0:
+        return config.think_ms
+    step = int(max(t_unix_s - config.schedule_start_unix_s, 0.0) // config.schedule_step_s)
+    return schedule[step % len(schedule)]
 
 
 class _Worker(threading.Thread):
@@ -74,8 +88,9 @@ class _Worker(threading.Thread):
             self.sink("r" if is_read else "w", start_s, end_s, ok)
             if not ok:
                 time.sleep(_BACKOFF_S)
-            if c.think_ms:
-                self.stop.wait(c.think_ms / 1e3)
+            think_ms = think_ms_at(c, end_s)
+            if think_ms:
+                self.stop.wait(think_ms / 1e3)
 
 
 def main(argv: list[str]) -> None:

@@ -25,7 +25,7 @@ import socket
 import tempfile
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -120,7 +120,9 @@ class SupercloudTestbedEnvironment:
     pausing ``think_ms`` after an operation so that what a site asks for, not how near
     the servers are, sets its count (with no pause the site nearest the servers would
     always look the busiest); ``ids_per_site`` bounds the server ids (and addresses) each
-    site can use; ``start_sites`` are the first nodes' sites, the leader's first."""
+    site can use; ``start_sites`` are the first nodes' sites, the leader's first;
+    ``think_schedules`` gives a site's pauses over its day instead (one per
+    ``schedule_step_s``, cycling, from when the clients start)."""
 
     simulated = False
 
@@ -133,12 +135,22 @@ class SupercloudTestbedEnvironment:
         ids_per_site: int = 8,
         think_ms: float = 200.0,
         start_sites: tuple[str, ...] = START_SITES,
+        think_schedules: Mapping[str, Sequence[float]] | None = None,
+        schedule_step_s: float = 0.0,
     ) -> None:
         self.sites = settings.sites
         if set(client_threads) != set(self.sites) or min(client_threads.values()) < 0:
             raise ConfigError("client_threads", f"must give each of {self.sites} a count >= 0")
         if not start_sites or not set(start_sites) <= set(self.sites):
             raise ConfigError("start_sites", f"must name one or more of {self.sites}")
+        schedules = dict(think_schedules or {})
+        if not set(schedules) <= set(self.sites) or (schedules and not schedule_step_s > 0):
+            raise ConfigError("think_schedules", "name sites, with a schedule_step_s > 0")
+        if any(not v or min(v) < 0 or max(v) > 60_000 for v in schedules.values()):
+            raise ConfigError("think_schedules", "pauses must be 0..60000 ms, at least one")
+        self.think_schedules = {site: [float(x) for x in v] for site, v in schedules.items()}
+        self.schedule_step_s = float(schedule_step_s)
+        self.schedule_start_unix_s = 0.0  # set when the clients start
         if not 3 <= ids_per_site <= 60:
             raise ConfigError("ids_per_site", f"must be 3..60, got {ids_per_site}")
         if not 0 <= think_ms <= 60_000:
@@ -168,6 +180,7 @@ class SupercloudTestbedEnvironment:
         self._ended_unseen = False
         self.intervals = 0
         self.applied: list[tuple[str, ...]] = []  # the step names of each applied plan
+        self.reconfigurations: list[dict] = []  # each applied plan: start, end (unix s), ok
 
     # --- start and close ------------------------------------------------------------
 
@@ -305,6 +318,7 @@ class SupercloudTestbedEnvironment:
     def _start_clients(self) -> None:
         s = self.settings
         started = []
+        self.schedule_start_unix_s = time.time()
         for k, site in enumerate(self.sites):
             if not self.client_threads[site]:
                 continue
@@ -312,6 +326,7 @@ class SupercloudTestbedEnvironment:
                 site, self._client_hosts(site), self.client_threads[site], s.read_fraction,
                 READ_PATH, f"/geoslo/write-{k}", s.value_bytes, s.session_timeout_s,
                 s.op_timeout_s, str(self._ops_path(site)), s.seed + k, self.think_ms,
+                self.think_schedules.get(site), self.schedule_step_s, self.schedule_start_unix_s,
             )  # fmt: skip
             path = self.state_dir / f"client-{k}.json"
             config.write(path)
@@ -472,12 +487,16 @@ class SupercloudTestbedEnvironment:
         return above[0]
 
     def _carry_out(self, steps: tuple[ReconfigStep, ...]) -> None:
+        record = {"start_unix_s": time.time(), "steps": len(steps), "ok": False}
         try:
             for step in steps:
                 self._run_step(step)
+            record["ok"] = True
         except Exception as error:  # reported by the next observe()
             self._failure = f"{type(error).__name__}: {error}"
         finally:
+            record["end_unix_s"] = time.time()
+            self.reconfigurations.append(record)
             self._ended_unseen = True
 
     def _run_step(self, step: ReconfigStep) -> None:
