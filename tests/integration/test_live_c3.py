@@ -154,3 +154,49 @@ def test_c3_moves_its_requests_off_a_busy_server(testbed):
     total = sum(n for host, n in chosen.items() if host is not None)
     assert total > 300, chosen
     assert chosen[(0, 0)] / total < 0.2, chosen  # uniform over Toronto's two would be 0.5
+
+
+def test_every_replicas_feedback_reaches_the_client_through_the_wan(testbed):
+    """After a few hundred reads, C3 holds a queue and a service time for every replica it
+    contacted, the remote sites' included (their feedback crosses the WAN paths); the
+    service time comes from the feedback alone, so it stays 0 without it."""
+
+    async def scenario() -> C3:
+        endpoints = testbed.client_endpoints(SITES[0], agent=False)
+        client = await SiteClient(endpoints, testbed.workload, "C3", seed=2).start()
+        await asyncio.sleep(2.5)  # the feedback processes' first INFO polls
+        for _ in range(3):
+            await asyncio.gather(*[client.get(b"k:4") for _ in range(100)])
+        await client.close()
+        return client.policy
+
+    policy = asyncio.run(scenario())
+    contacted = {host for host, r in policy.response_ms.items() if r > 0}
+    assert {site for site, _ in contacted} == {0, 1, 2}, contacted  # every site was tried
+    assert policy.fed == contacted  # each answered with its server's feedback at hand
+    assert all(policy.service_ms[host] > 0 for host in contacted)
+
+
+class HeldC3(C3):
+    """C3 whose hosts never have room: every request waits in the backpressure queue."""
+
+    def choose(self, rng, now_ms):
+        self._close_windows(now_ms)
+        return None
+
+
+def test_requests_held_at_close_fail_instead_of_waiting_forever(testbed):
+    async def scenario():
+        endpoints = testbed.client_endpoints(SITES[0], agent=False)
+        policy = HeldC3(0, [2, 2, 2], endpoints.nearest_first, n_clients=3)
+        client = SiteClient(endpoints, testbed.workload, policy, seed=3, request_timeout_s=30.0)
+        await client.start()
+        gets = [asyncio.ensure_future(client.get(b"k:5")) for _ in range(5)]
+        await asyncio.sleep(0.2)
+        assert not any(g.done() for g in gets)  # held
+        await client.close()
+        return await asyncio.wait_for(asyncio.gather(*gets), 2.0), client
+
+    values, client = asyncio.run(scenario())
+    assert values == [None] * 5
+    assert client.log.failures.sum() == 5

@@ -5,12 +5,14 @@ kernel (``geoslo.sim.kurma``), which implements the same §4.3 independently."""
 from __future__ import annotations
 
 import math
+import struct
 
 import numpy as np
 import pytest
 
 from geoslo.errors import InputError
-from geoslo.live.kurma._feedback import ServerCounters, info_counters, unread_bytes_by_port
+from geoslo.live._sockdiag import parse_dump
+from geoslo.live.kurma._feedback import ServerCounters, info_counters
 from geoslo.live.kurma._policies import C3, make_policy
 
 SERVERS = [2, 2, 2]
@@ -61,9 +63,13 @@ def test_feedback_counts_only_when_a_response_of_that_server_arrives():
     policy.feedback(0, 0, 50.0, 1.0)
     assert policy.queue[(0, 0)] == 0.0  # nothing arrived: piggybacking carries nothing yet
     policy.observe(0, 0, 2.0, 0.0)
-    assert policy.queue[(0, 0)] == pytest.approx(0.1 * 50.0)  # EWMA alpha 0.9
-    assert policy.service_ms[(0, 0)] == pytest.approx(0.1 * 1.0)
-    assert policy.response_ms[(0, 0)] == pytest.approx(0.1 * 2.0)
+    assert policy.queue[(0, 0)] == 50.0  # a host's first feedback is taken as it is
+    assert policy.service_ms[(0, 0)] == 1.0
+    assert policy.response_ms[(0, 0)] == pytest.approx(0.1 * 2.0)  # EWMA alpha 0.9 from 0
+    policy.feedback(0, 0, 10.0, 3.0)
+    policy.observe(0, 0, 2.0, 1.0)
+    assert policy.queue[(0, 0)] == pytest.approx(0.9 * 50.0 + 0.1 * 10.0)
+    assert policy.service_ms[(0, 0)] == pytest.approx(0.9 * 1.0 + 0.1 * 3.0)
 
 
 def test_outstanding_requests_rise_on_choice_and_fall_on_answer_or_failure():
@@ -133,20 +139,28 @@ def test_make_policy_gives_c3_one_client_per_site_by_default():
 
 
 # --- the servers' feedback -----------------------------------------------------------------
-PROC_NET_TCP = """\
-  sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode
-   0: 0100007F:1F90 00000000:0000 0A 00000000:00000003 00:00000000 00000000     0        0 1
-   1: 0100007F:1F90 0100007F:C350 01 00000000:00000080 00:00000000 00000000     0        0 2
-   2: 0100007F:1F90 0100007F:C351 01 00000000:00000020 00:00000000 00000000     0        0 3
-   3: 0100007F:C350 0100007F:1F90 01 00000000:00000400 00:00000000 00000000     0        0 4
-   4: 0100007F:1F91 0100007F:C352 01 00000010:00000000 00:00000000 00000000     0        0 5
-"""
+def diag_message(port: int, unread: int, state: int = 1) -> bytes:
+    """One inet_diag_msg in a netlink message, as the kernel sends it (linux/inet_diag.h)."""
+    body = struct.pack("=BBBB", 2, state, 0, 0) + struct.pack(">HH", port, 40000)
+    body += bytes(32 + 4 + 8) + struct.pack("=IIIII", 0, unread, 0, 0, 7)
+    return struct.pack("=IHHII", 16 + len(body), 20, 2, 1, 0) + body
 
 
-def test_unread_bytes_count_the_servers_established_connections_only():
-    # port 8080 (0x1F90): two connections with 0x80 and 0x20 unread; the listening socket's
-    # backlog and the client's own end (local port 0xC350) do not count
-    assert unread_bytes_by_port(PROC_NET_TCP, {8080, 8081}) == {8080: 160, 8081: 0}
+DONE = struct.pack("=IHHII", 20, 3, 2, 1, 0) + bytes(4)
+
+
+def test_a_sock_diag_dump_sums_each_ports_unread_bytes_to_its_end():
+    unread = {8080: 0, 8081: 0}
+    first = diag_message(8080, 128) + diag_message(8080, 32) + diag_message(40000, 999)
+    assert not parse_dump(first, unread)  # no end yet: read on
+    assert parse_dump(diag_message(8081, 5) + DONE, unread)
+    assert unread == {8080: 160, 8081: 5}
+
+
+def test_a_sock_diag_error_is_raised():
+    error = struct.pack("=IHHII", 36, 2, 0, 1, 0) + struct.pack("=i", -1) + bytes(16)
+    with pytest.raises(OSError, match="sock_diag"):
+        parse_dump(error, {})
 
 
 INFO = """\
@@ -168,11 +182,15 @@ def test_info_counters_leave_the_feedbacks_own_commands_out():
 def test_server_counters_give_request_size_and_service_time_between_polls():
     counters = ServerCounters(commands_per_request=2)
     assert counters.queue(400) == 0.0  # a request's size is not known yet
-    counters.update((1000, 10, 1000))
+    counters.update((1000, 10, 1000))  # the first poll counts from the server's start
+    assert counters.request_bytes == pytest.approx(200.0)
+    assert counters.service_ms == pytest.approx(0.2)
     counters.update((5000, 50, 41000))  # 20 requests of 200 B, 2 ms each
     assert counters.request_bytes == pytest.approx(200.0)
     assert counters.service_ms == pytest.approx(2.0)
     assert counters.queue(1000) == pytest.approx(5.0)
     counters.update((5000, 50, 41000))  # idle: the means stand
     assert counters.service_ms == pytest.approx(2.0)
+    counters.update((100, 2, 50))  # a restarted server: nothing measured, counting anew
+    assert counters.service_ms == pytest.approx(2.0) and counters.last == (100, 2, 50)
     assert not math.isnan(counters.queue(0))

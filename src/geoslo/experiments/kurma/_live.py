@@ -37,6 +37,7 @@ from geoslo.live.kurma import (
     start_instance,
     start_loadgen,
 )
+from geoslo.live.kurma._testbed import time_per_command_us
 from geoslo.models import (
     ServiceProfile,
     SloSurface,
@@ -201,7 +202,7 @@ def _replay(
         for site in testbed.spec.sites
     ]  # fmt: skip
     generators: list[ManagedProcess] = []
-    calls_before, usec_before = testbed.server_counters()
+    counters_before = testbed.server_counters()
     try:
         start = _start_at(warmup_s)
         generators += [
@@ -228,7 +229,7 @@ def _replay(
     finally:  # also on an interrupt (SIGTERM is one: geoslo.cli.main)
         for process in [*generators, *instances]:
             process.stop()
-    calls, usec = testbed.server_counters()
+    counters_after = testbed.server_counters()
     results = [
         read_loadgen_result(run_dir / f"requests-{site.lower()}.npz") for site in testbed.spec.sites
     ]
@@ -242,7 +243,7 @@ def _replay(
         max(summary["max_late_ms"] for _, summary in results),
         start,
         done,
-        (usec - usec_before) / max(calls - calls_before, 1),
+        time_per_command_us(counters_before, counters_after),
     )
 
 

@@ -158,9 +158,10 @@ def _machine_speed_text(rows: list[dict]) -> str:
     fastest = min(speeds.values())
     parts = [f"{p} {v:.0f} us ({100 * (v / fastest - 1):+.0f}%)" for p, v in speeds.items()]
     return (
-        "The servers' own time per command (INFO commandstats) during each replay, against "
-        f"the fastest: {', '.join(parts)}. Each server's capacity is its CPU quota over this "
-        "time, so a run on a slower machine meets a lower capacity than the model's."
+        "The servers' time per command as they measure it (INFO commandstats: wall time, so "
+        "it grows when the machine is slower or a server is throttled mid-command) during "
+        f"each replay, against the fastest: {', '.join(parts)}. A run whose servers took "
+        "longer per command met less capacity than the profiled one."
     )
 
 

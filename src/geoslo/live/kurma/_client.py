@@ -293,6 +293,10 @@ class SiteClient:
         for task in (self._watchdog, self._releaser, *self._feedback_tasks):
             if task is not None:
                 task.cancel()
+        while self._held:  # requests still held back fail rather than wait forever
+            _settle(self._held.popleft()[1], (self.site, HELD_TOO_LONG))
+        for opening in self._opening.values():
+            opening.cancel()
         for connection in self._connections.values():
             await connection.close()
         self._connections.clear()
@@ -309,8 +313,9 @@ class SiteClient:
         issued, start = time.time(), time.perf_counter()
         host = self._choose(start) or await self._held_back(start)
         payload, replies = self.work.read_payload(key, self.rng)
-        reply = await self._exchange(host, payload, replies, start)
-        self._finish(host, payload, reply, issued, start, False)
+        sent = time.perf_counter()
+        reply = await self._exchange(host, payload, replies, sent)
+        self._finish(host, payload, reply, issued, start, sent, False)
         return self.work.value_of(reply) if reply is not None else None
 
     async def put(self, key: bytes, value: bytes) -> bool:
@@ -320,8 +325,9 @@ class SiteClient:
         issued, start = time.time(), time.perf_counter()
         host = self._choose(start) or await self._held_back(start)
         payload, replies = self.work.write_payload(key, value, self.rng, True)
-        reply = await self._exchange(host, payload, replies, start)
-        self._finish(host, payload, reply, issued, start, True)
+        sent = time.perf_counter()
+        reply = await self._exchange(host, payload, replies, sent)
+        self._finish(host, payload, reply, issued, start, sent, True)
         if reply is not None:
             self._propagate(*host, key, value)
         return reply is not None
@@ -340,25 +346,32 @@ class SiteClient:
         return await future
 
     async def _release_held(self) -> None:
-        """At every window's end, the held requests that now have a host, oldest first."""
-        while self._held:
+        """At every window's end, the held requests that now have a host, oldest first;
+        those held for the whole request timeout fail, and cancelled ones are dropped."""
+        held = self._held
+        while held:
             await asyncio.sleep(max(self.policy.held_until_ms - _now_ms(), 0.0) / 1e3)
             now = time.perf_counter()
-            while self._held and self._held[0][0] + self.timeout_s <= now:
-                self._held.popleft()[1].set_result((self.site, HELD_TOO_LONG))
-            while self._held:
+            while held and (held[0][1].done() or held[0][0] + self.timeout_s <= now):
+                _settle(held.popleft()[1], (self.site, HELD_TOO_LONG))
+            while held:
+                if held[0][1].done():
+                    held.popleft()
+                    continue
                 host = self.policy.choose(self.rng, now * 1e3)
                 if host is None:
                     break
-                self._held.popleft()[1].set_result(host)
+                held.popleft()[1].set_result(host)
 
-    async def _exchange(self, host: tuple[int, int], payload: bytes, replies: int, start: float):
-        """The reply to ``payload`` from ``host``, or None if the request failed or timed
-        out (the host is then skipped for a while)."""
+    async def _exchange(self, host: tuple[int, int], payload: bytes, replies: int, sent: float):
+        """The reply to ``payload`` from ``host`` (sent at ``sent``, perf_counter s: its
+        deadline runs from there, so time spent held back does not count against the
+        host), or None if the request failed or timed out (the host is then skipped for
+        a while)."""
         if host[1] == HELD_TOO_LONG:
             return None
         try:
-            return await self._send(host, payload, replies, start)
+            return await self._send(host, payload, replies, sent)
         except (TimeoutError, TestbedError):
             self.policy.failed(*host, _now_ms() + DOWN_BACKOFF_MS)
             return None
@@ -378,11 +391,15 @@ class SiteClient:
         connection = await self._connection(*host)
         return await self._with_deadline(connection.send(payload, replies), start)
 
-    def _finish(self, host, payload: bytes, reply, issued: float, start: float, write: bool):
-        """Time the request (from ``start``, perf_counter s, when it was sent), log it and
-        count it for the agent (Kurma §6: the response time per destination, or a failure;
-        WAN bytes; the minimum response per second and destination)."""
-        response_ms = (time.perf_counter() - start) * 1e3
+    def _finish(
+        self, host, payload: bytes, reply, issued: float, start: float, sent: float, write: bool
+    ):
+        """Time the request (from ``start``, perf_counter s, when it was issued: a wait in
+        the backpressure queue counts), log it and count it for the agent (Kurma §6: the
+        response time per destination, or a failure; WAN bytes; the minimum response per
+        second and destination). The policy hears the time from ``sent`` (the server's)."""
+        done = time.perf_counter()
+        response_ms = (done - start) * 1e3
         site = host[0]
         self.log.append(issued, site, response_ms, reply is not None, write)
         if reply is None:
@@ -397,7 +414,7 @@ class SiteClient:
         if response_ms < mins[site]:
             mins[site] = response_ms
         if self._observes:
-            self.policy.observe(site, host[1], response_ms, _now_ms())
+            self.policy.observe(site, host[1], (done - sent) * 1e3, done * 1e3)
 
     def min_response_ms(self, now_s: float) -> np.ndarray:
         """Min response per destination over the last ``base_rtt_window_s`` (base RTT, §6);
@@ -479,10 +496,14 @@ class SiteClient:
                 port, host, self.timeout_s, password=self.endpoints.password, tls=self.endpoints.tls
             ))  # fmt: skip
             self._opening[(site, server)] = opening
-            opening.add_done_callback(lambda _: self._opening.pop((site, server), None))
-        connection = await asyncio.shield(opening)
-        self._connections[(site, server)] = connection
-        return connection
+            opening.add_done_callback(lambda done: self._opened((site, server), done))
+        return await asyncio.shield(opening)
+
+    def _opened(self, host: tuple[int, int], opening: asyncio.Future) -> None:
+        """A connection finished opening: it is the host's from this moment on."""
+        self._opening.pop(host, None)
+        if not opening.cancelled() and opening.exception() is None:
+            self._connections[host] = opening.result()
 
     # --- the servers' feedback (C3) ------------------------------------------------------------
     async def _feedback_loop(self, site: int, address: tuple[str, int]) -> None:
@@ -500,8 +521,8 @@ class SiteClient:
                         zip(message["q"], message["service_ms"], strict=True)
                     ):
                         self.policy.feedback(site, server, queue, service_ms)
-            except (OSError, ValueError, KeyError):
-                pass
+            except (OSError, ValueError, KeyError, TypeError):
+                pass  # a line it cannot read: subscribe again
             finally:
                 writer.close()
             await asyncio.sleep(0.5)
@@ -555,6 +576,11 @@ class SiteClient:
         """Without its instance a plan-following client keeps its requests local."""
         if self.policy.follows_plan:
             self.policy.set_fractions(np.eye(len(self.sites))[self.site])
+
+
+def _settle(future: asyncio.Future, value) -> None:
+    if not future.done():
+        future.set_result(value)
 
 
 def _now_ms() -> float:

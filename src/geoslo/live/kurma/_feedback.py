@@ -6,9 +6,10 @@ socket buffers, where Redis cannot see them. A feedback process beside a site's 
 measures both from outside:
 
 * **queue**: the bytes received on a server's connections and not yet read by it (the
-  ``rx_queue`` of every established socket whose local port is the server's, in
-  ``/proc/net/tcp`` and ``tcp6`` of the servers' network namespace), over the mean size of
-  a request (the server's input bytes per request since its last ``INFO``);
+  unread bytes of every established socket whose local port is the server's, in the
+  servers' network namespace, from the kernel's sock_diag: ``geoslo.live._sockdiag``),
+  over the mean size of a request (the server's input bytes per request since its last
+  ``INFO``);
 * **service time**: the server's own time per request (``INFO commandstats``: microseconds
   over calls since the last poll, times the commands a request takes).
 
@@ -28,23 +29,20 @@ import contextlib
 import json
 import time
 from dataclasses import dataclass
-from pathlib import Path
 
 from geoslo.errors import ConfigError, TestbedError
 from geoslo.live._processes import JsonConfigFile
 from geoslo.live._resp import RedisConnection
+from geoslo.live._sockdiag import SockDiag
 
 __all__ = [
     "FeedbackConfig",
     "ServerCounters",
-    "unread_bytes_by_port",
     "info_counters",
     "serve_feedback",
 ]
 
-ESTABLISHED = "01"  # the state column of /proc/net/tcp
 OWN_COMMANDS = frozenset({"info", "auth", "hello", "ping", "client", "select"})  # not requests
-PROC_TABLES = ("/proc/net/tcp", "/proc/net/tcp6")
 
 
 @dataclass(frozen=True)
@@ -72,20 +70,6 @@ class FeedbackConfig(JsonConfigFile):
             raise ConfigError("commands_per_request", "must be >= 1")
 
 
-def unread_bytes_by_port(table: str, ports: set[int]) -> dict[int, int]:
-    """Per local port in ``ports``: the bytes received and not yet read on its established
-    connections, from the text of ``/proc/net/tcp`` (or ``tcp6``)."""
-    unread = dict.fromkeys(ports, 0)
-    for line in table.splitlines()[1:]:
-        fields = line.split()
-        if len(fields) < 5 or fields[3] != ESTABLISHED:
-            continue
-        port = int(fields[1].rsplit(":", 1)[1], 16)
-        if port in unread:
-            unread[port] += int(fields[4].split(":")[1], 16)
-    return unread
-
-
 def info_counters(info: str) -> tuple[int, int, int]:
     """From ``INFO`` text: input bytes, calls and microseconds of the clients' commands
     (the feedback's own INFO, AUTH and such left out)."""
@@ -111,9 +95,11 @@ class ServerCounters:
         self.service_ms = 0.0
 
     def update(self, counters: tuple[int, int, int]) -> None:
-        """A new poll; the means move only when the server served requests since the last."""
-        if self.last is not None:
-            d_bytes, d_calls, d_usec = (a - b for a, b in zip(counters, self.last, strict=True))
+        """A new poll; the means move only when the server served requests since the last
+        (the first poll counts from the server's start)."""
+        last = self.last or (0, 0, 0)
+        if all(a >= b for a, b in zip(counters, last, strict=True)):  # not a restart
+            d_bytes, d_calls, d_usec = (a - b for a, b in zip(counters, last, strict=True))
             requests = d_calls / self.commands_per_request
             if requests >= 1 and d_bytes > 0:
                 self.request_bytes = d_bytes / requests
@@ -131,6 +117,7 @@ class _Feedback:
         self.ports = {port for _, port in config.servers}
         self.counters = [ServerCounters(config.commands_per_request) for _ in config.servers]
         self.subscribers: set[asyncio.StreamWriter] = set()
+        self.diag = SockDiag()
         self.wake = asyncio.Event()
 
     async def subscribe(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter):
@@ -144,11 +131,7 @@ class _Feedback:
         writer.close()
 
     def line(self) -> bytes:
-        unread: dict[int, int] = dict.fromkeys(self.ports, 0)
-        for path in PROC_TABLES:
-            with contextlib.suppress(OSError):
-                for port, n in unread_bytes_by_port(Path(path).read_text(), self.ports).items():
-                    unread[port] += n
+        unread = self.diag.unread_bytes(self.ports)
         servers = self.config.servers
         message = {
             "t_unix_s": time.time(),
@@ -183,7 +166,7 @@ class _Feedback:
                         )
                     info = await asyncio.wait_for(connections[k].command(b"INFO", b"all"), 2.0)
                     self.counters[k].update(info_counters(info.decode()))
-                except (OSError, TimeoutError, TestbedError):
+                except (OSError, TimeoutError, TestbedError, ValueError, KeyError):
                     if connections[k] is not None:  # down: its last means stand meanwhile
                         await connections[k].close()
                     connections[k] = None

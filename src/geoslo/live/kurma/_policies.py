@@ -397,10 +397,12 @@ class C3(RoutingPolicy):
 
     §4.1, replica ranking: every host's response time R, queue q and service time 1/mu
     are exponentially weighted (alpha 0.9) from each response and the server's feedback
-    it carries; a request goes to the lowest psi = R - 1/mu + q_hat^3 / mu with
-    q_hat = 1 + os * n + q (os: this client's requests outstanding at the host, n: the
-    clients) among the key's replicas: ``replicas_per_site`` consecutive servers of every
-    site from a random start (every site's, nearest first, ties to the nearer).
+    it carries (q and 1/mu start at a host's first feedback: the simulator starts 1/mu at
+    the backend's known mean, which a live client does not know); a request goes to the
+    lowest psi = R - 1/mu + q_hat^3 / mu with q_hat = 1 + os * n + q (os: this client's
+    requests outstanding at the host, n: the clients) among the key's replicas:
+    ``replicas_per_site`` consecutive servers of every site from a random start (every
+    site's, nearest first, ties to the nearer; the simulator's go to the lower index).
     §4.3, rate control: per host at most ``rate`` requests a 20 ms window; at a window's
     end, a host that returned fewer than it was sent has its rate cut by beta (at most
     once per hysteresis), otherwise it grows on the cubic gamma (t - T - K)^3 + R0 by at
@@ -435,6 +437,7 @@ class C3(RoutingPolicy):
         self.cut_at_ms = dict.fromkeys(hosts, -math.inf)
         self.sent, self.received = dict.fromkeys(hosts, 0), dict.fromkeys(hosts, 0)
         self.latest: dict[tuple[int, int], tuple[float, float]] = {}  # host -> (q, 1/mu ms)
+        self.fed: set[tuple[int, int]] = set()  # hosts whose feedback has counted once
         self.window_end_ms: float | None = None
 
     @property
@@ -475,8 +478,11 @@ class C3(RoutingPolicy):
         self.response_ms[host] = a * self.response_ms[host] + (1 - a) * response_ms
         if host in self.latest:
             queue, service_ms = self.latest[host]
-            self.queue[host] = a * self.queue[host] + (1 - a) * queue
-            self.service_ms[host] = a * self.service_ms[host] + (1 - a) * service_ms
+            if host in self.fed:
+                queue = a * self.queue[host] + (1 - a) * queue
+                service_ms = a * self.service_ms[host] + (1 - a) * service_ms
+            self.queue[host], self.service_ms[host] = queue, service_ms
+            self.fed.add(host)
         self._settled(host)
         self.received[host] += 1
 

@@ -66,7 +66,9 @@ from geoslo.topology import (
     kurma_topology,
 )
 
-__all__ = ["TestbedSpec", "Testbed", "default_state_dir", "canonical_sites"]
+__all__ = [
+    "TestbedSpec", "Testbed", "default_state_dir", "canonical_sites", "time_per_command_us"
+]  # fmt: skip
 
 # IBM Cloud regions 11, 16 and 19 ms apart, as Kurma's own sites (Table 2: 9-27 ms) under
 # its 30 ms SLO. (London, Frankfurt and Madrid are 13, 26 and 29 ms apart: a request sent
@@ -599,28 +601,29 @@ class Testbed:
             self._launch(name, python_module_command("geoslo.live", name, config),
                          record["port"], record.get("host", "127.0.0.1"))  # fmt: skip
 
-    def server_counters(self) -> tuple[int, int]:
-        """Commands the clients sent every server so far, and the servers' microseconds
-        running them (``INFO commandstats`` summed; a server that does not answer is left
-        out). Two readings give the machine's speed over a run: us per command."""
+    def server_counters(self) -> dict[str, tuple[int, int]]:
+        """Per server that answers: the commands the clients sent it so far and its
+        microseconds running them (``INFO commandstats``). Two readings give the time per
+        command over a run (``time_per_command_us``)."""
 
-        async def read() -> tuple[int, int]:
-            calls = usec = 0
-            for ends in self.sites.values():
-                for port in ends.servers:
-                    try:
-                        connection = await self.connect(ends.host, port)
-                    except TestbedError:
-                        continue
-                    try:
-                        info = await asyncio.wait_for(connection.command(b"INFO", b"all"), 5.0)
-                        _, c, u = info_counters(info.decode())
-                        calls, usec = calls + c, usec + u
-                    except (TimeoutError, TestbedError):
-                        pass
-                    finally:
-                        await connection.close()
-            return calls, usec
+        async def read() -> dict[str, tuple[int, int]]:
+            counters = {}
+            for record in self.processes:
+                if not record["name"].startswith("redis-"):
+                    continue
+                try:
+                    connection = await self.connect(record["host"], record["port"])
+                except TestbedError:
+                    continue
+                try:
+                    info = await asyncio.wait_for(connection.command(b"INFO", b"all"), 5.0)
+                    _, calls, usec = info_counters(info.decode())
+                    counters[record["name"]] = (calls, usec)
+                except (TimeoutError, TestbedError, ValueError):
+                    pass
+                finally:
+                    await connection.close()
+            return counters
 
         return asyncio.run(read())
 
@@ -681,6 +684,17 @@ class Testbed:
             list(data.get("cgroups", [])),
             data.get("redis_password"),
         )
+
+
+def time_per_command_us(before: dict, after: dict) -> float:
+    """The servers' time per command between two ``server_counters`` readings, over the
+    servers read both times whose counters did not go back (a restarted server's did)."""
+    calls = usec = 0
+    for name, (calls_after, usec_after) in after.items():
+        calls_before, usec_before = before.get(name, (None, None))
+        if calls_before is not None and calls_after >= calls_before and usec_after >= usec_before:
+            calls, usec = calls + calls_after - calls_before, usec + usec_after - usec_before
+    return usec / calls if calls else float("nan")
 
 
 def _proxy_name(path_key: str) -> str:
