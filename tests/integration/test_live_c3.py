@@ -157,24 +157,23 @@ def test_c3_moves_its_requests_off_a_busy_server(testbed):
 
 
 def test_every_replicas_feedback_reaches_the_client_through_the_wan(testbed):
-    """After a few hundred reads, C3 holds a queue and a service time for every replica it
-    contacted, the remote sites' included (their feedback crosses the WAN paths); the
-    service time comes from the feedback alone, so it stays 0 without it."""
+    """After reads for 3 s, the client holds every site's feedback (the remote sites'
+    cross the WAN paths), and C3 a service time, which comes from the feedback alone, for
+    the replicas that answered it."""
 
     async def scenario() -> C3:
         endpoints = testbed.client_endpoints(SITES[0], agent=False)
         client = await SiteClient(endpoints, testbed.workload, "C3", seed=2).start()
-        await asyncio.sleep(2.5)  # the feedback processes' first INFO polls
-        for _ in range(3):
-            await asyncio.gather(*[client.get(b"k:4") for _ in range(100)])
+        for _ in range(6):  # reads over 3 s: the servers' INFO is polled once a second
+            await asyncio.gather(*[client.get(b"k:4") for _ in range(50)], asyncio.sleep(0.5))
         await client.close()
         return client.policy
 
     policy = asyncio.run(scenario())
-    contacted = {host for host, r in policy.response_ms.items() if r > 0}
-    assert {site for site, _ in contacted} == {0, 1, 2}, contacted  # every site was tried
-    assert policy.fed == contacted  # each answered with its server's feedback at hand
-    assert all(policy.service_ms[host] > 0 for host in contacted)
+    measured = {host for host, (_, service_ms) in policy.latest.items() if service_ms > 0}
+    assert {site for site, _ in measured} == {0, 1, 2}, policy.latest  # every site's arrived
+    assert policy.fed and all(policy.service_ms[host] > 0 for host in policy.fed)
+    assert policy.fed <= {host for host, r in policy.response_ms.items() if r > 0}
 
 
 class HeldC3(C3):

@@ -194,3 +194,13 @@ def test_server_counters_give_request_size_and_service_time_between_polls():
     counters.update((100, 2, 50))  # a restarted server: nothing measured, counting anew
     assert counters.service_ms == pytest.approx(2.0) and counters.last == (100, 2, 50)
     assert not math.isnan(counters.queue(0))
+
+
+def test_feedback_from_a_server_not_measured_yet_is_not_taken():
+    policy = c3()
+    policy.feedback(0, 0, 0.0, 0.0)  # the feedback process has not timed the server yet
+    policy.observe(0, 0, 2.0, 0.0)
+    assert (0, 0) not in policy.fed
+    policy.feedback(0, 0, 4.0, 0.5)
+    policy.observe(0, 0, 2.0, 1.0)
+    assert policy.queue[(0, 0)] == 4.0 and policy.service_ms[(0, 0)] == 0.5

@@ -476,8 +476,8 @@ class C3(RoutingPolicy):
     def observe(self, site: int, server: int, response_ms: float, now_ms: float) -> None:
         host, a = (site, server), self.ewma_alpha
         self.response_ms[host] = a * self.response_ms[host] + (1 - a) * response_ms
-        if host in self.latest:
-            queue, service_ms = self.latest[host]
+        queue, service_ms = self.latest.get(host, (0.0, 0.0))
+        if service_ms > 0:  # the server's feedback, once it has measured the server
             if host in self.fed:
                 queue = a * self.queue[host] + (1 - a) * queue
                 service_ms = a * self.service_ms[host] + (1 - a) * service_ms
