@@ -30,7 +30,7 @@ import numpy as np
 
 from geoslo.control.supercloud import PlacementState
 from geoslo.control.supercloud.loop import PlacementLoop
-from geoslo.errors import ConfigError, GeosloError
+from geoslo.errors import ConfigError, GeosloError, TestbedError
 
 __all__ = ["LiveSunSettings", "LiveSunRun", "run_live_ensemble", "think_schedule_ms"]
 
@@ -92,6 +92,7 @@ class LiveSunRun:
     placements: list[dict] = field(default_factory=list)  # per interval: t, leader, sites
     reconfigurations: list[dict] = field(default_factory=list)
     refused: int = 0
+    failures: list[str] = field(default_factory=list)  # observations that raised
 
     def share_within(self, bound_ms: float, reads: bool) -> float:
         rows = np.concatenate([o for o in self.ops.values() if o.size]) if self.ops else None
@@ -154,7 +155,11 @@ async def _day(settings: LiveSunSettings, ensemble: str, env, progress) -> LiveS
         intervals = int(settings.day_s // settings.interval_s)
         for k in range(1, intervals + 1):
             await asyncio.sleep(max(run.start_unix_s + k * settings.interval_s - time.time(), 0))
-            seen = await env.observe()
+            try:
+                seen = await env.observe()
+            except TestbedError as error:  # a reconfiguration failed: counted, go on
+                run.failures.append(f"{time.time() - run.start_unix_s:.0f} s: {error}")
+                continue
             leader = seen.current.site_of(seen.current.leader)
             run.placements.append(
                 {"t_s": time.time() - run.start_unix_s, "leader": leader, "busy": seen.busy,

@@ -88,11 +88,17 @@ def live_sun_results(runs: dict[str, LiveSunRun], settings: LiveSunSettings) -> 
                 "failed reconfigurations": sum(not r["ok"] for r in run.reconfigurations),
                 "longest reconfiguration (s)": max(durations, default=0.0),
                 "leader sites": len({p["leader"] for p in run.placements}),
+                "refused plans": run.refused,
+                "failed observations": len(run.failures),
             }
         )  # fmt: skip
-    return {"settings": asdict(settings), "ensembles": rows, "placements": {
-        e: r.placements for e, r in runs.items()}, "reconfigurations": {
-        e: r.reconfigurations for e, r in runs.items()}}  # fmt: skip
+    return {
+        "settings": asdict(settings),
+        "ensembles": rows,
+        "placements": {e: r.placements for e, r in runs.items()},
+        "reconfigurations": {e: r.reconfigurations for e, r in runs.items()},
+        "failures": {e: r.failures for e, r in runs.items()},
+    }
 
 
 def check_live_sun(results: dict) -> dict[str, bool]:

@@ -26,6 +26,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -379,14 +380,26 @@ class SupercloudTestbedEnvironment:
 
     def measure_rtt_ms(self) -> np.ndarray:
         """The RTT between every pair of sites: the least of ``PROBES_PER_PAIR`` echoes
-        from one site's namespace to the other's echo server, across the emulated WAN
-        (a pair whose probe fails keeps its configured RTT; 0 within a site)."""
+        from one site's namespace to the other's echo server, across the emulated WAN,
+        every pair at once (a pair whose probe fails keeps its configured RTT; 0 within a
+        site)."""
         measured = self.rtt_ms.copy()
-        for i, src in enumerate(self.sites):
-            for j in range(len(self.sites)):
-                if i != j:
-                    with contextlib.suppress(OSError):
-                        measured[i, j] = min(rtts_on(self._probe(src, j), PROBES_PER_PAIR))
+        pairs = [(i, j) for i in range(len(self.sites)) for j in range(len(self.sites)) if i != j]
+        links = {}
+        for i, j in pairs:  # opened one at a time: the probes dict is not shared
+            with contextlib.suppress(OSError):
+                links[(i, j)] = self._probe(self.sites[i], j)
+
+        def least(link: socket.socket) -> float | None:
+            try:
+                return min(rtts_on(link, PROBES_PER_PAIR))
+            except OSError:
+                return None
+
+        with ThreadPoolExecutor(max_workers=len(links) or 1) as pool:
+            for (i, j), rtt in zip(links, pool.map(least, links.values()), strict=True):
+                if rtt is not None:
+                    measured[i, j] = rtt
         return measured
 
     def _probe(self, src: str, dst_index: int) -> socket.socket:
