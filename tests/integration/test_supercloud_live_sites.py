@@ -77,3 +77,24 @@ def test_three_sites_rtts_are_measured_and_a_plan_moves_the_ensemble(testbed_ok,
     assert sites == Counter(n.site for n in plan.placement.nodes)
     leader_site = final.current.site_of(final.current.leader)
     assert leader_site == plan.placement.site_of(plan.placement.leader)
+
+
+@pytest.mark.timeout(300)
+def test_a_compressed_day_following_the_sun_moves_the_live_ensemble(testbed_ok, tmp_path):
+    """A 60 s day over Washington DC, Tokyo and Frankfurt (their measured RTTs): the
+    scheduler reconfigures the ensemble as the load moves with the sun, every
+    reconfiguration finishes, and every site's clients kept working."""
+    from geoslo.experiments.supercloud._live_sun import (
+        FOLLOW,
+        LiveSunSettings,
+        run_live_ensemble,
+    )
+
+    settings = LiveSunSettings(hour_s=2.5, interval_s=2.5, threads_per_site=2)
+    run = run_live_ensemble(settings, FOLLOW, tmp_path / "day", progress=lambda line: None)
+    assert run.failures == [] and run.refused == 0
+    assert run.reconfigurations and all(r["ok"] for r in run.reconfigurations)
+    assert len({p["leader"] for p in run.placements}) > 1  # the leader followed the load
+    per_second = run.per_second(settings.day_s)
+    assert all(rows.size for rows in run.ops.values())
+    assert (per_second[5:] > 0).mean() > 0.9  # served in nearly every second
