@@ -15,6 +15,7 @@ from typer.testing import CliRunner
 
 from _engines import skip_without_engine
 from geoslo.cli import app
+from geoslo.live._netns import namespaces
 from geoslo.live.kurma import Testbed
 
 pytestmark = [
@@ -173,5 +174,4 @@ async def fastest_gets_ms(cluster) -> dict[str, float]:
 
 
 def netns_names() -> list[str]:
-    listed = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True)
-    return [line.split()[0] for line in listed.stdout.splitlines() if line.strip()]
+    return sorted(namespaces())

@@ -20,6 +20,7 @@ import pytest
 from _run import Running, http_get, run_service, write_config
 from geoslo.control.replication import ReplicationConfig, ReplicationController, policy_loop
 from geoslo.errors import TestbedError
+from geoslo.live._netns import namespaces
 from geoslo.live._processes import find_program
 from geoslo.live.replication import (
     CLASS_IDS,
@@ -87,8 +88,7 @@ def test_a_share_left_unused_goes_to_the_others(link):
 
 
 def _namespaces() -> set[str]:
-    listed = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True, check=True)
-    return {line.split()[0] for line in listed.stdout.splitlines() if line.strip()}
+    return namespaces()
 
 
 async def _drive(env: ReplicationTestbedEnvironment, controller, intervals: int, interval_s: float):

@@ -19,6 +19,7 @@ import time
 import pytest
 
 from geoslo.experiments.replication import LiveSettings, live_report
+from geoslo.live._netns import namespaces
 from geoslo.live.replication import cannot_run_reason
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(900)]
@@ -55,8 +56,7 @@ def test_every_policy_measured_real_traffic(report):
 
 
 def test_the_run_leaves_no_namespace(report):
-    listed = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True, check=True)
-    assert "geoslo-rlive" not in listed.stdout
+    assert not [n for n in namespaces() if "geoslo-rlive" in n]
 
 
 def test_sigterm_takes_every_policys_testbed_down_at_the_next_interval(tmp_path):
@@ -90,6 +90,4 @@ def test_sigterm_takes_every_policys_testbed_down_at_the_next_interval(tmp_path)
 
 
 def _namespaces_of(pid: int) -> list[str]:
-    listed = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True, check=True)
-    names = [line.split()[0] for line in listed.stdout.splitlines() if line.strip()]
-    return [n for n in names if n.startswith("geoslo-rlive-") and n.endswith(f"-{pid}")]
+    return [n for n in namespaces() if n.startswith("geoslo-rlive-") and n.endswith(f"-{pid}")]

@@ -10,13 +10,13 @@ from __future__ import annotations
 
 import asyncio
 import io
-import subprocess
 from dataclasses import replace
 
 import pytest
 
 from _run import Running, gauges, parse_log, processes_mentioning, run_service, write_config
 from geoslo.control.supercloud import Migration
+from geoslo.live._netns import namespaces
 from geoslo.live.supercloud.zookeeper import cannot_run_reason
 from geoslo.runtime import ServiceLog, ServiceLoop, ServiceSettings
 from geoslo.runtime.supercloud import SYSTEM, ControllerSettings
@@ -147,8 +147,7 @@ def testbed_ok() -> None:
 def _nothing_left(state_dir, pid: int) -> None:
     """Every process the service (``pid``) started has exited, its namespaces are gone."""
     assert processes_mentioning(str(state_dir)) == []
-    listed = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True, check=True)
-    assert f"geoslo-zk-{pid}-" not in listed.stdout
+    assert not [n for n in namespaces() if n.startswith(f"geoslo-zk-{pid}-")]
 
 
 def _moved_to_tokyo(base_url: str) -> dict | None:

@@ -14,6 +14,7 @@ import subprocess
 import pytest
 
 from geoslo.errors import DependencyError
+from geoslo.live._netns import namespaces
 from geoslo.live._processes import ManagedProcess, process_alive
 from geoslo.live._sites import (
     SiteNamespaces,
@@ -119,8 +120,7 @@ def test_stopping_a_toxiproxy_server_signals_its_pid_only(testbed, tmp_path):
 
 
 def _namespaces() -> set[str]:
-    out = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
-    return {line.split()[0] for line in out.splitlines() if line.strip()}
+    return namespaces()
 
 
 def _links() -> str:

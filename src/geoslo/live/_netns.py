@@ -108,11 +108,7 @@ class NamespacePair:
 
     def delete(self) -> None:
         """Remove the namespaces this pair created (idempotent)."""
-        existing = run_in(None, [_ip(), "netns", "list"])
-        names = {line.split()[0] for line in existing.splitlines() if line.strip()}
-        for ns in (self.tx, self.rx):
-            if ns in names:
-                run_in(None, [_ip(), "netns", "delete", ns])
+        delete_namespaces((self.tx, self.rx))
         path = Path(self.state_dir) / STATE_FILE
         if path.exists():
             path.unlink()
@@ -122,6 +118,20 @@ class NamespacePair:
         """The pair a state folder records (to delete it after a crash)."""
         path = Path(state_dir) / STATE_FILE
         return cls(**json.loads(path.read_text())) if path.exists() else None
+
+
+def namespaces() -> set[str]:
+    """The names of the network namespaces that exist now (``ip netns list``)."""
+    out = run_in(None, [_ip(), "netns", "list"])
+    return {line.split()[0] for line in out.splitlines() if line.strip()}
+
+
+def delete_namespaces(names) -> None:
+    """Delete those of ``names`` that exist (idempotent)."""
+    existing = namespaces()
+    for ns in names:
+        if ns in existing:
+            run_in(None, [_ip(), "netns", "delete", ns])
 
 
 def socket_in(namespace: str, family=socket.AF_INET, kind=socket.SOCK_STREAM) -> socket.socket:

@@ -32,7 +32,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from geoslo.errors import TestbedError
-from geoslo.live._netns import _ip, cannot_run_reason, run_in
+from geoslo.live._netns import _ip, cannot_run_reason, delete_namespaces, run_in
 
 __all__ = [
     "Site",
@@ -84,11 +84,6 @@ def _root_addresses() -> set[ipaddress.IPv4Address]:
     out = run_in(None, [_ip(), "-o", "-4", "addr", "show"])
     found = re.findall(r"\binet (\d+\.\d+\.\d+\.\d+)/", out)
     return {ipaddress.ip_address(a) for a in found}
-
-
-def _namespaces() -> set[str]:
-    out = run_in(None, [_ip(), "netns", "list"])
-    return {line.split()[0] for line in out.splitlines() if line.strip()}
 
 
 @dataclass(frozen=True)
@@ -163,10 +158,7 @@ class SiteNamespaces:
     def delete(self, timeout_s: float = 5.0) -> None:
         """Remove the namespaces recorded here and wait until their veth pairs are gone
         (the kernel destroys them asynchronously); idempotent."""
-        existing = _namespaces()
-        for site in self.sites:
-            if site.namespace in existing:
-                run_in(None, [_ip(), "netns", "delete", site.namespace])
+        delete_namespaces(site.namespace for site in self.sites)
         deadline = time.monotonic() + timeout_s
         while (left := self._root_devs_left()) and time.monotonic() < deadline:
             time.sleep(0.05)

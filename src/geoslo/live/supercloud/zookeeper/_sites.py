@@ -15,7 +15,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from geoslo.live._netns import run_in
+from geoslo.live._netns import delete_namespaces, run_in
 from geoslo.live._processes import find_program
 from geoslo.live.supercloud.zookeeper._settings import SITES, probe_address, server_address
 
@@ -68,11 +68,7 @@ class SiteNamespaces:
 
     def delete(self) -> None:
         """Remove the namespaces this object created (idempotent)."""
-        listed = run_in(None, [_ip(), "netns", "list"])
-        existing = {line.split()[0] for line in listed.splitlines() if line.strip()}
-        for ns in self.names.values():
-            if ns in existing:
-                run_in(None, [_ip(), "netns", "delete", ns])
+        delete_namespaces(self.names.values())
         path = Path(self.state_dir) / STATE_FILE
         if path.exists():
             path.unlink()
