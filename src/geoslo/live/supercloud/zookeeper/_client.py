@@ -73,6 +73,8 @@ class _Worker(threading.Thread):
 
     def run(self) -> None:
         c = self.config
+        # a random phase within the first pause, so that sessions do not move in lockstep
+        self.stop.wait(self.rng.random() * think_ms_at(c, time.time()) / 1e3)
         while not self.stop.is_set():
             is_read = self.rng.random() < c.read_fraction
             start_s = time.time()
