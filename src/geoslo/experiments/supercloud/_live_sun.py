@@ -11,7 +11,8 @@ other:
   placement loop (threshold T, fewest migrations, §5.1) decides on the workload and the
   RTTs it measured, and the environment carries the plan out by reconfiguration;
 * **fixed US**: every node in the first site, never moved;
-* **fixed global**: one node per site, the leader in the first, never moved.
+* **fixed global**: the nodes spread over the sites in turn, the leader in the first
+  (with two sites §5.1's Global: two in the first, one in the other), never moved.
 
 Measured from every operation the clients made: the share of reads and of writes answered
 within 15 ms (§5.1's bound), the throughput of each compressed hour, the worst second, and
@@ -35,6 +36,7 @@ from geoslo.errors import ConfigError, GeosloError, TestbedError
 __all__ = ["LiveSunSettings", "LiveSunRun", "run_live_ensemble", "think_schedule_ms"]
 
 HOURS = 24
+NODES = 3  # §5.1's ensemble
 FOLLOW, FIXED_US, FIXED_GLOBAL = "follow the sun", "fixed US", "fixed global"
 ENSEMBLES = (FOLLOW, FIXED_US, FIXED_GLOBAL)
 
@@ -122,7 +124,8 @@ def _environment(settings: LiveSunSettings, ensemble: str, state_dir: Path):
     rtt = tuple(tuple(float(x) for x in row) for row in site_rtt_ms(settings.sites))
     zk = ZkLiveSettings(sites=settings.sites, site_rtt_ms=rtt, seed=settings.seed)
     first = settings.sites[0]
-    start = settings.sites if ensemble == FIXED_GLOBAL else (first,) * 3
+    spread = tuple(settings.sites[k % len(settings.sites)] for k in range(NODES))
+    start = spread if ensemble == FIXED_GLOBAL else (first,) * NODES
     schedules = {
         site: think_schedule_ms(settings, offset)
         for site, offset in zip(settings.sites, settings.utc_offset_h, strict=True)
