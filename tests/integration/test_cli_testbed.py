@@ -48,9 +48,10 @@ def answers(host: str, port: int) -> bool:
         return s.connect_ex((host, port)) == 0
 
 
-# (form, processes up starts, of which listen on a port): loopback runs the WAN emulator;
-# namespaces run toxiproxy and the route keeper (no port)
-FORMS = [("loopback", 3, 3), ("namespaces", 4, 3)]
+# (form, processes up starts, of which listen on a port): two Redis servers and a feedback
+# process per site (C3's); loopback runs the WAN emulator; namespaces run toxiproxy and the
+# route keeper (no port)
+FORMS = [("loopback", 5, 5), ("namespaces", 6, 5)]
 
 
 @pytest.mark.parametrize("network, processes, listening", FORMS)

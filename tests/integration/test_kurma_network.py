@@ -141,7 +141,7 @@ def test_servers_require_auth_and_sites_reach_each_other_only_through_the_inject
         assert done.returncode == 0  # the path from London to Madrid's server
     finally:
         stopped = testbed.down()
-    assert stopped == 4  # 2 Redis servers, toxiproxy, the route keeper
+    assert stopped == 6  # 2 Redis servers, 2 feedback processes, toxiproxy, routes
     assert SiteNamespaces.recorded_in(tmp_path) is None
     assert all(not (testbed.state_dir / f).exists() for f in ("toxiproxy.json",))
     assert testbed.cgroups == []
