@@ -11,6 +11,7 @@ from geoslo.live.director.rediscluster._migrate import (
     batch_bytes_for_rate,
     config_epochs,
     decide_repairs,
+    epochs_settled,
     plan_batches,
     plan_rebalance,
 )
@@ -114,6 +115,19 @@ def test_a_rebalance_without_masters_left_is_refused():
 def test_config_epochs_are_read_from_every_line():
     text = "\n".join([node_line(A, 7000, 3, "0-100"), node_line(B, 7001, 9, myself=False)])
     assert config_epochs(text) == {A: 3, B: 9}
+
+
+@pytest.mark.parametrize(
+    ("target_current", "own", "settled"),
+    [
+        (9, {A: 3, B: 9}, True),  # the target knows the greatest: its bump makes 10
+        (8, {A: 3, B: 9}, False),  # B's 9 has not reached it: its bump would tie B at 9
+        (9, {A: 9, B: 9, C: 2}, False),  # a collision gossip has yet to resolve
+        (0, {}, True),
+    ],
+)
+def test_a_target_takes_slots_only_once_it_knows_the_greatest_epoch(target_current, own, settled):
+    assert epochs_settled(target_current, own) is settled
 
 
 # Two masters own all slots; slot 100 is half-way from A to B in most cases below.

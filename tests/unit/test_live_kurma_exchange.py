@@ -3,10 +3,18 @@ which state messages it takes at all."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 
-from geoslo.live.kurma._agent import _valid_state, measurements_from_states, views_agree
+from geoslo.live.kurma._agent import (
+    _valid_state,
+    client_demand,
+    measurements_from_states,
+    views_agree,
+)
+from geoslo.live.kurma._client_metrics import ClientTotals
 
 N = 3
 
@@ -134,3 +142,16 @@ def test_a_plan_is_applied_only_when_every_view_agrees(own, views, available, ag
     ok, compared = views_agree(states, np.array(available), own, me=0)
     assert ok is agreed
     assert set(compared) == {0} | {j for j in views if available[j]}
+
+
+def answer(round_k: int, arrivals: float) -> dict:
+    counts = replace(ClientTotals.zero(N), arrivals=arrivals, writes=arrivals / 10)
+    return {"round": round_k, "counts": counts}
+
+
+def test_a_client_late_for_a_round_is_taken_at_its_last_demand_and_not_twice_after():
+    # on time in round 7; no answer in round 8; in round 9 its late answer to 8 comes too
+    assert client_demand([answer(7, 500.0)], 7, None) == (500.0, 50.0)
+    assert client_demand([], 8, (500.0, 50.0)) == (500.0, 50.0)
+    assert client_demand([answer(8, 510.0), answer(9, 490.0)], 9, (500.0, 50.0)) == (490.0, 49.0)
+    assert client_demand([], 1, None) == (0.0, 0.0)  # nothing known yet

@@ -36,7 +36,7 @@ import math
 import multiprocessing
 import signal
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
@@ -369,6 +369,7 @@ class KurmaAgentEnvironment:
         self.metrics = _Metrics()
         self.clients: dict[asyncio.StreamWriter, asyncio.Queue] = {}
         self.leftover_reports: list[dict] = []
+        self.client_demand: dict[asyncio.StreamWriter, tuple[float, float]] = {}
         self.peers: dict[int, asyncio.StreamWriter] = {}
         self.states: dict[int, dict] = {}  # site -> its latest state message
         self.probe_sent: dict[tuple[int, int], float] = {}
@@ -544,6 +545,7 @@ class KurmaAgentEnvironment:
                 report["counts"], last = totals - earlier, totals
                 await replies.put(report)
         self.clients.pop(writer, None)
+        self.client_demand.pop(writer, None)
         while not replies.empty():  # a closing client's last report: counted next round
             self.leftover_reports.append(replies.get_nowait())
         writer.close()
@@ -554,15 +556,19 @@ class KurmaAgentEnvironment:
         for writer in list(self.clients):
             writer.write(message)
         reports, self.leftover_reports = self.leftover_reports, []
-        for replies in list(self.clients.values()):
-            reports += await _reports_until(replies, k, COLLECT_TIMEOUT_S)
+        demand = np.zeros(2)
+        for writer, replies in list(self.clients.items()):
+            answered = await _reports_until(replies, k, COLLECT_TIMEOUT_S)
+            reports += answered
+            self.client_demand[writer] = client_demand(answered, k, self.client_demand.get(writer))
+            demand += self.client_demand[writer]
         counts, mins = ClientTotals.zero(self.n), np.full(self.n, np.inf)
         for report in reports:
             counts = counts + report["counts"]
             mins = np.minimum(mins, [np.inf if m is None else m for m in report["min_response_ms"]])
         return {
-            "arrivals": counts.arrivals,
-            "writes": counts.writes,
+            "arrivals": float(demand[0]),
+            "writes": float(demand[1]),
             "requests": counts.requests,
             "violations": counts.violations,
             "errors": counts.errors,
@@ -815,6 +821,20 @@ def _valid_state(body: dict, n: int, me: int) -> bool:
     ):
         return False
     return True
+
+
+def client_demand(
+    answered: Sequence[dict], k: int, last: tuple[float, float] | None
+) -> tuple[float, float]:
+    """A client's (arrivals, writes) of round ``k`` for the demand (§6): those of its answer
+    to round ``k``. A client that missed the collection's deadline is taken at its last
+    round's: its late answer is counted with the next round's violations, but as demand it
+    would make one interval look empty and the next twice as busy, and the plan after it
+    redirect for a load that never came."""
+    for report in answered:
+        if report.get("round") == k:
+            return (float(report["counts"].arrivals), float(report["counts"].writes))
+    return last if last is not None else (0.0, 0.0)
 
 
 async def _reports_until(replies: asyncio.Queue, k: int, timeout_s: float) -> list[dict]:

@@ -10,6 +10,10 @@ specification, "Live reconfiguration"). Per slot, in the specification's order:
 3. ``CLUSTER SETSLOT s NODE <target-id>`` on the target (it bumps its epoch), the source,
    and every other master.
 
+Before the first slot it waits until the target knows the greatest config epoch, so that
+its bump wins over any claim still travelling in gossip (``epochs_settled``); after the
+last, a slot the target's own view lost anyway is claimed again with a new greatest epoch.
+
 While a slot migrates, a key still on the source is served there; a key already gone is
 redirected with ``ASK`` to the target, so a client never reads a value older than one it
 was told was written. A cancelled migration (an overrun, §5.6) finishes the few slots in
@@ -42,6 +46,7 @@ __all__ = [
     "decide_repairs",
     "migrate_slots",
     "config_epochs",
+    "epochs_settled",
     "plan_batches",
     "plan_rebalance",
     "remove_master",
@@ -50,6 +55,7 @@ __all__ = [
 
 Address = tuple[str, int]
 MigrationOrder = Literal["spec", "assign-before-keys"]
+_EPOCH_SETTLE_TIMEOUT_S = 10.0  # gossip pings every node within about a second
 
 
 # --------------------------------------------------------------------------- parsing
@@ -61,6 +67,21 @@ def config_epochs(text: str | bytes) -> dict[str, int]:
         text = text.decode()
     fields = (line.split() for line in text.splitlines())
     return {f[0]: int(f[6]) for f in fields if len(f) >= 8}
+
+
+def epochs_settled(target_current_epoch: int, own_epochs: Mapping[str, int]) -> bool:
+    """Whether a target's ``SETSLOT NODE`` would take an epoch no master holds or knows.
+
+    The target bumps its epoch *without consensus*: to one more than the greatest it knows
+    of. If it has not yet heard of a master's newer epoch (the previous migration's target
+    bumped a moment ago), it can end up at or below that master, and a gossip message of
+    the source sent before it was told can then take a slot back: the source was told the
+    target owns it and the target believes the source does. Settled: the target knows the
+    greatest epoch, and one master alone holds it (a collision is resolved by gossip).
+    """
+    greatest = max(own_epochs.values(), default=0)
+    holders = sum(1 for epoch in own_epochs.values() if epoch == greatest)
+    return target_current_epoch >= greatest and holders <= 1
 
 
 def _slots_of(node: ClusterNode) -> list[int]:
@@ -494,9 +515,11 @@ async def migrate_slots(
     try:
         _check_owner(await _myself(src), dst, slots)
         others = await _other_masters(src, {src.node_id, dst.node_id})
+        await _await_epochs_settled(dst, [src, dst, *others], _EPOCH_SETTLE_TIMEOUT_S)
         for group in _groups(slots, slots_per_step):
             step = _migrate_group(src, dst, others, group, progress, order, **move)
             await _finish_even_if_cancelled(asyncio.ensure_future(step), progress)
+        await _reclaim(dst, slots)
     finally:
         await _close([src, dst, *others])
     return progress.result()
@@ -659,6 +682,31 @@ async def _self_views(nodes: Sequence[_Node]) -> tuple[list[ClusterNode], dict[s
         selves.append(next(e for e in parse_cluster_nodes(text) if "myself" in e.flags))
         epochs[node.node_id] = config_epochs(text)[node.node_id]
     return selves, epochs
+
+
+async def _current_epoch(node: _Node) -> int:
+    info = (await node.cmd("CLUSTER", "INFO")).decode()
+    fields = dict(line.split(":", 1) for line in info.split() if ":" in line)
+    return int(fields["cluster_current_epoch"])
+
+
+async def _await_epochs_settled(target: _Node, masters: Sequence[_Node], timeout_s: float) -> None:
+    """Wait (bounded) until ``epochs_settled``; gossip settles it within a few pings."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        _, own = await _self_views(masters)
+        if epochs_settled(await _current_epoch(target), own):
+            return
+        await asyncio.sleep(0.05)
+
+
+async def _reclaim(target: _Node, slots: Sequence[int]) -> None:
+    """Claim again, with the greatest epoch, any moved slot the target's view lost."""
+    view = await _myself(target)
+    lost = [s for s in slots if not _claims(view, s)]
+    if lost:
+        await target.cmd("CLUSTER", "BUMPEPOCH")
+        await _setslots(target, lost, "NODE", target.node_id)
 
 
 async def _myself(node: _Node) -> ClusterNode:
