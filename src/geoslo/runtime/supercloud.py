@@ -101,6 +101,11 @@ class TestbedSettings(BaseModel):
         200.0, ge=0, le=60_000, description="Each session's pause between requests."
     )
     step_timeout_s: float = Field(30.0, gt=0, le=600, description="A reconfiguration step's limit.")
+    connect_randomly: bool = Field(
+        True,
+        description="Each session connects to a random server (§5.1's clients; what §3.2's "
+        "read term assumes); false: its own site's servers first.",
+    )
     state_dir: str | None = Field(None, description="Logs and data; default a temporary folder.")
 
 
@@ -121,7 +126,10 @@ def _environment(e: BaseModel, interval_s: float):
 
     state_dir = Path(e.state_dir) if e.state_dir else None
     if e.sites is None:
-        settings = ZkLiveSettings(rtt_ms=e.rtt_ms, step_timeout_s=e.step_timeout_s)
+        settings = ZkLiveSettings(
+            rtt_ms=e.rtt_ms, step_timeout_s=e.step_timeout_s,
+            clients_connect_randomly=e.connect_randomly,
+        )  # fmt: skip
         threads = {"virginia": e.virginia_threads, "tokyo": e.tokyo_threads}
         return SupercloudTestbedEnvironment(
             settings, threads, interval_s, state_dir, think_ms=e.think_ms
@@ -131,7 +139,10 @@ def _environment(e: BaseModel, interval_s: float):
     if e.threads is None or len(e.threads) != len(e.sites) or min(e.threads) < 0:
         raise InputError("threads", f"give {len(e.sites)} session counts >= 0, one per site")
     rtt = tuple(tuple(float(x) for x in row) for row in site_rtt_ms(e.sites))
-    settings = ZkLiveSettings(sites=e.sites, site_rtt_ms=rtt, step_timeout_s=e.step_timeout_s)
+    settings = ZkLiveSettings(
+        sites=e.sites, site_rtt_ms=rtt, step_timeout_s=e.step_timeout_s,
+        clients_connect_randomly=e.connect_randomly,
+    )  # fmt: skip
     return SupercloudTestbedEnvironment(
         settings, dict(zip(e.sites, e.threads, strict=True)), interval_s, state_dir,
         think_ms=e.think_ms, start_sites=e.start_sites or (e.sites[0],) * 3,
@@ -214,6 +225,7 @@ seed = 0
 # start_sites = ["Washington DC", "Washington DC", "Washington DC"]  # leader first
 # think_ms = 200.0             # each session's pause between requests
 # step_timeout_s = 30.0        # one reconfiguration step's limit
+# connect_randomly = true      # each session to a random server (§5.1); false: own site's
 
 [controller]
 evaluation = "zookeeper"       # f of §3.2 (or "single_vm", §3.1, with one start site)

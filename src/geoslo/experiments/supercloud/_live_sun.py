@@ -122,7 +122,9 @@ def _environment(settings: LiveSunSettings, ensemble: str, state_dir: Path):
     from geoslo.sim.supercloud import site_rtt_ms
 
     rtt = tuple(tuple(float(x) for x in row) for row in site_rtt_ms(settings.sites))
-    zk = ZkLiveSettings(sites=settings.sites, site_rtt_ms=rtt, seed=settings.seed)
+    zk = ZkLiveSettings(
+        sites=settings.sites, site_rtt_ms=rtt, seed=settings.seed, clients_connect_randomly=True
+    )
     first = settings.sites[0]
     spread = tuple(settings.sites[k % len(settings.sites)] for k in range(NODES))
     start = spread if ensemble == FIXED_GLOBAL else (first,) * NODES

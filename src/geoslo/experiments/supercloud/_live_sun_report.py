@@ -151,11 +151,10 @@ def _reads_text(rows: list[dict], bound_ms: float) -> str:
     return (
         f"Reads within {bound_ms:g} ms: "
         + ", ".join(f"{e} {by[e][key]:.1f}%" for e in by)
-        + f". {best} serves the most. A ZooKeeper client reads from the one server it is "
-        "connected to (here its own site's first), so an ensemble with a node in every site "
-        "serves every site's reads locally; §3.2's f, which the scheduler optimises, scores a "
-        "read at the mean RTT to every node, and so moves the whole ensemble to the busier "
-        "site instead. Where the two disagree, the live ensemble shows the model's error."
+        + f". {best} serves the most. Each session connects to a random server, as §5.1's "
+        "clients did and as §3.2's f assumes when it scores a read at the mean RTT to every "
+        "node: an ensemble with a node in every site serves locally only the reads of the "
+        "sessions that happen to be connected to their own site's node."
     )
 
 

@@ -28,7 +28,7 @@ _BACKOFF_S = 0.02  # after a failed operation (no session yet), so as not to spi
 @dataclass(frozen=True)
 class ClientConfig(JsonConfigFile):
     site: str
-    hosts: list[str]  # "address:port", own site's servers first (kazoo tries them in order)
+    hosts: list[str]  # "address:port", in the order kazoo tries them
     threads: int
     read_fraction: float
     read_path: str
@@ -43,6 +43,7 @@ class ClientConfig(JsonConfigFile):
     think_schedule_ms: list[float] | None = None
     schedule_step_s: float = 0.0
     schedule_start_unix_s: float = 0.0
+    shuffle_hosts: bool = False  # each session tries the hosts in an order of its own
 
 
 def think_ms_at(config: ClientConfig, t_unix_s: float) -> float:
@@ -62,8 +63,13 @@ class _Worker(threading.Thread):
         self.value = bytes(self.rng.getrandbits(8) for _ in range(config.value_bytes))
         from kazoo.client import KazooClient  # this module is also imported where kazoo is not
 
+        hosts = list(config.hosts)
+        if config.shuffle_hosts:
+            # the first that answers is a uniformly random one of those serving, also after
+            # a move stops the server a session was connected to
+            self.rng.shuffle(hosts)
         self.client = KazooClient(
-            hosts=",".join(config.hosts),
+            hosts=",".join(hosts),
             timeout=config.session_timeout_s,
             randomize_hosts=False,
         )

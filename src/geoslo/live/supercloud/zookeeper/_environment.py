@@ -328,6 +328,7 @@ class SupercloudTestbedEnvironment:
                 READ_PATH, f"/geoslo/write-{k}", s.value_bytes, s.session_timeout_s,
                 s.op_timeout_s, str(self._ops_path(site)), s.seed + k, self.think_ms,
                 self.think_schedules.get(site), self.schedule_step_s, self.schedule_start_unix_s,
+                s.clients_connect_randomly,
             )  # fmt: skip
             path = self.state_dir / f"client-{k}.json"
             config.write(path)

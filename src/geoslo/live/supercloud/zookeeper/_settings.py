@@ -59,6 +59,9 @@ class ZkLiveSettings:
     read_fraction: float = 0.9
     value_bytes: int = 1024
     threads_per_site: int = 4  # closed-loop workers (one ZooKeeper session each) per site
+    # each session connects to a random server, as §5.1's clients did and §3.2's read term
+    # assumes; else to its own site's servers first (§5.2: one client per region)
+    clients_connect_randomly: bool = False
     tick_time_ms: int = 200
     init_limit_ticks: int = 50
     sync_limit_ticks: int = 20
