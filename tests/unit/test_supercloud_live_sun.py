@@ -61,7 +61,9 @@ def test_measures_over_recorded_operations() -> None:
     assert run.per_second(4.0).tolist() == [1, 2, 2, 0]  # failed operations not counted
 
 
-def results(follow_fast=(90.0, 80.0), follow_ops=50.0, leaders=2, failed=0) -> dict:
+def results(
+    follow_fast=(90.0, 80.0), follow_ops=50.0, leaders=2, failed=0, image_local=(0.9, 1.0)
+) -> dict:
     def row(name, fast, ops, leader_sites=1, reconfigurations=0):
         return {
             "ensemble": name,
@@ -80,6 +82,7 @@ def results(follow_fast=(90.0, 80.0), follow_ops=50.0, leaders=2, failed=0) -> d
             row(FIXED_US, (60.0, 40.0), 40.0),
             row(FIXED_GLOBAL, (95.0, 5.0), 30.0),
         ],
+        "image_moves": [{"local_read_fraction": f} for f in image_local],
     }
 
 
@@ -92,6 +95,11 @@ def test_the_checks_pass_when_following_the_sun_wins_and_fail_otherwise() -> Non
         "follow the sun: more operations/s than fixed US": results(follow_ops=35.0),
         "follow the sun: the leader moved": results(leaders=1),
         "follow the sun: every reconfiguration finished": results(failed=1),
+        "follow the sun: the images followed, their first reads 75% local": results(
+            image_local=(0.9, 0.3)
+        ),
     }
+    no_move = check_live_sun(results(image_local=()))
+    assert not no_move["follow the sun: the images followed, their first reads 75% local"]
     for name, case in failing.items():
         assert not check_live_sun(case)[name], name

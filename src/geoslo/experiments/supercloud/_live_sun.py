@@ -1,7 +1,7 @@
 """Follow the sun on a live ZooKeeper ensemble (SoCC 2016 §5.1 on real processes; issue 22).
 
-Three sites from the IBM Cloud matrices, each a network namespace, each pair its measured
-RTT apart through the delay proxy. Each site's clients follow their local day in a
+Sites from the IBM Cloud matrices (§5.1's two by default), each a network namespace, each
+pair its measured RTT apart through the delay proxy. Each site's clients follow their local day in a
 compressed day (24 "hours" of ``hour_s``): a closed-loop session's pause after each
 operation is the peak pause over the Wikipedia trace's load at that local hour, so a site
 asks for more while it is day there. Three ensembles on the same setup, one after the
@@ -9,14 +9,16 @@ other:
 
 * **follow the sun**: starts with every node in the first site; every interval the
   placement loop (threshold T, fewest migrations, §5.1) decides on the workload and the
-  RTTs it measured, and the environment carries the plan out by reconfiguration;
+  RTTs it measured, and the environment carries the plan out by reconfiguration; each
+  node's VM image follows it through the image store (§4.1.3's proactive propagation);
 * **fixed US**: every node in the first site, never moved;
 * **fixed global**: the nodes spread over the sites in turn, the leader in the first
   (with two sites §5.1's Global: two in the first, one in the other), never moved.
 
 Measured from every operation the clients made: the share of reads and of writes answered
-within 15 ms (§5.1's bound), the throughput of each compressed hour, the worst second, and
-every reconfiguration's duration.
+within 15 ms (§5.1's bound), the throughput of each compressed hour, the worst second,
+every reconfiguration's duration, and for every image that followed its node the share of
+its first reads at the new site served there.
 """
 
 from __future__ import annotations
@@ -97,6 +99,7 @@ class LiveSunRun:
     reconfigurations: list[dict] = field(default_factory=list)
     refused: int = 0
     failures: list[str] = field(default_factory=list)  # observations that raised
+    image_moves: list[dict] = field(default_factory=list)  # follow the sun: images that moved
 
     def share_within(self, bound_ms: float, reads: bool) -> float:
         rows = np.concatenate([o for o in self.ops.values() if o.size]) if self.ops else None
@@ -119,6 +122,7 @@ class LiveSunRun:
 def _environment(settings: LiveSunSettings, ensemble: str, state_dir: Path):
     from geoslo.live.supercloud.zookeeper import ZkLiveSettings
     from geoslo.live.supercloud.zookeeper._environment import SupercloudTestbedEnvironment
+    from geoslo.live.supercloud.zookeeper._images import ImageSettings
     from geoslo.sim.supercloud import site_rtt_ms
 
     rtt = tuple(tuple(float(x) for x in row) for row in site_rtt_ms(settings.sites))
@@ -133,9 +137,10 @@ def _environment(settings: LiveSunSettings, ensemble: str, state_dir: Path):
         for site, offset in zip(settings.sites, settings.utc_offset_h, strict=True)
     }
     threads = dict.fromkeys(settings.sites, settings.threads_per_site)
+    images = ImageSettings() if ensemble == FOLLOW else None
     return SupercloudTestbedEnvironment(
         zk, threads, settings.interval_s, state_dir, start_sites=tuple(start),
-        think_schedules=schedules, schedule_step_s=settings.hour_s,
+        think_schedules=schedules, schedule_step_s=settings.hour_s, images=images,
     )  # fmt: skip
 
 
@@ -185,6 +190,12 @@ async def _day(settings: LiveSunSettings, ensemble: str, env, progress) -> LiveS
     finally:
         await env.close()
     run.reconfigurations = list(env.reconfigurations)
+    for move in env.images.moves if env.images is not None else ():
+        run.image_moves.append(
+            {"image": move.image, "from": move.from_site, "to": move.to_site,
+             "t_s": move.at_unix_s - run.start_unix_s, "reads": move.reads,
+             "local_read_fraction": move.local_read_fraction}
+        )  # fmt: skip
     run.ops = {s: _read_ops(env.state_dir / f"ops-{k}.jsonl") for k, s in enumerate(env.sites)}
     return run
 

@@ -240,7 +240,7 @@ class Store(_Server):
         self.blocks.setdefault((image, block), {})[got] = data
         self._learn_committed(image, block, got)
         self.counts["remote_reads"] += 1
-        return {"version": reply["version"]}, data
+        return {"version": reply["version"], "fetched": True}, data
 
     def _get(self, image: str, block: int, version: Version) -> tuple[dict, bytes]:
         """A peer's fetch: that version, or a newer committed one (close-to-open allows

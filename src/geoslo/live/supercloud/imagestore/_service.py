@@ -8,6 +8,7 @@ controller, and a VM that uses a store in another site (NFS after the move).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -33,6 +34,7 @@ class ImageClient:
         self.site, self.image = site, image
         self._pool = ConnectionPool(port)
         self._session: str | None = None
+        self.fetched_reads = 0
 
     async def _call(self, op: str, payload: bytes = b"", **fields) -> tuple[dict, bytes]:
         header = {"op": op, "image": self.image, "site": self.site, **fields}
@@ -42,7 +44,10 @@ class ImageClient:
         self._session = (await self._call("open"))[0]["session"]
 
     async def read(self, block: int) -> bytes:
-        return (await self._call("read", block=block, session=self._session))[1]
+        """A block's data; ``fetched_reads`` counts those the store fetched from another site."""
+        header, data = await self._call("read", block=block, session=self._session)
+        self.fetched_reads += bool(header.get("fetched"))
+        return data
 
     async def write(self, block: int, data: bytes) -> list:
         """Write a block; its version, [generation, session, sequence]."""
@@ -74,7 +79,7 @@ class ImageService:
         cls,
         sites: tuple[str, ...],
         policy: str,
-        rtt_ms: float,
+        rtt_ms: float | Mapping[tuple[str, str], float],
         state_dir: Path,
         transitions: dict | None = None,
         seed: int = 0,
@@ -90,10 +95,16 @@ class ImageService:
         store_ports = {site: next(ports) for site in sites}
         paths = {pair: next(ports) for pair in pairs}
         to_controller = {pair: next(ports) for pair in pairs}
-        rtt = BaseRttSchedule(np.array([0.0]), np.array([rtt_ms]))
-        delay_paths = [DelayPath(a, b, paths[a, b], store_ports[b], rtt, 0.0) for a, b in pairs]
+
+        def rtt(a: str, b: str) -> BaseRttSchedule:
+            ms = rtt_ms if isinstance(rtt_ms, int | float) else rtt_ms[a, b]
+            return BaseRttSchedule(np.array([0.0]), np.array([float(ms)]))
+
+        delay_paths = [
+            DelayPath(a, b, paths[a, b], store_ports[b], rtt(a, b), 0.0) for a, b in pairs
+        ]
         delay_paths += [
-            DelayPath(a, b, to_controller[a, b], controller_port, rtt, 0.0)
+            DelayPath(a, b, to_controller[a, b], controller_port, rtt(a, b), 0.0)
             for a, b in pairs
             if b == sites[0]
         ]
@@ -143,9 +154,11 @@ class ImageService:
     def port(self, from_site: str, to_site: str) -> int:
         return self.store_ports[to_site] if from_site == to_site else self.paths[from_site, to_site]
 
-    def client(self, vm_site: str, store_site: str | None = None) -> ImageClient:
+    def client(
+        self, vm_site: str, store_site: str | None = None, image: str = "vm-image"
+    ) -> ImageClient:
         """A VM at ``vm_site`` using its own site's store, or ``store_site``'s (NFS)."""
-        return ImageClient(vm_site, self.port(vm_site, store_site or vm_site))
+        return ImageClient(vm_site, self.port(vm_site, store_site or vm_site), image)
 
     async def stats(self) -> dict[str, dict]:
         """Every server's counters (WAN bytes by remote site, reads, pushes)."""

@@ -37,6 +37,7 @@ from geoslo.errors import ConfigError, TestbedError
 from geoslo.live._netns import socket_in
 from geoslo.live._processes import ManagedProcess, find_program, python_module_command
 from geoslo.live._sites import echo_server_command, rtts_on
+from geoslo.live.supercloud.imagestore import ImageService
 from geoslo.live.supercloud.zookeeper._client import ClientConfig
 from geoslo.live.supercloud.zookeeper._ensemble import (
     ZkServer,
@@ -44,6 +45,7 @@ from geoslo.live.supercloud.zookeeper._ensemble import (
     server_mode,
     start_server,
 )
+from geoslo.live.supercloud.zookeeper._images import ImageSettings, NodeImages
 from geoslo.live.supercloud.zookeeper._plan_steps import (
     PlanRefusedError,
     ReconfigStep,
@@ -123,7 +125,9 @@ class SupercloudTestbedEnvironment:
     always look the busiest); ``ids_per_site`` bounds the server ids (and addresses) each
     site can use; ``start_sites`` are the first nodes' sites, the leader's first;
     ``think_schedules`` gives a site's pauses over its day instead (one per
-    ``schedule_step_s``, cycling, from when the clients start)."""
+    ``schedule_step_s``, cycling, from when the clients start). With ``images`` each
+    node's VM image lives in the Supercloud image store and follows its node
+    (``NodeImages``; each move in ``images.moves``)."""
 
     simulated = False
 
@@ -138,6 +142,7 @@ class SupercloudTestbedEnvironment:
         start_sites: tuple[str, ...] = START_SITES,
         think_schedules: Mapping[str, Sequence[float]] | None = None,
         schedule_step_s: float = 0.0,
+        images: ImageSettings | None = None,
     ) -> None:
         self.sites = settings.sites
         if set(client_threads) != set(self.sites) or min(client_threads.values()) < 0:
@@ -182,6 +187,9 @@ class SupercloudTestbedEnvironment:
         self.intervals = 0
         self.applied: list[tuple[str, ...]] = []  # the step names of each applied plan
         self.reconfigurations: list[dict] = []  # each applied plan: start, end (unix s), ok
+        self.image_settings = images
+        self.images: NodeImages | None = None
+        self._image_service: ImageService | None = None
 
     # --- start and close ------------------------------------------------------------
 
@@ -190,6 +198,27 @@ class SupercloudTestbedEnvironment:
         if reason:
             raise TestbedError(f"the live ZooKeeper testbed cannot run here: {reason}")
         await asyncio.to_thread(self._start_blocking)
+        if self.image_settings is not None:
+            try:
+                await self._start_images(self.image_settings)
+            except BaseException:
+                await self.close()
+                raise
+
+    async def _start_images(self, images: ImageSettings) -> None:
+        """The image store over the same sites and RTTs, an image per node (§4.1)."""
+        rtt = {
+            (a, b): float(self.rtt_ms[i, j])
+            for i, a in enumerate(self.sites)
+            for j, b in enumerate(self.sites)
+            if a != b
+        }
+        self._image_service = await asyncio.to_thread(
+            ImageService.up, self.sites, images.policy, rtt, self.state_dir / "images",
+            None, self.settings.seed,
+        )  # fmt: skip
+        self.images = NodeImages(self._image_service, images, self.settings.seed)
+        await self.images.start({i: self.site_of(i) for i in self.members})
 
     def _start_blocking(self) -> None:
         self.state_dir.mkdir(parents=True, exist_ok=True)
@@ -210,6 +239,10 @@ class SupercloudTestbedEnvironment:
     async def close(self) -> None:
         """Stop the clients, the servers and the proxy, wait for a reconfiguration still
         running to give up, and delete the namespaces."""
+        if self.images is not None:
+            await self.images.close()
+        if self._image_service is not None:
+            await asyncio.to_thread(self._image_service.down)
         await asyncio.to_thread(self._close_blocking)
 
     def _close_blocking(self) -> None:
@@ -367,6 +400,8 @@ class SupercloudTestbedEnvironment:
         busy = running or self._ended_unseen
         self._ended_unseen = running and self._ended_unseen
         members, leader = await asyncio.to_thread(self._membership)
+        if self.images is not None and leader is not None:
+            await self.images.follow({i: self.site_of(i) for i in members})
         front_ends = await asyncio.to_thread(self._workload)
         rtt_ms = await asyncio.to_thread(self.measure_rtt_ms)
         self.intervals += 1
