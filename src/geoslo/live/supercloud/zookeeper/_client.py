@@ -19,8 +19,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from geoslo.live._processes import JsonConfigFile
+from geoslo.live.supercloud.zookeeper._settings import CLIENT_PORT, parse_members, server_address
 
 __all__ = ["ClientConfig", "main", "think_ms_at"]
+
+CONFIG_ZNODE = "/zookeeper/config"  # the dynamic configuration in force (ZooKeeper 3.5+)
 
 _BACKOFF_S = 0.02  # after a failed operation (no session yet), so as not to spin
 
@@ -43,7 +46,9 @@ class ClientConfig(JsonConfigFile):
     think_schedule_ms: list[float] | None = None
     schedule_step_s: float = 0.0
     schedule_start_unix_s: float = 0.0
-    shuffle_hosts: bool = False  # each session tries the hosts in an order of its own
+    # each session connects to a random member, and follows the membership (the
+    # ensemble's dynamic configuration) to reconnect to a random member after a move
+    shuffle_hosts: bool = False
 
 
 def think_ms_at(config: ClientConfig, t_unix_s: float) -> float:
@@ -63,19 +68,30 @@ class _Worker(threading.Thread):
         self.value = bytes(self.rng.getrandbits(8) for _ in range(config.value_bytes))
         from kazoo.client import KazooClient  # this module is also imported where kazoo is not
 
-        hosts = list(config.hosts)
-        if config.shuffle_hosts:
-            # the first that answers is a uniformly random one of those serving, also after
-            # a move stops the server a session was connected to
-            self.rng.shuffle(hosts)
         self.client = KazooClient(
-            hosts=",".join(hosts),
+            hosts=",".join(self._shuffled(config.hosts)),
             timeout=config.session_timeout_s,
             randomize_hosts=False,
         )
 
+    def _shuffled(self, hosts: list[str]) -> list[str]:
+        hosts = list(hosts)
+        if self.config.shuffle_hosts:
+            random.Random(self.rng.random()).shuffle(hosts)
+        return hosts
+
     def connect(self) -> None:
         self.client.start(timeout=30)
+        if self.config.shuffle_hosts:
+            self.client.DataWatch(CONFIG_ZNODE, self._on_membership)
+
+    def _on_membership(self, data: bytes | None, _stat) -> None:
+        """The ensemble's configuration changed: the next reconnection (this session's
+        server stopped) goes to a random member of the new one."""
+        ids = parse_members((data or b"").decode())
+        if ids:
+            hosts = [f"{server_address(i)}:{CLIENT_PORT}" for i in ids]
+            self.client.set_hosts(",".join(self._shuffled(hosts)))
 
     def run(self) -> None:
         c = self.config

@@ -62,12 +62,13 @@ from geoslo.live.supercloud.zookeeper._settings import (
     SITE_A,
     SITE_B,
     ZkLiveSettings,
+    parse_members,
     probe_address,
     server_address,
 )
 from geoslo.live.supercloud.zookeeper._sites import SiteNamespaces
 
-__all__ = ["SupercloudTestbedEnvironment", "site_of_server", "parse_members"]
+__all__ = ["SupercloudTestbedEnvironment", "site_of_server"]
 
 READ_PATH = "/geoslo/read"
 START_SITES = (SITE_A, SITE_A, SITE_B)  # §5.2.2: the leader and a follower in Virginia
@@ -95,17 +96,6 @@ def start_ids(start_sites: tuple[str, ...], site_of) -> tuple[int, ...]:
 
     followers = [lowest_free(site) for site in start_sites[1:]]
     return (lowest_free(start_sites[0], max(followers, default=0)), *followers)
-
-
-def parse_members(conf: str) -> tuple[int, ...]:
-    """The server ids of the ``server.N=...`` lines of a ``conf`` answer (the dynamic
-    configuration in force)."""
-    ids = []
-    for line in conf.splitlines():
-        key, _, _value = line.partition("=")
-        if key.startswith("server.") and key[len("server.") :].isdigit():
-            ids.append(int(key[len("server.") :]))
-    return tuple(sorted(ids))
 
 
 @dataclass
@@ -343,8 +333,14 @@ class SupercloudTestbedEnvironment:
         _admin.create_znodes(*self._operator(leader_id), self.settings, paths)
 
     def _client_hosts(self, site: str) -> list[str]:
-        own_first = sorted(self.pool, key=lambda i: (self.site_of(i) != site, i))
-        return [f"{server_address(i)}:{CLIENT_PORT}" for i in own_first]
+        """The members (a client that connects randomly follows the membership itself:
+        kazoo gives each host its session timeout over the list's length, too short for a
+        remote server with the whole pool listed), or the pool, the site's own first."""
+        if self.settings.clients_connect_randomly:
+            ids = list(self.members)
+        else:
+            ids = sorted(self.pool, key=lambda i: (self.site_of(i) != site, i))
+        return [f"{server_address(i)}:{CLIENT_PORT}" for i in ids]
 
     def _ops_path(self, site: str) -> Path:
         return self.state_dir / f"ops-{self.sites.index(site)}.jsonl"

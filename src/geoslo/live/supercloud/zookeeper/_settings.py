@@ -24,6 +24,7 @@ __all__ = [
     "SITES",
     "ZkLiveSettings",
     "server_address",
+    "parse_members",
     "probe_address",
     "PROBE_PORT",
 ]
@@ -108,3 +109,14 @@ class ZkLiveSettings:
     def site_of(self, server_id: int) -> str:
         """The site of server ``server_id`` (ids take turns over the sites)."""
         return self.sites[(server_id - 1) % len(self.sites)]
+
+
+def parse_members(conf: str) -> tuple[int, ...]:
+    """The server ids of the ``server.N=...`` lines of a ``conf`` answer (the dynamic
+    configuration in force)."""
+    ids = []
+    for line in conf.splitlines():
+        key, _, _value = line.partition("=")
+        if key.startswith("server.") and key[len("server.") :].isdigit():
+            ids.append(int(key[len("server.") :]))
+    return tuple(sorted(ids))
