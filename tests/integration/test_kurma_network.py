@@ -34,6 +34,9 @@ def can_run():
         pytest.skip(f"the namespaces form cannot run here: {error}")
 
 
+SETTLE_S = 1.0  # after a route change, before its samples are checked
+
+
 def up(tmp_path, **spec) -> Testbed:
     spec.setdefault("servers_per_site", 1)
     spec.setdefault("keys", 50)
@@ -59,6 +62,9 @@ async def rtts_ms(testbed: Testbed, src: str, dst: str, count: int) -> list[tupl
     return out
 
 
+# The two tests below measure the injector's timing to the millisecond: they run in the
+# suite's serial pass (slow), not beside another test loading both cores.
+@pytest.mark.slow
 def test_each_pair_has_its_rtt_and_its_own_residual(can_run, tmp_path):
     testbed = up(tmp_path, sites=("London", "Frankfurt", "Madrid"), routing_mean_interval_s=None)
     try:
@@ -87,6 +93,7 @@ def test_each_pair_has_its_rtt_and_its_own_residual(can_run, tmp_path):
         testbed.down()
 
 
+@pytest.mark.slow
 def test_a_route_change_moves_the_base_rtt_of_open_connections(can_run, tmp_path):
     # Kurma's Table 2 Ireland-Frankfurt range is 22-27 ms: routes changing every ~2 s
     testbed = up(tmp_path, sites=("Ireland", "Frankfurt"), routing_mean_interval_s=2.0)
@@ -99,9 +106,13 @@ def test_a_route_change_moves_the_base_rtt_of_open_connections(can_run, tmp_path
         assert np.unique(np.round(routes, 3)).size >= 2, "no route changed during the test"
         # toxiproxy holds whole milliseconds: the route's base, rounded, is the floor
         floor = np.round(routes)
+        # The route keeper needs a moment to apply a change (more on a busy machine), and
+        # its update releases at once what the old toxic held: a request in flight then
+        # comes back early. Samples within SETTLE_S of a change are left out.
         settled = np.ones(t.size, bool)
-        for change in schedule.change_times_s:  # the route keeper needs a moment to apply it
-            settled &= ~((t >= change) & (t < change + 0.3))
+        for change in schedule.change_times_s:
+            settled &= ~((t >= change) & (t < change + SETTLE_S))
+        assert settled.sum() >= t.size / 4, "too few samples away from a route change"
         assert np.all(rtt[settled] >= floor[settled] - 0.2)
         for route in np.unique(floor[settled]):
             on_route = rtt[settled & (floor == route)]
