@@ -69,16 +69,10 @@ class _Worker(threading.Thread):
         from kazoo.client import KazooClient  # this module is also imported where kazoo is not
 
         self.client = KazooClient(
-            hosts=",".join(self._shuffled(config.hosts)),
+            hosts=",".join(config.hosts),
             timeout=config.session_timeout_s,
-            randomize_hosts=False,
+            randomize_hosts=config.shuffle_hosts,  # kazoo shuffles at each connection
         )
-
-    def _shuffled(self, hosts: list[str]) -> list[str]:
-        hosts = list(hosts)
-        if self.config.shuffle_hosts:
-            random.Random(self.rng.random()).shuffle(hosts)
-        return hosts
 
     def connect(self) -> None:
         self.client.start(timeout=30)
@@ -91,7 +85,7 @@ class _Worker(threading.Thread):
         ids = parse_members((data or b"").decode())
         if ids:
             hosts = [f"{server_address(i)}:{CLIENT_PORT}" for i in ids]
-            self.client.set_hosts(",".join(self._shuffled(hosts)))
+            self.client.set_hosts(",".join(hosts))
 
     def run(self) -> None:
         c = self.config
