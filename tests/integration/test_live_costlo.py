@@ -103,9 +103,9 @@ def test_relayed_tuples_cost_one_message_each(cluster, tmp_path):
     written, results, records = asyncio.run(scenario())
     assert results == [written[keys[i % 2]] for i in range(6)]
     assert all(r.client_requests == 2 and r.storage_requests == 6 for r in records)
-    # local usually beats 10 ms away; on a loaded machine a relay's own work may not
-    winners = [r.winner for r in records]
-    assert set(winners) <= {"serving/relay", "second/relay"} and "serving/relay" in winners
+    # every answer came through a relay; which one won is a race on the machine's load
+    # (the serving relay signs four S3 requests where the other, 10 ms away, signs two)
+    assert {r.winner for r in records} <= {"serving/relay", "second/relay"}
 
 
 @pytest.mark.parametrize(
@@ -296,7 +296,7 @@ def test_a_vm_killed_mid_put_recovers_and_loses_no_acknowledged_put(cluster, tmp
     assert unfinished, "the kill should leave an operation unfinished in the log"
     assert f"recovered {len(unfinished)} operations" in output
     assert "PUTs done" in output
-    assert len(acks) == PUTS
+    assert len(acks) == PUTS, output  # the VM's log names each failed PUT's cause
     acked: dict[str, dict[int, bytes]] = defaultdict(dict)
     for ack in acks:
         assert ack["version"] not in acked[ack["key"]], "two PUTs acknowledged one version"

@@ -18,7 +18,7 @@ from geoslo.control.costlo import Configuration, CostloLoop, EpochPlan, GetTuple
 from geoslo.live._processes import process_alive
 from geoslo.live.costlo import CostloTestbedEnvironment
 
-pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(360)]
 
 SIMULATOR = """\
 system = "costlo"
@@ -43,20 +43,23 @@ engine = "{engine}"
 state_dir = "{state_dir}"
 servers_per_region = 2
 objects = 100
-agent_pairs = 150
-rate_rps = 80.0
+agent_pairs = 60
+rate_rps = 40.0
 [controller]
 get_slo_ms = 5.0
 [service]
 listen = "127.0.0.1:0"
 intervals = 3
-observe_timeout_s = 30.0
+observe_timeout_s = 90.0
 """
+# An observation on S3 costs this process about 3 ms of CPU per GET (botocore's): the
+# pairs, pings and the end-host's load are kept small and the timeout wide, so that the
+# run holds when other tests share the cores.
 
 
 def run(tmp_path: Path, text: str, *flags: str) -> list[dict]:
     """`geoslo run` on ``text`` (a config) to its end (exit 0); its JSON log records."""
-    return run_service(write_config(tmp_path, text, "costlo.toml"), *flags, timeout_s=200).records
+    return run_service(write_config(tmp_path, text, "costlo.toml"), *flags, timeout_s=330).records
 
 
 @pytest.mark.parametrize("flags", [(), ("--dry-run",)], ids=["apply", "dry-run"])
@@ -104,8 +107,11 @@ def test_run_on_the_testbed_stops_everything_it_started(tmp_path, needs_redis, e
     lines = run(tmp_path, TESTBED.format(state_dir=state_dir, engine=engine), *flags)
     intervals = events(lines, "interval")
     assert [i["interval"] for i in intervals] == [1, 2, 3]
-    assert all(i["status"] in ("feasible", "infeasible") for i in intervals), intervals
-    assert all(not i["errors"] for i in intervals), intervals
+    outcomes = [(i["status"], i["errors"]) for i in intervals], [
+        e["error"] for e in events(lines, "error")
+    ]
+    assert all(i["status"] in ("feasible", "infeasible") for i in intervals), outcomes
+    assert all(not i["errors"] for i in intervals), outcomes
     assert len(events(lines, "dry_run")) == (3 if flags else 0)
     assert len(list(state_dir.glob(f"{engine}-serving-*.log"))) == 2  # it did start them
     # and they have all exited (the servers', relays' and lock services' commands name it)

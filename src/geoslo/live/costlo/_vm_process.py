@@ -1,8 +1,10 @@
 """``python -m geoslo.live costlo-vm CONFIG``: a VM running a bounded PUT workload.
 
 On start it calls :meth:`VmLibrary.recover` (a restarted VM first finishes what its log
-holds), then issues the PUTs its config still owes, open loop at ``rate_per_s`` on keys
-drawn uniformly from ``keys``. Every acknowledged PUT is appended to the acks file
+holds), then issues the PUTs its config still owes at ``rate_per_s`` on keys drawn
+uniformly from ``keys``, with at most ``max_in_flight`` of them outstanding: on a slow
+machine the workload slows down rather than queueing PUTs on their keys' locks until
+they time out (its write queue is bounded, as an application's is). Every acknowledged PUT is appended to the acks file
 (``{"key", "version", "value"}``, fsync'd after the library acknowledged it), so a test
 can check that no acknowledged write is lost. PUTs already in the acks file count
 toward ``puts``: a restarted VM only finishes the workload. A PUT that fails is reported
@@ -47,6 +49,7 @@ class VmProcessConfig(JsonConfigFile):
     seed: int = 0
     value_bytes: int = 64
     lease_s: float = DEFAULT_LEASE_S
+    max_in_flight: int = 16
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "keys", tuple(self.keys))
@@ -54,6 +57,8 @@ class VmProcessConfig(JsonConfigFile):
             raise InputError("keys", "name at least one key")
         if self.puts < 0 or not self.rate_per_s > 0:
             raise InputError("rate_per_s", "puts must be >= 0 and rate_per_s > 0")
+        if self.max_in_flight < 1:
+            raise InputError("max_in_flight", "at least one PUT must be allowed in flight")
 
 
 def workload_value(key: str, owner_id: str, serial: int, value_bytes: int) -> bytes:
@@ -83,13 +88,17 @@ async def run_vm_workload(config: VmProcessConfig) -> int:
         print(f"costlo-vm {config.owner_id}: recovered {recovered} operations", flush=True)
         rng = random.Random(config.seed + already)
         loop = asyncio.get_running_loop()
-        start_s = loop.time()
-        tasks = []
+        window = asyncio.Semaphore(config.max_in_flight)
+        next_s, tasks = loop.time(), []
         for n in range(already, config.puts):
-            await asyncio.sleep(max(0.0, start_s + (n - already) / config.rate_per_s - loop.time()))
+            await asyncio.sleep(max(0.0, next_s - loop.time()))
+            await window.acquire()
+            next_s = max(next_s + 1.0 / config.rate_per_s, loop.time())  # late: no burst
             key = config.keys[rng.randrange(len(config.keys))]
             value = workload_value(key, config.owner_id, n, config.value_bytes)
-            tasks.append(asyncio.create_task(_put_and_record(library, acks, key, value)))
+            put = asyncio.create_task(_put_and_record(library, acks, key, value))
+            put.add_done_callback(lambda _: window.release())
+            tasks.append(put)
         await asyncio.gather(*tasks)
         await library.drain()
     finally:
