@@ -4,12 +4,12 @@ On start it calls :meth:`VmLibrary.recover` (a restarted VM first finishes what 
 holds), then issues the PUTs its config still owes at ``rate_per_s`` on keys drawn
 uniformly from ``keys``, with at most ``max_in_flight`` of them outstanding: on a slow
 machine the workload slows down rather than queueing PUTs on their keys' locks until
-they time out (its write queue is bounded, as an application's is). Every acknowledged PUT is appended to the acks file
-(``{"key", "version", "value"}``, fsync'd after the library acknowledged it), so a test
-can check that no acknowledged write is lost. PUTs already in the acks file count
-toward ``puts``: a restarted VM only finishes the workload. A PUT that fails is reported
-on stderr and not acknowledged. It exits once every PUT has ended and the background
-propagation has drained.
+they time out (its write queue is bounded, as an application's is). Every acknowledged
+PUT is appended to the acks file (``{"key", "version", "value"}``, fsync'd after the
+library acknowledged it), so a test can check that no acknowledged write is lost. PUTs
+already in the acks file count toward ``puts``: a restarted VM only finishes the
+workload. A PUT that fails is reported on stderr and not acknowledged. It exits once
+every PUT has ended and the background propagation has drained.
 """
 
 from __future__ import annotations
