@@ -107,9 +107,10 @@ def test_run_on_the_testbed_stops_everything_it_started(tmp_path, needs_redis, e
     lines = run(tmp_path, TESTBED.format(state_dir=state_dir, engine=engine), *flags)
     intervals = events(lines, "interval")
     assert [i["interval"] for i in intervals] == [1, 2, 3]
-    outcomes = [(i["status"], i["errors"]) for i in intervals], [
-        e["error"] for e in events(lines, "error")
-    ]
+    outcomes = (
+        [(i["status"], i["errors"]) for i in intervals],
+        [e["error"] for e in events(lines, "error")],
+    )
     assert all(i["status"] in ("feasible", "infeasible") for i in intervals), outcomes
     assert all(not i["errors"] for i in intervals), outcomes
     assert len(events(lines, "dry_run")) == (3 if flags else 0)
