@@ -59,7 +59,7 @@ class RedisAddress:
             socket_timeout=5.0,
             socket_connect_timeout=5.0,
         )
-        return redis.Redis(connection_pool=pool)
+        return redis.Redis.from_pool(pool)  # its close() closes the pool's sockets too
 
 
 class _NamespaceConnection(redis.connection.Connection):
