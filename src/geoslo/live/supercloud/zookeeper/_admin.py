@@ -15,7 +15,7 @@ from kazoo.handlers.threading import SequentialThreadingHandler
 from geoslo.errors import TestbedError
 from geoslo.live._netns import socket_in
 from geoslo.live.supercloud.zookeeper._ensemble import ZkServer
-from geoslo.live.supercloud.zookeeper._settings import CLIENT_PORT, ZkLiveSettings
+from geoslo.live.supercloud.zookeeper._settings import ZkLiveSettings
 
 # kazoo logs every dropped connection as a warning; reconfiguration drops them on purpose.
 logging.getLogger("kazoo").setLevel(logging.ERROR)
@@ -43,14 +43,19 @@ class NamespaceHandler(SequentialThreadingHandler):
 
 
 def admin_client(
-    namespace: str, servers: list[ZkServer], settings: ZkLiveSettings, timeout_s: float = 15.0
+    namespace: str | None,
+    servers: list[ZkServer],
+    settings: ZkLiveSettings,
+    timeout_s: float = 15.0,
 ) -> KazooClient:
-    """A started kazoo session from ``namespace`` to the first of ``servers`` that answers."""
-    hosts = ",".join(f"{s.address}:{CLIENT_PORT}" for s in servers)
+    """A started kazoo session from ``namespace`` (None: this process's network) to the
+    first of ``servers`` that answers."""
+    hosts = ",".join(f"{s.address}:{s.client_port}" for s in servers)
+    handler = NamespaceHandler(namespace) if namespace else SequentialThreadingHandler()
     client = KazooClient(
         hosts=hosts,
         timeout=settings.session_timeout_s,
-        handler=NamespaceHandler(namespace),
+        handler=handler,
         randomize_hosts=False,
     )
     deadline = time.monotonic() + timeout_s
@@ -66,7 +71,7 @@ def admin_client(
 
 
 def create_znodes(
-    namespace: str, servers: list[ZkServer], settings: ZkLiveSettings, paths: list[str]
+    namespace: str | None, servers: list[ZkServer], settings: ZkLiveSettings, paths: list[str]
 ) -> None:
     """Create each of ``paths`` holding ``settings.value_bytes`` bytes."""
     client = admin_client(namespace, servers, settings)
@@ -79,7 +84,7 @@ def create_znodes(
 
 
 def reconfig(
-    namespace: str,
+    namespace: str | None,
     servers: list[ZkServer],
     settings: ZkLiveSettings,
     joining: list[ZkServer],

@@ -8,6 +8,7 @@ dynamic reconfiguration, as used by §5.2.2's 2-step and 3-step procedures).
 from __future__ import annotations
 
 import shutil
+import socket
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -39,20 +40,25 @@ _MAIN = "org.apache.zookeeper.server.quorum.QuorumPeerMain"
 
 @dataclass(frozen=True)
 class ZkServer:
-    """One ZooKeeper server: its id (and so its address) and its site."""
+    """One ZooKeeper server: its id, its site and where it listens (by default the
+    testbed's address of its id and ZooKeeper's usual ports)."""
 
     server_id: int
     site: str
+    host: str | None = None
+    client_port: int = CLIENT_PORT
+    quorum_port: int = QUORUM_PORT
+    election_port: int = ELECTION_PORT
 
     @property
     def address(self) -> str:
-        return server_address(self.server_id)
+        return self.host or server_address(self.server_id)
 
     def config_line(self) -> str:
         """Its line in a dynamic config, also the ``joining`` string of a reconfig."""
         a = self.address
-        quorum = f"{a}:{QUORUM_PORT}:{ELECTION_PORT}:participant"
-        return f"server.{self.server_id}={quorum};{a}:{CLIENT_PORT}"
+        quorum = f"{a}:{self.quorum_port}:{self.election_port}:participant"
+        return f"server.{self.server_id}={quorum};{a}:{self.client_port}"
 
 
 def java_path() -> str:
@@ -96,10 +102,12 @@ def write_server_files(
     return cfg
 
 
-def server_command(namespace: str, cfg: Path, settings: ZkLiveSettings) -> list[str]:
+def server_command(namespace: str | None, cfg: Path, settings: ZkLiveSettings) -> list[str]:
+    """The server's command line, inside ``namespace`` if one is named."""
     classpath = ":".join(str(p) for p in (ZOOKEEPER_JAR, _LOG_BINDING) if p.exists())
+    inside = [find_program("ip", "iproute2"), "netns", "exec", namespace] if namespace else []
     return [
-        find_program("ip", "iproute2"), "netns", "exec", namespace, java_path(),
+        *inside, java_path(),
         f"-Xmx{settings.server_heap_mb}m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1",
         "-Djava.net.preferIPv4Stack=true", "-Dorg.slf4j.simpleLogger.showDateTime=true",
         "-cp", classpath, _MAIN, str(cfg),
@@ -120,13 +128,20 @@ def start_server(
     return ManagedProcess(f"zookeeper-{server.server_id}", command, log).start()
 
 
-def four_letter(namespace: str, address: str, word: str, timeout_s: float = 1.0) -> str:
-    """The answer of a four-letter word, asked from inside ``namespace``; "" if none."""
-    sock = socket_in(namespace)
+def four_letter(
+    namespace: str | None,
+    address: str,
+    word: str,
+    timeout_s: float = 1.0,
+    port: int = CLIENT_PORT,
+) -> str:
+    """The answer of a four-letter word, asked from inside ``namespace`` (None: this
+    process's own network); "" if none."""
+    sock = socket_in(namespace) if namespace else socket.socket()
     sock.settimeout(timeout_s)
     chunks = []
     try:
-        sock.connect((address, CLIENT_PORT))
+        sock.connect((address, port))
         sock.sendall(word.encode())
         while chunk := sock.recv(65536):
             chunks.append(chunk)
@@ -137,9 +152,10 @@ def four_letter(namespace: str, address: str, word: str, timeout_s: float = 1.0)
     return b"".join(chunks).decode(errors="replace")
 
 
-def server_mode(server: ZkServer, namespace: str) -> str | None:
+def server_mode(server: ZkServer, namespace: str | None) -> str | None:
     """ "leader", "follower", ... as ``srvr`` says (asked in-site), or None if not serving."""
-    for line in four_letter(namespace, server.address, "srvr").splitlines():
+    answer = four_letter(namespace, server.address, "srvr", port=server.client_port)
+    for line in answer.splitlines():
         if line.startswith("Mode:"):
             return line.split(":", 1)[1].strip()
     return None

@@ -23,7 +23,6 @@ import contextlib
 import shutil
 import socket
 import tempfile
-import threading
 import time
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -32,28 +31,18 @@ from pathlib import Path
 
 import numpy as np
 
-from geoslo.control.supercloud import FrontEnd, Node, Placement, PlacementObservation, Plan
+from geoslo.control.supercloud import FrontEnd, Node, Placement
 from geoslo.errors import ConfigError, TestbedError
 from geoslo.live._netns import socket_in
 from geoslo.live._processes import ManagedProcess, find_program, python_module_command
 from geoslo.live._sites import echo_server_command, rtts_on
 from geoslo.live.supercloud.imagestore import ImageService
 from geoslo.live.supercloud.zookeeper._client import ClientConfig
-from geoslo.live.supercloud.zookeeper._ensemble import (
-    ZkServer,
-    four_letter,
-    server_mode,
-    start_server,
-)
+from geoslo.live.supercloud.zookeeper._ensemble import ZkServer, start_server
 from geoslo.live.supercloud.zookeeper._images import ImageSettings, NodeImages
-from geoslo.live.supercloud.zookeeper._plan_steps import (
-    PlanRefusedError,
-    ReconfigStep,
-    node_name,
-    plan_steps,
-)
+from geoslo.live.supercloud.zookeeper._live_ensemble import LiveEnsemble
+from geoslo.live.supercloud.zookeeper._plan_steps import node_name
 from geoslo.live.supercloud.zookeeper._proxy import ProxyRoute, write_routes
-from geoslo.live.supercloud.zookeeper._reconfig_model import UnsafeStepsError, check_steps
 from geoslo.live.supercloud.zookeeper._run import cannot_run_reason
 from geoslo.live.supercloud.zookeeper._settings import (
     CLIENT_PORT,
@@ -62,7 +51,6 @@ from geoslo.live.supercloud.zookeeper._settings import (
     SITE_A,
     SITE_B,
     ZkLiveSettings,
-    parse_members,
     probe_address,
     server_address,
 )
@@ -73,7 +61,6 @@ __all__ = ["SupercloudTestbedEnvironment", "site_of_server"]
 READ_PATH = "/geoslo/read"
 START_SITES = (SITE_A, SITE_A, SITE_B)  # §5.2.2: the leader and a follower in Virginia
 PROBES_PER_PAIR = 3  # RTT = the least of 3 echoes per pair of sites, every interval
-_POLL_S = 0.1
 
 
 def site_of_server(server_id: int) -> str:
@@ -107,7 +94,7 @@ class _Started:
     others: list[ManagedProcess] = field(default_factory=list)
 
 
-class SupercloudTestbedEnvironment:
+class SupercloudTestbedEnvironment(LiveEnsemble):
     """A live ensemble under the placement loop, over ``settings.sites`` (§5.2.2's two by
     default). ``client_threads`` sets each site's closed-loop workers (sessions), each
     pausing ``think_ms`` after an operation so that what a site asks for, not how near
@@ -118,8 +105,6 @@ class SupercloudTestbedEnvironment:
     ``schedule_step_s``, cycling, from when the clients start). With ``images`` each
     node's VM image lives in the Supercloud image store and follows its node
     (``NodeImages``; each move in ``images.moves``)."""
-
-    simulated = False
 
     def __init__(
         self,
@@ -151,34 +136,22 @@ class SupercloudTestbedEnvironment:
             raise ConfigError("ids_per_site", f"must be 3..60, got {ids_per_site}")
         if not 0 <= think_ms <= 60_000:
             raise ConfigError("think_ms", f"must be 0..60000 ms, got {think_ms}")
-        self.settings = settings
+        super().__init__(settings, interval_s)
         self.think_ms = float(think_ms)
         self.client_threads = dict(client_threads)
-        self.interval_s = float(interval_s)
         self._own_dir = state_dir is None
         self.state_dir = Path(state_dir or tempfile.mkdtemp(prefix="geoslo-zk-run-"))
         self.pool = tuple(range(1, len(self.sites) * ids_per_site + 1))
         self.rtt_ms = settings.rtt_matrix_ms()
-        self.site_of = settings.site_of
         first = start_ids(tuple(start_sites), self.site_of)
-        self.members: tuple[int, ...] = tuple(sorted(first))
+        self.members = tuple(sorted(first))
         nodes = tuple(Node(node_name(i), self.site_of(i)) for i in self.members)
         self.start_placement = Placement(nodes, node_name(first[0]))
         self._started = _Started()
-        self._lock = threading.Lock()
-        self._cancel = threading.Event()
-        self._worker: threading.Thread | None = None
-        self._failure: str | None = None
         self._highest = max(first)
         self._probes: dict[tuple[str, str], socket.socket] = {}  # (from, to) -> echo link
         self._read_offsets: dict[str, int] = {}
-        self._current: Placement | None = None
-        self._ended_unseen = False
-        self.intervals = 0
-        self.applied: list[tuple[str, ...]] = []  # the step names of each applied plan
-        self.reconfigurations: list[dict] = []  # each applied plan: start, end (unix s), ok
         self.image_settings = images
-        self.images: NodeImages | None = None
         self._image_service: ImageService | None = None
 
     # --- start and close ------------------------------------------------------------
@@ -216,8 +189,8 @@ class SupercloudTestbedEnvironment:
             self._started.sites = SiteNamespaces.create(self.state_dir, list(self.pool), self.sites)
             self._start_proxy()
             self._start_echo()
-            self._start_servers(self.members, self.members)
-            leader = self._wait("the first leader", self._leader, self.settings.step_timeout_s)
+            self.start_servers(self.members, self.members)
+            leader = self.wait("the first leader", self.leader, self.settings.step_timeout_s)
             self._create_znodes(leader)
             self._start_clients()
             for site in self.sites:  # the first interval counts from here
@@ -259,8 +232,20 @@ class SupercloudTestbedEnvironment:
 
     # --- the testbed's parts ---------------------------------------------------------
 
-    def _ns(self, server_id: int) -> str:
+    def site_of(self, server_id: int) -> str:
+        return self.settings.site_of(server_id)
+
+    def server(self, server_id: int) -> ZkServer:
+        return ZkServer(server_id, self.site_of(server_id))
+
+    def namespace_of(self, server_id: int) -> str:
         return self._started.sites.of(self.site_of(server_id))
+
+    def ids_of(self, site: str) -> list[int]:
+        return [i for i in self.pool if self.site_of(i) == site]
+
+    def stop_server(self, server_id: int) -> None:
+        self._started.servers[server_id].stop()
 
     def _rtt_ms(self, a: str, b: str) -> float:
         return float(self.rtt_ms[self.sites.index(a), self.sites.index(b)])
@@ -270,7 +255,7 @@ class SupercloudTestbedEnvironment:
         site's echo server, each pair of sites its own RTT apart."""
         ns = self._started.sites.of
         routes = [
-            ProxyRoute(ns(site), self._ns(i), server_address(i), port,
+            ProxyRoute(ns(site), self.namespace_of(i), server_address(i), port,
                        self._rtt_ms(site, self.site_of(i)))
             for i in self.pool
             for site in self.sites
@@ -288,7 +273,7 @@ class SupercloudTestbedEnvironment:
         command = python_module_command("geoslo.live", "zk-proxy", str(config))
         log = self.state_dir / "proxy.log"
         self._started.others.append(ManagedProcess("wan-proxy", command, log).start())
-        self._wait("the delay proxy", config.with_suffix(".ready").exists, 20)
+        self.wait("the delay proxy", config.with_suffix(".ready").exists, 20)
 
     def _start_echo(self) -> None:
         """An echo server in every site at its probe address (§5.1's RTT probes)."""
@@ -299,7 +284,7 @@ class SupercloudTestbedEnvironment:
             log = self.state_dir / f"echo-{k}.log"
             self._started.others.append(ManagedProcess(f"echo-{k}", command, log).start())
 
-    def _start_servers(self, ids: tuple[int, ...], members: tuple[int, ...]) -> None:
+    def start_servers(self, ids: tuple[int, ...], members: tuple[int, ...]) -> None:
         listed = [ZkServer(m, self.site_of(m)) for m in members]
         for i in ids:
             old = self._started.servers.pop(i, None)
@@ -307,30 +292,22 @@ class SupercloudTestbedEnvironment:
                 old.stop()
             shutil.rmtree(self.state_dir / f"zk{i}", ignore_errors=True)
             server = ZkServer(i, self.site_of(i))
-            process = start_server(server, self._ns(i), listed, self.settings, self.state_dir)
+            process = start_server(
+                server, self.namespace_of(i), listed, self.settings, self.state_dir
+            )
             self._started.servers[i] = process
         for i in ids:
-            self._wait(
+            self.wait(
                 f"server {i} to serve (log {self._started.servers[i].log_path})",
-                lambda i=i: server_mode(ZkServer(i, self.site_of(i)), self._ns(i)),
+                lambda i=i: self.mode(i),
                 self.settings.step_timeout_s,
             )
-
-    def _leader(self) -> int | None:
-        for m in self.members:
-            if server_mode(ZkServer(m, self.site_of(m)), self._ns(m)) == "leader":
-                return m
-        return None
-
-    def _operator(self, leader_id: int) -> tuple[str, list[ZkServer]]:
-        order = [leader_id, *(m for m in self.members if m != leader_id)]
-        return self._ns(leader_id), [ZkServer(m, self.site_of(m)) for m in order]
 
     def _create_znodes(self, leader_id: int) -> None:
         from geoslo.live.supercloud.zookeeper import _admin  # imports kazoo
 
         paths = [READ_PATH, *(f"/geoslo/write-{k}" for k in range(len(self.sites)))]
-        _admin.create_znodes(*self._operator(leader_id), self.settings, paths)
+        _admin.create_znodes(*self.operator(leader_id), self.settings, paths)
 
     def _client_hosts(self, site: str) -> list[str]:
         """The members (a client that connects randomly follows the membership itself:
@@ -369,46 +346,9 @@ class SupercloudTestbedEnvironment:
             self._started.others.append(ManagedProcess(f"client-{k}", command, log).start())
             started.append(path.with_suffix(".ready"))
         for ready in started:
-            self._wait(f"the client ({ready.stem})", ready.exists, 40)
-
-    def _wait(self, what: str, probe, timeout_s: float):
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline and not self._cancel.is_set():
-            found = probe()
-            if found:
-                return found
-            time.sleep(_POLL_S)
-        why = "closing" if self._cancel.is_set() else f"timed out after {timeout_s:.0f} s"
-        raise TestbedError(f"{why} waiting for {what}")
+            self.wait(f"the client ({ready.stem})", ready.exists, 40)
 
     # --- observe ---------------------------------------------------------------------
-
-    async def observe(self) -> PlacementObservation:
-        """One interval: the membership and leader as the servers report them, each
-        site's reads and writes since the last observation, and whether a reconfiguration
-        runs. ``now_s`` counts intervals (the loop's clock, not the wall's)."""
-        if self._failure is not None:
-            failure, self._failure = self._failure, None
-            raise TestbedError(f"the last plan's reconfiguration failed: {failure}")
-        running = self._worker is not None and self._worker.is_alive()
-        # The interval in which a reconfiguration ended counts as busy too: its counts
-        # mix two placements and sessions that were moving (§5.1 waits for a migration).
-        busy = running or self._ended_unseen
-        self._ended_unseen = running and self._ended_unseen
-        members, leader = await asyncio.to_thread(self._membership)
-        if self.images is not None and leader is not None:
-            await self.images.follow({i: self.site_of(i) for i in members})
-        front_ends = await asyncio.to_thread(self._workload)
-        rtt_ms = await asyncio.to_thread(self.measure_rtt_ms)
-        self.intervals += 1
-        if leader is not None:
-            nodes = tuple(Node(node_name(i), self.site_of(i)) for i in members)
-            self._current = Placement(nodes, node_name(leader))
-        elif not busy or self._current is None:
-            raise TestbedError(f"no leader among the members {list(members)}: none serves")
-        # While a reconfiguration elects a new leader, the placement is the last one seen.
-        now_s = self.intervals * self.interval_s
-        return PlacementObservation(now_s, front_ends, self._current, busy, rtt_ms)
 
     def measure_rtt_ms(self) -> np.ndarray:
         """The RTT between every pair of sites: the least of ``PROBES_PER_PAIR`` echoes
@@ -450,24 +390,7 @@ class SupercloudTestbedEnvironment:
             self._probes[key] = link
         return link
 
-    def _membership(self) -> tuple[tuple[int, ...], int | None]:
-        """The ids in the dynamic configuration (``conf`` of the first member that
-        answers, in its own site) and the member whose ``srvr`` says leader (None while
-        none serves, as during an election)."""
-        with self._lock:
-            known = self.members
-        for m in known:
-            members = parse_members(four_letter(self._ns(m), server_address(m), "conf"))
-            if members:
-                break
-        else:  # none serves: an election runs (or the ensemble is down)
-            return known, None
-        for m in members:
-            if server_mode(ZkServer(m, self.site_of(m)), self._ns(m)) == "leader":
-                return members, m
-        return members, None
-
-    def _workload(self) -> tuple[FrontEnd, ...]:
+    def workload(self) -> tuple[FrontEnd, ...]:
         """Each site's successful reads and writes since the last call (its client's
         record: one line per operation)."""
         return tuple(self._site_counts(site) for site in self.sites)
@@ -489,71 +412,3 @@ class SupercloudTestbedEnvironment:
                 else:
                     writes += 1
         return FrontEnd(site, float(reads), float(writes))
-
-    # --- apply -----------------------------------------------------------------------
-
-    async def apply(self, plan: Plan) -> None:
-        """Start the plan's reconfigurations in the background (``plan_steps``: any
-        well-formed plan, checked by ``check_steps`` to keep a quorum at every step, the
-        leader ending in the plan's leader site); refuse (nothing changed) a malformed
-        plan, or one arriving while another runs."""
-        if self._worker is not None and self._worker.is_alive():
-            raise PlanRefusedError("plan refused: a reconfiguration is still running")
-        members, leader = await asyncio.to_thread(self._membership)
-        if leader is None:
-            raise PlanRefusedError("plan refused: the ensemble has no leader right now")
-        with self._lock:
-            self.members = members
-        layout = {i: self.site_of(i) for i in members}
-        leader_site = plan.placement.site_of(plan.placement.leader)
-        steps = plan_steps(layout, leader, plan.migrations, self._fresh_id, leader_site)
-        if not steps:
-            return
-        try:
-            check_steps(layout, leader, steps, self.site_of)
-        except UnsafeStepsError as error:
-            raise PlanRefusedError(f"plan refused, nothing changed: {error}") from None
-        self.applied.append(tuple(step.name for step in steps))
-        self._worker = threading.Thread(
-            target=self._carry_out, args=(steps,), name="zk-reconfig", daemon=True
-        )
-        self._worker.start()
-
-    def _fresh_id(self, site: str) -> int:
-        """The next id of ``site`` above every id used so far (the election rule the steps
-        rely on needs a newcomer to hold the highest id); refused when the pool is spent."""
-        above = [i for i in self.pool if self.site_of(i) == site and i > self._highest]
-        if not above:
-            raise PlanRefusedError(
-                f"plan refused: no server id above {self._highest} left in {site} "
-                f"(the testbed's pool is {len(self.pool)} ids)"
-            )
-        self._highest = above[0]
-        return above[0]
-
-    def _carry_out(self, steps: tuple[ReconfigStep, ...]) -> None:
-        record = {"start_unix_s": time.time(), "steps": len(steps), "ok": False}
-        try:
-            for step in steps:
-                self._run_step(step)
-            record["ok"] = True
-        except Exception as error:  # reported by the next observe()
-            self._failure = f"{type(error).__name__}: {error}"
-        finally:
-            record["end_unix_s"] = time.time()
-            self.reconfigurations.append(record)
-            self._ended_unseen = True
-
-    def _run_step(self, step: ReconfigStep) -> None:
-        from geoslo.live.supercloud.zookeeper import _admin  # imports kazoo
-
-        timeout_s = self.settings.step_timeout_s
-        leader = self._wait("a leader", self._leader, timeout_s)
-        self._start_servers(step.joining, self.members + step.joining)
-        joining = [ZkServer(i, self.site_of(i)) for i in step.joining]
-        _admin.reconfig(*self._operator(leader), self.settings, joining, step.leaving)
-        with self._lock:
-            self.members = tuple(m for m in self.members + step.joining if m not in step.leaving)
-        self._wait("a leader in the new ensemble", self._leader, timeout_s)
-        for i in step.leaving:  # decommissioned
-            self._started.servers[i].stop()
