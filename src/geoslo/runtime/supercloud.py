@@ -1,7 +1,8 @@
 """The Supercloud scheduler as ``geoslo run`` drives it (Shen et al., SoCC 2016): the
 placement loop of §5.1 on the simulated ensemble under a follow-the-sun workload
-(``kind = "simulator"``) or on §5.2.2's live ZooKeeper ensemble, moved by dynamic
-reconfiguration (``kind = "testbed"``, root)."""
+(``kind = "simulator"``), on §5.2.2's live ZooKeeper ensemble, moved by dynamic
+reconfiguration (``kind = "testbed"``, root), or on one's own ensemble (``kind =
+"ensemble"``, docs/placement.md)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from geoslo.control.supercloud import FrontEnd, Placement, PlacementObservation, PlacementState
 from geoslo.control.supercloud.loop import INTERVAL_S, THRESHOLD_FRACTION, PlacementLoop
@@ -18,7 +19,13 @@ from geoslo.control.supercloud.validation import plan_to_dict
 from geoslo.errors import ConfigError, InputError
 from geoslo.runtime._service import Service, System
 
-__all__ = ["SYSTEM", "ControllerSettings", "SimulatorSettings", "TestbedSettings"]
+__all__ = [
+    "SYSTEM",
+    "ControllerSettings",
+    "EnsembleSettings",
+    "SimulatorSettings",
+    "TestbedSettings",
+]
 
 _FROZEN = ConfigDict(extra="forbid", frozen=True)
 
@@ -109,6 +116,67 @@ class TestbedSettings(BaseModel):
     state_dir: str | None = Field(None, description="Logs and data; default a temporary folder.")
 
 
+class EnsembleServerSettings(BaseModel):
+    """One ``[[environment.servers]]`` entry of one's own ensemble (docs/placement.md)."""
+
+    model_config = _FROZEN
+
+    id: int = Field(ge=1, le=255, description="The server's id (ZooKeeper's server.N).")
+    site: str = Field(min_length=1, description="One of the environment's sites.")
+    host: str = Field(min_length=1, description="Its address, as its peers and clients use it.")
+    client_port: int = Field(2181, ge=1, le=65535)
+    quorum_port: int = Field(2888, ge=1, le=65535)
+    election_port: int = Field(3888, ge=1, le=65535)
+    start: str | None = Field(
+        None,
+        description="A spare's shell command that starts it (GEOSLO_ZK_* in its "
+        "environment) and returns once started; none: the server never joins.",
+    )
+    stop: str | None = Field(
+        None, description="Shell command that stops it once it has left the ensemble."
+    )
+
+
+class EnsembleSettings(BaseModel):
+    """``kind = "ensemble"``: one's own ZooKeeper 3.5+ ensemble (reconfigEnabled), its
+    members and spares listed in ``servers`` (docs/placement.md)."""
+
+    model_config = _FROZEN
+
+    kind: Literal["ensemble"]
+    sites: tuple[str, ...] = Field(min_length=2, max_length=13, description="The sites.")
+    rtt_ms: tuple[tuple[float, ...], ...] | None = Field(
+        None,
+        description="One row per site (ms); none: sites are IBM Cloud regions, their "
+        "measured RTTs.",
+    )
+    servers: tuple[EnsembleServerSettings, ...] = Field(min_length=1)
+    counters_url: str = Field(
+        min_length=1, description="Prometheus text page with each site's reads and writes."
+    )
+    reads_metric: str = Field("geoslo_zk_reads_total", description="Counter of reads.")
+    writes_metric: str = Field("geoslo_zk_writes_total", description="Counter of writes.")
+    site_label: str = Field("site", description="The label naming a sample's site.")
+    step_timeout_s: float = Field(
+        60.0, gt=0, le=3600, description="A reconfiguration step's limit."
+    )
+
+    @model_validator(mode="after")
+    def _consistent(self) -> EnsembleSettings:
+        n = len(self.sites)
+        if self.rtt_ms is not None and (
+            len(self.rtt_ms) != n or any(len(row) != n or min(row) < 0 for row in self.rtt_ms)
+        ):
+            raise ValueError(f"rtt_ms must be {n} rows of {n} RTTs >= 0 ms, one per site")
+        ids = [s.id for s in self.servers]
+        if len(set(ids)) != len(ids):
+            raise ValueError(f"servers: each needs its own id, got {sorted(ids)}")
+        unknown = sorted({s.site for s in self.servers} - set(self.sites))
+        if unknown:
+            raise ValueError(f"servers: sites {unknown} are not among sites {list(self.sites)}")
+        return self
+
+
 def _template(sites: tuple[str, ...], rtt_ms, start: Placement, c: ControllerSettings):
     """The loop's fixed inputs: the environment's sites and RTTs, f and its weights."""
     return PlacementState(
@@ -122,6 +190,8 @@ def _environment(e: BaseModel, interval_s: float):
 
         workload = FollowTheSun(peak_rps=e.peak_rps, read_fraction=e.read_fraction)
         return SupercloudSimEnvironment(e.sites, e.start_sites, interval_s, workload, seed=e.seed)
+    if isinstance(e, EnsembleSettings):
+        return _own_ensemble(e, interval_s)
     from geoslo.live.supercloud.zookeeper import SupercloudTestbedEnvironment, ZkLiveSettings
 
     state_dir = Path(e.state_dir) if e.state_dir else None
@@ -149,10 +219,30 @@ def _environment(e: BaseModel, interval_s: float):
     )  # fmt: skip
 
 
+def _own_ensemble(e: EnsembleSettings, interval_s: float):
+    from geoslo.live.supercloud.zookeeper import (
+        EnsembleServer,
+        SiteCounters,
+        SupercloudEnsembleEnvironment,
+    )
+    from geoslo.sim.supercloud import site_rtt_ms
+
+    rtt = e.rtt_ms if e.rtt_ms is not None else site_rtt_ms(e.sites)
+    servers = [
+        EnsembleServer(s.id, s.site, s.host, s.client_port, s.quorum_port, s.election_port,
+                       s.start, s.stop)
+        for s in e.servers
+    ]  # fmt: skip
+    counters = SiteCounters(e.counters_url, e.reads_metric, e.writes_metric, e.site_label)
+    return SupercloudEnsembleEnvironment(
+        servers, e.sites, rtt, counters, interval_s, e.step_timeout_s
+    )
+
+
 def build(controller: BaseModel, environment: BaseModel, interval_s: float) -> Service:
     """The placement loop and its environment (nothing started yet)."""
     assert isinstance(controller, ControllerSettings)
-    if controller.evaluation == "single_vm" and getattr(environment, "kind", "") == "testbed":
+    if controller.evaluation == "single_vm" and environment.kind != "simulator":
         raise ConfigError(
             "controller.evaluation", "the live ensemble needs zookeeper, not single_vm"
         )
@@ -241,7 +331,11 @@ SYSTEM = System(
     name="supercloud",
     default_interval_s=INTERVAL_S,
     controller_settings=ControllerSettings,
-    environments={"simulator": SimulatorSettings, "testbed": TestbedSettings},
+    environments={
+        "simulator": SimulatorSettings,
+        "testbed": TestbedSettings,
+        "ensemble": EnsembleSettings,
+    },
     build=build,
     example_config=EXAMPLE_CONFIG,
 )

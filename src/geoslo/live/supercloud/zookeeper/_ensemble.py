@@ -29,7 +29,9 @@ __all__ = [
     "four_letter",
     "java_path",
     "server_mode",
+    "server_command",
     "start_server",
+    "write_server_files",
 ]
 
 ZOOKEEPER_JAR = Path("/usr/share/java/zookeeper.jar")  # Debian's `zookeeper` package
@@ -68,7 +70,7 @@ def java_path() -> str:
     return found
 
 
-def _static_config(server: ZkServer, data_dir: Path, settings: ZkLiveSettings) -> str:
+def _static_config(data_dir: Path, settings: ZkLiveSettings) -> str:
     return "\n".join(
         [
             f"tickTime={settings.tick_time_ms}",
@@ -89,16 +91,16 @@ def _static_config(server: ZkServer, data_dir: Path, settings: ZkLiveSettings) -
 
 
 def write_server_files(
-    server: ZkServer, members: list[ZkServer], settings: ZkLiveSettings, state_dir: Path
+    server_id: int, dynamic_lines: list[str], settings: ZkLiveSettings, state_dir: Path
 ) -> Path:
-    """Data dir, ``myid``, static and dynamic config of ``server``; the static config's path."""
-    data_dir = Path(state_dir) / f"zk{server.server_id}"
+    """Data dir, ``myid``, static config and dynamic config (``dynamic_lines``, one
+    ``server.N=...`` per member) of server ``server_id``; the static config's path."""
+    data_dir = Path(state_dir) / f"zk{server_id}"
     data_dir.mkdir(parents=True, exist_ok=True)
-    (data_dir / "myid").write_text(f"{server.server_id}\n")
-    lines = [m.config_line() for m in sorted(members, key=lambda m: m.server_id)]
-    (data_dir / "zoo.cfg.dynamic").write_text("\n".join(lines) + "\n")
+    (data_dir / "myid").write_text(f"{server_id}\n")
+    (data_dir / "zoo.cfg.dynamic").write_text("\n".join(dynamic_lines) + "\n")
     cfg = data_dir / "zoo.cfg"
-    cfg.write_text(_static_config(server, data_dir, settings))
+    cfg.write_text(_static_config(data_dir, settings))
     return cfg
 
 
@@ -122,7 +124,8 @@ def start_server(
     state_dir: Path,
 ) -> ManagedProcess:
     """Start ``server`` with a dynamic config of ``members`` (itself included)."""
-    cfg = write_server_files(server, members, settings, state_dir)
+    lines = [m.config_line() for m in sorted(members, key=lambda m: m.server_id)]
+    cfg = write_server_files(server.server_id, lines, settings, state_dir)
     command = server_command(namespace, cfg, settings)
     log = Path(state_dir) / f"zk{server.server_id}.log"
     return ManagedProcess(f"zookeeper-{server.server_id}", command, log).start()

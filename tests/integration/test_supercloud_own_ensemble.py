@@ -1,0 +1,165 @@
+"""``geoslo run`` moves an ensemble it did not start (``kind = "ensemble"``,
+docs/placement.md): three real ZooKeeper servers in site "east" on loopback, three spares
+in "west" that join through the operator's start command, each site's load counted on a
+Prometheus page. The scheduler (SoCC 2016 §3, §5.1) moves the ensemble to the busy site
+and the data written before the move is read from the new members. No root needed."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+from prometheus_client import CollectorRegistry, Counter, start_http_server
+
+from _run import Running, gauges, write_config
+from geoslo.live._processes import free_ports, stop_pid
+from geoslo.live.supercloud.zookeeper._ensemble import ZOOKEEPER_JAR, ZkServer
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
+
+SPARE = Path(__file__).with_name("_zk_spare.py")
+EAST, WEST = (1, 2, 3), (4, 5, 6)
+
+
+@pytest.fixture
+def zookeeper_ok() -> None:
+    if shutil.which("java") is None or not ZOOKEEPER_JAR.exists():
+        pytest.skip(f"needs java and {ZOOKEEPER_JAR} (Debian's zookeeper package)")
+
+
+def _servers() -> dict[int, ZkServer]:
+    ports = free_ports(3 * 6)
+    return {
+        i: ZkServer(i, "east" if i in EAST else "west", "127.0.0.1", *ports[3 * k : 3 * k + 3])
+        for k, i in enumerate(EAST + WEST)
+    }
+
+
+def _command(verb: str, state_dir: Path, *extra: str) -> str:
+    return " ".join([sys.executable, str(SPARE), verb, str(state_dir), *extra])
+
+
+def _config(servers: dict[int, ZkServer], state_dir: Path, counters_url: str) -> str:
+    entries = "".join(
+        f"""
+[[environment.servers]]
+id = {s.server_id}
+site = "{s.site}"
+host = "{s.host}"
+client_port = {s.client_port}
+quorum_port = {s.quorum_port}
+election_port = {s.election_port}
+start = "{_command("start", state_dir)}"
+stop = "{_command("stop", state_dir, str(s.server_id))}"
+"""
+        for s in servers.values()
+    )
+    return f"""\
+system = "supercloud"
+interval_s = 2.0
+[environment]
+kind = "ensemble"
+sites = ["east", "west"]
+rtt_ms = [[0.0, 100.0], [100.0, 0.0]]
+counters_url = "{counters_url}"
+step_timeout_s = 60.0
+{entries}
+[service]
+listen = "127.0.0.1:0"
+intervals = 0
+"""
+
+
+def _start_east(servers: dict[int, ZkServer], state_dir: Path) -> None:
+    """The operator's ensemble as it runs before geoslo: three servers in east."""
+    dynamic = "\n".join(servers[i].config_line() for i in EAST)
+    for i in EAST:
+        environment = {**os.environ, "GEOSLO_ZK_SERVER_ID": str(i)}
+        environment["GEOSLO_ZK_DYNAMIC_CONFIG"] = dynamic
+        subprocess.run(_command("start", state_dir), shell=True, env=environment, check=True)
+
+
+class SiteLoad:
+    """Each site's reads and writes on a Prometheus page: west ten times east."""
+
+    def __init__(self) -> None:
+        registry = CollectorRegistry()
+        self.reads = Counter("geoslo_zk_reads", "reads", ["site"], registry=registry)
+        self.writes = Counter("geoslo_zk_writes", "writes", ["site"], registry=registry)
+        self.server, _ = start_http_server(0, "127.0.0.1", registry=registry)
+        self.url = f"http://127.0.0.1:{self.server.server_port}/metrics"
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._count, daemon=True)
+        self._thread.start()
+
+    def _count(self) -> None:
+        while not self._stop.wait(0.1):
+            for site, per_tick in (("east", 2), ("west", 20)):
+                self.reads.labels(site).inc(9 * per_tick)
+                self.writes.labels(site).inc(per_tick)
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join()
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def _kazoo(servers: list[ZkServer]):
+    from kazoo.client import KazooClient
+
+    client = KazooClient(hosts=",".join(f"{s.address}:{s.client_port}" for s in servers))
+    client.start(timeout=30)
+    return client
+
+
+def _in_west(base_url: str) -> dict | None:
+    observed = gauges(base_url, "observation")
+    settled = observed.get("busy") == 0 and observed.get("nodes:west") == 3
+    return observed if settled and "nodes:east" not in observed else None
+
+
+def test_run_moves_ones_own_ensemble_to_the_busy_site(zookeeper_ok, tmp_path):
+    state_dir = tmp_path / "zk"
+    state_dir.mkdir()
+    servers = _servers()
+    load = SiteLoad()
+    try:
+        _start_east(servers, state_dir)
+        before = _kazoo([servers[i] for i in EAST])
+        try:
+            before.create("/kept", b"written before the move")
+        finally:
+            before.stop()
+            before.close()
+        config = write_config(tmp_path, _config(servers, state_dir, load.url))
+        run = Running(config, wait_s=150)
+        try:
+            observed = run.wait_for(lambda: _in_west(run.base_url()), "three west members")
+            assert run.stop() == 0
+        finally:
+            run.close()
+        after = _kazoo([servers[i] for i in WEST])
+        try:
+            kept, _ = after.get("/kept")
+            members = after.get("/zookeeper/config")[0].decode()
+        finally:
+            after.stop()
+            after.close()
+    finally:
+        load.close()
+        for pid_file in state_dir.glob("zk*.pid"):  # the servers this test started
+            stop_pid(int(pid_file.read_text()), timeout_s=15.0)
+    result = run.result()
+    decided = [r for r in result.events("interval") if r["status"] != "no_plan"]
+    assert decided and all(r["applied"] for r in decided)
+    assert not any(r["errors"] for r in result.events("interval")), result.records
+    assert observed["reads:west"] > 5 * observed["reads:east"] > 0
+    assert kept == b"written before the move"
+    assert sorted(int(line.split("=")[0][7:]) for line in members.splitlines()
+                  if line.startswith("server.")) == list(WEST)  # fmt: skip
