@@ -316,6 +316,16 @@ seed = 0
 # think_ms = 200.0             # each session's pause between requests
 # step_timeout_s = 30.0        # one reconfiguration step's limit
 # connect_randomly = true      # each session to a random server (§5.1); false: own site's
+# For kind = "ensemble", your own ZooKeeper 3.5+ ensemble (docs/placement.md):
+# sites = ["virginia", "tokyo"]
+# rtt_ms = [[0.0, 150.0], [150.0, 0.0]]  # one row per site; none for IBM Cloud regions
+# counters_url = "http://metrics.internal:9100/metrics"  # geoslo_zk_{reads,writes}_total{site=}
+# [[environment.servers]]      # every member and every spare
+# id = 4
+# site = "tokyo"
+# host = "10.1.0.14"
+# start = "ssh zk-tk-4 sudo /usr/local/bin/zk-join"  # a spare: GEOSLO_ZK_* in its environment
+# stop = "ssh zk-tk-4 sudo systemctl stop zookeeper"
 
 [controller]
 evaluation = "zookeeper"       # f of §3.2 (or "single_vm", §3.1, with one start site)
