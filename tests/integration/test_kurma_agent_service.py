@@ -137,7 +137,12 @@ def test_agents_from_their_own_configs_steer_clients_of_stores_they_did_not_star
         log = (logs / f"kurma-{site.lower()}-rounds.jsonl").read_text()
         rounds = [json.loads(line) for line in log.splitlines()]
         planned = [r for r in rounds if "rates_rps" in r]
-        assert planned and all(r["available"] == [True, True] for r in planned[1:]), rounds
+        both = [r["available"] == [True, True] for r in planned]
+        # the peer counts once it has started (the agents start one after the other); a
+        # round whose exchange a busy machine delayed past its deadline may miss it (§9)
+        assert True in both, rounds
+        since = both[both.index(True) :]
+        assert sum(since) >= 0.75 * len(since), rounds
         counted = metrics[site]
         assert counted[("geoslo_intervals_total", (("system", "kurma"),))] >= 2  # the runtime's
         served = counted[("geoslo_kurma_requests_total", (("dst", site),))]  # the agent's
