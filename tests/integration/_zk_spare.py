@@ -5,7 +5,9 @@
     python _zk_spare.py stop STATE_DIR ID
 
 ``start`` writes the server's files, starts its JVM in a session of its own (its PID in
-``zkN.pid``) and returns; ``stop`` ends that PID and returns once it has exited."""
+``zkN.pid``) and returns; ``stop`` ends that PID and returns once it has exited. With
+``ZK_SUPER_DIGEST`` (``super:<base64 of SHA-1 of super:password>``) the server enforces
+ACLs, so that only that super user may reconfigure."""
 
 from __future__ import annotations
 
@@ -24,9 +26,14 @@ def start(state_dir: Path) -> None:
     lines = os.environ["GEOSLO_ZK_DYNAMIC_CONFIG"].splitlines()
     settings = ZkLiveSettings()
     cfg = write_server_files(server_id, lines, settings, state_dir)
+    command = server_command(None, cfg, settings)
+    super_digest = os.environ.get("ZK_SUPER_DIGEST")
+    if super_digest:
+        cfg.write_text(cfg.read_text().replace("skipACL=yes", "skipACL=no"))
+        command.insert(1, f"-Dzookeeper.DigestAuthenticationProvider.superDigest={super_digest}")
     with (state_dir / f"zk{server_id}.log").open("ab") as log:
         process = subprocess.Popen(
-            server_command(None, cfg, settings),
+            command,
             stdout=log,
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,

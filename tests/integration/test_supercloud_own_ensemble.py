@@ -6,6 +6,8 @@ and the data written before the move is read from the new members. No root neede
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import os
 import shutil
 import subprocess
@@ -44,7 +46,9 @@ def _command(verb: str, state_dir: Path, *extra: str) -> str:
     return " ".join([sys.executable, str(SPARE), verb, str(state_dir), *extra])
 
 
-def _config(servers: dict[int, ZkServer], state_dir: Path, counters_url: str) -> str:
+def _config(
+    servers: dict[int, ZkServer], state_dir: Path, counters_url: str, extra: str = ""
+) -> str:
     entries = "".join(
         f"""
 [[environment.servers]]
@@ -68,6 +72,7 @@ sites = ["east", "west"]
 rtt_ms = [[0.0, 100.0], [100.0, 0.0]]
 counters_url = "{counters_url}"
 step_timeout_s = 60.0
+{extra}
 {entries}
 [service]
 listen = "127.0.0.1:0"
@@ -82,6 +87,12 @@ def _start_east(servers: dict[int, ZkServer], state_dir: Path) -> None:
         environment = {**os.environ, "GEOSLO_ZK_SERVER_ID": str(i)}
         environment["GEOSLO_ZK_DYNAMIC_CONFIG"] = dynamic
         subprocess.run(_command("start", state_dir), shell=True, env=environment, check=True)
+
+
+def _super_digest(user_password: str) -> str:
+    """ZooKeeper's stored form of a digest user: user:base64(sha1(user:password))."""
+    user = user_password.split(":", 1)[0]
+    return f"{user}:{base64.b64encode(hashlib.sha1(user_password.encode()).digest()).decode()}"
 
 
 class SiteLoad:
@@ -124,10 +135,50 @@ def _in_west(base_url: str) -> dict | None:
     return observed if settled and "nodes:east" not in observed else None
 
 
-def test_run_moves_ones_own_ensemble_to_the_busy_site(zookeeper_ok, tmp_path):
+def _refused(run: Running) -> dict | None:
+    return next((e for e in run.result().events("error") if "no permission" in e["error"]), None)
+
+
+def _members(servers: list[ZkServer], digest: str | None) -> tuple[bytes, list[int]]:
+    """What /kept holds and the ids of the configuration, read from ``servers``."""
+    client = _kazoo(servers)
+    try:
+        if digest:
+            client.add_auth("digest", digest)
+        kept, _ = client.get("/kept")
+        config = client.get("/zookeeper/config")[0].decode()
+    finally:
+        client.stop()
+        client.close()
+    ids = [
+        int(line.split("=")[0][7:]) for line in config.splitlines() if line.startswith("server.")
+    ]
+    return kept, sorted(ids)
+
+
+@pytest.mark.parametrize(
+    "acl, give_digest",
+    [(False, False), (True, True), (True, False)],
+    ids=["open", "acl-authenticated", "acl-refused"],
+)
+def test_run_moves_ones_own_ensemble_to_the_busy_site(
+    zookeeper_ok, tmp_path, monkeypatch, acl, give_digest
+):
+    """With an open ensemble, or one that enforces ACLs and the super user's digest given,
+    the ensemble moves west and keeps its data; without the digest the reconfiguration is
+    refused, reported, and the ensemble stays where it was."""
     state_dir = tmp_path / "zk"
     state_dir.mkdir()
     servers = _servers()
+    digest = "super:geoslo-test-secret"
+    if acl:  # every server started through the helper enforces ACLs
+        monkeypatch.setenv("ZK_SUPER_DIGEST", _super_digest(digest))
+    extra = ""
+    if give_digest:
+        digest_file = tmp_path / "zk-digest"
+        digest_file.write_text(digest + "\n")
+        digest_file.chmod(0o600)
+        extra = f'digest_file = "{digest_file}"'
     load = SiteLoad()
     try:
         _start_east(servers, state_dir)
@@ -137,29 +188,29 @@ def test_run_moves_ones_own_ensemble_to_the_busy_site(zookeeper_ok, tmp_path):
         finally:
             before.stop()
             before.close()
-        config = write_config(tmp_path, _config(servers, state_dir, load.url))
+        config = write_config(tmp_path, _config(servers, state_dir, load.url, extra))
         run = Running(config, wait_s=150)
         try:
-            observed = run.wait_for(lambda: _in_west(run.base_url()), "three west members")
+            if acl and not give_digest:
+                refused = run.wait_for(lambda: _refused(run), "the refused reconfiguration")
+            else:
+                observed = run.wait_for(lambda: _in_west(run.base_url()), "three west members")
             assert run.stop() == 0
         finally:
             run.close()
-        after = _kazoo([servers[i] for i in WEST])
-        try:
-            kept, _ = after.get("/kept")
-            members = after.get("/zookeeper/config")[0].decode()
-        finally:
-            after.stop()
-            after.close()
+        moved = acl and not give_digest
+        kept, members = _members([servers[i] for i in (EAST if moved else WEST)], digest)
     finally:
         load.close()
         for pid_file in state_dir.glob("zk*.pid"):  # the servers this test started
             stop_pid(int(pid_file.read_text()), timeout_s=15.0)
     result = run.result()
+    assert kept == b"written before the move"
+    if acl and not give_digest:
+        assert "reconfig" in refused["error"] and members == list(EAST)
+        return
     decided = [r for r in result.events("interval") if r["status"] != "no_plan"]
     assert decided and all(r["applied"] for r in decided)
     assert not any(r["errors"] for r in result.events("interval")), result.records
     assert observed["reads:west"] > 5 * observed["reads:east"] > 0
-    assert kept == b"written before the move"
-    assert sorted(int(line.split("=")[0][7:]) for line in members.splitlines()
-                  if line.startswith("server.")) == list(WEST)  # fmt: skip
+    assert members == list(WEST)

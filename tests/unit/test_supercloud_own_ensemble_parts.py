@@ -117,3 +117,21 @@ def test_servers_of_a_site_the_environment_does_not_have_are_refused() -> None:
             [east, EnsembleServer(2, "north", "h")], ["east", "west"],
             [[0, 1], [1, 0]], SiteCounters("http://unused"), 60.0,
         )  # fmt: skip
+
+
+def test_the_digest_file_must_be_private_and_hold_user_and_password(tmp_path) -> None:
+    path = tmp_path / "digest"
+    path.write_text("super:secret\n")
+    path.chmod(0o600)
+    env = SYSTEM.build(ControllerSettings(), _settings(digest_file=str(path)), 60.0).environment
+    assert env.digest == "super:secret"
+    path.chmod(0o644)
+    with pytest.raises(ConfigError, match="readable by others") as refused:
+        SYSTEM.build(ControllerSettings(), _settings(digest_file=str(path)), 60.0)
+    assert refused.value.field == "environment.digest_file"
+    path.write_text("no-password\n")
+    path.chmod(0o600)
+    with pytest.raises(ConfigError, match="user:password"):
+        SYSTEM.build(ControllerSettings(), _settings(digest_file=str(path)), 60.0)
+    with pytest.raises(ConfigError, match="cannot read"):
+        SYSTEM.build(ControllerSettings(), _settings(digest_file=str(tmp_path / "none")), 60.0)

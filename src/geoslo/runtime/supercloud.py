@@ -160,6 +160,11 @@ class EnsembleSettings(BaseModel):
     step_timeout_s: float = Field(
         60.0, gt=0, le=3600, description="A reconfiguration step's limit."
     )
+    digest_file: str | None = Field(
+        None,
+        description="A file (chmod 600) holding user:password for the operator session "
+        "(the ensemble's super user); none: the ensemble lets anyone reconfigure.",
+    )
 
     @model_validator(mode="after")
     def _consistent(self) -> EnsembleSettings:
@@ -234,8 +239,9 @@ def _own_ensemble(e: EnsembleSettings, interval_s: float):
         for s in e.servers
     ]  # fmt: skip
     counters = SiteCounters(e.counters_url, e.reads_metric, e.writes_metric, e.site_label)
+    digest_file = None if e.digest_file is None else Path(e.digest_file)
     return SupercloudEnsembleEnvironment(
-        servers, e.sites, rtt, counters, interval_s, e.step_timeout_s
+        servers, e.sites, rtt, counters, interval_s, e.step_timeout_s, digest_file
     )
 
 
@@ -326,6 +332,7 @@ seed = 0
 # host = "10.1.0.14"
 # start = "ssh zk-tk-4 sudo /usr/local/bin/zk-join"  # a spare: GEOSLO_ZK_* in its environment
 # stop = "ssh zk-tk-4 sudo systemctl stop zookeeper"
+# (and digest_file = "/etc/geoslo/zk-super" under [environment]: user:password, chmod 600)
 
 [controller]
 evaluation = "zookeeper"       # f of §3.2 (or "single_vm", §3.1, with one start site)

@@ -9,7 +9,7 @@ import socket
 import time
 
 from kazoo.client import KazooClient
-from kazoo.exceptions import KazooException
+from kazoo.exceptions import KazooException, NoAuthError
 from kazoo.handlers.threading import SequentialThreadingHandler
 
 from geoslo.errors import TestbedError
@@ -47,15 +47,18 @@ def admin_client(
     servers: list[ZkServer],
     settings: ZkLiveSettings,
     timeout_s: float = 15.0,
+    digest: str | None = None,
 ) -> KazooClient:
     """A started kazoo session from ``namespace`` (None: this process's network) to the
-    first of ``servers`` that answers."""
+    first of ``servers`` that answers, authenticated as ``digest`` (``user:password``)
+    if given."""
     hosts = ",".join(f"{s.address}:{s.client_port}" for s in servers)
     handler = NamespaceHandler(namespace) if namespace else SequentialThreadingHandler()
     client = KazooClient(
         hosts=hosts,
         timeout=settings.session_timeout_s,
         handler=handler,
+        auth_data=[("digest", digest)] if digest else None,
         randomize_hosts=False,
     )
     deadline = time.monotonic() + timeout_s
@@ -89,17 +92,24 @@ def reconfig(
     settings: ZkLiveSettings,
     joining: list[ZkServer],
     leaving: tuple[int, ...],
+    digest: str | None = None,
 ) -> None:
     """One incremental ``reconfig`` call, retried while ZooKeeper refuses it (for example
-    while a previous reconfiguration is still in progress) until ``step_timeout_s``."""
+    while a previous reconfiguration is still in progress) until ``step_timeout_s``; a
+    refusal for want of permission is final."""
     join = ",".join(s.config_line() for s in joining) or None
     leave = ",".join(str(i) for i in leaving) or None
     deadline = time.monotonic() + settings.step_timeout_s
     while True:
-        client = admin_client(namespace, servers, settings)
+        client = admin_client(namespace, servers, settings, digest=digest)
         try:
             client.reconfig(joining=join, leaving=leave, new_members=None)
             return
+        except NoAuthError:
+            raise TestbedError(
+                f"reconfig join={join} leave={leave}: the ensemble refused it (no "
+                "permission: authenticate as its super user, or run it with skipACL=yes)"
+            ) from None
         except KazooException as error:
             if time.monotonic() >= deadline:
                 raise TestbedError(f"reconfig join={join} leave={leave}: {error!r}") from None

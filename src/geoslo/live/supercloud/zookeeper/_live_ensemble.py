@@ -40,6 +40,7 @@ class LiveEnsemble:
 
     simulated = False
     images = None  # NodeImages, when each node's image follows it
+    digest: str | None = None  # the operator session's user:password, if the ensemble asks
 
     def __init__(self, settings: ZkLiveSettings, interval_s: float) -> None:
         self.settings = settings
@@ -205,7 +206,7 @@ class LiveEnsemble:
         leader = self.wait("a leader", self.leader, timeout_s)
         self.start_servers(step.joining, self.members + step.joining)
         joining = [self.server(i) for i in step.joining]
-        _admin.reconfig(*self.operator(leader), self.settings, joining, step.leaving)
+        _admin.reconfig(*self.operator(leader), self.settings, joining, step.leaving, self.digest)
         with self._lock:
             self.members = tuple(m for m in self.members + step.joining if m not in step.leaving)
         self.wait("a leader in the new ensemble", self.leader, timeout_s)

@@ -15,10 +15,12 @@ from __future__ import annotations
 
 import asyncio
 import os
+import stat
 import subprocess
 import urllib.request
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 from prometheus_client.parser import text_string_to_metric_families
@@ -99,6 +101,22 @@ class SiteCounters:
         return {site: (r, w) for site, (r, w) in totals.items()}
 
 
+def read_digest(path: Path) -> str:
+    """The operator session's ``user:password`` in ``path`` (ZooKeeper's digest scheme),
+    a file not readable by group or others."""
+    try:
+        mode = path.stat().st_mode
+        digest = path.read_text().strip()
+    except OSError as error:
+        raise ConfigError("digest_file", f"cannot read {path}: {error.strerror}") from None
+    if mode & (stat.S_IRWXG | stat.S_IRWXO):
+        raise ConfigError("digest_file", f"{path} is readable by others; chmod 600 {path}")
+    user, _, password = digest.partition(":")
+    if not user or not password:
+        raise ConfigError("digest_file", f"{path} must hold user:password on one line")
+    return digest
+
+
 def increments(now: float, before: float) -> float:
     """A counter's growth since ``before``; a counter that went down restarted from 0
     (Prometheus's rule), so all of ``now`` is new."""
@@ -107,8 +125,11 @@ def increments(now: float, before: float) -> float:
 
 class SupercloudEnsembleEnvironment(LiveEnsemble):
     """The operator's ensemble: ``servers`` lists every member and every spare (by id);
-    ``rtt_ms`` is one row per site of ``sites``. ``close()`` leaves the ensemble running
-    (it was never ours), after a reconfiguration in progress has ended or given up."""
+    ``rtt_ms`` is one row per site of ``sites``; ``digest_file`` holds the ``user:password``
+    the operator session authenticates with (ZooKeeper lets only its super user, or an
+    ACL on ``/zookeeper/config``, reconfigure unless it runs with ``skipACL=yes``).
+    ``close()`` leaves the ensemble running (it was never ours), after a reconfiguration
+    in progress has ended or given up."""
 
     def __init__(
         self,
@@ -118,6 +139,7 @@ class SupercloudEnsembleEnvironment(LiveEnsemble):
         counters: SiteCounters,
         interval_s: float,
         step_timeout_s: float = 60.0,
+        digest_file: Path | None = None,
     ) -> None:
         self.sites = tuple(sites)
         rtt = tuple(tuple(float(x) for x in row) for row in rtt_ms)
@@ -131,6 +153,7 @@ class SupercloudEnsembleEnvironment(LiveEnsemble):
             raise ConfigError("servers", f"sites {unknown} are not among {list(self.sites)}")
         self.rtt_ms = settings.rtt_matrix_ms()
         self.counters = counters
+        self.digest = None if digest_file is None else read_digest(Path(digest_file))
         self._counted: dict[str, tuple[float, float]] = {}
         first = min(self.servers)
         # the loop reads the placement from each observation; this stands in until then
