@@ -79,9 +79,9 @@ class LiveSunSettings:
 def think_schedule_ms(settings: LiveSunSettings, offset_h: float) -> list[float]:
     """One pause per compressed hour (UTC hour 0 first) for a site ``offset_h`` from UTC:
     the peak pause over the trace's relative load at that local hour."""
-    from geoslo.sim.supercloud._environment import _unit_trace  # the trace, 0..1
+    from geoslo.sim.supercloud import unit_trace  # the trace, 0..1
 
-    minutes = _unit_trace(settings.trace)[: HOURS * 60]
+    minutes = unit_trace(settings.trace)[: HOURS * 60]
     by_hour = minutes.reshape(HOURS, 60).mean(axis=1)
     load = by_hour / by_hour.max()
     local = [(h + int(round(offset_h))) % HOURS for h in range(HOURS)]

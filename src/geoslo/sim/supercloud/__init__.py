@@ -9,6 +9,7 @@ from geoslo.sim.supercloud._environment import (
     SupercloudSimEnvironment,
     follow_the_sun_rps,
     site_rtt_ms,
+    unit_trace,
 )
 
 __all__ = [
@@ -19,4 +20,5 @@ __all__ = [
     "StepResult",
     "follow_the_sun_rps",
     "site_rtt_ms",
+    "unit_trace",
 ]

@@ -40,7 +40,8 @@ class FollowTheSun:
 
 
 @lru_cache(maxsize=4)
-def _unit_trace(name: str) -> np.ndarray:
+def unit_trace(name: str) -> np.ndarray:
+    """A load trace by the minute (``load_trace_minutes``), scaled so that its peak is 1."""
     minutes = load_trace_minutes(name)
     return minutes / minutes.max()
 
@@ -49,7 +50,7 @@ def follow_the_sun_rps(
     workload: FollowTheSun, start_s: float, duration_s: float, sites: int
 ) -> np.ndarray:
     """Mean offered requests/s of each site over [start_s, start_s + duration_s)."""
-    scaled = _unit_trace(workload.trace) * workload.peak_rps
+    scaled = unit_trace(workload.trace) * workload.peak_rps
     first = int(start_s // 60)
     span = max(1, int(round(duration_s / 60)))
     shift = [int(round(k * _DAY_S / sites / 60)) for k in range(sites)]

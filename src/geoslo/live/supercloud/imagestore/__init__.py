@@ -4,8 +4,15 @@ site (data store layer: local blocks, remote fetches, proactive propagation), th
 emulator between sites; and §5.3's benchmark of a VM migrating while it runs a DBENCH-like
 workload (``_dbench``)."""
 
-from geoslo.live.supercloud.imagestore._servers import POLICIES, NodeConfig
+from geoslo.live.supercloud.imagestore._servers import BLOCK_BYTES, POLICIES, NodeConfig
 from geoslo.live.supercloud.imagestore._service import ImageClient, ImageService
 from geoslo.live.supercloud.imagestore._wire import StaleCloseError
 
-__all__ = ["POLICIES", "ImageClient", "ImageService", "NodeConfig", "StaleCloseError"]
+__all__ = [
+    "BLOCK_BYTES",
+    "POLICIES",
+    "ImageClient",
+    "ImageService",
+    "NodeConfig",
+    "StaleCloseError",
+]

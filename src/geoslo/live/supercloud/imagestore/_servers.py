@@ -29,9 +29,10 @@ from geoslo.control.supercloud.propagation import PropagationQueue, TransitionTa
 from geoslo.live._processes import JsonConfigFile
 from geoslo.live.supercloud.imagestore._wire import ConnectionPool, StaleCloseError, receive, send
 
-__all__ = ["NodeConfig", "POLICIES", "serve_node"]
+__all__ = ["BLOCK_BYTES", "NodeConfig", "POLICIES", "serve_node"]
 
 POLICIES = ("nfs", "sync_on_write", "on_demand", "proactive")  # §5.3's four, in its order
+BLOCK_BYTES = 4096  # §4.1.1: an image's block
 
 
 @dataclass(frozen=True)
@@ -42,7 +43,7 @@ class NodeConfig(JsonConfigFile):
     controller_port: int = 0  # how this site reaches the controller
     peer_ports: dict = field(default_factory=dict)  # site -> how this site reaches its store
     policy: str = "on_demand"
-    block_bytes: int = 4096  # §4.1.1
+    block_bytes: int = BLOCK_BYTES
     k: float = 1000.0  # §4.1.3
     s: float = 1.0  # §4.1.3
     transitions: dict = field(default_factory=dict)

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from geoslo.live.supercloud.imagestore import ImageService
+from geoslo.live.supercloud.imagestore import BLOCK_BYTES, ImageService
 
 __all__ = ["ImageMove", "ImageSettings", "NodeImages", "pair_moves"]
 
@@ -105,7 +105,7 @@ class NodeImages:
             await self._stop(image)
 
     def _data(self) -> bytes:
-        return self.rng.bytes(4096)
+        return self.rng.bytes(BLOCK_BYTES)  # one block of the store's
 
     def _run(self, image: str, site: str, moved_from: str | None) -> None:
         stop = asyncio.Event()
