@@ -13,7 +13,7 @@ from geoslo.live.supercloud.zookeeper import (
     SiteCounters,
     SupercloudEnsembleEnvironment,
 )
-from geoslo.live.supercloud.zookeeper._own_ensemble import increments
+from geoslo.live.supercloud.zookeeper._own_ensemble import increments, site_increments
 from geoslo.runtime.supercloud import SYSTEM, ControllerSettings
 
 SERVERS = [
@@ -98,16 +98,32 @@ other_total{site="east"} 99.0
 """
 
 
-def test_site_counters_add_each_sites_samples_and_ignore_the_rest() -> None:
-    totals = SiteCounters("http://unused").totals(PAGE, ["east", "west"])
-    assert totals == {"east": (15.0, 0.0), "west": (7.0, 2.0)}
+def test_site_counters_add_each_sites_series_and_ignore_the_rest() -> None:
+    series = SiteCounters("http://unused").series(PAGE, ["east", "west"])
+    assert len(series) == 4  # east's two clients, west's read and write series
+    assert site_increments(series, {}, ["east", "west"]) == {
+        "east": (15.0, 0.0),
+        "west": (7.0, 2.0),
+    }
     renamed = SiteCounters("http://unused", reads_metric="other_total")
-    assert renamed.totals(PAGE, ["east"]) == {"east": (99.0, 0.0)}
+    assert site_increments(renamed.series(PAGE, ["east"]), {}, ["east"]) == {"east": (99.0, 0.0)}
 
 
 def test_a_counter_that_went_down_restarted_from_zero() -> None:
     assert increments(15.0, 10.0) == 5.0
     assert increments(3.0, 10.0) == 3.0  # a client restarted: its 3 are all new
+
+
+def test_one_clients_restart_counts_only_its_own_series_again() -> None:
+    """Resets are told per series, as Prometheus does: a site's sum going down because
+    one of its clients restarted must not count the other client's whole total."""
+    a = ("east", 0, (("client", "a"), ("site", "east")))
+    b = ("east", 0, (("client", "b"), ("site", "east")))
+    before = {a: 1000.0, b: 500.0}
+    after = {a: 1010.0, b: 4.0}  # b restarted and counted 4 since
+    assert site_increments(after, before, ["east"]) == {"east": (14.0, 0.0)}
+    gone = {a: 1020.0}  # b left the page: nothing of its own to add
+    assert site_increments(gone, after, ["east"]) == {"east": (10.0, 0.0)}
 
 
 def test_servers_of_a_site_the_environment_does_not_have_are_refused() -> None:

@@ -20,7 +20,13 @@ from geoslo.live.supercloud.zookeeper._settings import ZkLiveSettings
 # kazoo logs every dropped connection as a warning; reconfiguration drops them on purpose.
 logging.getLogger("kazoo").setLevel(logging.ERROR)
 
-__all__ = ["NamespaceHandler", "admin_client", "create_znodes", "reconfig"]
+__all__ = [
+    "NamespaceHandler",
+    "ReconfigRefusedError",
+    "admin_client",
+    "create_znodes",
+    "reconfig",
+]
 
 
 class NamespaceHandler(SequentialThreadingHandler):
@@ -86,6 +92,10 @@ def create_znodes(
         client.close()
 
 
+class ReconfigRefusedError(TestbedError):
+    """The ensemble refused a reconfig for want of permission: certainly not applied."""
+
+
 def reconfig(
     namespace: str | None,
     servers: list[ZkServer],
@@ -106,7 +116,7 @@ def reconfig(
             client.reconfig(joining=join, leaving=leave, new_members=None)
             return
         except NoAuthError:
-            raise TestbedError(
+            raise ReconfigRefusedError(
                 f"reconfig join={join} leave={leave}: the ensemble refused it (no "
                 "permission: authenticate as its super user, or run it with skipACL=yes)"
             ) from None

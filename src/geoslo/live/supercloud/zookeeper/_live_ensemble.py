@@ -123,16 +123,22 @@ class LiveEnsemble:
         return server_mode(self.server(server_id), self.namespace_of(server_id))
 
     def membership(self) -> tuple[tuple[int, ...], int | None]:
-        """The ids in the dynamic configuration (``conf`` of the first member that
-        answers) and the member whose ``srvr`` says leader (None while none serves, as
-        during an election)."""
+        """The ids in the dynamic configuration (``conf`` of the first member serving
+        as leader or follower) and the member whose ``srvr`` says leader (None while
+        none serves, as during an election)."""
         with self._lock:
             known = self.members
-        for m in known:
+        for m in known:  # a server in the ensemble: one that left may hold an old view
+            if self.mode(m) not in ("leader", "follower"):
+                continue
             server = self.server(m)
             conf = four_letter(
                 self.namespace_of(m), server.address, "conf", port=server.client_port
             )
+            if "not in the whitelist" in conf:
+                raise TestbedError(
+                    f"server {m} does not answer conf: add it to 4lw.commands.whitelist"
+                )
             members = parse_members(conf)
             if members:
                 break
@@ -159,16 +165,21 @@ class LiveEnsemble:
             raise PlanRefusedError("plan refused: the ensemble has no leader right now")
         with self._lock:
             self.members = members
-        self._highest = max(self._highest, *members)
+        self._highest = highest_before = max(self._highest, *members)
         layout = {i: self.site_of(i) for i in members}
         leader_site = plan.placement.site_of(plan.placement.leader)
-        steps = plan_steps(layout, leader, plan.migrations, self._fresh_id, leader_site)
+        try:  # a refused plan leaves the spare ids it drew for the next one
+            steps = plan_steps(layout, leader, plan.migrations, self._fresh_id, leader_site)
+            if steps:
+                check_steps(layout, leader, steps, self.site_of)
+        except UnsafeStepsError as error:
+            self._highest = highest_before
+            raise PlanRefusedError(f"plan refused, nothing changed: {error}") from None
+        except BaseException:
+            self._highest = highest_before
+            raise
         if not steps:
             return
-        try:
-            check_steps(layout, leader, steps, self.site_of)
-        except UnsafeStepsError as error:
-            raise PlanRefusedError(f"plan refused, nothing changed: {error}") from None
         self.applied.append(tuple(step.name for step in steps))
         self._worker = threading.Thread(
             target=self._carry_out, args=(steps,), name="zk-reconfig", daemon=True
@@ -206,7 +217,14 @@ class LiveEnsemble:
         leader = self.wait("a leader", self.leader, timeout_s)
         self.start_servers(step.joining, self.members + step.joining)
         joining = [self.server(i) for i in step.joining]
-        _admin.reconfig(*self.operator(leader), self.settings, joining, step.leaving, self.digest)
+        try:
+            _admin.reconfig(
+                *self.operator(leader), self.settings, joining, step.leaving, self.digest
+            )
+        except _admin.ReconfigRefusedError:
+            for i in step.joining:  # certainly not applied: they never joined
+                self.stop_server(i)
+            raise
         with self._lock:
             self.members = tuple(m for m in self.members + step.joining if m not in step.leaving)
         self.wait("a leader in the new ensemble", self.leader, timeout_s)

@@ -14,9 +14,13 @@ place, cannot probe between two other sites.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import math
 import os
+import signal
 import stat
 import subprocess
+import tempfile
 import urllib.request
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -37,7 +41,12 @@ from geoslo.live.supercloud.zookeeper._settings import (
     ZkLiveSettings,
 )
 
-__all__ = ["EnsembleServer", "SiteCounters", "SupercloudEnsembleEnvironment"]
+__all__ = [
+    "EnsembleServer",
+    "SiteCounters",
+    "SupercloudEnsembleEnvironment",
+    "site_increments",
+]
 
 READS_METRIC, WRITES_METRIC = "geoslo_zk_reads_total", "geoslo_zk_writes_total"
 
@@ -68,11 +77,14 @@ class EnsembleServer:
         )  # fmt: skip
 
 
+Series = tuple[str, int, tuple[tuple[str, str], ...]]  # (site, 0 reads / 1 writes, labels)
+
+
 @dataclass(frozen=True)
 class SiteCounters:
     """Where each site's reads and writes are counted: a Prometheus text page whose
     ``reads_metric`` and ``writes_metric`` samples carry the site in ``site_label``
-    (samples of the same site add up, so one page can hold every client's)."""
+    (several series of one site add up, so one page can hold every client's)."""
 
     url: str
     reads_metric: str = READS_METRIC
@@ -80,25 +92,39 @@ class SiteCounters:
     site_label: str = "site"
     timeout_s: float = 5.0
 
-    def read(self, sites: Sequence[str]) -> dict[str, tuple[float, float]]:
-        """Each site's (reads, writes) so far."""
+    def read(self, sites: Sequence[str]) -> dict[Series, float]:
+        """Every series of the two counters whose site is one of ``sites``, so far."""
         try:
             with urllib.request.urlopen(self.url, timeout=self.timeout_s) as response:  # noqa: S310
                 text = response.read().decode()
         except OSError as error:
             raise TestbedError(f"the site counters at {self.url}: {error}") from None
-        return self.totals(text, sites)
+        return self.series(text, sites)
 
-    def totals(self, text: str, sites: Sequence[str]) -> dict[str, tuple[float, float]]:
-        """Each site's (reads, writes) in a page of the Prometheus text format."""
-        totals = {site: [0.0, 0.0] for site in sites}
+    def series(self, text: str, sites: Sequence[str]) -> dict[Series, float]:
+        """(site, 0 for reads or 1 for writes, the sample's labels) -> its value, in a
+        page of the Prometheus text format."""
+        found = {}
         for family in text_string_to_metric_families(text):
             for sample in family.samples:
                 kind = {self.reads_metric: 0, self.writes_metric: 1}.get(sample.name)
                 site = sample.labels.get(self.site_label)
-                if kind is not None and site in totals:
-                    totals[site][kind] += float(sample.value)
-        return {site: (r, w) for site, (r, w) in totals.items()}
+                if kind is not None and site in sites:
+                    labels = tuple(sorted(sample.labels.items()))
+                    found[(site, kind, labels)] = float(sample.value)
+        return found
+
+
+def site_increments(
+    now: Mapping[Series, float], before: Mapping[Series, float], sites: Sequence[str]
+) -> dict[str, tuple[float, float]]:
+    """Each site's (reads, writes) since ``before``: each series' growth, a series that
+    went down having restarted from 0 (Prometheus's rule, per series), a new one counted
+    whole."""
+    totals = {site: [0.0, 0.0] for site in sites}
+    for (site, kind, labels), value in now.items():
+        totals[site][kind] += increments(value, before.get((site, kind, labels), 0.0))
+    return {site: (r, w) for site, (r, w) in totals.items()}
 
 
 def read_digest(path: Path) -> str:
@@ -143,7 +169,12 @@ class SupercloudEnsembleEnvironment(LiveEnsemble):
     ) -> None:
         self.sites = tuple(sites)
         rtt = tuple(tuple(float(x) for x in row) for row in rtt_ms)
-        settings = ZkLiveSettings(sites=self.sites, site_rtt_ms=rtt, step_timeout_s=step_timeout_s)
+        # the servers' tick and sync limit are the operator's: ours only need to allow the RTTs
+        ticks = max(20, math.ceil(4 * max(max(row) for row in rtt) / 200.0))
+        settings = ZkLiveSettings(
+            sites=self.sites, site_rtt_ms=rtt, step_timeout_s=step_timeout_s,
+            tick_time_ms=200, sync_limit_ticks=ticks,
+        )  # fmt: skip
         super().__init__(settings, interval_s)
         self.servers: Mapping[int, EnsembleServer] = {s.server_id: s for s in servers}
         if len(self.servers) != len(servers):
@@ -154,7 +185,7 @@ class SupercloudEnsembleEnvironment(LiveEnsemble):
         self.rtt_ms = settings.rtt_matrix_ms()
         self.counters = counters
         self.digest = None if digest_file is None else read_digest(Path(digest_file))
-        self._counted: dict[str, tuple[float, float]] = {}
+        self._counted: dict[Series, float] = {}
         first = min(self.servers)
         # the loop reads the placement from each observation; this stands in until then
         self.start_placement = Placement(
@@ -180,8 +211,9 @@ class SupercloudEnsembleEnvironment(LiveEnsemble):
 
     # --- start and close ---------------------------------------------------------------
     async def start(self) -> None:
-        """Find the ensemble (``conf`` of the first listed server that answers) and its
-        leader, and take the counters' values as the start of the first interval."""
+        """Find the ensemble (``conf`` of the first listed server in it) and its leader,
+        and take the counters' values as the start of the first interval (a page
+        without any of them is refused: a misspelt metric or label would read 0)."""
         self.members = tuple(sorted(self.servers))
         members, leader = await asyncio.to_thread(self.membership)
         if leader is None:
@@ -190,11 +222,21 @@ class SupercloudEnsembleEnvironment(LiveEnsemble):
             self._listed(m)
         self.members, self._highest = members, max(members)
         self._counted = await asyncio.to_thread(self.counters.read, self.sites)
+        if not self._counted:
+            c = self.counters
+            raise TestbedError(
+                f"{c.url} has no {c.reads_metric} or {c.writes_metric} sample labelled "
+                f"{c.site_label} = one of {list(self.sites)}"
+            )
 
     async def close(self) -> None:
+        """Let a reconfiguration in progress end: its waits end at once, a command or a
+        reconfig call under way runs to its own limit (``step_timeout_s``)."""
         self._cancel.set()
         if self._worker is not None:
-            await asyncio.to_thread(self._worker.join)
+            await asyncio.to_thread(self._worker.join, 3 * self.settings.step_timeout_s)
+            if self._worker.is_alive():
+                raise TestbedError("a reconfiguration step still runs past its limits")
 
     # --- start and stop servers ---------------------------------------------------------
     def start_servers(self, ids: tuple[int, ...], members: tuple[int, ...]) -> None:
@@ -219,34 +261,35 @@ class SupercloudEnsembleEnvironment(LiveEnsemble):
             self._run_command(f"stop server {server_id}", listed.stop, {})
 
     def _run_command(self, what: str, command: str | None, environment: dict[str, str]) -> None:
+        """Run an operator's command in a session of its own, its output in a temporary
+        file (a server it leaves running keeps that file, not a pipe we would wait on);
+        past ``step_timeout_s`` its whole process group is killed."""
         if not command:
             raise TestbedError(f"{what}: the config gives no command")
-        try:
-            done = subprocess.run(
-                command, shell=True, env={**os.environ, **environment}, capture_output=True,
-                text=True, timeout=self.settings.step_timeout_s, check=False,
+        timeout_s = self.settings.step_timeout_s
+        with tempfile.TemporaryFile() as output:
+            process = subprocess.Popen(
+                command, shell=True, env={**os.environ, **environment}, stdin=subprocess.DEVNULL,
+                stdout=output, stderr=subprocess.STDOUT, start_new_session=True,
             )  # fmt: skip
-        except subprocess.TimeoutExpired:
-            raise TestbedError(
-                f"{what}: {command!r} ran over {self.settings.step_timeout_s:g} s"
-            ) from None
-        if done.returncode != 0:
-            raise TestbedError(
-                f"{what}: {command!r} exited {done.returncode}: {done.stderr.strip()[-500:]}"
-            )
+            try:
+                code = process.wait(timeout_s)
+            except subprocess.TimeoutExpired:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(process.pid, signal.SIGKILL)  # the group we started
+                process.wait()
+                raise TestbedError(f"{what}: {command!r} ran over {timeout_s:g} s") from None
+            output.seek(0)
+            said = output.read().decode(errors="replace").strip()[-500:]
+        if code != 0:
+            raise TestbedError(f"{what}: {command!r} exited {code}: {said}")
 
     # --- what the loop observes ---------------------------------------------------------
     def workload(self) -> tuple[FrontEnd, ...]:
         now = self.counters.read(self.sites)
         before, self._counted = self._counted, now
-        return tuple(
-            FrontEnd(
-                site,
-                increments(now[site][0], before.get(site, (0.0, 0.0))[0]),
-                increments(now[site][1], before.get(site, (0.0, 0.0))[1]),
-            )
-            for site in self.sites
-        )
+        counted = site_increments(now, before, self.sites)
+        return tuple(FrontEnd(site, *counted[site]) for site in self.sites)
 
     def measure_rtt_ms(self) -> np.ndarray:
         """The operator's RTT matrix (the controller cannot probe between two sites)."""
