@@ -383,6 +383,22 @@ def placement_example(
     write_json(state_to_dict(state), output)
 
 
+SeedsOption = Annotated[
+    int,
+    typer.Option(
+        help="Run the simulated reproduction once per seed (--seed, --seed + 1, ...) and "
+        "report every headline's spread over them (min-max, mean, 95% interval), plotted."
+    ),
+]
+RayOption = Annotated[
+    str | None,
+    typer.Option(
+        help="Run the seeds and each run's independent simulations on Ray: 'local' starts a "
+        "local instance, anything else is a cluster's address (its nodes need geoslo)."
+    ),
+]
+
+
 SchemaOfOption = Annotated[
     str, typer.Option("--of", help="input (the decide command's file) or output (its answer).")
 ]
@@ -427,6 +443,8 @@ def reproduce_kurma(
         Path | None, typer.Option(help="Report folder [reports/kurma or reports/kurma-live].")
     ] = None,
     seed: Annotated[int, typer.Option(help="Seed of every random draw.")] = 1,
+    seeds: SeedsOption = 1,
+    ray: RayOption = None,
 ) -> None:
     """Kurma's figures 4, 5, 8-12 and the solver's scaling, paper beside ours; with --live,
     Trace-1 and Trace-2 on real processes beside the simulation, and a failure and a
@@ -434,11 +452,14 @@ def reproduce_kurma(
     if live:
         from geoslo.experiments.kurma import reproduce_live
 
+        _one_live_seed(seeds, ray)
         index = reproduce_live(output or Path("reports/kurma-live"), quick=quick, seed=seed)
     else:
         from geoslo.experiments.kurma import reproduce
 
-        index = reproduce(output or Path("reports/kurma"), quick=quick, seed=seed)
+        index = _reproduce_simulated(
+            reproduce, output or Path("reports/kurma"), quick, seed, seeds, ray
+        )
     _finish_reproduction(index)
 
 
@@ -463,6 +484,8 @@ def reproduce_costlo(
         typer.Option(help="Report folder [reports/costlo, reports/costlo-live or -s3]."),
     ] = None,
     seed: Annotated[int, typer.Option(help="Seed of every random draw.")] = 1,
+    seeds: SeedsOption = 1,
+    ray: RayOption = None,
 ) -> None:
     """Reproduce CosTLO's evaluation (Figs. 1a, 5, 6, 13-17, 18a) on the simulated clouds,
     or (--live, --engine) run its loop on real storage servers."""
@@ -471,13 +494,16 @@ def reproduce_costlo(
     if engine is not None and engine not in ("redis", "s3"):
         raise InputError("--engine", f"must be redis or s3, not {engine!r}")
     if live or engine is not None:
+        _one_live_seed(seeds, ray)
         engine = engine or "redis"
         settings = LiveSettings.of(engine, quick)
         folder = "reports/costlo-live" if engine == "redis" else "reports/costlo-s3"
         out = output or Path(folder)
         index = live_report(settings, out, seed, progress=lambda line: typer.echo(line, err=True))
     else:
-        index = reproduce(output or Path("reports/costlo"), quick=quick, seed=seed)
+        index = _reproduce_simulated(
+            reproduce, output or Path("reports/costlo"), quick, seed, seeds, ray
+        )
     _finish_reproduction(index)
 
 
@@ -510,12 +536,16 @@ def reproduce_director(
         ),
     ] = None,
     seed: Annotated[int, typer.Option(help="Seed of every random draw.")] = 0,
+    seeds: SeedsOption = 1,
+    ray: RayOption = None,
 ) -> None:
     """Reproduce the SCADS Director's evaluation (§5.4, §6: hotspot, diurnal day against
     ideal and fixed allocations) on the simulated store, or (--live) the hotspot on real
     Redis servers, or (--engine redis-cluster) both on a Redis Cluster (docs/director-live.md)."""
     from geoslo.experiments.director import LiveSettings, live_report, reproduce
 
+    if engine is not None or live:
+        _one_live_seed(seeds, ray)
     if engine is not None:
         if engine != "redis-cluster":
             raise InputError("--engine", f"must be redis-cluster, not {engine!r}")
@@ -529,7 +559,9 @@ def reproduce_director(
         out = output or Path("reports/director-live")
         index = live_report(settings, out, progress=lambda line: typer.echo(line, err=True))
     else:
-        index = reproduce(output or Path("reports/director"), quick=quick, seed=seed)
+        index = _reproduce_simulated(
+            reproduce, output or Path("reports/director"), quick, seed, seeds, ray
+        )
     _finish_reproduction(index)
 
 
@@ -554,6 +586,8 @@ def reproduce_replication(
         Path | None, typer.Option(help="Report folder [reports/replication or -live].")
     ] = None,
     seed: Annotated[int, typer.Option(help="Seed of every random draw.")] = 0,
+    seeds: SeedsOption = 1,
+    ray: RayOption = None,
 ) -> None:
     """Reproduce the geo-replication MPC's Experiments 1 and 2 (Tables I-II, Figs. 3-4)
     against FIFO, STATIC and PRIO on the simulated egress link, or (--live) Experiment 1 on
@@ -561,6 +595,7 @@ def reproduce_replication(
     if live:
         from geoslo.experiments.replication import LiveSettings, live_report
 
+        _one_live_seed(seeds, ray)
         settings = LiveSettings.quick() if quick else LiveSettings()
         settings = replace(settings, seed=seed)
         out = output or Path("reports/replication-live")
@@ -568,7 +603,9 @@ def reproduce_replication(
     else:
         from geoslo.experiments.replication import reproduce
 
-        index = reproduce(output or Path("reports/replication"), quick=quick, seed=seed)
+        index = _reproduce_simulated(
+            reproduce, output or Path("reports/replication"), quick, seed, seeds, ray
+        )
     _finish_reproduction(index)
 
 
@@ -587,6 +624,8 @@ def reproduce_supercloud(
         Path | None, typer.Option(help="Report folder [reports/supercloud or ...-live].")
     ] = None,
     seed: Annotated[int, typer.Option(help="Seed of every random draw.")] = 0,
+    seeds: SeedsOption = 1,
+    ray: RayOption = None,
 ) -> None:
     """Reproduce the Supercloud's evaluation (SoCC 2016 §5): follow the sun (Figs. 4-5),
     ZooKeeper reconfiguration on a real ensemble vs VM migration (Fig. 7, needs root and
@@ -596,12 +635,15 @@ def reproduce_supercloud(
     if live:
         from geoslo.experiments.supercloud import reproduce_live_sun
 
+        _one_live_seed(seeds, ray)
         index = reproduce_live_sun(output or Path("reports/supercloud-live"), quick, seed, progress)
     else:
         from geoslo.experiments.supercloud import reproduce
 
-        index = reproduce(
-            output or Path("reports/supercloud"), quick=quick, seed=seed, progress=progress
+        # a seed's run elsewhere prints nowhere: its progress callable stays here
+        run = reproduce if seeds > 1 else functools.partial(reproduce, progress=progress)
+        index = _reproduce_simulated(
+            run, output or Path("reports/supercloud"), quick, seed, seeds, ray
         )
     _finish_reproduction(index)
 
@@ -803,6 +845,31 @@ def testbed_build() -> None:
 
 
 CHECK_FAILED_EXIT = 3  # documented in the README: a reproduction ran but a check failed
+
+
+def _reproduce_simulated(
+    reproduce: Callable, out: Path, quick: bool, seed: int, seeds: int, ray: str | None
+) -> Path:
+    """One run of ``reproduce`` (its simulations on Ray with ``ray``), or one per seed with
+    the spread report (geoslo.experiments._seeds)."""
+    from geoslo.experiments._ray import ray_session
+    from geoslo.experiments._seeds import reproduce_seeds, seed_list
+
+    chosen = seed_list(seed, seeds)
+    if seeds > 1:
+        return reproduce_seeds(reproduce, out, quick=quick, seeds=chosen, ray_address=ray)
+    if ray is None:
+        return reproduce(out, quick=quick, seed=seed)
+    with ray_session(ray):
+        return reproduce(out, quick=quick, seed=seed)
+
+
+def _one_live_seed(seeds: int, ray: str | None) -> None:
+    """A live run is one run on this machine's processes: --seeds and --ray are refused."""
+    if seeds != 1:
+        raise InputError("--seeds", "applies to the simulated reproduction; a live run is one")
+    if ray is not None:
+        raise InputError("--ray", "applies to the simulated reproduction, not a live run")
 
 
 def _finish_reproduction(index: Path) -> None:

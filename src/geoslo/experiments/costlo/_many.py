@@ -1,9 +1,8 @@
 """ConfSelector for many prefixes at once (§6.5: prefixes are independent, so selection
 parallelises across a cluster): sequentially, or on Ray, local by default.
 
-``ray_address``: None runs in this process; ``"local"`` starts a local Ray instance (one
-worker per core, its files in a temporary folder of its own, removed afterwards); anything
-else is a cluster address given to ``ray.init``. Prefixes go to Ray in batches (one task's
+``ray_address``: None runs in this process; ``"local"`` or a cluster's address runs on Ray
+(``geoslo.experiments._ray``). Prefixes go to Ray in batches (one task's
 overhead is a few ms, a prefix's selection ~30 ms on the example) and at most
 ``IN_FLIGHT_PER_CPU`` batches per CPU are submitted at a time, so that the problems' samples
 in Ray's object store stay bounded (benchmarks/bench_costlo_ray.py measures when Ray pays).
@@ -12,14 +11,11 @@ in Ray's object store stay bounded (benchmarks/bench_costlo_ray.py measures when
 from __future__ import annotations
 
 import math
-import os
-import shutil
-import tempfile
 from collections.abc import Callable, Sequence
 
 from geoslo.control.costlo import Selection
 from geoslo.control.costlo.decide import CostloProblem, decide
-from geoslo.errors import DependencyError
+from geoslo.experiments._ray import ray_session
 
 __all__ = ["select_many", "batch_size", "BATCHES_PER_CPU", "IN_FLIGHT_PER_CPU", "MAX_BATCH"]
 
@@ -53,39 +49,9 @@ def _decide_batch(problems: list[CostloProblem]) -> list[Selection]:
     return [decide(p) for p in problems]
 
 
-def _import_ray():
-    try:
-        import ray
-    except ImportError:
-        raise DependencyError(
-            "--ray needs the ray package: pip install 'ray>=2.40' (or ./dev, which installs it)"
-        ) from None
-    return ray
-
-
 def _on_ray(problems, ray_address: str, on_done) -> list[Selection]:
-    ray = _import_ray()
-    started_here = not ray.is_initialized()
-    temp_dir = None
-    if started_here:
-        os.environ.setdefault("RAY_AUTH_MODE", "disabled")  # a local instance: no tokens
-        address = None if ray_address == "local" else ray_address
-        # Ray's socket paths must stay short: a folder directly under /tmp.
-        temp_dir = tempfile.mkdtemp(prefix="geoslo-ray-", dir="/tmp") if address is None else None
-        ray.init(
-            address=address,
-            include_dashboard=False,
-            log_to_driver=False,
-            logging_level="ERROR",
-            **({"_temp_dir": temp_dir} if temp_dir else {}),
-        )
-    try:
+    with ray_session(ray_address) as ray:
         return _run_batches(ray, problems, on_done)
-    finally:
-        if started_here:
-            ray.shutdown()
-        if temp_dir:
-            shutil.rmtree(temp_dir, ignore_errors=True)
 
 
 def _run_batches(ray, problems, on_done) -> list[Selection]:
