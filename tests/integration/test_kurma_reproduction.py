@@ -40,6 +40,7 @@ def test_report_has_every_figure_and_the_paper_column(quick_report):
         "Fig. 11",
         "Fig. 12",
         "Solver scaling",
+        "Trace scaling",
     ):
         assert heading in text
     assert "paper" in text
@@ -81,6 +82,13 @@ def test_cost_study_saves_against_alllocal_and_stays_above_allshared(quick_repor
         }
         assert savings["KurmaCost"] > 0
         assert savings["AllShared"] >= savings["KurmaCost"] - 1.0
+
+
+def test_trace_scaling_sweep_covers_each_load_and_alllocal_suffers_more_with_it(quick_report):
+    rows = quick_report[2]["load_sweep"]["rows"]
+    assert [r["load_factor"] for r in rows] == [0.8, 1.2]
+    assert rows[-1]["alllocal_pct"] > rows[0]["alllocal_pct"]
+    assert rows[-1]["kurmaperf_pct"] < rows[-1]["alllocal_pct"]
 
 
 def test_estimate_for_redirected_requests_is_within_half_a_point():

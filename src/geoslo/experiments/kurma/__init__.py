@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 
 from geoslo.errors import GeosloError
-from geoslo.experiments.kurma import _fig4_5, _fig8_10, _fig11, _fig12, _scaling
+from geoslo.experiments.kurma import _fig4_5, _fig8_10, _fig11, _fig12, _load_sweep, _scaling
 from geoslo.experiments.kurma._live_report import reproduce_live
 from geoslo.experiments.kurma._runs import kurma_model
 from geoslo.experiments.kurma._scenario import SLO_MS, Scenario, build_scenario
@@ -78,6 +78,7 @@ def reproduce(out_dir: str | Path, quick: bool = False, seed: int = 1) -> Path:
         "fig8_10": lambda: _fig8_10.section(report, scenario, trace1, trace2, paper, seed),
         "fig11": lambda: _fig11.section(report, scenario, paper, seed),
         "fig12": lambda: _fig12.section(report, scenario, settings.cost_days, paper),
+        "load_sweep": lambda: _load_sweep.section(report, scenario, paper, seed),
         "scaling": lambda: _scaling.section(report, scenario, paper),
     }
     failed = []
@@ -110,7 +111,7 @@ def check_done(results: dict) -> dict[str, bool]:
         for r in results["fig12"]["rows"]
     }
     local = ("AllLocal", "LatencyAware", "DynamicSnitch")
-    return {
+    checks = {
         "Trace-1: KurmaPerf's global violations under 1/1.5 of every local policy's": all(
             trace1[p]["global_violations_pct"] > 1.5 * kurma["global_violations_pct"] for p in local
         ),
@@ -128,6 +129,7 @@ def check_done(results: dict) -> dict[str, bool]:
             savings[("KurmaCost", billing)] > 0 for billing in (1, 60)
         ),
     }
+    return checks | _load_sweep.check_holds(results["load_sweep"]["rows"])
 
 
 def _measured_differences(results: dict) -> str:

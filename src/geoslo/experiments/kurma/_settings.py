@@ -21,6 +21,10 @@ class Settings:
     scaling_quanta: tuple[float, ...] = (0.01, 0.02, 0.04, 0.08)
     scaling_problems: int = 3
     scaling_time_limit_s: float = 5.0
+    # the trace scaling sweep: multiples of each trace's load, each a shorter window
+    load_factors: tuple[float, ...] = (0.8, 0.9, 1.0, 1.1, 1.2)
+    load_sweep_minutes: float = 10.0
+    load_sweep_traces: tuple[str, ...] = ("Trace-1", "Trace-2")
     workers: int = 2  # processes for independent simulation runs
 
     @classmethod
@@ -35,4 +39,7 @@ class Settings:
             scaling_sites=(3, 5),
             scaling_quanta=(0.02, 0.08),
             scaling_problems=2,
+            load_factors=(0.8, 1.2),
+            load_sweep_minutes=3.0,
+            load_sweep_traces=("Trace-1",),
         )

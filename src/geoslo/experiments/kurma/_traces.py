@@ -78,10 +78,14 @@ def _representative_cut(slices: list[np.ndarray], duration_s: int) -> list[np.nd
 
 
 def trace_pair(
-    local_5pct_rps: float, minutes: float, busiest_of_5pct: float = TRACE1_BUSIEST_OF_5PCT
+    local_5pct_rps: float,
+    minutes: float,
+    busiest_of_5pct: float = TRACE1_BUSIEST_OF_5PCT,
+    mean_of_5pct: float = TRACE2_MEAN_OF_5PCT,
 ) -> tuple[SiteTraces, SiteTraces]:
     """(Trace-1-like, Trace-2-like), each ``minutes`` long, scaled to the profiled backend;
-    Trace-1's busiest site averages ``busiest_of_5pct`` times its 5% load."""
+    Trace-1's busiest site averages ``busiest_of_5pct`` times its 5% load, Trace-2's sites
+    ``mean_of_5pct`` times it."""
     day = _day()
     window_s = 1800  # windows are chosen on 30 minutes, as in the paper, then cut to `minutes`
     duration = int(minutes * 60)
@@ -94,7 +98,7 @@ def trace_pair(
     busiest = max(float(s.mean()) for s in _slices(day, start1, window_s))
     scale1 = busiest_of_5pct * local_5pct_rps / busiest
     mean2 = np.mean([float(s.mean()) for s in _slices(day, start2, window_s)])
-    scale2 = TRACE2_MEAN_OF_5PCT * local_5pct_rps / mean2
+    scale2 = mean_of_5pct * local_5pct_rps / mean2
 
     def site_traces(name: str, start: int, scale: float, what: str) -> SiteTraces:
         cut = _representative_cut(_slices(day, start, window_s), duration)
@@ -114,7 +118,7 @@ def trace_pair(
         "Trace-2",
         start2,
         scale2,
-        f"mean at {TRACE2_MEAN_OF_5PCT}x the 5% load (imbalance {ratio[start2]:.2f}; "
+        f"mean at {mean_of_5pct}x the 5% load (imbalance {ratio[start2]:.2f}; "
         f"the busiest site changes {changes} times in 30 min)",
     )
     return t1, t2
