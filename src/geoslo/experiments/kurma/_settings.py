@@ -23,7 +23,7 @@ class Settings:
     scaling_time_limit_s: float = 5.0
     # the trace scaling sweep: multiples of each trace's load, each a shorter window
     load_factors: tuple[float, ...] = (0.8, 0.9, 1.0, 1.1, 1.2)
-    load_sweep_minutes: float = 10.0
+    load_sweep_minutes: float = 6.0
     load_sweep_traces: tuple[str, ...] = ("Trace-1", "Trace-2")
     workers: int = 2  # processes for independent simulation runs
 
