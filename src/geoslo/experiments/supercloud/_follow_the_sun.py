@@ -65,7 +65,8 @@ _DAY_MIN = 1440
 @dataclass(frozen=True)
 class SunSettings:
     """``first_day``: each region's first day of ``trace`` (US, Asia); ``utc_offset_h``: its
-    local time, into which its slice is shifted; ``peak_rps``: the whole trace's peak.
+    local time, into which its slice is shifted (the trace's hours read as local hours);
+    ``peak_rps``: the whole trace's peak.
     ``route_change_interval_s``: mean gap between the true WAN's steps to the pair's next
     weekly average (a week of history per 12 h of run by default)."""
 
