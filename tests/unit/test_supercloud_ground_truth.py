@@ -9,7 +9,9 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from geoslo.control.supercloud import Node, Placement
+from geoslo.control.supercloud import FrontEnd, Node, Placement, PlacementObservation
+from geoslo.control.supercloud.example import example_state
+from geoslo.control.supercloud.loop import PlacementLoop
 from geoslo.experiments.supercloud import SunSettings, check_sun, run_ensemble, sun_metrics
 from geoslo.experiments.supercloud._follow_the_sun import offered_load_rps, true_wan
 from geoslo.sim.supercloud import (
@@ -143,3 +145,26 @@ def test_same_seed_same_truth_and_the_scheduler_holds_the_first_rtt() -> None:
     assert np.array_equal(first.matrices_ms(times_s), again.matrices_ms(times_s))
     run = run_ensemble("US", replace(settings, days=1, step_s=1_800.0))
     assert np.array_equal(run.model_rtt_ms, first.at_ms(0.0))
+
+
+def test_with_two_regions_the_rtt_level_never_changes_the_choice() -> None:
+    """Why the drift moves the latency but not the decision (as the report says): every f
+    of §3.2 scales with the one RTT between two regions, and so does T."""
+    template = example_state()
+    rng = np.random.default_rng(7)
+    sites = template.sites
+    for trial in range(40):
+        loads = rng.uniform(10, 1000, 2)
+        report = tuple(
+            FrontEnd(site, 0.9 * n, 0.1 * n) for site, n in zip(sites, loads, strict=True)
+        )
+        current = Placement(
+            tuple(Node(f"zk{k + 1}", sites[int(rng.integers(2))]) for k in range(3)), "zk1"
+        )
+        plans = []
+        for scale in (0.8, 1.0, 1.25):
+            loop = PlacementLoop(template, threshold_fraction=0.1)
+            seen = PlacementObservation(0.0, report, current, False, template.rtt_ms * scale)
+            plans.append(loop.step(seen))
+        placements = {None if plan is None else plan.placement for plan in plans}
+        assert len(placements) == 1, (trial, loads, current)
