@@ -1,13 +1,19 @@
 """The follow-the-sun part of the Supercloud report (SoCC 2016, §5.1, Figs. 4-5): latency
-CDFs and throughput of the US, Global and Dynamic ensembles, and how often the scheduler
-moved the whole ensemble."""
+CDFs and throughput of the US, Global and Dynamic ensembles, how often the scheduler
+moved the whole ensemble, and how far the scheduler's latency model (§3.2's f) is from
+the simulated ground truth on a drifting WAN."""
 
 from __future__ import annotations
 
 import matplotlib.pyplot as plt
 import numpy as np
 
-from geoslo.experiments.supercloud._follow_the_sun import ENSEMBLES, SunRun, SunSettings
+from geoslo.experiments.supercloud._follow_the_sun import (
+    ENSEMBLES,
+    SunRun,
+    SunSettings,
+    slices,
+)
 from geoslo.report import paper_row
 
 __all__ = ["sun_metrics", "check_sun", "sun_section", "FAST_MS"]
@@ -45,22 +51,52 @@ def sun_metrics(run: SunRun) -> dict:
                 run.sample_ms[mask], run.sample_weight[mask], 0.5
             )
     moves = whole_moves_h(run)
+    intervals_h = np.diff(moves)
     out["whole_moves"] = len(moves)
     out["migrations"] = len(run.migrations)
-    out["move_interval_median_h"] = float(np.median(np.diff(moves))) if len(moves) > 2 else None
-    return out
+    out["move_intervals_h"] = [float(h) for h in intervals_h]
+    enough = len(moves) > 2
+    out["move_interval_median_h"] = float(np.median(intervals_h)) if enough else None
+    out["move_intervals_within_10_14h_fraction"] = (
+        float(np.mean((intervals_h >= 10) & (intervals_h <= 14))) if enough else None
+    )
+    return out | model_error(run)
 
 
-def check_sun(metrics: dict[str, dict]) -> dict[str, bool]:
+def model_error(run: SunRun) -> dict:
+    """The scheduler's mean latency per request (-f / S of the placement in force, §3.2)
+    beside the ground truth's, over the run (offered-weighted) and step by step."""
+    weight = run.offered_rps.sum(axis=1)
+    model_ms = float(np.average(run.model_ms, weights=weight))
+    measured_ms = float(np.average(run.measured_ms, weights=weight))
+    step_error = np.abs(run.model_ms / run.measured_ms - 1)
+    true_rtt_ms = run.true_rtt_ms[:, 0, 1]
+    return {
+        "model_mean_ms": model_ms,
+        "measured_mean_ms": measured_ms,
+        "model_error_fraction": model_ms / measured_ms - 1,
+        "step_error_median_fraction": float(np.median(step_error)),
+        "step_error_p95_fraction": float(np.quantile(step_error, 0.95)),
+        "model_rtt_ms": float(run.model_rtt_ms[0, 1]),
+        "true_rtt_min_ms": float(true_rtt_ms.min()),
+        "true_rtt_max_ms": float(true_rtt_ms.max()),
+    }
+
+
+def check_sun(metrics: dict[str, dict], threshold_fraction: float = 0.1) -> dict[str, bool]:
     """§5.1's pattern: the scheduler moves the whole ensemble about every 12 h and beats
-    both fixed ensembles on fast operations and on throughput."""
+    both fixed ensembles on fast operations and on throughput. And the scheduler's model on
+    the ground truth it does not assume: it ranks the ensembles' mean latency as measured,
+    and misses Dynamic's by less than its threshold T (a larger error could move the
+    ensemble for gains the model invents)."""
     dynamic = metrics["Dynamic"]
     interval = dynamic["move_interval_median_h"]
     fixed = [metrics[name] for name in ("US", "Global")]
     fast = [m["reads_under_15ms"] + m["writes_under_15ms"] for m in fixed]
     return {
-        "Dynamic moves the whole ensemble every 10-14 h": interval is not None
-        and 10 <= interval <= 14,
+        "Dynamic moves the whole ensemble twice a day (median 10-14 h between moves)": (
+            interval is not None and 10 <= interval <= 14
+        ),
         "Dynamic: most reads and writes under 15 ms, more than US and Global": (
             dynamic["reads_under_15ms"] + dynamic["writes_under_15ms"] > max(fast)
             and min(dynamic["reads_under_15ms"], dynamic["writes_under_15ms"]) > 0.5
@@ -69,7 +105,16 @@ def check_sun(metrics: dict[str, dict]) -> dict[str, bool]:
         > max(m["served_fraction"] for m in fixed),
         "US ensemble: US clients fast, Asia's slow": metrics["US"]["US_reads_under_15ms"] > 0.8
         and metrics["US"]["Asia_reads_under_15ms"] < 0.1,
+        f"Scheduler's model: Dynamic's mean latency within T = {threshold_fraction:.0%} of the "
+        "measured on the drifting WAN": abs(dynamic["model_error_fraction"]) < threshold_fraction,
+        "Scheduler's model ranks US, Global and Dynamic by mean latency as measured": (
+            _ranking(metrics, "model_mean_ms") == _ranking(metrics, "measured_mean_ms")
+        ),
     }
+
+
+def _ranking(metrics: dict[str, dict], key: str) -> list[str]:
+    return sorted(ENSEMBLES, key=lambda name: metrics[name][key])
 
 
 def _throughput_figure(runs: dict[str, SunRun]):
@@ -124,12 +169,13 @@ def sun_section(report, runs: dict[str, SunRun], settings: SunSettings, paper) -
     metrics = {name: sun_metrics(run) for name, run in runs.items()}
     report.section(
         "Follow the sun (§5.1, Figs. 4-5)",
-        f"{settings.days} days of the Wikipedia trace (hourly, smooth like the paper's MSN "
-        f"connection counts) in Washington DC and, shifted by {settings.shift_h:g} h, in Tokyo; "
-        f"peak {settings.peak_rps:g} requests/s per region, reads:writes 9:1, clients "
-        f"thinking {settings.ensemble.think_ms:g} ms between blocking requests. Three nodes: "
-        "US (all in Washington), Global (two in Washington with the leader, one in Tokyo), "
-        f"Dynamic (the scheduler every {settings.interval_s:g} s, T = "
+        f"{settings.days} days of load per region, each region its own slice of the real "
+        f"trace in its own local time ({'; '.join(slices(settings))}), circular within the "
+        "slice, not §5.1's one trace shifted by 12 h: the regions are 14 h apart and their "
+        f"days differ. The trace's peak is {settings.peak_rps:g} requests/s, reads:writes "
+        f"9:1, clients thinking {settings.ensemble.think_ms:g} ms between blocking requests. "
+        "Three nodes: US (all in Washington), Global (two in Washington with the leader, one "
+        f"in Tokyo), Dynamic (the scheduler every {settings.interval_s:g} s, T = "
         f"{settings.threshold_fraction:.0%} of the current score, nodes moved in parallel by "
         "live migration, waiting while one runs).",
     )
@@ -204,4 +250,140 @@ def sun_section(report, runs: dict[str, SunRun], settings: SunSettings, paper) -
         "Fig. 5: latency CDFs of reads and writes per region, in the paper's order "
         "(US, Global, Dynamic).",
     )
+    report.text(_moves_text(dynamic))
+    _model_section(report, runs, metrics, settings)
     return metrics
+
+
+def _moves_text(dynamic: dict) -> str:
+    intervals = dynamic["move_intervals_h"]
+    if len(intervals) < 2:
+        return f"Dynamic moved the whole ensemble {dynamic['whole_moves']} times."
+    listed = ", ".join(f"{h:.1f}" for h in intervals)
+    median_h = dynamic["move_interval_median_h"]
+    twice_a_day = "holds" if 10 <= median_h <= 14 else "fails"
+    evenly = "holds" if 10 <= min(intervals) and max(intervals) <= 14 else "fails"
+    return (
+        f"Dynamic moved the whole ensemble {dynamic['whole_moves']} times, the hours between "
+        f"moves being {listed} (median {median_h:.1f} h; "
+        f"{dynamic['move_intervals_within_10_14h_fraction']:.0%} of them within 10-14 h): "
+        f"twice a day {twice_a_day}, evenly every 12 h {evenly}."
+    )
+
+
+def _model_section(report, runs: dict[str, SunRun], metrics: dict[str, dict], settings) -> None:
+    dynamic = metrics["Dynamic"]
+    report.section(
+        "The scheduler's model on a drifting WAN",
+        "The scheduler scores placements with §3.2's f on the Washington DC - Tokyo RTT "
+        f"measured when the run starts ({dynamic['model_rtt_ms']:.0f} ms). The ground truth "
+        "it is judged on differs: the pair follows its own weekly IBM Cloud averages in "
+        "publication order from a seeded week, stepping to the next one on average every "
+        f"{settings.route_change_interval_s / 3600:g} h (months of drift compressed into "
+        f"the run; {_rtt_range(dynamic)}), with "
+        f"{settings.ensemble.wan_jitter_fraction:.0%} jitter per request, "
+        "log-normal service times, a 1 ms RTT within a site (0 in the model), writes that "
+        "wait for the fastest majority (the model: 2 x the median follower RTT) and "
+        "migration pauses. Model: -f / S of the placement in force under the step's own "
+        "load (so only the latency model is judged, not a forecast); measured: the mean "
+        "latency of the step's offered requests.",
+    )
+    rows = [
+        {
+            "ensemble": name,
+            "model ms": metrics[name]["model_mean_ms"],
+            "measured ms": metrics[name]["measured_mean_ms"],
+            "error": metrics[name]["model_error_fraction"],
+            "per-step |error|, median": metrics[name]["step_error_median_fraction"],
+            "per-step |error|, p95": metrics[name]["step_error_p95_fraction"],
+        }
+        for name in ENSEMBLES
+    ]
+    percent = "{:+.1%}"
+    report.table(
+        "model_error",
+        rows,
+        caption="The scheduler's mean latency per request beside the ground truth's (ours)",
+        formats={"model ms": "{:.1f}", "measured ms": "{:.1f}", "error": percent}
+        | {c: "{:.1%}" for c in rows[0] if "per-step" in c},
+    )
+    report.comparison(
+        "model_error_paper",
+        [
+            _ours(f"{name}: model's mean latency error", metrics[name]["model_error_fraction"])
+            for name in ENSEMBLES
+        ]
+        + [
+            _ours("Dynamic: per-step |error|, median", dynamic["step_error_median_fraction"]),
+            _ours(
+                "Dynamic: whole moves with 10-14 h between",
+                dynamic["move_intervals_within_10_14h_fraction"],
+            ),
+        ],
+        caption="Ours only: the paper measured no model error",
+    )
+    report.text(_model_text(metrics))
+    report.figure(
+        "model_vs_truth",
+        _model_figure(runs["Dynamic"]),
+        "Dynamic: the RTT the scheduler holds and the true one (top); its mean latency per "
+        "request, model and measured, hourly means (bottom).",
+    )
+
+
+def _rtt_range(metrics: dict) -> str:
+    low, high = metrics["true_rtt_min_ms"], metrics["true_rtt_max_ms"]
+    if round(low) == round(high):
+        return f"in this run's weeks it stayed at {low:.0f} ms"
+    return f"here {low:.0f}-{high:.0f} ms"
+
+
+def _ours(quantity: str, value) -> dict:
+    return {"quantity": quantity, "ours": value, "paper": None, "unit": "fraction"}
+
+
+def _model_text(metrics: dict[str, dict]) -> str:
+    model, measured = _ranking(metrics, "model_mean_ms"), _ranking(metrics, "measured_mean_ms")
+    dynamic = metrics["Dynamic"]
+    d_error, g_error = dynamic["model_error_fraction"], metrics["Global"]["model_error_fraction"]
+    agree = "the same order" if model == measured else f"a different order ({' < '.join(model)})"
+    if d_error < 0:
+        why = "it leaves out service time and the RTT within a site"
+    else:
+        why = (
+            f"the true RTT ({dynamic['true_rtt_min_ms']:.0f}-{dynamic['true_rtt_max_ms']:.0f} "
+            f"ms) fell below the {dynamic['model_rtt_ms']:.0f} ms it measured"
+        )
+    global_text = (
+        " It misses Global's more: it charges a straddling ensemble's writes twice the median "
+        "follower RTT while they wait for the fastest follower."
+        if g_error > d_error
+        else ""
+    )
+    return (
+        f"Measured, {' < '.join(measured)} in mean latency; the model gives {agree}. "
+        f"The model misses Dynamic's mean latency by {d_error:+.1%} and Global's by "
+        f"{g_error:+.1%}; Dynamic's is {'low' if d_error < 0 else 'high'}: {why}."
+        f"{global_text} With two regions every f scales with the one RTT between them (the "
+        "matrix's diagonal is 0), so the scheduler would choose the same on the true RTT: "
+        "the drift moves the latency, never the choice. With more regions it could."
+    )
+
+
+def _model_figure(run: SunRun):
+    fig, (top, bottom) = plt.subplots(2, 1, figsize=(10, 5), sharex=True)
+    hours = run.times_s / 3600
+    top.plot(hours, run.true_rtt_ms[:, 0, 1], label="true RTT")
+    top.axhline(run.model_rtt_ms[0, 1], color="k", ls="--", lw=0.8, label="scheduler's RTT")
+    top.set_ylabel("RTT (ms)")
+    top.legend(fontsize=8)
+    per_hour = max(1, int(round(3600 / (run.times_s[1] - run.times_s[0])))) if len(hours) > 1 else 1
+    steps = len(hours) // per_hour * per_hour
+    for series, label in ((run.model_ms, "model"), (run.measured_ms, "measured")):
+        hourly = series[:steps].reshape(-1, per_hour).mean(axis=1)
+        bottom.plot(hours[:steps:per_hour], hourly, label=label)
+    bottom.set_ylabel("mean latency (ms)")
+    bottom.set_xlabel("hours")
+    bottom.legend(fontsize=8)
+    fig.tight_layout()
+    return fig

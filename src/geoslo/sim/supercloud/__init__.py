@@ -11,14 +11,17 @@ from geoslo.sim.supercloud._environment import (
     site_rtt_ms,
     unit_trace,
 )
+from geoslo.sim.supercloud._wan import DriftingRtt, ibm_drifting_rtt
 
 __all__ = [
     "SupercloudSimEnvironment",
+    "DriftingRtt",
     "EnsembleSettings",
     "FollowTheSun",
     "SimulatedEnsemble",
     "StepResult",
     "follow_the_sun_rps",
+    "ibm_drifting_rtt",
     "site_rtt_ms",
     "unit_trace",
 ]

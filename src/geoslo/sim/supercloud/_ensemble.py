@@ -4,10 +4,11 @@ the ground truth the scheduler is judged against.
 Clients connect to a node chosen at random. A read costs the RTT to that node; a write
 also goes to the leader and waits for a majority of the ensemble to acknowledge (the
 leader's ``ceil(m/2)-1``-th fastest follower). Every request adds a log-normal service
-time. Clients block (closed loop), think between requests and stay on the node they
-connected to: each sends ``1 / (think + latency)`` requests per second.
-Nodes move by live migration
-(:class:`~geoslo.models.MigrationModel`): a node serves from its old site until the
+time. The RTTs are a fixed matrix or, with ``drift``, each pair's measured history over
+time (:class:`~geoslo.sim.supercloud.DriftingRtt`), which the scheduler does not know.
+Clients block (closed loop), think between requests and stay on the node they connected
+to: each sends ``1 / (think + latency)`` requests per second. Nodes move by live
+migration (:class:`~geoslo.models.MigrationModel`): a node serves from its old site until the
 migration ends and is paused for the downtime just before; requests that reach a paused
 node (or write through a paused leader) wait for it.
 """
@@ -20,6 +21,7 @@ import numpy as np
 
 from geoslo.control.supercloud import Migration, Node, Placement
 from geoslo.models import MigrationModel
+from geoslo.sim.supercloud._wan import DriftingRtt
 
 __all__ = ["EnsembleSettings", "SimulatedEnsemble", "StepResult"]
 
@@ -69,9 +71,12 @@ class SimulatedEnsemble:
         placement: Placement,
         settings: EnsembleSettings,
         seed: int = 0,
+        drift: DriftingRtt | None = None,
     ) -> None:
         self.sites = sites
-        self.rtt_ms = np.where(np.eye(len(sites), dtype=bool), settings.same_site_rtt_ms, rtt_ms)
+        self._same_site = np.eye(len(sites), dtype=bool)
+        self.rtt_ms = np.where(self._same_site, settings.same_site_rtt_ms, rtt_ms)
+        self.drift = drift
         self.settings = settings
         self.placement = placement
         self._moves: list[_Move] = []
@@ -120,17 +125,27 @@ class SimulatedEnsemble:
             paused_s[pause, k] = move.ends_s - times_s[pause]  # served at the new site after
         return sites, paused_s
 
+    def rtt_at_ms(self, times_s: np.ndarray) -> np.ndarray:
+        """The true RTT matrix at each time, (len(times_s), N, N) ms: the fixed matrix, or
+        the drifting one with the same-site RTT on its diagonal."""
+        if self.drift is None:
+            return np.broadcast_to(self.rtt_ms, (len(times_s), *self.rtt_ms.shape))
+        same_ms = self.settings.same_site_rtt_ms
+        return np.where(self._same_site, same_ms, self.drift.matrices_ms(times_s))
+
     def _latency_ms(self, site, is_write, times_s, chosen) -> np.ndarray:
         s = self.settings
         m = len(self.placement.nodes)
         leader = [n.name for n in self.placement.nodes].index(self.placement.leader)
         node_sites, paused_s = self._node_sites(times_s)
         rows = np.arange(len(site))
-        rtt = self.rtt_ms
-        read_ms = rtt[site, node_sites[rows, chosen]]
+        rtt = self.rtt_at_ms(times_s)
+        read_ms = rtt[rows, site, node_sites[rows, chosen]]
         leader_site = node_sites[:, leader]
-        forward_ms = rtt[node_sites[rows, chosen], leader_site]
-        follower_rtt = np.delete(rtt[leader_site[:, None], node_sites], leader, axis=1)
+        forward_ms = rtt[rows, node_sites[rows, chosen], leader_site]
+        follower_rtt = np.delete(
+            rtt[rows[:, None], leader_site[:, None], node_sites], leader, axis=1
+        )
         majority = (m + 1) // 2 - 1  # acknowledgements the leader needs besides its own
         quorum_ms = np.sort(follower_rtt, axis=1)[:, majority - 1] if majority else 0.0
         network_ms = read_ms + is_write * (forward_ms + quorum_ms)
