@@ -96,13 +96,17 @@ def copy_episodes_ms(
     counts: tuple[int, ...],
     n: int,
     rng: np.random.Generator,
+    copy0: EpisodeDraw | None = None,
 ) -> np.ndarray | None:
-    """Per request, the delay of its copy's slow episode met at a random time, one state
-    per copy (its replicas together); None, and no draw, without episodes."""
+    """Per request, the delay of its copy's slow episode, one state per copy (its replicas
+    together): copy 0's as ``copy0`` if given, the others met at a random time; None, and
+    no draw, without episodes."""
     episodes = behaviour.episodes_of(operation)
     if episodes is None:
         return None
     per_copy = episodes.stationary(rng, (n, len(counts))).added_ms
+    if copy0 is not None:
+        per_copy[:, 0] = copy0.added_ms
     return np.repeat(per_copy, counts, axis=1)
 
 
@@ -251,19 +255,6 @@ def _met_later(
     )
 
 
-def _episode_service_ms(
-    behaviour: StorageBehaviour, operation: str, counts: tuple[int, ...], met: _Met, n: int, rng
-) -> np.ndarray | None:
-    """Per request, its copy's episode delay: copy 0's as ``met``, the others afresh."""
-    episodes = behaviour.episodes_of(operation)
-    if episodes is None:
-        return None
-    per_copy = episodes.stationary(rng, (n, len(counts))).added_ms
-    if met.copy0 is not None:
-        per_copy[:, 0] = met.copy0.added_ms
-    return np.repeat(per_copy, counts, axis=1)
-
-
 def _region_part(
     world: CloudWorld,
     prefix: int,
@@ -286,8 +277,9 @@ def _region_part(
     path = world.internet[prefix][region]
     counts = copy_counts(tuple_.copies, tuple_.requests_per_copy, skip_first)
     k = int(sum(counts))
-    met = met or _met_at_random(world, prefix, region, "get", n, rng)
-    extra = _episode_service_ms(behaviour, "get", counts, met, n, rng)
+    if met is None:
+        met = _met_at_random(world, prefix, region, "get", n, rng)
+    extra = copy_episodes_ms(behaviour, "get", counts, n, rng, met.copy0)
     draws = storage_requests(behaviour, "get", counts, n, rng, object_bytes, extra)
     storage_ms = completion_ms(draws, behaviour, "get")
     if factor is not None:
@@ -438,7 +430,7 @@ def _put_episode_ms(
     if behaviour.episodes_of("put") is None:
         return None
     later = _met_later(world, None, serving, "put", met, timeout_ms, rng)
-    per_request = _episode_service_ms(behaviour, "put", counts, later, n, rng)
+    per_request = copy_episodes_ms(behaviour, "put", counts, n, rng, later.copy0)
     per_request[:, 0] = met.copy0.added_ms
     return per_request
 
