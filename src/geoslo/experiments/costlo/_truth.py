@@ -27,6 +27,8 @@ __all__ = ["ground_truth", "truth_text", "TRUTHS"]
 LARGE_OBJECT_BYTES = 64.0 * 1024.0  # §7: one 64 KB block, the service latency of 1 KB
 LARGE_PROBE = f"GET baseline, {LARGE_OBJECT_BYTES / 1024:.0f} KB object"
 CIRCULAR, DEPARTING = "circular", "departing"
+# The worlds, each from the same draws: the estimator's own structure, every departure,
+# and (full run) each departure alone; "episodes only" relays at no cost at all.
 TRUTHS = {
     CIRCULAR: None,
     DEPARTING: GroundTruth(),
