@@ -10,7 +10,13 @@ from geoslo.control.costlo import Configuration, GetTuple, Slo
 from geoslo.experiments.costlo import truth_text
 from geoslo.experiments.costlo._study import Settings, build_study
 from geoslo.experiments.costlo._truth import CIRCULAR, DEPARTING, probes
-from geoslo.sim.costlo import GroundTruth, SlowEpisodes, build_world, get_operations
+from geoslo.sim.costlo import (
+    GroundTruth,
+    SlowEpisodes,
+    build_world,
+    get_operations,
+    measure_storage,
+)
 from geoslo.sim.costlo._behaviour import EpisodeDraw
 
 OPERATIONS = 40_000
@@ -98,6 +104,18 @@ def test_a_larger_object_spreads_the_latency(worlds):
         ).latency_ms
         spread.append(_p(ms, 90) - _p(ms, 50))
     assert spread[1] > spread[0] + 5.0, spread
+
+
+def test_puts_cross_their_own_network(worlds):
+    """The agents' PUT pairs see a slower data-centre network than their GET pairs on the
+    departing truth (twice the body), and the same one on the circular truth."""
+    ratios = []
+    for world in worlds:
+        pairs = measure_storage(world, 0, 5_000, seed=1)
+        put_ms = np.median(pairs.put_distinct_objects.network_ms)
+        ratios.append(put_ms / np.median(pairs.get_distinct_objects.network_ms))
+    assert abs(ratios[0] - 1.0) < 0.1, ratios
+    assert 1.7 < ratios[1] < 2.3, ratios
 
 
 def test_the_estimator_errs_where_it_assumes_independence():
