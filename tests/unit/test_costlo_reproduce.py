@@ -10,7 +10,7 @@ def test_quick_reproduction_writes_the_report_and_passes_every_check(tmp_path):
     assert index == tmp_path / "index.md"
     assert index.read_text().startswith("#")
     checks = json.loads((tmp_path / "checks.json").read_text())
-    assert len(checks) == 4
+    assert len(checks) == 7  # 4 on the paper's claims, 3 on the departing ground truth
     assert all(isinstance(v, bool) for v in checks.values())
     assert checks == {name: True for name in checks}, checks
     results = json.loads((tmp_path / "results.json").read_text())
@@ -50,6 +50,20 @@ def test_the_differences_prose_states_this_runs_numbers():
             "rows_b": [{"overhead_without_pct": 30.0, "overhead_with_pct": 4.5}],
         },
         "headline": {"cost_increase_fraction": 0.075},
+        "truth": {
+            "per_truth": {
+                t: {
+                    "resent_p99_error_pct": e,
+                    "vm_median_abs_p99_error_pct": v,
+                    "slo_ms": 40.0,
+                    "met_fraction": m,
+                }
+                for t, e, v, m in (
+                    ("circular", -1.25, 0.75, 0.52),
+                    ("departing", -9.75, 33.0, 0.21),
+                )
+            }
+        },
     }
     text = differences(results)
     for shown in (
@@ -63,5 +77,11 @@ def test_the_differences_prose_states_this_runs_numbers():
         "25.5",
         "57%",
         "93%",
+        "-9.8%",
+        "-1.2%",
+        "33%",
+        "0.8%",
+        "21%",
+        "52%",
     ):
         assert shown in text, shown

@@ -14,6 +14,7 @@ from geoslo.control.costlo.example import example_dict, example_problem  # the C
 from geoslo.experiments.costlo._live import LiveSettings, budget_excess, live_report
 from geoslo.experiments.costlo._many import select_many
 from geoslo.experiments.costlo._study import Settings, Study, build_study
+from geoslo.experiments.costlo._truth import ground_truth, truth_text
 from geoslo.report import Report, load_paper_values
 
 __all__ = [
@@ -30,6 +31,7 @@ __all__ = [
     "example_problem",
     "reproduce",
     "select_many",
+    "truth_text",
 ]
 
 PAPER_VALUES = Path(__file__).parent / "data" / "paper.json"
@@ -55,6 +57,7 @@ def differences(results: dict) -> str:
     strategies = {r["strategy"][:2]: r["slo_met_fraction"] for r in results["fig17"]["rows_a"]}
     met = [r["met_fraction"] for r in fig13]
     within = min(r["within_5ms_fraction"] for r in fig13)
+    c, d = (results["truth"]["per_truth"][t] for t in ("circular", "departing"))
     margin_text = ", ".join(
         f"{m:g} ms under it meets it on {r['met_fraction']:.0%} of prefixes for "
         f"{r['total_overhead_pct']:.1f}% extra cost"
@@ -68,7 +71,12 @@ def differences(results: dict) -> str:
   serialised PUTs), with spike rates chosen so that the median prefix's baseline inflation lands
   near the paper's. The inference must find the structure from the agents' pairs. This ground
   truth is built with the structure the estimator assumes, so agreement with it shows
-  self-consistency, not that the estimator holds on a real cloud.
+  self-consistency, not that the estimator holds on a real cloud. On the same world with
+  slowdowns that persist (the section above), the p99 of a GET re-sent to the same copy is
+  estimated {d["resent_p99_error_pct"]:+.1f}% off (circular {c["resent_p99_error_pct"]:+.1f}%),
+  that of Fig. 15's 8 GETs {d["vm_median_abs_p99_error_pct"]:.0f}% off (circular
+  {c["vm_median_abs_p99_error_pct"]:.1f}%), and a {d["slo_ms"]:.0f} ms SLO is met on
+  {d["met_fraction"]:.0%} of prefixes instead of {c["met_fraction"]:.0%}.
 * **SLOs met by {min(met):.0%}-{max(met):.0%} of prefixes, within 5 ms by at least
   {within:.0%} (Fig. 13).** The search stops at the cheapest configuration whose estimate meets
   the SLO, so estimates sit just under it. Measured minus estimated at the median:
@@ -118,6 +126,7 @@ def reproduce(out_dir: str | Path, quick: bool = False, seed: int = 1) -> Path:
         "fig17": _figures.fig17(study, report, paper),
         "fig14": _figures.fig14(study, report, paper),
         "fig18a": _figures.fig18a(study, report, paper),
+        "truth": ground_truth(study, report, paper),
     }
     checks = check_done(results)
     report.checks(checks, "The issue's checks on this run's numbers.")
@@ -147,4 +156,26 @@ def check_done(results: dict) -> dict[str, bool]:
         <= 0.525 * headline["baseline_ms"],
         "at a cost increase in the paper's range (at most 50%)": headline["cost_increase_fraction"]
         <= 0.5,
+    } | truth_checks(results["truth"])
+
+
+def truth_checks(truth: dict) -> dict[str, bool]:
+    """Claims about the ground truth the model does not assume (issue 23): it exposes the
+    independence the estimator assumes, the estimate holds where that assumption holds,
+    and ConfSelector's choices miss there by a bounded amount."""
+    c, d = truth["per_truth"]["circular"], truth["per_truth"]["departing"]
+    slo_ms, median_ms = d["slo_ms"], d["median_measured_ms"]
+    second = next(
+        r
+        for r in truth["estimate_rows"]
+        if r["truth"] == "departing" and r["probe"] == "GET re-sent to the second region"
+    )
+    return {
+        "departing truth: a GET re-sent to the same copy is under-estimated (p99) by at least "
+        "3 points more than on the circular truth": d["resent_p99_error_pct"]
+        <= c["resent_p99_error_pct"] - 3.0,
+        "departing truth: re-sent to the second region (independent path and servers), the p99 "
+        "estimate is within 5%": abs(second["median_p99_error_pct"]) <= 5.0,
+        f"departing truth: at the median prefix, ConfSelector's choice stays within SLO + "
+        f"10 ms (SLO {slo_ms:.0f} ms, measured)": median_ms <= slo_ms + 10.0,
     }

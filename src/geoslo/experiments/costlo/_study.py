@@ -19,6 +19,7 @@ from geoslo.models import StorageServiceModel, infer_storage_model
 from geoslo.models._storage_service import DEFAULT_STEP_MS
 from geoslo.sim.costlo import (
     CloudWorld,
+    GroundTruth,
     build_world,
     get_operations,
     measure_storage,
@@ -47,6 +48,9 @@ class Settings:
     sample_fraction: float = 0.01  # §6.1: a 1% sample of Wikipedia's requests
     distinct_object_fraction: float = 0.3  # share of a prefix's GETs to distinct objects (ours)
     puts_per_get: float = 0.1  # ours: Wikipedia's trace has no writes
+    truth_prefixes: int = 30  # the ground truth the estimator does not assume (issue 23)
+    truth_slos_ms: tuple[float, ...] = (40.0, 30.0, 50.0)  # the first heads the summary
+    truth_ablations: bool = True  # each departure alone, to say which one breaks the model
 
     @classmethod
     def quick(cls) -> Settings:
@@ -55,6 +59,9 @@ class Settings:
             measured_operations=20_000,
             cost_slos_ms=(30.0, 50.0, 70.0, 100.0),
             social_users=6,
+            truth_prefixes=6,
+            truth_slos_ms=(40.0,),
+            truth_ablations=False,
         )
 
 
@@ -161,8 +168,10 @@ def inflation_ms(
     return float(np.percentile(latencies_ms, percentile) - np.median(baseline_ms))
 
 
-def build_study(settings: Settings, seed: int = 1) -> Study:
-    world = build_world(seed, settings.prefixes)
+def build_study(settings: Settings, seed: int = 1, truth: GroundTruth | None = None) -> Study:
+    """The study of one seed; with ``truth``, on the same world doing what the estimator
+    does not assume (same draws, same workloads)."""
+    world = build_world(seed, settings.prefixes, truth)
     study = Study(settings, world, seed)
     study.workloads = _workloads(settings, len(world.prefixes), seed)
     return study

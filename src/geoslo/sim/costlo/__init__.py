@@ -4,14 +4,18 @@
 ``build_world`` draws regions (S3-like and Azure-like, at their real locations), client
 prefixes and the Internet between them; ``get_operations``/``put_operations`` play the
 client and VM libraries against it; the agents (``measure_storage``, ``ping_ms``) are the
-only view of it the decision engine gets. ``CostloSimEnvironment`` is the environment handle
-that ``geoslo run`` drives ``CostloLoop`` with, one epoch per ``observe()``.
+only view of it the decision engine gets. ``build_world(truth=GroundTruth())`` gives a
+world that also does what the estimator does not assume (issue 23).
+``CostloSimEnvironment`` is the environment handle that ``geoslo run`` drives
+``CostloLoop`` with, one epoch per ``observe()``.
 """
 
 from geoslo.sim.costlo._agents import DEFAULT_SAMPLES, measure_storage, ping_ms, region_ping_ms
 from geoslo.sim.costlo._behaviour import (
     DnsResolver,
+    GroundTruth,
     InternetPath,
+    SlowEpisodes,
     SpikyLatency,
     StorageBehaviour,
     provider_behaviour,
@@ -24,6 +28,7 @@ from geoslo.sim.costlo._requests import (
     get_operations,
     put_operations,
     storage_requests,
+    vm_fastest_ms,
 )
 from geoslo.sim.costlo._world import BUSIEST_REGION, CloudWorld, build_world
 
@@ -33,8 +38,10 @@ __all__ = [
     "CloudWorld",
     "CostloSimEnvironment",
     "DnsResolver",
+    "GroundTruth",
     "InternetPath",
     "OperationSample",
+    "SlowEpisodes",
     "Slowdown",
     "SpikyLatency",
     "StorageBehaviour",
@@ -47,4 +54,5 @@ __all__ = [
     "put_operations",
     "region_ping_ms",
     "storage_requests",
+    "vm_fastest_ms",
 ]

@@ -10,7 +10,8 @@ from __future__ import annotations
 import numpy as np
 
 from geoslo.models import PairSamples, StorageMeasurements
-from geoslo.sim.costlo._requests import fifo_service_ms, storage_requests
+from geoslo.sim.costlo._behaviour import stationary_ms
+from geoslo.sim.costlo._requests import copy_episodes_ms, fifo_service_ms, storage_requests
 from geoslo.sim.costlo._world import CloudWorld
 
 __all__ = ["DEFAULT_SAMPLES", "measure_storage", "ping_ms", "region_ping_ms"]
@@ -22,7 +23,8 @@ def _pairs(
     world: CloudWorld, region: int, operation: str, counts: tuple[int, ...], n: int, rng
 ) -> PairSamples:
     behaviour = world.behaviours[region]
-    draws = storage_requests(behaviour, operation, counts, n, rng)
+    extra = copy_episodes_ms(behaviour, operation, counts, n, rng)
+    draws = storage_requests(behaviour, operation, counts, n, rng, extra_service_ms=extra)
     service = draws.service_ms
     if operation == "put" and behaviour.put_serialised:
         service = fifo_service_ms(draws.arrival_ms, service)  # what the logs show
@@ -45,9 +47,11 @@ def measure_storage(
 def ping_ms(
     world: CloudWorld, prefix: int, region: int, n: int = DEFAULT_SAMPLES, seed: int = 0
 ) -> np.ndarray:
-    """RTTs from ``region``'s agent VM to a representative host of ``prefix``."""
+    """RTTs from ``region``'s agent VM to a representative host of ``prefix`` (a slow
+    episode of the path, in a world with them, met at each ping's random time)."""
     rng = np.random.default_rng(seed)
-    return world.internet[prefix][region].sample(rng, n, 1)[:, 0]
+    path = world.internet[prefix][region]
+    return path.sample(rng, n, 1)[:, 0] + stationary_ms(path.episodes, rng, n)
 
 
 def region_ping_ms(

@@ -19,7 +19,7 @@ import numpy as np
 from geoslo.control.costlo import Configuration, GetTuple, HedgeBudget
 from geoslo.control.costlo._budget import BudgetWindow
 from geoslo.errors import InputError
-from geoslo.sim.costlo._behaviour import StorageBehaviour
+from geoslo.sim.costlo._behaviour import EpisodeDraw, StorageBehaviour
 from geoslo.sim.costlo._world import CloudWorld
 
 __all__ = [
@@ -30,6 +30,8 @@ __all__ = [
     "get_operations",
     "put_operations",
     "copy_counts",
+    "copy_episodes_ms",
+    "vm_fastest_ms",
     "Slowdown",
     "budget_admits",
 ]
@@ -62,15 +64,19 @@ def storage_requests(
     n: int,
     rng: np.random.Generator,
     object_bytes: float = 1024.0,
+    extra_service_ms: np.ndarray | None = None,
 ) -> RequestDraws:
     """Concurrent requests issued together, ``counts[c]`` of them to copy c (§5.3): one
     network draw for all when the network is shared, else one each; copies are distinct
     objects on distinct servers; one object's requests spread over its replicas, and
-    requests on one server share its service draw."""
+    requests on one server share its service draw. ``extra_service_ms`` (n, requests):
+    what slow episodes add to each request's service."""
     k = int(sum(counts))
     net_shape = (n, 1) if behaviour.shared_network else (n, k)
     transfer_ms = object_bytes * 8.0 / (behaviour.network_mbps * 1000.0)
-    network = np.broadcast_to(behaviour.network.sample(rng, net_shape) + transfer_ms, (n, k)).copy()
+    network = np.broadcast_to(
+        behaviour.network_of(operation).sample(rng, net_shape) + transfer_ms, (n, k)
+    ).copy()
     spec = behaviour.get_service if operation == "get" else behaviour.put_service
     replicas = behaviour.get_replicas if operation == "get" else behaviour.put_replicas
     if operation == "put" and behaviour.put_serialised:
@@ -79,7 +85,43 @@ def storage_requests(
         service = _shared_by_server(spec, counts, replicas, n, rng)
     blocks = max(1, int(np.ceil(object_bytes / _BLOCK_BYTES)))
     service = service + (blocks - 1) * behaviour.block_service_ms
+    if extra_service_ms is not None:
+        service = service + extra_service_ms
     return RequestDraws(network, service, network / 2.0)
+
+
+def copy_episodes_ms(
+    behaviour: StorageBehaviour,
+    operation: str,
+    counts: tuple[int, ...],
+    n: int,
+    rng: np.random.Generator,
+    copy0: EpisodeDraw | None = None,
+) -> np.ndarray | None:
+    """Per request, the delay of its copy's slow episode, one state per copy (its replicas
+    together): copy 0's as ``copy0`` if given, the others met at a random time; None, and
+    no draw, without episodes."""
+    episodes = behaviour.episodes_of(operation)
+    if episodes is None:
+        return None
+    per_copy = episodes.stationary(rng, (n, len(counts))).added_ms
+    if copy0 is not None:
+        per_copy[:, 0] = copy0.added_ms
+    return np.repeat(per_copy, counts, axis=1)
+
+
+def vm_fastest_ms(
+    behaviour: StorageBehaviour,
+    operation: str,
+    counts: tuple[int, ...],
+    n: int,
+    rng: np.random.Generator,
+) -> np.ndarray:
+    """The fastest of concurrent requests from a VM (Fig. 15's measurement), slow
+    episodes included when the world has them."""
+    extra = copy_episodes_ms(behaviour, operation, counts, n, rng)
+    draws = storage_requests(behaviour, operation, counts, n, rng, extra_service_ms=extra)
+    return completion_ms(draws, behaviour, operation).min(axis=1)
 
 
 def _shared_by_server(spec, counts, replicas, n, rng) -> np.ndarray:
@@ -180,6 +222,39 @@ class OperationSample:
         return float(np.mean(self.redundant))
 
 
+@dataclass(frozen=True)
+class _Met:
+    """The slow episodes an operation's requests to one region meet: its path's and its
+    copy 0's (None: the world has none); the other copies are met afresh."""
+
+    path: EpisodeDraw | None = None
+    copy0: EpisodeDraw | None = None
+
+
+def _met_at_random(
+    world: CloudWorld, prefix: int | None, region: int, operation: str, n: int, rng
+) -> _Met:
+    """What an operation arriving at a random time meets (``prefix`` None: no path)."""
+    path = None if prefix is None else world.internet[prefix][region].episodes
+    copy = world.behaviours[region].episodes_of(operation)
+    return _Met(
+        None if path is None else path.stationary(rng, n),
+        None if copy is None else copy.stationary(rng, n),
+    )
+
+
+def _met_later(
+    world: CloudWorld, prefix: int | None, region: int, operation: str, met: _Met, ms: float, rng
+) -> _Met:
+    """What requests ``ms`` after ``met`` meet on the same path and copy."""
+    path = None if prefix is None else world.internet[prefix][region].episodes
+    copy = world.behaviours[region].episodes_of(operation)
+    return _Met(
+        None if met.path is None or path is None else path.later(rng, met.path, ms),
+        None if met.copy0 is None else copy.later(rng, met.copy0, ms),
+    )
+
+
 def _region_part(
     world: CloudWorld,
     prefix: int,
@@ -190,25 +265,34 @@ def _region_part(
     rng: np.random.Generator,
     object_bytes: float,
     factor: np.ndarray | None = None,
+    met: _Met | None = None,
 ) -> tuple[np.ndarray, int]:
     """Fastest response of one region's tuple, issued together at time 0 (relative):
     direct requests each travel the Internet (sharing most spikes, ``InternetPath``); a
     relayed tuple is one message to a VM that issues its requests (§3, Fig. 4b).
     ``skip_first`` leaves out the request to copy 0 already in flight; ``factor`` (per
-    operation) stretches the storage side, a slowdown."""
+    operation) stretches the storage side, a slowdown; ``met``: the slow episodes the
+    tuple's path and copy 0 are in (a ground truth's; None: met afresh)."""
     behaviour = world.behaviours[region]
     path = world.internet[prefix][region]
     counts = copy_counts(tuple_.copies, tuple_.requests_per_copy, skip_first)
     k = int(sum(counts))
-    draws = storage_requests(behaviour, "get", counts, n, rng, object_bytes)
+    if met is None:
+        met = _met_at_random(world, prefix, region, "get", n, rng)
+    extra = copy_episodes_ms(behaviour, "get", counts, n, rng, met.copy0)
+    draws = storage_requests(behaviour, "get", counts, n, rng, object_bytes, extra)
     storage_ms = completion_ms(draws, behaviour, "get")
     if factor is not None:
         storage_ms = storage_ms * factor[:, None]
+    path_ms = np.zeros(n) if met.path is None else met.path.added_ms
     if tuple_.relay_vm:
         inner = storage_ms.min(axis=1)
-        overhead = rng.exponential(behaviour.relay_overhead_mean_ms, n)
-        return path.sample(rng, n, 1, object_bytes)[:, 0] + overhead + inner, k
-    per_request = path.sample(rng, n, k, object_bytes) + storage_ms
+        if world.truth is None:
+            overhead = rng.exponential(behaviour.relay_overhead_mean_ms, n)
+        else:
+            overhead = world.truth.relay_ms(rng, n, object_bytes)
+        return path.sample(rng, n, 1, object_bytes)[:, 0] + path_ms + overhead + inner, k
+    per_request = path.sample(rng, n, k, object_bytes) + path_ms[:, None] + storage_ms
     return per_request.min(axis=1), k
 
 
@@ -235,9 +319,11 @@ def get_operations(
     factors = (lambda j: None) if slowdown is None else (lambda j: slowdown.factors(j, arrival_s))
     dns_ms = world.dns[prefix].sample(rng, n)
     relay = c.serving.relay_vm
+    met = _met_at_random(world, prefix, serving, "get", n, rng)
     first, _ = _region_part(
-        world, prefix, serving, GetTuple(1, 1, relay), False, n, rng, object_bytes, factors(serving)
-    )
+        world, prefix, serving, GetTuple(1, 1, relay), False, n, rng, object_bytes,
+        factors(serving), met,
+    )  # fmt: skip
     if not c.get_redundant:
         return OperationSample(dns_ms + first, np.ones(n), np.zeros(n, bool))
     timeout_ms = c.get_timeout_ms
@@ -246,8 +332,9 @@ def get_operations(
     if c.serving.requests > 1:
         requests += c.serving.requests - 1
         skip = timeout_ms != 0.0  # a zero timeout: one draw of the whole tuple, first included
+        later = _met_later(world, prefix, serving, "get", met, timeout_ms, rng)
         part, _ = _region_part(
-            world, prefix, serving, c.serving, skip, n, rng, object_bytes, factors(serving)
+            world, prefix, serving, c.serving, skip, n, rng, object_bytes, factors(serving), later
         )
         if skip:
             parts.append(part)
@@ -303,9 +390,14 @@ def put_operations(
     c = configuration
     arrival_s = _arrivals(c, arrival_s, None, n)
     behaviour = world.behaviours[serving]
+    met = _met_at_random(world, prefix, serving, "put", n, rng)
     upload_ms = world.internet[prefix][serving].sample(rng, n, 1, object_bytes)[:, 0]
+    if met.path is not None:
+        upload_ms = upload_ms + met.path.added_ms
     counts = copy_counts(c.put.copies, c.put.requests_per_copy)
-    draws = storage_requests(behaviour, "put", counts, n, rng, object_bytes)
+    timeout_ms = c.put_timeout_ms if c.put_redundant else 0.0
+    extra = _put_episode_ms(world, serving, counts, met, timeout_ms, n, rng)
+    draws = storage_requests(behaviour, "put", counts, n, rng, object_bytes, extra)
     first_alone = completion_ms(_columns(draws, [0]), behaviour, "put")[:, 0]
     if not c.put_redundant:
         return OperationSample(upload_ms + first_alone, np.ones(n), np.zeros(n, bool))
@@ -327,6 +419,20 @@ def put_operations(
     return OperationSample(
         upload_ms + done.min(axis=1), 1 + trigger * (c.put.requests - 1), trigger, refused
     )
+
+
+def _put_episode_ms(
+    world: CloudWorld, serving: int, counts: tuple[int, ...], met: _Met, timeout_ms: float, n, rng
+) -> np.ndarray | None:
+    """Per PUT request, its copy's episode delay: the first request's as ``met``, copy 0's
+    redundant ones ``timeout_ms`` later in the same process, the other copies afresh."""
+    behaviour = world.behaviours[serving]
+    if behaviour.episodes_of("put") is None:
+        return None
+    later = _met_later(world, None, serving, "put", met, timeout_ms, rng)
+    per_request = copy_episodes_ms(behaviour, "put", counts, n, rng, later.copy0)
+    per_request[:, 0] = met.copy0.added_ms
+    return per_request
 
 
 def _columns(draws: RequestDraws, columns: list[int]) -> RequestDraws:

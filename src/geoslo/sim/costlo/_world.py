@@ -6,13 +6,14 @@ Everything is drawn from one seed; ``CloudWorld`` holds the hidden truth.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cached_property
 
 import numpy as np
 
 from geoslo.sim.costlo._behaviour import (
     DnsResolver,
+    GroundTruth,
     InternetPath,
     SpikyLatency,
     StorageBehaviour,
@@ -35,7 +36,8 @@ BUSIEST_REGION = "s3:us-east-1"  # §6.2: S3's most widely used data centre
 @dataclass(frozen=True, eq=False)
 class CloudWorld:
     """Regions, prefixes, each region's storage behaviour, Internet paths
-    ``internet[prefix][region]`` and ``between_regions[a][b]``, and DNS per prefix."""
+    ``internet[prefix][region]`` and ``between_regions[a][b]``, and DNS per prefix;
+    ``truth``: what it does beyond the estimator's assumptions (None: nothing)."""
 
     regions: tuple[CloudRegion, ...]
     prefixes: tuple[ClientPrefix, ...]
@@ -43,6 +45,7 @@ class CloudWorld:
     internet: tuple[tuple[InternetPath, ...], ...]
     between_regions: tuple[tuple[InternetPath | None, ...], ...]
     dns: tuple[DnsResolver, ...]
+    truth: GroundTruth | None = None
 
     @cached_property
     def base_rtt_ms(self) -> np.ndarray:
@@ -73,8 +76,11 @@ class CloudWorld:
         return serving, self.closest(prefix, ("s3", "azure"), exclude=(serving,))
 
 
-def build_world(seed: int = 0, n_prefixes: int | None = None) -> CloudWorld:
-    """The world of one seed: region load levels, per-path Internet behaviour, DNS."""
+def build_world(
+    seed: int = 0, n_prefixes: int | None = None, truth: GroundTruth | None = None
+) -> CloudWorld:
+    """The world of one seed: region load levels, per-path Internet behaviour, DNS; with
+    ``truth``, the same world doing what the estimator does not assume (issue 23)."""
     rng = np.random.default_rng(seed)
     regions = cloud_regions()
     prefixes = client_prefixes(n_prefixes)
@@ -84,7 +90,37 @@ def build_world(seed: int = 0, n_prefixes: int | None = None) -> CloudWorld:
         tuple(None if a is b else _region_path(a, b, rng) for b in regions) for a in regions
     )
     dns = tuple(DnsResolver(0.002, SpikyLatency(15.0, 0.6, 0.05, 100.0)) for _ in prefixes)
-    return CloudWorld(regions, prefixes, behaviours, internet, between, dns)
+    world = CloudWorld(regions, prefixes, behaviours, internet, between, dns)
+    return world if truth is None else _with_truth(world, truth)
+
+
+def _with_truth(world: CloudWorld, truth: GroundTruth) -> CloudWorld:
+    """The same draws, with part of the client paths' and storage servers' isolated
+    spikes made into slow episodes, a transfer rate that varies, PUTs' own network."""
+    internet = tuple(tuple(_path_with_truth(p, truth) for p in row) for row in world.internet)
+    behaviours = tuple(_behaviour_with_truth(b, truth) for b in world.behaviours)
+    return replace(world, behaviours=behaviours, internet=internet, truth=truth)
+
+
+def _path_with_truth(path: InternetPath, truth: GroundTruth) -> InternetPath:
+    isolated, episodes = truth.episodes(path.spike)
+    return replace(path, spike=isolated, episodes=episodes, throughput_sigma=truth.throughput_sigma)
+
+
+def _behaviour_with_truth(behaviour: StorageBehaviour, truth: GroundTruth) -> StorageBehaviour:
+    get_service, get_episodes = truth.episodes(behaviour.get_service)
+    put_service, put_episodes = truth.episodes(behaviour.put_service)
+    put_network = behaviour.network.scaled(
+        truth.put_network_spike_factor, truth.put_network_body_factor
+    )
+    return replace(
+        behaviour,
+        get_service=get_service,
+        put_service=put_service,
+        get_episodes=get_episodes,
+        put_episodes=put_episodes,
+        put_network=put_network,
+    )
 
 
 def _load_factor(region: CloudRegion, rng: np.random.Generator) -> float:
