@@ -21,6 +21,9 @@ from geoslo.sim.director import ServerPerformance
 
 __all__ = [
     "STUDY_READ_FRACTIONS",
+    "STUDY_RATE_SPAN",
+    "STUDY_SERVERS",
+    "STUDY_PERIODS",
     "ModelError",
     "truth_violation_probability",
     "model_error",
@@ -29,7 +32,8 @@ __all__ = [
 
 # the paper's four mixes and the ones between and beyond them it did not benchmark
 STUDY_READ_FRACTIONS = (0.5, 0.6, 0.7, 0.8, 0.85, 0.9, 0.95, 0.99, 1.0)
-_RATE_SPAN = (0.75, 1.25)  # cells around each mix's noiseless capacity, where it matters
+STUDY_SERVERS, STUDY_PERIODS = 50, 40  # the truth's fleet: 2,000 server-periods
+STUDY_RATE_SPAN = (0.75, 1.25)  # cells around each mix's noiseless capacity, where it matters
 
 
 def truth_violation_probability(
@@ -37,8 +41,8 @@ def truth_violation_probability(
     get_rps: np.ndarray,
     put_rps: np.ndarray,
     seed: int = 0,
-    servers: int = 50,
-    periods: int = 40,
+    servers: int = STUDY_SERVERS,
+    periods: int = STUDY_PERIODS,
     threshold_ms: float = 100.0,
     percentile: float = 99.0,
 ) -> np.ndarray:
@@ -100,10 +104,10 @@ def model_error(
     seed: int = 0,
 ) -> ModelError:
     """The model's predictions and the truth's on a grid of (mix, total rate), the rates
-    spanning ``_RATE_SPAN`` of each mix's noiseless capacity (``capacity_rps``)."""
+    spanning ``STUDY_RATE_SPAN`` of each mix's noiseless capacity (``capacity_rps``)."""
     fractions = np.asarray(read_fractions, float)
     capacity = np.array([perf.capacity_rps(f, 100.0, 99.0) for f in fractions])
-    total = capacity[:, None] * np.linspace(*_RATE_SPAN, rates_per_mix)[None, :]
+    total = capacity[:, None] * np.linspace(*STUDY_RATE_SPAN, rates_per_mix)[None, :]
     get, put = total * fractions[:, None], total * (1.0 - fractions[:, None])
     return ModelError(
         fractions,

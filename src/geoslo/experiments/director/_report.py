@@ -40,6 +40,7 @@ from geoslo.experiments.director._truth_report import (
 from geoslo.experiments.director._workloads import DIURNAL_SOURCE
 from geoslo.report import Report, load_paper_values, paper_row
 from geoslo.sim.director import ServerPerformance, SimResult
+from geoslo.sim.director._benchmarks import BENCHMARK_PERIODS, BENCHMARK_SERVERS
 
 __all__ = [
     "reproduce",
@@ -145,8 +146,10 @@ def reproduce(out_dir: Path, quick: bool = False, seed: int = 0, workers: int = 
     models_section(
         report,
         models,
-        "Benchmarks of one simulated server at the four read/write mixes give the load at "
-        "which its p99 crosses 100 ms; a logistic regression on (get rate, put rate) "
+        f"Benchmarks of a fleet of simulated servers ({BENCHMARK_SERVERS} servers, "
+        f"{BENCHMARK_PERIODS // BENCHMARK_SERVERS} noise periods per load) "
+        "at the four read/write mixes give the load at which most server-periods' p99 "
+        "crosses 100 ms; a logistic regression on (get rate, put rate) "
         "separates the loads below from those above. Copies at several rates into servers at "
         "several loads give the copy-rate factor; a linear regression with quadratic terms "
         "fits it.",

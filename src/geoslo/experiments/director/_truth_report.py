@@ -8,11 +8,18 @@ from dataclasses import replace
 import matplotlib.pyplot as plt
 import numpy as np
 
-from geoslo.experiments.director._model_error import model_error, violation_at_fill
+from geoslo.experiments.director._model_error import (
+    STUDY_PERIODS,
+    STUDY_RATE_SPAN,
+    STUDY_SERVERS,
+    model_error,
+    violation_at_fill,
+)
 from geoslo.experiments.director._simulated import percentiles_met
 from geoslo.models import PAPER_MIXES_READ_FRACTION
 from geoslo.report import Report
 from geoslo.sim.director import ServerPerformance, SimResult
+from geoslo.sim.director._benchmarks import BENCHMARK_PERIODS, BENCHMARK_SERVERS
 
 __all__ = [
     "CONTENDED_TRUTH",
@@ -20,6 +27,9 @@ __all__ = [
     "study_truths",
     "truth_section",
     "check_truth",
+    "run_summary",
+    "periods_over_fraction",
+    "breaks_text",
 ]
 
 CONTENDED_TRUTH = ServerPerformance.contended()
@@ -157,10 +167,12 @@ def truth_section(
         f"{c.slowdown_probability:g} per {c.noise_period_s:g}-s period and stays slow "
         f"{c.slowdown_mean_s / 60:g} minutes on average ({100 * c.slow_fraction:.0f}% of "
         "servers slow at any time). The controller and its model fitting are unchanged: "
-        "benchmarks on the truth (a fleet of 10 servers, 20 periods per load) give each "
+        f"benchmarks on the truth (a fleet of {BENCHMARK_SERVERS} servers, "
+        f"{BENCHMARK_PERIODS // BENCHMARK_SERVERS} periods per load) give each "
         "mix's crossing, and the logistic regression is fitted to them, so the model is "
         "fitted to this truth with its own linear form. The truth's probability of a "
-        "violation at a load is the share of 2,000 server-periods (50 servers, 40 periods) "
+        f"violation at a load is the share of {STUDY_SERVERS * STUDY_PERIODS:,} "
+        f"server-periods ({STUDY_SERVERS} servers, {STUDY_PERIODS} periods) "
         "whose p99 passes 100 ms; its crossing is the lowest load where that share reaches "
         "one half (the benchmark's own label).",
     )
@@ -176,7 +188,8 @@ def truth_section(
         "model_error_by_truth",
         [_row_by_truth(e) for e in study],
         caption="The model's error on each truth, each effect alone and all three; cells "
-        "span 0.75-1.25 of each mix's noiseless capacity; fullest fill: "
+        f"span {STUDY_RATE_SPAN[0]:g}-{STUDY_RATE_SPAN[1]:g} of each mix's noiseless "
+        "capacity; fullest fill: "
         f"1/{1 + overprovisioning:g} of the boundary at the workload's "
         f"{round(read_fraction * 100)}/{round((1 - read_fraction) * 100)} mix",
     )

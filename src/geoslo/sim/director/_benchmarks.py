@@ -22,7 +22,16 @@ from geoslo.models import (
 )
 from geoslo.sim.director._truth import ServerPerformance
 
-__all__ = ["steady_state_crossings", "copy_factor_runs", "trained_models"]
+__all__ = [
+    "steady_state_crossings",
+    "copy_factor_runs",
+    "trained_models",
+    "BENCHMARK_SERVERS",
+    "BENCHMARK_PERIODS",
+]
+
+BENCHMARK_SERVERS = 10  # §5.4 benchmarked on tens of EC2 servers
+BENCHMARK_PERIODS = 200  # server-periods per load, over the fleet
 
 
 def trained_models(
@@ -47,9 +56,9 @@ def steady_state_crossings(
     read_fractions,
     threshold_ms: float = 100.0,
     percentile: float = 99.0,
-    periods: int = 200,
+    periods: int = BENCHMARK_PERIODS,
     seed: int = 0,
-    servers: int = 10,
+    servers: int = BENCHMARK_SERVERS,
 ) -> np.ndarray:
     """Per mix, the lowest total req/s at which most of ``periods`` server-periods (on
     ``servers`` servers) violate the percentile."""
