@@ -73,7 +73,9 @@ DIFFERENCES = """\
 * **The servers are simulated**, calibrated to the paper's description (§2.1: p99 of a few
   tens of ms at moderate load, a crossing of 100 ms at a few thousand req/s per server), not
   to EC2's measured behaviour; noise is independent per server (capacity jitter and rare
-  hiccups that make 5% of a server's requests slow for a period).
+  hiccups that make 5% of a server's requests slow for a period), and the work is linear in
+  get + 3 put, the model's own form; the section on a truth the model does not assume adds
+  write contention, lasting differences between servers and slowdowns lasting minutes.
 * **The diurnal day is NASA's, not Ebates'.** The paper replays an Ebates.com trace we do
   not have; we take a weekday of the NASA Kennedy Space Center trace,
   whose day-night swing is deeper (night at 14% of the peak); its per-minute rates are

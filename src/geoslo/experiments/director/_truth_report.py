@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import replace
 
 import matplotlib.pyplot as plt
@@ -15,7 +16,7 @@ from geoslo.experiments.director._model_error import (
     model_error,
     violation_at_fill,
 )
-from geoslo.experiments.director._simulated import percentiles_met
+from geoslo.experiments.director._simulated import Models, percentiles_met
 from geoslo.models import PAPER_MIXES_READ_FRACTION
 from geoslo.report import Report
 from geoslo.sim.director import ServerPerformance, SimResult
@@ -56,7 +57,12 @@ def truth_variants() -> dict[str, ServerPerformance]:
     }
 
 
-def study_truths(train, read_fraction: float, overprovisioning: float, seed: int) -> list[dict]:
+def study_truths(
+    train: Callable[[ServerPerformance, int], Models],
+    read_fraction: float,
+    overprovisioning: float,
+    seed: int,
+) -> list[dict]:
     """Per truth variant: the model §5.4 fits on it (``train(perf, seed)``) and its error
     there (``model_error``), and the truth's violation share at the controller's fullest
     fill, ``1 / (1 + overprovisioning)`` of the model's boundary at the workload's mix."""
@@ -365,15 +371,11 @@ def check_truth(numbers: dict) -> dict[str, bool]:
     contended truth but does not collapse: at most 10% of the day's 20-s periods over
     100 ms (a bar of ours; the paper reports no such figure, its servers were EC2's)."""
     over = numbers["runs"]["diurnal-contended"]["periods_over_fraction"]
-    return {
+    return {  # names without the run's numbers (truth.csv has them): stable across seeds
         f"linear truth: the model's boundary within {LINEAR_EXACT_MAX_PCT:g}% of the truth's "
-        f"crossing at every mix: {numbers['linear_max_error_pct']:.1f}%": numbers[
-            "linear_max_error_pct"
-        ]
-        <= LINEAR_EXACT_MAX_PCT,
-        f"contended truth: elastic 0.1's day has at most "
-        f"{100 * PERIODS_OVER_MAX_FRACTION:g}% of 20-s periods with p99 over 100 ms: "
-        f"{100 * over:.1f}%": over <= PERIODS_OVER_MAX_FRACTION,
+        "crossing at every mix": numbers["linear_max_error_pct"] <= LINEAR_EXACT_MAX_PCT,
+        f"contended truth: elastic 0.1's day has at most {100 * PERIODS_OVER_MAX_FRACTION:g}% "
+        "of 20-s periods with p99 over 100 ms": over <= PERIODS_OVER_MAX_FRACTION,
     }
 
 
