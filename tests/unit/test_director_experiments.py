@@ -118,7 +118,8 @@ def test_the_units_check_counts_as_the_paper_does_and_shows_both_counts():
 def test_the_quick_reproduction_writes_its_report(tmp_path):
     index = reproduce(tmp_path, quick=True, workers=1)
     text = index.read_text()
-    for heading in ("Models (§5.4)", "Hotspot spike", "Diurnal workload", "Acceptance checks"):
+    headings = ("Models (§5.4)", "Hotspot spike", "Diurnal workload", "A truth the model does")
+    for heading in (*headings, "Acceptance checks"):
         assert heading in text
     summary = json.loads((tmp_path / "summary.json").read_text())
     assert summary["ideal_units"] > 0
@@ -133,3 +134,11 @@ def test_the_quick_reproduction_writes_its_report(tmp_path):
     assert gap["ideal"] + sum(gap[t] for t in terms) == summary["diurnal-0.1"]["serving"]
     assert gap["overprovisioning"] > 0 and gap["clock_units"] >= summary["diurnal-0.1"]["units"]
     assert f"{gap['serving'] - gap['ideal']} serving units above the ideal" in text
+    truth = summary["truth"]  # issue 23: the model's error on a truth it does not assume
+    assert truth["linear_max_error_pct"] < 2.0  # exact by construction on the linear truth
+    assert truth["contended_late_at_fill"] > truth["linear_late_at_fill"]
+    assert "Where the model breaks" in text
+    assert f"{100 * truth['contended_late_at_fill']:.1f}% of the contended truth" in text
+    for run in ("diurnal-linear", "diurnal-contended", "hotspot-linear", "hotspot-contended"):
+        assert 0.0 <= truth["runs"][run]["periods_over_fraction"] <= 1.0
+    assert (tmp_path / "truth.csv").exists() and (tmp_path / "model_error_by_truth.csv").exists()

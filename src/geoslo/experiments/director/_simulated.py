@@ -50,6 +50,9 @@ __all__ = [
 ]
 
 
+LINEAR_TRUTH = ServerPerformance()  # the default servers: work linear in get + 3 put
+
+
 @dataclass(frozen=True)
 class Scale:
     """Sizes of a simulated experiment (full length unless ``quick``)."""
@@ -130,15 +133,22 @@ def _config(scale: Scale, overprovisioning: float, replicas: int) -> DirectorCon
     )
 
 
-def run_diurnal(scale: Scale, models: Models, overprovisioning: float, replicas: int = 2):
-    """The elastic policy over the diurnal day (§6.3)."""
+def run_diurnal(
+    scale: Scale,
+    models: Models,
+    overprovisioning: float,
+    replicas: int = 2,
+    perf: ServerPerformance = LINEAR_TRUTH,
+):
+    """The elastic policy over the diurnal day (§6.3), on servers whose truth is ``perf``
+    (``models`` trained on it)."""
     popularity, _ = bin_popularity(scale.keys, scale.bins, scale.seed)
     workload = Workload(
         diurnal_rates(scale.diurnal_peak_rps, scale.diurnal_s), popularity, scale.read_fraction
     )
     config = _config(scale, overprovisioning, replicas)
     start = _start_servers(workload, models, config)
-    return _run(workload, scale, models, config, ServerPerformance(), start)
+    return _run(workload, scale, models, config, perf, start)
 
 
 def hot_bin(scale: Scale) -> int:
@@ -147,14 +157,21 @@ def hot_bin(scale: Scale) -> int:
     return int(np.argmin(popularity))
 
 
-def run_hotspot(scale: Scale, models: Models, overprovisioning: float, replicas: int = 2):
-    """Flat load, then a linear doubling onto one key (§6.2)."""
+def run_hotspot(
+    scale: Scale,
+    models: Models,
+    overprovisioning: float,
+    replicas: int = 2,
+    perf: ServerPerformance = LINEAR_TRUTH,
+):
+    """Flat load, then a linear doubling onto one key (§6.2), on servers whose truth is
+    ``perf`` (``models`` trained on it)."""
     popularity, _ = bin_popularity(scale.keys, scale.bins, scale.seed)
     base, hot = hotspot_rates(scale.hotspot_flat_rps, scale.hotspot)
     workload = Workload(base, popularity, scale.read_fraction, hot, hot_bin(scale))
     config = _config(scale, overprovisioning, replicas)
     start = _start_servers(workload, models, config)
-    return _run(workload, scale, models, config, ServerPerformance(), start)
+    return _run(workload, scale, models, config, perf, start)
 
 
 def _start_servers(workload: Workload, models: Models, config: DirectorConfig) -> int:

@@ -199,8 +199,9 @@ class StoreSimulation:
         self.last_late_fraction = 0.0  # of the last second served
         self._names: list[str] = []
         self._membership = np.zeros((0, self.n_bins))
-        self._factor = self._hiccup = np.zeros(0)
+        self._factor = self._hiccup = self._capacity = np.zeros(0)
         self._noise_names: list[str] = []
+        self._lasting = _LastingState()
         self._period_get = np.zeros(self.n_bins)
         self._period_put = np.zeros(self.n_bins)
         self._rates: tuple[np.ndarray, np.ndarray] | None = None  # this second's, once begun
@@ -208,7 +209,10 @@ class StoreSimulation:
     def observe(self) -> Observation:
         """Begin second ``t``: the loop's observation (a histogram when a period ended)."""
         perf, t = self.settings.performance, self.t
-        if t % int(perf.noise_period_s) == 0 or self.cluster.changed:
+        new_noise_period = t % int(perf.noise_period_s) == 0
+        if new_noise_period and t > 0:
+            self._lasting.step(perf, self.rng)
+        if new_noise_period or self.cluster.changed:
             self._refresh(fresh=True)
         get, put = self.workload.rates(t % self.duration_s)
         self._rates = (get, put)
@@ -254,6 +258,8 @@ class StoreSimulation:
             self.rng,
             fresh=fresh,
         )
+        lasting = self._lasting.factors(self._names, self.settings.performance, self.rng)
+        self._capacity = self._factor * lasting
         self.cluster.changed = False
 
     def finish(self) -> None:
@@ -263,7 +269,7 @@ class StoreSimulation:
         settings, perf, t = self.settings, self.settings.performance, self.t
         names, membership = self._names, self._membership
         rho, copy_rates = _utilisation(
-            self.cluster, names, membership, get, put, self._factor, settings
+            self.cluster, names, membership, get, put, self._capacity, settings
         )
         tails = perf.tail(settings.threshold_ms, rho, self._hiccup)
         late = _late(membership, tails, settings.read_fanout)
@@ -334,6 +340,37 @@ def _noise(names, old_names, factor, hiccup, perf, rng, fresh=True):
     return fresh_factor, fresh_hiccup, list(names)
 
 
+class _LastingState:
+    """Per server, by name, what outlives a noise period (``_truth``): its own capacity
+    factor, drawn when it is first seen, and whether it is in a slowdown, a Markov chain
+    stepped once per noise period. Nothing is drawn for the linear truth."""
+
+    def __init__(self) -> None:
+        self.server_factor: dict[str, float] = {}
+        self.slow: dict[str, bool] = {}
+
+    def step(self, perf: ServerPerformance, rng: np.random.Generator) -> None:
+        if perf.slowdown_probability == 0.0 or not self.slow:
+            return
+        names = list(self.slow)
+        stepped = perf.step_slow(np.array([self.slow[n] for n in names]), rng)
+        self.slow = dict(zip(names, stepped.tolist(), strict=True))
+
+    def factors(self, names: list[str], perf: ServerPerformance, rng) -> np.ndarray:
+        """Each server's lasting capacity factor, drawing for servers not seen before."""
+        if perf.is_linear:
+            return np.ones(len(names))
+        self.server_factor = {n: f for n, f in self.server_factor.items() if n in names}
+        self.slow = {n: s for n, s in self.slow.items() if n in names}  # removed: forgotten
+        new = [n for n in names if n not in self.server_factor]
+        if new:
+            factor, slow = perf.draw_server_factor(len(new), rng), perf.draw_slow(len(new), rng)
+            self.server_factor.update(zip(new, factor.tolist(), strict=True))
+            self.slow.update(zip(new, slow.tolist(), strict=True))
+        server_factor = np.array([self.server_factor[n] for n in names])
+        return perf.lasting_factor(server_factor, np.array([self.slow[n] for n in names], bool))
+
+
 def _utilisation(cluster, names, membership, get, put, factor, settings):
     """Each server's utilisation this second, with the copies' work, and each running
     copy's actual rate (§5.4: the specified rate times a factor the target's load sets)."""
@@ -355,7 +392,8 @@ def _utilisation(cluster, names, membership, get, put, factor, settings):
 
 
 def _late(membership: np.ndarray, tails: np.ndarray, fanout: int) -> np.ndarray:
-    """Per bin, the chance a get is late: the fastest of ``fanout`` random replicas."""
+    """Per bin, the chance a get is late: the fastest of ``fanout`` random replicas.
+    ``tails`` is one value per server, or rows of them (one row per latency threshold)."""
     replicas = membership.sum(axis=0)
     n = np.maximum(replicas, 1.0)
     s1 = tails @ membership
@@ -381,8 +419,9 @@ def _sampled(get_sum, put_sum, settings: SimSettings, rng) -> tuple[np.ndarray, 
 
 
 def _p99_ms(get, membership, grid, fanout) -> float:
-    """The p99 of the gets from the servers' tails on a latency grid (one row each)."""
-    late = np.array([float(get @ _late(membership, row, fanout)) for row in grid])
+    """The p99 of the gets from the servers' tails on a latency grid (one row each; all
+    rows at once, as ``_late`` broadcasts over them)."""
+    late = _late(membership, grid, fanout) @ get
     late /= max(float(get.sum()), 1e-12)
     above = np.flatnonzero(late <= 0.01)
     return float(_P99_GRID_MS[above[0]] if above.size else _P99_GRID_MS[-1])
