@@ -567,17 +567,16 @@ def _decide_timing(report: Report, paper: dict) -> float:
 
 def check_done(summary: dict) -> dict[str, bool]:
     """The issue's measurable checks on a reproduction's summary. Serving units are counted
-    as §6.3 counts them, every leased server minus the standbys; the name also gives the
-    count of servers that held data, which is lower (a server booting or emptied for
-    release holds none)."""
-    serving, held = summary["serving_over_ideal"], summary["held_over_ideal"]
+    as §6.3 counts them, every leased server minus the standbys (the report's tables give
+    the ratio, and that of the servers that held data, which is lower: a server booting or
+    emptied for release holds none). A check's name holds no number of the run, so that
+    it is the same check on every seed."""
     units = (
-        f"elastic 0.1 serving units (paid minus standbys, as §6.3 counts) <= "
-        f"{SERVING_OVER_IDEAL_MAX:g} x ideal: {serving:.3f} x (servers that held data: "
-        f"{held:.3f} x)"
+        "elastic 0.1 serving units (paid minus standbys, as §6.3 counts) <= "
+        f"{SERVING_OVER_IDEAL_MAX:g} x ideal"
     )
     return {
-        units: serving <= SERVING_OVER_IDEAL_MAX,
+        units: summary["serving_over_ideal"] <= SERVING_OVER_IDEAL_MAX,
         "elastic 0.1 saves against fixed-100%": summary["saving_vs_fixed100"] > 0,
         "elastic 0.1 saves against fixed-70%": summary["saving_vs_fixed70"] > 0,
     }  # the decision time is reported, not checked: it measures the machine's load too
