@@ -109,13 +109,11 @@ def kalman_step(model: ArrivalModel, state: FilterState, arrival_mb: float) -> F
 def predicted_arrivals(model: ArrivalModel, state: FilterState, horizon: int) -> np.ndarray:
     """The expected arrival (MB) in each of the next ``horizon`` intervals (``G F^(j+1) z``
     after the last measured one), never negative."""
-    f, g = model.transition(), model.observation()[0]
-    z = state.mean.copy()
-    out = np.empty(horizon)
-    for j in range(horizon):
-        z = f @ z
-        out[j] = max(float(g @ z), 0.0)
-    return out
+    steps = np.arange(1, horizon + 1)
+    level = np.full(horizon, float(state.mean[0]))
+    if model.order == 2:  # F^(j+1) moves the level by j + 1 slopes
+        level += steps * float(state.mean[1])
+    return np.maximum(level, 0.0)
 
 
 def predicted_arrival_sd_mb(model: ArrivalModel, state: FilterState) -> float:
