@@ -37,6 +37,7 @@ from geoslo.errors import ConfigError
 from geoslo.experiments.replication._workloads import experiment_2
 from geoslo.models import (
     ArrivalModel,
+    FilterState,
     arrivals_from_buffers,
     image_arrivals,
     kalman_step,
@@ -63,6 +64,16 @@ def test_local_trend_filter_extrapolates_a_ramp():
         state = kalman_step(model, state, 10.0 + 2.0 * k)  # +2 MB per interval
     ahead = predicted_arrivals(model, state, 3)
     assert ahead == pytest.approx([10.0 + 2.0 * 60, 10.0 + 2.0 * 61, 10.0 + 2.0 * 62], abs=1.0)
+
+
+@pytest.mark.parametrize("kind", ["random-walk", "local-trend"])
+@pytest.mark.parametrize("slope", [3.0, -3.0])
+def test_predicted_arrivals_are_g_f_to_the_j_plus_1_z(kind, slope):
+    model = ArrivalModel(kind)
+    state = FilterState(np.array([50.0, slope][: model.order]), np.eye(model.order))
+    f, g = model.transition(), model.observation()[0]
+    ahead = [g @ np.linalg.matrix_power(f, j + 1) @ state.mean for j in range(30)]
+    assert predicted_arrivals(model, state, 30) == pytest.approx(np.maximum(ahead, 0.0))
 
 
 def test_predicted_arrivals_are_never_negative():

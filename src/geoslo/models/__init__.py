@@ -7,6 +7,7 @@ from geoslo.models._egress import (
     arrivals_from_buffers,
     image_arrivals,
     kalman_step,
+    predicted_arrival_sd_mb,
     predicted_arrivals,
 )
 from geoslo.models._interference import best_fitting_curve
@@ -47,6 +48,7 @@ __all__ = [
     "arrivals_from_buffers",
     "image_arrivals",
     "kalman_step",
+    "predicted_arrival_sd_mb",
     "predicted_arrivals",
     "PAPER_MIXES_READ_FRACTION",
     "CopyDurationModel",

@@ -29,6 +29,7 @@ __all__ = [
     "image_arrivals",
     "kalman_step",
     "predicted_arrivals",
+    "predicted_arrival_sd_mb",
 ]
 
 ARRIVAL_MODEL_KINDS = ("random-walk", "local-trend")  # equations (4) and (5)
@@ -64,6 +65,14 @@ class ArrivalModel:
         """G (1 x order): the arrival is the level."""
         return np.eye(1) if self.order == 1 else np.array([[1.0, 0.0]])
 
+    def process_covariance(self) -> np.ndarray:
+        """Q of ``e``: the walk drives the level, or the trend's level and slope."""
+        q = np.zeros((self.order, self.order))
+        q[-1, -1] = self.process_noise_mb**2
+        if self.order == 2:
+            q[0, 0] = self.process_noise_mb**2
+        return q
+
     def initial(self, arrival_mb: float = 0.0) -> FilterState:
         """A state at ``arrival_mb`` per interval, as uncertain as one measurement."""
         mean = np.zeros(self.order)
@@ -87,12 +96,8 @@ def arrivals_from_buffers(before_mb, after_mb, sent_mb) -> np.ndarray:
 def kalman_step(model: ArrivalModel, state: FilterState, arrival_mb: float) -> FilterState:
     """Predict one interval ahead, then correct with the interval's measured arrival."""
     f, g = model.transition(), model.observation()[0]
-    q = np.zeros((model.order, model.order))
-    q[-1, -1] = model.process_noise_mb**2  # the walk drives the level, or the trend's slope
-    if model.order == 2:
-        q[0, 0] = model.process_noise_mb**2
     mean = f @ state.mean
-    covariance = f @ state.covariance @ f.T + q
+    covariance = f @ state.covariance @ f.T + model.process_covariance()
     innovation = arrival_mb - float(g @ mean)
     variance = float(g @ covariance @ g) + model.measurement_noise_mb**2
     gain = covariance @ g / variance
@@ -104,13 +109,19 @@ def kalman_step(model: ArrivalModel, state: FilterState, arrival_mb: float) -> F
 def predicted_arrivals(model: ArrivalModel, state: FilterState, horizon: int) -> np.ndarray:
     """The expected arrival (MB) in each of the next ``horizon`` intervals (``G F^(j+1) z``
     after the last measured one), never negative."""
+    steps = np.arange(1, horizon + 1)
+    level = np.full(horizon, float(state.mean[0]))
+    if model.order == 2:  # F^(j+1) moves the level by j + 1 slopes
+        level += steps * float(state.mean[1])
+    return np.maximum(level, 0.0)
+
+
+def predicted_arrival_sd_mb(model: ArrivalModel, state: FilterState) -> float:
+    """The standard deviation (MB) the model gives the next interval's arrival:
+    ``sqrt(G (F P F' + Q) G' + R)``, the spread of the filter's innovation."""
     f, g = model.transition(), model.observation()[0]
-    z = state.mean.copy()
-    out = np.empty(horizon)
-    for j in range(horizon):
-        z = f @ z
-        out[j] = max(float(g @ z), 0.0)
-    return out
+    covariance = f @ state.covariance @ f.T + model.process_covariance()
+    return float(np.sqrt(g @ covariance @ g + model.measurement_noise_mb**2))
 
 
 def image_arrivals(

@@ -21,6 +21,7 @@ from geoslo.experiments.replication._report import (
     PAPER_VALUES,
     POLICIES,
     check_pattern,
+    check_replication_tail,
     reproduce,
     run_experiment,
 )
@@ -41,6 +42,7 @@ __all__ = [
     "POLICIES",
     "Experiment",
     "check_pattern",
+    "check_replication_tail",
     "experiment_1",
     "experiment_2",
     "reproduce",

@@ -10,6 +10,7 @@ from geoslo.sim.replication._link import (
     LinkStepper,
     LinkWorkload,
     allocate,
+    pareto_sums_mb,
     simulate_link,
     split_among_images,
 )
@@ -34,6 +35,7 @@ __all__ = [
     "LinkSettings",
     "LinkWorkload",
     "allocate",
+    "pareto_sums_mb",
     "simulate_link",
     "split_among_images",
 ]

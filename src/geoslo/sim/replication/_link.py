@@ -3,7 +3,9 @@
 Three streams (application, replication service, VM image) each keep their own buffer.
 Application and replication data arrive as non-homogeneous Poisson processes of messages
 (``message_mb``) at the workload's per-second rates; VM images arrive in bulk every
-``image_period_s``. Every step the link sends ``capacity * step_s`` MB, split by the
+``image_period_s``. With ``message_tail_index`` set, message sizes are Pareto with that
+tail index and mean ``message_mb`` instead (a ground truth the MPC's model of Gaussian
+arrival noise does not assume). Every step the link sends ``capacity * step_s`` MB, split by the
 policy in force (``Allocation``):
 
 * ``shares``: each stream is guaranteed ``share * capacity``; what a stream does not use
@@ -28,6 +30,7 @@ import numpy as np
 
 from geoslo.control.replication.types import Allocation, Measurement, Policy
 from geoslo.errors import ConfigError
+from geoslo.models import predicted_arrival_sd_mb
 
 __all__ = [
     "LinkSettings",
@@ -37,6 +40,7 @@ __all__ = [
     "allocate",
     "simulate_link",
     "split_among_images",
+    "pareto_sums_mb",
 ]
 
 VM_IMAGE = 2
@@ -50,6 +54,7 @@ class LinkSettings:
     interval_s: float = 10.0  # the controller's sampling time
     step_s: float = 0.1
     message_mb: float = 0.0625  # one Poisson arrival of application or replication data
+    message_tail_index: float | None = None  # None: every message is message_mb; else Pareto
     image_mb: float = 375.0
     image_period_s: float = 600.0  # copies start at one period, two periods, ...
     seed: int = 0
@@ -58,6 +63,9 @@ class LinkSettings:
         for name in ("capacity_mbps", "interval_s", "step_s", "message_mb", "image_mb"):
             if not getattr(self, name) > 0:
                 raise ConfigError(name, f"must be > 0, got {getattr(self, name)!r}")
+        tail = self.message_tail_index
+        if tail is not None and not (np.isfinite(tail) and tail > 1):
+            raise ConfigError("message_tail_index", f"must be None or a number > 1, got {tail!r}")
         steps = self.interval_s / self.step_s
         if abs(steps - round(steps)) > 1e-9:
             raise ConfigError("step_s", "must divide interval_s")
@@ -79,7 +87,8 @@ class LinkWorkload:
 class LinkRun:
     """Per step: time at the step's end, buffers after it, and cumulative MB arrived and
     sent per stream; per image: creation and completion time (nan while in flight); per
-    interval: the allocation's shares (nan under priority) and the controller's time."""
+    interval: the allocation's shares (nan under priority), the controller's time and, for a
+    policy that predicts, its predicted arrivals."""
 
     policy: str
     step_s: float
@@ -91,6 +100,11 @@ class LinkRun:
     image_done_s: np.ndarray
     shares: np.ndarray
     decide_ms: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    # per consultation: the policy's predicted arrivals (MB) of application and replication
+    # data in the interval it starts, and its model's standard deviation of them; empty
+    # when the policy predicts none (FIFO, STATIC, PRIO)
+    predicted_mb: np.ndarray = field(default_factory=lambda: np.zeros((0, 2)))
+    predicted_sd_mb: np.ndarray = field(default_factory=lambda: np.zeros((0, 2)))
 
 
 def allocate(backlog_mb: np.ndarray, allocation: Allocation, capacity_mb: float) -> np.ndarray:
@@ -132,10 +146,23 @@ def split_among_images(remaining_mb: np.ndarray, budget_mb: float) -> np.ndarray
 
 
 def _message_arrivals(rates_mbps: np.ndarray, settings: LinkSettings, rng) -> np.ndarray:
-    """MB arriving in each step: Poisson counts of messages at the per-second rate."""
+    """MB arriving in each step: Poisson counts of messages at the per-second rate, each
+    of ``message_mb`` or, with a tail index, of Pareto size with that mean."""
     per_step = np.repeat(np.asarray(rates_mbps, float), round(1 / settings.step_s))
     mean_messages = per_step / 8.0 * settings.step_s / settings.message_mb
-    return rng.poisson(mean_messages) * settings.message_mb
+    counts = rng.poisson(mean_messages)
+    if settings.message_tail_index is None:
+        return counts * settings.message_mb
+    return pareto_sums_mb(counts, settings.message_mb, settings.message_tail_index, rng)
+
+
+def pareto_sums_mb(counts: np.ndarray, mean_mb: float, tail_index: float, rng) -> np.ndarray:
+    """Per entry, the total of ``counts[i]`` Pareto sizes of tail index ``tail_index`` > 1
+    and mean ``mean_mb`` (scale ``mean_mb (a - 1) / a``): P(size > s) = (scale / s)^a."""
+    scale_mb = mean_mb * (tail_index - 1.0) / tail_index
+    sizes = (rng.pareto(tail_index, int(counts.sum())) + 1.0) * scale_mb
+    owner = np.repeat(np.arange(counts.size), counts)
+    return np.bincount(owner, weights=sizes, minlength=counts.size)
 
 
 def simulate_link(workload: LinkWorkload, policy: Policy, settings: LinkSettings) -> LinkRun:
@@ -186,6 +213,7 @@ def simulate_link(workload: LinkWorkload, policy: Policy, settings: LinkSettings
         backlog = np.maximum(backlog - out, 0.0)
         total_out += out
         buffers[k], arrived[k], sent[k] = backlog, total_in, total_out
+    predicted = _predictions(policy)
     return LinkRun(
         policy=policy.name,
         step_s=settings.step_s,
@@ -197,7 +225,22 @@ def simulate_link(workload: LinkWorkload, policy: Policy, settings: LinkSettings
         image_done_s=np.asarray(images_done),
         shares=np.asarray(shares, float),
         decide_ms=np.asarray(decide_ms),
+        predicted_mb=predicted[0],
+        predicted_sd_mb=predicted[1],
     )
+
+
+def _predictions(policy: Policy) -> tuple[np.ndarray, np.ndarray]:
+    """Per consultation, the arrivals a policy that keeps its decisions (``MpcPolicy``)
+    predicted for the interval it started, and the standard deviation its model gave
+    them; empty for the others."""
+    decisions = [d for d in getattr(policy, "decisions", None) or [] if d.filters is not None]
+    if not decisions:
+        return np.zeros((0, 2)), np.zeros((0, 2))
+    model = policy.controller.config.arrival_model
+    mean = [d.predicted_arrivals_mb[0, :2] for d in decisions]
+    sd = [[predicted_arrival_sd_mb(model, f) for f in d.filters] for d in decisions]
+    return np.asarray(mean, float), np.asarray(sd, float)
 
 
 def _consult(policy: Policy, measurement: Measurement, now_s: float) -> tuple[Allocation, float]:
