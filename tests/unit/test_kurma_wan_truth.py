@@ -109,3 +109,19 @@ def test_redirected_requests_miss_more_over_a_congested_truth():
     pool_pct = pool.violations[1, 2] / pool.requests[1, 2]
     assert truth_pct > pool_pct + 0.01
     assert truth.violations[0, 0] / truth.requests[0, 0] < 0.01  # local requests untouched
+
+
+def test_kurmas_probes_see_the_links_state():
+    from geoslo.sim.kurma import interval_measurements
+
+    always = WanTruthParams(pair_spread_sigma=0.0, calm_mean_s=1e-9, congested_mean_s=1e9)
+    sim_truth, frac = build_sim(always, rate_rps=500.0)
+    stats = sim_truth.run(1.0, frac)
+    rng = np.random.default_rng(0)
+    congested = interval_measurements(stats, RTT_MS, POOL_MS, rng, sim_truth.wan_truth)
+    pooled = interval_measurements(stats, RTT_MS, POOL_MS, rng)
+    off = ~np.eye(3, dtype=bool)
+    # the minimum of 15 Pareto probes sits near its x_min (about 1.3 ms), of 15 pool draws
+    # near 0: Kurma's base estimate rises during a congested period
+    assert np.all(congested.probe_rtt_ms[off] - RTT_MS[off] > 1.0)
+    assert np.all(pooled.probe_rtt_ms[off] - RTT_MS[off] < 0.5)
