@@ -207,7 +207,7 @@ def _fit_text(fit: dict, run) -> str:
 
 def _fading_text(rows: list[dict]) -> str:
     """Whether Frankfurt's changes after the fit come from Kurma's routing or not."""
-    after = [r for r in rows if r["minute"] > SIGNAL_AT_S / 60 + 1]
+    after = [r for r in rows if r["minute"] > SIGNAL_AT_S / 60]  # the minutes after the fit
     if len(after) < 2:
         return ""
     shares = [r["Frankfurt redirected share"] for r in after]

@@ -296,7 +296,9 @@ def _fig5_text(ks_rows: list[dict], d: dict) -> str:
     gap_kurma = kurma["over_slo_pct"] - measured["over_slo_pct"]
     gap_naive = naive["over_slo_pct"] - measured["over_slo_pct"]
     slo_winner = "Kurma's" if abs(gap_kurma) <= abs(gap_naive) else "the non-separated"
-    ks_winner = "Kurma's" if kurma["ks_distance"] <= naive["ks_distance"] else "the non-separated"
+    ks_winner = (
+        "Kurma's" if kurma["ks_distance"] <= naive["ks_distance"] else "the non-separated one"
+    )
     true_gap = d["true_base_over_slo_pct"] - measured["over_slo_pct"]
     return (
         f"On the share over the SLO, **{slo_winner} estimate is closer** to the measurement "
