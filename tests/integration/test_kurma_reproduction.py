@@ -109,3 +109,27 @@ def test_the_checks_hold_and_the_prose_states_this_runs_numbers(quick_report):
     assert all(check_done(results).values())
     c3 = {r["policy"]: r for r in results["fig8_10"]["fig8a"]}["C3"]["global_violations_pct"]
     assert f"{c3:.2f}%" in index.read_text()
+
+
+def test_the_truth_wan_section_reports_the_models_error_and_the_controller(quick_report):
+    """Issue 23: Kurma on a ground truth its model does not assume, beside the pooled one."""
+    out, index, results = quick_report
+    truth = results["wan_truth"]
+    text = index.read_text()
+    assert "WAN ground truth its model does not assume" in text
+    assert f"{truth['max_error_pp']:.2f} pp" in text  # the prose states this run's numbers
+    assert truth["pooled_kurma_violations_pct"] is not None
+    assert 0 < truth["kurma_redirected_share_pct"] < 100
+    assert (out / "truth_vs_pooled.csv").exists()
+    checks = (out / "checks.csv").read_text()
+    assert "Truth WAN: KurmaPerf" in checks and "Truth WAN: Kurma's estimate" in checks
+
+
+def test_fig5_and_fig11_say_which_estimate_and_curve_won(quick_report):
+    """Issue 23: the report names the closer Fig. 5 estimate and explains Fig. 11's fit."""
+    _, index, results = quick_report
+    text = index.read_text()
+    assert "estimate is closer** to the measurement" in text
+    predicted = results["fig11"]["fit"]["predicted_pct"]
+    assert predicted == sorted(predicted)  # the family's curves are ordered at the fit's load
+    assert f"chose {results['fig11']['chosen_slowed']}." in text

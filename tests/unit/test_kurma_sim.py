@@ -48,6 +48,8 @@ def test_exported_names():
         "DEFAULT_RESIDUAL_WAN_SHAPE",
         "residual_wan_samples_ms",
         "RequestLevelSim",
+        "WanTruthParams",
+        "WanResidualTruth",
         "IntervalStats",
         "POLICIES",
         "DEFAULT_POLICY_PARAMS",

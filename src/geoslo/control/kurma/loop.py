@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass, replace
+from typing import NamedTuple
 
 import numpy as np
 
@@ -25,7 +26,7 @@ from geoslo.control.kurma.types import (
 )
 from geoslo.models import SloSurface, best_fitting_curve
 
-__all__ = ["KurmaController", "plan_fractions"]
+__all__ = ["KurmaController", "CurveFit", "plan_fractions"]
 
 
 def plan_fractions(plan: KurmaPlan, demand_rps: np.ndarray) -> np.ndarray:
@@ -56,6 +57,14 @@ class _Point:
     write_fraction: float
 
 
+class CurveFit(NamedTuple):
+    """One interference fit (§7.1.4): the recent points and each curve's squared error."""
+
+    load_rps: np.ndarray
+    violation_fraction: np.ndarray
+    squared_error: np.ndarray
+
+
 class KurmaController:
     """One logical Kurma deployment: all instances of §6 sharing one exchanged state."""
 
@@ -75,6 +84,7 @@ class KurmaController:
         self.model_in_force = model  # the last plan's model (reduced capacities, §9)
         self.base_rtt_ms = np.zeros((n, n))
         self.chosen_curve = {site: 0 for site in self.curve_families}
+        self.last_fit: dict[int, CurveFit] = {}  # per site: what the last curve fit saw
         self._window: deque[tuple[float, np.ndarray, np.ndarray]] = deque()
         self._points: list[deque[_Point]] = [deque() for _ in range(n)]
         self._pending_signals: set[int] = set()
@@ -137,8 +147,9 @@ class KurmaController:
             loads = np.array([p.load_rps for p in points])
             observed = np.array([p.violation_fraction for p in points])
             mix = float(np.mean([p.write_fraction for p in points]))
-            best, _ = best_fitting_curve([s.curve(0, mix) for s in family], loads, observed)
+            best, errors = best_fitting_curve([s.curve(0, mix) for s in family], loads, observed)
             self.chosen_curve[site] = best
+            self.last_fit[site] = CurveFit(loads, observed, errors)
             self.model = self.model.with_site_surface(site, family[best])
         self._pending_signals.clear()
 

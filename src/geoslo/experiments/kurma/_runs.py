@@ -8,13 +8,13 @@ kernel, where they see every response as it returns.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
 from geoslo.control.kurma import IntervalMeasurements, KurmaConfig, KurmaController, KurmaModel
 from geoslo.experiments.kurma._scenario import SLO_MS, Scenario
-from geoslo.sim.kurma import RequestLevelSim, interval_measurements
+from geoslo.sim.kurma import RequestLevelSim, WanTruthParams, interval_measurements
 
 __all__ = ["PolicyRun", "run_policy", "POLICIES", "KERNEL_POLICIES"]
 
@@ -43,6 +43,7 @@ class PolicyRun:
     violations: np.ndarray  # [interval, src, dst]
     served_rps: np.ndarray  # [interval, site] client load served at each site
     chosen_curve: dict[int, int]  # site -> index in its curve family (interference, §7.1.4)
+    curve_fits: dict = field(default_factory=dict)  # site -> the last fit's CurveFit
 
     @property
     def global_violation_fraction(self) -> float:
@@ -81,10 +82,10 @@ def make_controller(scenario: Scenario, policy: str, curve_families=None) -> Kur
 
 
 def to_measurements(
-    stats, base_rtt_ms: np.ndarray, pool_ms: np.ndarray, rng
+    stats, base_rtt_ms: np.ndarray, pool_ms: np.ndarray, rng, wan_truth=None
 ) -> IntervalMeasurements:
     """What Kurma's instances measure and exchange after an interval (§6)."""
-    return interval_measurements(stats, base_rtt_ms, pool_ms, rng)
+    return interval_measurements(stats, base_rtt_ms, pool_ms, rng, wan_truth)
 
 
 def run_policy(
@@ -97,12 +98,14 @@ def run_policy(
     curve_families=None,
     on_interval=None,
     policy_params: dict | None = None,
+    wan_truth: WanTruthParams | None = None,
 ) -> PolicyRun:
     """Simulate ``policy`` over per-second traces (one per site) in 2.5 s intervals.
 
     ``events`` is a list of (time_s, callable(sim, controller)) applied when time passes,
     e.g. interference on some servers or an interference signal (§7.1.4);
-    ``policy_params`` overrides the simulator's ``DEFAULT_POLICY_PARAMS``.
+    ``policy_params`` overrides the simulator's ``DEFAULT_POLICY_PARAMS``; ``wan_truth``
+    replaces the pooled residual WAN latency by the truth Kurma's model does not assume.
     """
     duration_s = min(len(t) for t in traces)
     topology = scenario.topology(duration_s)
@@ -117,6 +120,7 @@ def run_policy(
         seed=seed,
         policy=KERNEL_POLICIES.get(policy, "rates"),
         policy_params=policy_params,
+        wan_truth=wan_truth,
     )
     controller = (
         make_controller(scenario, policy, curve_families) if policy in MODEL_POLICIES else None
@@ -136,7 +140,8 @@ def run_policy(
         served.append(stats.requests.sum(axis=0) / INTERVAL_S)
         if controller is not None:
             base = topology.base_rtt_matrix_ms(sim.now_s)
-            routing = controller.step(to_measurements(stats, base, scenario.residual_pool_ms, rng))
+            measured = to_measurements(stats, base, scenario.residual_pool_ms, rng, sim.wan_truth)
+            routing = controller.step(measured)
             if routing is not None:  # None: the EWMA baseline keeps the routing in force
                 fractions = routing.fractions
         if on_interval is not None:
@@ -147,4 +152,5 @@ def run_policy(
         np.array(violations),
         np.array(served),
         dict(controller.chosen_curve) if controller is not None else {},
+        dict(controller.last_fit) if controller is not None else {},
     )

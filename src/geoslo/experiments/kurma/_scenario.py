@@ -28,7 +28,7 @@ from geoslo.models import (
 from geoslo.sim.kurma import BackendParams, profile_site, residual_wan_samples_ms
 from geoslo.topology import Topology, kurma_topology
 
-__all__ = ["Scenario", "build_scenario", "SLO_MS", "MMC_SERVERS"]
+__all__ = ["Scenario", "build_scenario", "measure_saturation", "SLO_MS", "MMC_SERVERS"]
 
 SLO_MS = 30.0  # 30 ms at the 95th percentile, §7
 RHO = 0.05
@@ -96,19 +96,23 @@ class Scenario:
         return curves
 
 
-def _median_passes_slo(backend, load_rps, seconds, seed) -> bool:
-    return float(np.median(profile_site(backend, load_rps, 0.0, seconds, seed))) > SLO_MS
+def _median_passes_slo(backend, load_rps, seconds, seed, slowdown=None) -> bool:
+    response_ms = profile_site(backend, load_rps, 0.0, seconds, seed, slowdown=slowdown)
+    return float(np.median(response_ms)) > SLO_MS
 
 
-def measure_saturation(backend: BackendParams, seed: int, seconds: float = 5.0) -> float:
-    """Raise the load until queues grow without bound (median response past the SLO), §4."""
+def measure_saturation(
+    backend: BackendParams, seed: int, seconds: float = 5.0, slowdown: np.ndarray | None = None
+) -> float:
+    """Raise the load until queues grow without bound (median response past the SLO), §4;
+    ``slowdown``: per-server service-time factors (interference, §7.1.4)."""
     start = min(1000.0, backend.read_capacity_rps / 4)
     low, high = start, 2 * start
-    while not _median_passes_slo(backend, high, seconds, seed):
+    while not _median_passes_slo(backend, high, seconds, seed, slowdown):
         low, high = high, high * 2
     for _ in range(10):
         mid = (low + high) / 2
-        if _median_passes_slo(backend, mid, seconds, seed):
+        if _median_passes_slo(backend, mid, seconds, seed, slowdown):
             high = mid
         else:
             low = mid

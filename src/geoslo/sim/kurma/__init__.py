@@ -17,6 +17,7 @@ from geoslo.sim.kurma._params import (
     residual_wan_samples_ms,
 )
 from geoslo.sim.kurma._profile import Crossings, calibrate_backend, measure_crossings, profile_site
+from geoslo.sim.kurma._wan_truth import WanResidualTruth, WanTruthParams
 
 __all__ = [
     "BackendParams",
@@ -25,6 +26,8 @@ __all__ = [
     "DEFAULT_RESIDUAL_WAN_SHAPE",
     "residual_wan_samples_ms",
     "RequestLevelSim",
+    "WanTruthParams",
+    "WanResidualTruth",
     "KurmaSimEnvironment",
     "interval_measurements",
     "IntervalStats",

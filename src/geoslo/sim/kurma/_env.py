@@ -14,6 +14,7 @@ import numpy as np
 from geoslo.errors import InputError
 from geoslo.sim.kurma import _kernels as K
 from geoslo.sim.kurma._params import BackendParams
+from geoslo.sim.kurma._wan_truth import WanResidualTruth, WanTruthParams
 
 __all__ = ["IntervalStats", "RequestLevelSim", "POLICIES", "DEFAULT_POLICY_PARAMS"]
 
@@ -115,6 +116,9 @@ class RequestLevelSim:
     Poisson stream at ``rate_traces[i][second]`` req/s; the policy sends each request
     to a site (and, for global_rr / latency_aware / c3, to a server). With
     ``repeat_traces`` second ``s`` reads ``rate_traces[i][s % len]`` (a service that runs on).
+    With ``wan_truth`` the residual WAN latency is per pair, correlated in time and load
+    dependent (:class:`WanResidualTruth`, built from the pooled samples and ``seed``) instead
+    of independent draws from one pool, which is what Kurma's model assumes.
     """
 
     def __init__(
@@ -131,6 +135,7 @@ class RequestLevelSim:
         policy: str = "rates",
         policy_params: dict | None = None,
         repeat_traces: bool = False,
+        wan_truth: WanTruthParams | None = None,
     ) -> None:
         self.site_names = list(site_names)
         n = len(self.site_names)
@@ -160,6 +165,14 @@ class RequestLevelSim:
         self._resid_pool, self._resid_off, self._resid_len = _residual_pools(
             residual_rtt_samples_ms, n
         )
+        self.wan_truth = None  # None: every residual from the pools (Kurma's own model)
+        if wan_truth is not None:
+            if np.any(self._resid_off) or np.any(self._resid_len != self._resid_pool.size):
+                raise InputError("residual_rtt_samples_ms", "wan_truth needs one pooled sample")
+            self.wan_truth = WanResidualTruth(n, self._resid_pool, wan_truth, seed)
+            self._resid_pool = self.wan_truth.pool_ms
+            self._resid_off, self._resid_len = self.wan_truth.offsets()
+        self._link_rate_rps = np.zeros((n, n))
         if not slo_ms > 0:
             raise InputError("slo_ms", f"must be > 0, got {slo_ms}")
         self.slo_ms = float(slo_ms)
@@ -414,6 +427,11 @@ class RequestLevelSim:
             req, src_start, rep, req_w, n_w = self._arrivals(t0_ms, t1_ms, sec)
             n_req = req.shape[1]
             self._ensure_capacity(n_req + n_w * (n - 1), n_req, n_req)
+            if self.wan_truth is not None:
+                self._resid_off, self._resid_len = self.wan_truth.advance(
+                    t_next - t, self._link_rate_rps
+                )
+                sent_before = st_req.copy()
             kern.run_chunk(
                 t0_ms,
                 t1_ms,
@@ -464,6 +482,8 @@ class RequestLevelSim:
                 samples,
                 nsamp,
             )
+            if self.wan_truth is not None:  # the rate the next second's queues see
+                self._link_rate_rps = (st_req - sent_before) / (t_next - t)
             t = t_next
         kern.settle(
             self._pf,

@@ -18,6 +18,7 @@ from geoslo.control.kurma import IntervalMeasurements, Routing
 from geoslo.errors import InputError
 from geoslo.sim.kurma._env import IntervalStats, RequestLevelSim
 from geoslo.sim.kurma._params import BackendParams
+from geoslo.sim.kurma._wan_truth import WanResidualTruth
 
 __all__ = ["KurmaSimEnvironment", "interval_measurements", "PROBES_PER_SECOND"]
 
@@ -25,10 +26,19 @@ PROBES_PER_SECOND = 15  # 3 probes every 200 ms, §6
 
 
 def interval_measurements(
-    stats: IntervalStats, base_rtt_ms: np.ndarray, pool_ms: np.ndarray, rng: np.random.Generator
+    stats: IntervalStats,
+    base_rtt_ms: np.ndarray,
+    pool_ms: np.ndarray,
+    rng: np.random.Generator,
+    wan_truth: WanResidualTruth | None = None,
 ) -> IntervalMeasurements:
-    """What Kurma's instances measure and exchange after an interval (§6)."""
-    probes = rng.choice(pool_ms, size=base_rtt_ms.shape + (PROBES_PER_SECOND,)).min(axis=-1)
+    """What Kurma's instances measure and exchange after an interval (§6); the probes'
+    residuals come from ``pool_ms``, or from the link's state in ``wan_truth``."""
+    if wan_truth is None:
+        residuals = rng.choice(pool_ms, size=base_rtt_ms.shape + (PROBES_PER_SECOND,))
+    else:
+        residuals = wan_truth.probe_residuals_ms(rng, PROBES_PER_SECOND)
+    probes = residuals.min(axis=-1)
     return IntervalMeasurements(
         duration_s=stats.duration_s,
         arrivals=stats.arrivals,
