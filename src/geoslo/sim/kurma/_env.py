@@ -55,6 +55,7 @@ DEFAULT_POLICY_PARAMS: dict[str, float] = {
     "ds_reset_interval_ms": 600000.0,
     "ds_badness_threshold": 0.1,
     "ds_replicas_per_site": 3,  # the key's replicas in each DC (Kurma section 7: RF 3)
+    "ds_read_repair_chance": 0.1,  # dclocal_read_repair_chance (table default, 2.1-3.x)
     # C3 (Suresh et al., NSDI 2015); gamma, smax, hysteresis and rates are our choices
     "c3_ewma_alpha": 0.9,
     "c3_window_ms": 20.0,
@@ -256,6 +257,10 @@ class RequestLevelSim:
         self._pp[K.PP_DS_RESET_MS] = p["ds_reset_interval_ms"]
         self._pp[K.PP_DS_BADNESS] = p["ds_badness_threshold"]
         self._pp[K.PP_DS_RF] = p["ds_replicas_per_site"]
+        self._pp[K.PP_DS_READ_REPAIR] = p["ds_read_repair_chance"]
+        self._digests_per_read = 0
+        if self.policy == "dynamic_snitch" and p["ds_read_repair_chance"] > 0:
+            self._digests_per_read = max(int(p["ds_replicas_per_site"]), 1) - 1
         self._pp[K.PP_C3_EWMA] = p["c3_ewma_alpha"]
         self._pp[K.PP_C3_WINDOW_MS] = p["c3_window_ms"]
         self._pp[K.PP_C3_BETA] = p["c3_beta"]
@@ -434,7 +439,8 @@ class RequestLevelSim:
             t0_ms, t1_ms = t * 1000.0, t_next * 1000.0
             req, src_start, rep, req_w, n_w = self._arrivals(t0_ms, t1_ms, sec)
             n_req = req.shape[1]
-            self._ensure_capacity(n_req + n_w * (n - 1), n_req, n_req)
+            digests = n_req * self._digests_per_read  # DynamicSnitch's read repair
+            self._ensure_capacity(n_req + n_w * (n - 1) + digests, n_req + digests, n_req)
             kern.run_chunk(
                 t0_ms,
                 t1_ms,

@@ -171,7 +171,8 @@ PP_C3_NCLIENTS = 16
 PP_C3_MIN_RATE = 17
 PP_LA_RF = 18
 PP_DS_RF = 19
-NPP = 20
+PP_DS_READ_REPAIR = 20
+NPP = 21
 
 # Backlog (C3 backpressure queue) float columns, followed by 3 per site.
 BK_ISSUE = 0
@@ -470,6 +471,32 @@ def _route_dynamic_snitch(c, i, u_server, ss, pp, allowed, order, site_off, n_se
             best = k
             best_score = score
     return cand_j[best], cand_s[best]
+
+
+@_jit
+def _ds_read_repair(c, i, u_server, j, srv, t_ms, u_aux, pp, n_servers, pf, pi, st):
+    """DC-local read repair (dclocal_read_repair_chance, Cassandra 2.1-3.x): digests to
+    the key's other replicas in coordinator c's site, whose responses feed its snitch.
+
+    A digest is a measurement only: it waits behind the server's queue but takes no
+    service time, so it changes no other request's response (no policy's requests carry
+    read-repair load in this simulator). It is marked reported, so it enters no statistic.
+    """
+    n = n_servers[i]
+    rf = int(pp[PP_DS_RF])
+    if rf > n:
+        rf = n
+    start = int(u_server * n)
+    if start >= n:
+        start = n - 1
+    for k in range(rf):
+        s = (start + k) % n
+        if j == i and s == srv:
+            continue
+        u = u_aux + 0.6180339887498949 * (k + 1)  # another uniform for its reservoir entry
+        u -= math.floor(u)
+        _push(pf, pi, st, t_ms, 0.0, t_ms, t_ms, 0.0, 0.0, u, 2.0, i, s, i, c)
+        pi[st[ST_NPEND] - 1, PI_REPORTED] = 1
 
 
 @_inline
@@ -1116,9 +1143,11 @@ def run_chunk(
                     st_arr[i, 1] += 1
                 srv = -1
                 n_c = coord_off[i + 1] - coord_off[i]
-                c = int(req[RQ_ROUTE, k] * n_c)
+                u_c = req[RQ_ROUTE, k] * n_c
+                c = int(u_c)
                 if c >= n_c:
                     c = n_c - 1
+                u_c -= c  # a uniform again, independent of c
                 c += coord_off[i]
                 if policy == RATES:
                     j = _route_rates(i, req[RQ_ROUTE, k], cum_frac, n_sites)
@@ -1142,6 +1171,21 @@ def run_chunk(
                     j, srv = _route_dynamic_snitch(
                         c, i, req[RQ_SERVER, k], ss, pp, allowed, order, site_off, n_servers
                     )
+                    if u_c < pp[PP_DS_READ_REPAIR]:
+                        _ds_read_repair(
+                            c,
+                            i,
+                            req[RQ_SERVER, k],
+                            j,
+                            srv,
+                            t_k,
+                            req[RQ_AUX, k],
+                            pp,
+                            n_servers,
+                            pf,
+                            pi,
+                            st,
+                        )
                 else:
                     j = -1
                     if not (st[ST_NBACK] > 0 and _has_backlog(bk, st, c)):
