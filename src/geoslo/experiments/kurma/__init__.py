@@ -174,10 +174,11 @@ def _snitch_text(trace1: dict, trace2: dict) -> str:
     )
     if ds_b > local_b:
         text += (
-            " Its violations exceed AllLocal's where every site runs near its capacity: a "
-            "coordinator sends every read to its best-scored (or unmeasured) replica until "
-            "the next score update, 100 ms later, which can overload that replica's site, "
-            "whose coordinators then turn elsewhere (docs/kurma.md); the paper saw it favour "
-            "local reads."
+            " Its violations exceed AllLocal's where the sites run near their capacity: once "
+            "the badness test sorts, a coordinator sends every read whose key that replica "
+            "holds to its best-scored one until the next score update, 100 ms later, and "
+            "the coordinators, seeing the same servers, pick the same one, which a stall or "
+            "a burst then overloads (it happens with remote sites excluded too; "
+            "docs/kurma.md). The paper saw it favour local reads, not herd."
         )
     return text + "\n"
