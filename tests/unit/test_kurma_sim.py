@@ -441,13 +441,13 @@ def test_dynamic_snitch_sorts_the_keys_replicas_by_score_when_one_is_bad(kern):
 
     rest = (allowed, order, site_off, n_servers)
     assert route() == (0, 0)  # nothing scored: the subsnitch's first replica
-    ss[0, 0] = (1.0, 10, 1.0)
-    ss[0, 1] = (1.05, 10, 1.0)  # within the threshold of host 0: proximity order holds
+    ss[0, 0, :3] = (1.0, 10, 1.0)
+    ss[0, 1, :3] = (1.05, 10, 1.0)  # within the threshold of host 0: proximity order holds
     assert route() == (0, 0)
     ss[0, 0, K.SS_SCORE] = 1.2  # host 0 over 1.1 x host 1: by score, unscored count 0
     assert route() == (1, 0)  # the first unscored host, remote site 1
-    ss[0, 2] = (0.9, 10, 1.0)
-    ss[0, 3] = (0.95, 10, 1.0)
+    ss[0, 2, :3] = (0.9, 10, 1.0)
+    ss[0, 3, :3] = (0.95, 10, 1.0)
     assert route() == (1, 0)  # every host scored: the lowest score
     ss[0, 2, K.SS_SCORE], ss[0, 3, K.SS_SCORE] = 3.0, 2.0
     assert route() == (0, 1)

@@ -138,8 +138,10 @@ NGL = 5
 # scores every host it has heard from.
 SS_SCORE = 0
 SS_COUNT = 1
-SS_SCORED = 2  # 1 if the site had samples at the last score update
-NSS = 3
+SS_SCORED = 2  # 1 if the host had samples at the last score update
+SS_MEDIAN = 3  # its weighted median at the last score update
+SS_DIRTY = 4  # 1 if it has had a sample since (only then is its median recomputed)
+NSS = 5
 # Reservoir entries `res` (S, S, size, NRS). Column RS_HEAP of entries 0..count-1
 # holds the slots in a binary min-heap on (priority, slot), so replacing the lowest
 # priority costs O(log size) instead of a scan.
@@ -513,6 +515,7 @@ def _ds_feedback(ss, res, i, j, t_ms, x, u, landmark_ms, pp):
     w = math.exp(pp[PP_DS_ALPHA_PER_S] * (t_ms - landmark_ms) / 1000.0)
     prio = w / (1.0 - u)
     c = int(ss[i, j, SS_COUNT])
+    ss[i, j, SS_DIRTY] = 1.0  # a full reservoir may keep its samples: recompute anyway
     if c < size:
         res[i, j, c, RS_VAL] = x
         res[i, j, c, RS_W] = w
@@ -574,6 +577,11 @@ def _ds_update_scores(ss, res):
             med[j] = 0.0
             if c == 0:
                 continue
+            if ss[i, j, SS_DIRTY] == 0:  # no sample since the last update: same median
+                med[j] = ss[i, j, SS_MEDIAN]
+                if med[j] > mx:
+                    mx = med[j]
+                continue
             vals = res[i, j, :c, RS_VAL].copy()
             ws = res[i, j, :c, RS_W].copy()
             idx = np.argsort(vals, kind="mergesort")
@@ -587,6 +595,8 @@ def _ds_update_scores(ss, res):
                     m = vals[idx[k]]
                 cum += ws[idx[k]]
             med[j] = m
+            ss[i, j, SS_MEDIAN] = m
+            ss[i, j, SS_DIRTY] = 0.0
             if m > mx:
                 mx = m
         for j in range(n_hosts):
