@@ -344,28 +344,119 @@ def test_latency_aware_ignores_the_first_measurements():
     assert gs[0, 0, K.GS_LA_AVG] == pytest.approx((1 - np.log(2)) * 15.0 + np.log(2) * 115.0)
 
 
-def test_dynamic_snitch_does_not_prefer_unmeasured_remote_sites():
-    """Only the local site is scored (its own reads); unscored sites do not enter the
-    badness test, so reads stay local even under heavy load (Kurma section 7.1.1)."""
-    st = build_sim("dynamic_snitch", rate_rps=40000.0, seed=2).run(1.0)
-    assert np.array_equal(np.diag(st.requests), st.arrivals)
-
-
-def test_dynamic_snitch_moves_reads_when_a_scored_site_is_better():
+def test_dynamic_snitch_measures_remote_replicas_and_keeps_reads_mostly_local():
+    """Per coordinator and per host: an unscored replica counts as 0.0 once the badness
+    test sorts by score, so remote replicas get read and scored (Cassandra 3.x); their
+    medians (WAN included) are high, so reads stay mostly local (Kurma section 7.1.1)."""
     from geoslo.sim.kurma import _kernels as K
 
-    ss = np.zeros((2, 2, K.NSS))
+    s = build_sim("dynamic_snitch", rate_rps=8000.0, seed=2)
+    st = s.run(2.0)
+    remote = st.requests.sum() - np.trace(st.requests)
+    assert 0 < remote < 0.1 * st.requests.sum()
+    scored = s._ss[:, :, K.SS_SCORED] > 0
+    assert scored.shape == (15, 15)  # 5 coordinators per site x every server
+    remote_scored = [scored[c, [g for g in range(15) if g // 5 != c // 5]].sum() for c in range(15)]
+    # a coordinator explores once its local replicas' medians differ by over 10%
+    assert sum(k > 0 for k in remote_scored) >= 3  # by their own reads
+
+
+def test_dynamic_snitch_read_repair_measures_local_replicas_and_adds_no_request():
+    """DC-local read repair (chance 1 here): every read's other local replicas answer a
+    digest that feeds the coordinator's snitch; digests are neither requests nor load."""
+    from geoslo.sim.kurma import _kernels as K
+
+    s = build_sim("dynamic_snitch", rate_rps=3000.0, seed=2, ds_read_repair_chance=1.0)
+    plain = build_sim("dynamic_snitch", rate_rps=3000.0, seed=2, ds_read_repair_chance=0.0)
+    st, st0 = s.run(0.2), plain.run(0.2)  # short: the reservoirs (100) are not full
+    assert np.array_equal(st.completed, st.requests) and st.served.sum() == st.requests.sum()
+    assert st0.arrivals.sum() == st.arrivals.sum()
+    samples, samples0 = s._ss[:, :, K.SS_COUNT], plain._ss[:, :, K.SS_COUNT]
+    local = [[g for g in range(15) if g // 5 == c // 5] for c in range(15)]
+    assert all((samples[c, local[c]] > 0).all() for c in range(15))
+    # a read's 2 other local replicas answer digests: about 3 samples a read, not 1
+    assert samples.sum() > 2.5 * samples0.sum()
+
+
+def test_dynamic_snitch_avoids_a_slow_local_replica():
+    """Per host scores: with one of London's servers ten times slower, the snitch reads
+    its other replicas, so London's violations fall far below AllLocal's (a per-site
+    snitch, or none, cannot tell the site's servers apart)."""
+    slow = np.array([10.0, 1.0, 1.0, 1.0, 1.0])
+    fractions = {}
+    for policy in ("dynamic_snitch", "rates"):
+        s = build_sim(policy, rate_rps=8000.0, seed=3)
+        s.set_server_slowdown(0, slow)
+        s.run(1.0)
+        fractions[policy] = s.run(2.0).violation_fraction[0]
+    assert fractions["rates"] > 0.05
+    assert fractions["dynamic_snitch"] < 0.3 * fractions["rates"]
+
+
+def test_c3_keeps_one_state_per_coordinator_and_counts_them_as_its_clients():
+    """C3 section 4.1: every client (here every coordinator, 5 per site) ranks replicas
+    from its own responses and outstanding counts, and n in q_hat is their number."""
+    from geoslo.sim.kurma import _kernels as K
+
+    s = build_sim("c3", rate_rps=8000.0, seed=2)
+    assert s._pp[K.PP_C3_NCLIENTS] == 15 and s._gs.shape[0] == 15
+    s.run(1.0)
+    heard = s._gs[:, :, K.GS_C3_R] > 0  # [coordinator, server]: responses received
+    assert heard.all(axis=1).sum() > 0  # coordinators hear from remote servers too
+    r = s._gs[:, :5, K.GS_C3_R]  # London's servers as each coordinator saw them
+    assert not np.allclose(r[:5], r[:5].mean(axis=0))  # London's coordinators differ
+    one = build_sim("c3", rate_rps=8000.0, seed=2, coordinators_per_site=1)
+    assert one._pp[K.PP_C3_NCLIENTS] == 3 and one._gs.shape[0] == 3
+    assert build_sim("c3", c3_clients=7.0)._pp[K.PP_C3_NCLIENTS] == 7
+
+
+def test_c3_keeps_most_reads_local_when_idle():
+    """Local responses return in under a millisecond: with its slice at 1 ms, C3's
+    outstanding counts see them, and most reads stay local at low load."""
+    st = build_sim("c3", rate_rps=3000.0, seed=2).run(2.0)
+    assert np.trace(st.requests) > 0.8 * st.requests.sum()
+
+
+def _ds_state(n_coords=2, n_hosts=4):
+    from geoslo.sim.kurma import _kernels as K
+
+    ss = np.zeros((n_coords, n_hosts, K.NSS))
     pp = np.zeros(K.NPP)
     pp[K.PP_DS_BADNESS] = 0.1
+    pp[K.PP_DS_RF] = 2
     order = np.array([[0, 1], [1, 0]], dtype=np.int64)
     allowed = np.ones((2, 2), dtype=np.bool_)
-    ss[0, 0] = (1.0, 10, 1.0)  # local scored, remote unscored
-    assert K._route_dynamic_snitch(0, ss, pp, allowed, order) == 0
-    ss[0, 1] = (1.05, 10, 1.0)  # remote scored, local within the badness threshold
-    ss[0, 0, K.SS_SCORE] = 1.1
-    assert K._route_dynamic_snitch(0, ss, pp, allowed, order) == 0
-    ss[0, 0, K.SS_SCORE] = 1.2  # local worse than 1.1 x the best: sort by score
-    assert K._route_dynamic_snitch(0, ss, pp, allowed, order) == 1
+    site_off = np.array([0, 2, 4], dtype=np.int64)
+    n_servers = np.array([2, 2], dtype=np.int64)
+    return ss, pp, allowed, order, site_off, n_servers
+
+
+@pytest.mark.parametrize("kern", ["compiled", "reference"])
+def test_dynamic_snitch_sorts_the_keys_replicas_by_score_when_one_is_bad(kern):
+    from geoslo.sim.kurma import _kernels as K
+
+    kern = K if kern == "compiled" else reference_kernels()
+    ss, pp, allowed, order, site_off, n_servers = _ds_state()
+
+    def route(c=0, u_server=0.0):
+        return tuple(kern._route_dynamic_snitch(c, 0, u_server, ss, pp, *rest))
+
+    rest = (allowed, order, site_off, n_servers)
+    assert route() == (0, 0)  # nothing scored: the subsnitch's first replica
+    ss[0, 0, :3] = (1.0, 10, 1.0)
+    ss[0, 1, :3] = (1.05, 10, 1.0)  # within the threshold of host 0: proximity order holds
+    assert route() == (0, 0)
+    ss[0, 0, K.SS_SCORE] = 1.2  # host 0 over 1.1 x host 1: by score, unscored count 0
+    assert route() == (1, 0)  # the first unscored host, remote site 1
+    ss[0, 2, :3] = (0.9, 10, 1.0)
+    ss[0, 3, :3] = (0.95, 10, 1.0)
+    assert route() == (1, 0)  # every host scored: the lowest score
+    ss[0, 2, K.SS_SCORE], ss[0, 3, K.SS_SCORE] = 3.0, 2.0
+    assert route() == (0, 1)
+    assert route(c=1) == (0, 0)  # another coordinator's state is its own
+    # a key whose replicas start at server 1: (0, 1), (0, 0), (1, 1), (1, 0) in order,
+    # scores 1.05, 1.2, 2.0, 3.0 already sorted: the first one
+    assert route(u_server=0.6) == (0, 1)
 
 
 def _feedback_heap(events):

@@ -390,7 +390,7 @@ def test_the_snitch_reads_locally_until_a_local_host_is_worse_by_the_badness():
     policy = snitch()
     feed(policy, (0, 0), 2.0, 50, 0.0)
     feed(policy, (0, 1), 2.0, 50, 0.0)
-    feed(policy, (1, 0), 12.0, 50, 0.0)  # remote: measured through propagated writes
+    feed(policy, (1, 0), 12.0, 50, 0.0)  # remote: measured by earlier reads
     hosts = draw_hosts(policy, 400, now_ms=1000.0)
     assert set(hosts) == {(0, 0), (0, 1)} and min(hosts.values()) > 150  # both, at random
     feed(policy, (0, 0), 40.0, 50, 1000.0)  # one local server slows: the order is broken
@@ -399,8 +399,8 @@ def test_the_snitch_reads_locally_until_a_local_host_is_worse_by_the_badness():
     # scored in proximity order 1.0, 1.0, 0.3: sorted by score, the unscored host (1, 1)
     # counts as 0 and comes first (compareEndpoints)
     assert hosts == Counter({(1, 1): 100})
-    policy.mark_down(1, 1, FAR_FUTURE_MS)  # the next unscored host, nearest first
-    assert draw_hosts(policy, 10, now_ms=2000.0) == Counter({(2, 0): 10})
+    policy.mark_down(1, 1, FAR_FUTURE_MS)  # the next unscored hosts, of the next site
+    assert set(draw_hosts(policy, 40, now_ms=2000.0)) == {(2, 0), (2, 1)}
 
 
 def test_the_snitch_rescores_only_every_100_ms_and_forgets_after_10_minutes():
@@ -418,9 +418,16 @@ def test_the_snitch_rescores_only_every_100_ms_and_forgets_after_10_minutes():
     assert set(draw_hosts(policy, 50, now_ms=later_ms)) == {(0, 0), (0, 1)}  # all forgotten
 
 
-def test_only_the_snitch_hears_from_every_replica():
-    assert DynamicSnitch.observes_replicas
-    assert not LatencyAware.observes_replicas and not RatesPolicy.observes_replicas
+def test_the_snitch_reads_among_the_keys_replicas_only():
+    """Four servers a site: a key's candidates are 3 consecutive servers of every site
+    from the key's start, this site's first (as the simulator's dynamic_snitch)."""
+    policy = snitch(servers_per_site=[4, 4, 4])
+    assert policy.replicas(0.6) == [(0, 2), (0, 3), (0, 0), (1, 2), (1, 3), (1, 0), (2, 2),
+                                    (2, 3), (2, 0)]  # fmt: skip
+    hosts = draw_hosts(policy, 400)
+    assert set(hosts) == {(0, s) for s in range(4)}  # nothing scored: the key's first
+    policy.mark_down(0, 0, FAR_FUTURE_MS)
+    assert (0, 0) not in draw_hosts(policy, 100)
 
 
 # --- make_policy -------------------------------------------------------------------------------

@@ -94,7 +94,8 @@ def _simulate(live: LiveModel, spec, jobs: dict, settings: LiveSettings, seed: i
     scenario = build_scenario(sim_settings, seed, backend=_sim_backend(live, spec.servers_per_site))
     scenario = replace(scenario, wan=spec.topology(scenario.saturation_rps))
     skip = int(RAMP_S // INTERVAL_S)  # the intervals of the ramp are not measured, as live
-    clients = {"c3_clients": float(len(spec.sites))}  # C3's n: one client per site, as live
+    # one client per site, as live: its DynamicSnitch or C3 state, and C3's n = the sites
+    clients = {"coordinators_per_site": 1}
     runs: dict[str, dict[str, PolicyRun]] = {}
     for name, (traces, policies) in jobs.items():
         ramped = [np.array(with_ramp(t)) for t in traces]

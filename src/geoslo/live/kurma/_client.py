@@ -471,16 +471,14 @@ class SiteClient:
                 task.add_done_callback(self._background.discard)
 
     async def _fire(self, site: int, server: int, payload: bytes, replies: int) -> None:
-        """Send one propagated write; a policy that hears from every replica (a
-        coordinator's snitch) is told how long it took."""
+        """Send one propagated write (no policy is told how long it took: Cassandra's write
+        handlers do not time replicas for the snitch)."""
         try:
             connection = await self._connection(site, server)
             sent = time.perf_counter()
             await self._with_deadline(connection.send(payload, replies), sent)
         except (TimeoutError, TestbedError):
             return  # a replica that is down catches up when it is restarted (Testbed)
-        if self.policy.observes_replicas:
-            self.policy.observe(site, server, (time.perf_counter() - sent) * 1e3, _now_ms())
 
     async def _connection(self, site: int, server: int) -> RedisConnection:
         """The host's connection; requests that find it opening wait for the same one."""

@@ -11,8 +11,8 @@ and the sockets. The same policies run in the simulator's kernel (``geoslo.sim``
   simulator's ``latency_aware``): local hosts first, then remote sites by proximity,
   with hosts whose time-weighted average latency exceeds twice the best one moved last.
 * ``DynamicSnitch``: Cassandra's DynamicEndpointSnitch (3.x defaults), per client and per
-  host, fed by every response from every replica the client contacts (its propagated
-  writes included), as a coordinator's snitch is.
+  host, fed by the reads' responses from every replica the client reads from (the
+  simulator's ``dynamic_snitch``).
 * ``C3``: Suresh et al. (NSDI 2015), per client: replicas ranked by response time, queue and
   service time (the servers' feedback, ``_feedback``), each under a cubic rate limiter,
   with a backpressure queue when none has room.
@@ -50,7 +50,6 @@ class RoutingPolicy:
     """Chooses ``(site, server)`` for each request; hosts marked down are skipped."""
 
     follows_plan = False  # True: the site's agent sets the split every interval
-    observes_replicas = False  # True: observe() also gets the propagated writes' responses
     needs_feedback = False  # True: the servers' feedback (C3) reaches it through feedback()
 
     def __init__(self, site: int, servers_per_site: list[int]) -> None:
@@ -315,36 +314,38 @@ class DecayingReservoir:
 
 
 class DynamicSnitch(RoutingPolicy):
-    """Cassandra's DynamicEndpointSnitch (3.x; cassandra.yaml defaults), one per client:
-    every host's latencies in a :class:`DecayingReservoir` (100 samples, alpha 0.75),
-    scores (median over the largest median) every 100 ms, the reservoirs cleared every
-    10 min. A read goes to the first host that is up in the subsnitch's order (this site's
-    servers in random order, then the other sites nearest first) unless, among the scored
-    hosts in that order, one's score exceeds the sorted scores' at its position by more
-    than the badness threshold (0.1): then in order of score, an unscored host counting
-    as 0 (sortByProximityWithBadness, compareEndpoints)."""
+    """Cassandra's DynamicEndpointSnitch (3.x; cassandra.yaml defaults), one per client (a
+    coordinator), as the simulator's ``dynamic_snitch``: every host's read latencies in a
+    :class:`DecayingReservoir` (100 samples, alpha 0.75), scores (median over the largest
+    median) every 100 ms, the reservoirs cleared every 10 min. A read's candidates are the
+    key's replicas, ``replicas_per_site`` consecutive servers of every site from a random
+    start, this site's first, then the other sites nearest first (the subsnitch's order);
+    the first that is up is read unless, among the scored candidates in that order, one's
+    score exceeds the sorted scores' at its position by more than the badness threshold
+    (0.1): then in order of score, an unscored host counting as 0 (sortByProximityWithBadness,
+    compareEndpoints), so a host not measured since the last reset is read and measured.
+    Only reads feed it: Cassandra's write handlers do not time replicas for the snitch."""
 
-    observes_replicas = True  # a coordinator's snitch hears from every replica it contacts
     reservoir_size = 100
     alpha_per_s = 0.75
     update_interval_ms = 100.0
     reset_interval_ms = 600_000.0
     badness_threshold = 0.1
+    replicas_per_site = 3  # Kurma section 7: RF 3 in each datacenter
 
     def __init__(
         self, site: int, servers_per_site: list[int], proximity: list[int], seed: int = 0
     ) -> None:
         super().__init__(site, servers_per_site)
-        self.proximity = [j for j in proximity if j != site]  # remote sites, nearest first
+        self.order = [site] + [j for j in proximity if j != site]  # this site first
         self._random = random.Random(seed)
         self.reservoirs: dict[tuple[int, int], DecayingReservoir] = {}
         self.scores: dict[tuple[int, int], float] = {}
-        self.by_score: list[tuple[int, int]] | None = None  # None: proximity order holds
         self._next_score_ms = -math.inf
         self._next_reset_ms: float | None = None
 
     def observe(self, site: int, server: int, response_ms: float, now_ms: float) -> None:
-        """receiveTiming: one response of a host, a read or a replica's write."""
+        """receiveTiming: one read's response from a host."""
         if self._next_reset_ms is None:
             self._next_reset_ms = now_ms + self.reset_interval_ms
         reservoir = self.reservoirs.get((site, server))
@@ -354,41 +355,36 @@ class DynamicSnitch(RoutingPolicy):
         reservoir.update(response_ms, now_ms / 1e3, 1.0 - self._random.random())
 
     def _update(self, now_ms: float) -> None:
-        """updateScores every 100 ms (and reset every 10 min); the badness decision."""
+        """updateScores every 100 ms (and the reset every 10 min)."""
         if self._next_reset_ms is not None and now_ms >= self._next_reset_ms:
             self.reservoirs.clear()
             self._next_reset_ms = now_ms + self.reset_interval_ms
         medians = {host: r.median() for host, r in self.reservoirs.items() if len(r)}
         largest = max(medians.values(), default=0.0)
         self.scores = {h: m / largest for h, m in medians.items()} if largest > 0 else {}
-        self.by_score = None
-        order = self._proximity_order()
-        scored = [self.scores[h] for h in order if h in self.scores]
-        threshold = 1.0 + self.badness_threshold
-        if any(a > b * threshold for a, b in zip(scored, sorted(scored), strict=True)):
-            self.by_score = sorted(order, key=lambda h: self.scores.get(h, 0.0))
         self._next_score_ms = now_ms + self.update_interval_ms
 
-    def _proximity_order(self) -> list[tuple[int, int]]:
-        local = list(range(self.servers[self.site]))
-        self._random.shuffle(local)
-        order = [(self.site, s) for s in local]
-        for j in self.proximity:
-            order += [(j, s) for s in range(self.servers[j])]
-        return order
+    def replicas(self, start: float) -> list[tuple[int, int]]:
+        """The key's replicas in the subsnitch's order (``start`` in [0, 1) picks the key)."""
+        hosts = []
+        for j in self.order:
+            n = self.servers[j]
+            first = min(int(start * n), n - 1)
+            hosts += [(j, (first + k) % n) for k in range(min(self.replicas_per_site, n))]
+        return hosts
+
+    def _is_bad(self, hosts: list[tuple[int, int]]) -> bool:
+        scored = [self.scores[h] for h in hosts if h in self.scores]
+        threshold = 1.0 + self.badness_threshold
+        return any(a > b * threshold for a, b in zip(scored, sorted(scored), strict=True))
 
     def choose(self, rng: np.random.Generator, now_ms: float) -> tuple[int, int]:
         if now_ms >= self._next_score_ms:
             self._update(now_ms)
-        order = self.by_score
-        if order is None:  # this site's servers first, in random order (the fast path)
-            n = self.servers[self.site]
-            start = int(rng.random() * n)
-            for k in range(n):
-                if self.is_up(self.site, (start + k) % n, now_ms):
-                    return self.site, (start + k) % n
-            order = self._proximity_order()
-        return next((h for h in order if self.is_up(*h, now_ms)), (self.site, 0))
+        hosts = self.replicas(rng.random())
+        if self._is_bad(hosts):
+            hosts = sorted(hosts, key=lambda h: self.scores.get(h, 0.0))  # stable
+        return next((h for h in hosts if self.is_up(*h, now_ms)), hosts[0])
 
 
 class C3(RoutingPolicy):

@@ -26,10 +26,20 @@ POLICIES = {
     "c3": K.C3,
 }
 
+# C3's outstanding counts (os) must see a local response return (~0.6 ms) before the next
+# choice, or a server looks busy for a whole slice; the others update every 100 ms or more.
+SLICE_MS = {"c3": 1.0}
+DEFAULT_SLICE_MS = 10.0
+
 DEFAULT_POLICY_PARAMS: dict[str, float] = {
     # simulator
-    "slice_ms": 10.0,
+    # feedback reaches the policies at slice ends; 0: SLICE_MS of the policy
+    "slice_ms": 0.0,
     "reservoir_size": 20000,
+    # coordinators (clients) per site, each with its own DynamicSnitch / C3 state; a
+    # request goes to one of its site's at random. 0: every server (Cassandra, where
+    # every node coordinates); 1: one client per site (the live testbed)
+    "coordinators_per_site": 0,
     # DataStax LatencyAwarePolicy defaults (driver 3.x builder)
     "la_scale_ms": 100.0,
     "la_exclusion_threshold": 2.0,
@@ -45,6 +55,8 @@ DEFAULT_POLICY_PARAMS: dict[str, float] = {
     "ds_update_interval_ms": 100.0,
     "ds_reset_interval_ms": 600000.0,
     "ds_badness_threshold": 0.1,
+    "ds_replicas_per_site": 3,  # the key's replicas in each DC (Kurma section 7: RF 3)
+    "ds_read_repair_chance": 0.1,  # dclocal_read_repair_chance (table default, 2.1-3.x)
     # C3 (Suresh et al., NSDI 2015); gamma, smax, hysteresis and rates are our choices
     "c3_ewma_alpha": 0.9,
     "c3_window_ms": 20.0,
@@ -55,7 +67,7 @@ DEFAULT_POLICY_PARAMS: dict[str, float] = {
     "c3_replicas_per_site": 3,
     "c3_initial_rate": 1000.0,
     "c3_min_rate": 1.0,
-    "c3_clients": 0.0,  # 0 = every server of every site coordinates (Cassandra)
+    "c3_clients": 0.0,  # C3's n; 0: the number of coordinators (every client)
 }
 
 
@@ -114,7 +126,8 @@ class RequestLevelSim:
 
     Each site is a :class:`BackendParams` backend; clients at site ``i`` issue a
     Poisson stream at ``rate_traces[i][second]`` req/s; the policy sends each request
-    to a site (and, for global_rr / latency_aware / c3, to a server). With
+    to a site (and, for every adaptive policy, to a server). DynamicSnitch and C3 run at
+    the site's coordinators (``coordinators_per_site``), each with its own state. With
     ``repeat_traces`` second ``s`` reads ``rate_traces[i][s % len]`` (a service that runs on).
     With ``wan_truth`` the residual WAN latency is per pair, correlated in time and load
     dependent (:class:`WanResidualTruth`, built from the pooled samples and ``seed``) instead
@@ -217,7 +230,14 @@ class RequestLevelSim:
         self._st = np.zeros(K.NST, dtype=np.int64)
         self._fb = np.zeros((1024, K.NFB))
         self._fbi = np.zeros((1024, K.NFBI), dtype=np.int64)
-        self._gs = np.zeros((n, g, K.NGS))
+        per_site = int(p["coordinators_per_site"])
+        if per_site < 0:
+            raise InputError("policy_params.coordinators_per_site", "must be >= 0")
+        coords = self._n_servers if per_site == 0 else np.full(n, per_site, dtype=np.int64)
+        self._coord_off = np.zeros(n + 1, dtype=np.int64)
+        self._coord_off[1:] = np.cumsum(coords)
+        n_coords = int(self._coord_off[-1])
+        self._gs = np.zeros((n_coords, g, K.NGS))  # rows: LatencyAware's sites, C3's coordinators
         self._gs[:, :, K.GS_C3_RATE] = p["c3_initial_rate"]
         self._gs[:, :, K.GS_C3_R0] = p["c3_initial_rate"]
         self._gs[:, :, K.GS_C3_TDEC] = -1e9
@@ -227,8 +247,8 @@ class RequestLevelSim:
         self._cs = np.zeros((n, K.NCS))
         self._cs[:, K.CS_LA_MIN] = -1.0
         self._cs[:, K.CS_RR] = self._site_off[:n] % max(g, 1)  # sources start apart
-        self._ss = np.zeros((n, n, K.NSS))
-        self._res = np.zeros((n, n, int(p["ds_reservoir_size"]), K.NRS))
+        self._ss = np.zeros((n_coords, g, K.NSS))
+        self._res = np.zeros((n_coords, g, int(p["ds_reservoir_size"]), K.NRS))
         self._glob = np.zeros(K.NGL)
         self._glob[K.GL_LA_NEXT_MIN] = p["la_update_rate_ms"]
         self._glob[K.GL_DS_NEXT_SCORE] = p["ds_update_interval_ms"]
@@ -249,6 +269,11 @@ class RequestLevelSim:
         self._pp[K.PP_DS_UPDATE_MS] = p["ds_update_interval_ms"]
         self._pp[K.PP_DS_RESET_MS] = p["ds_reset_interval_ms"]
         self._pp[K.PP_DS_BADNESS] = p["ds_badness_threshold"]
+        self._pp[K.PP_DS_RF] = p["ds_replicas_per_site"]
+        self._pp[K.PP_DS_READ_REPAIR] = p["ds_read_repair_chance"]
+        self._digests_per_read = 0
+        if self.policy == "dynamic_snitch" and p["ds_read_repair_chance"] > 0:
+            self._digests_per_read = max(int(p["ds_replicas_per_site"]), 1) - 1
         self._pp[K.PP_C3_EWMA] = p["c3_ewma_alpha"]
         self._pp[K.PP_C3_WINDOW_MS] = p["c3_window_ms"]
         self._pp[K.PP_C3_BETA] = p["c3_beta"]
@@ -256,13 +281,14 @@ class RequestLevelSim:
         self._pp[K.PP_C3_SMAX] = p["c3_smax"]
         self._pp[K.PP_C3_HYST_MS] = p["c3_hysteresis_ms"]
         self._pp[K.PP_C3_RF] = p["c3_replicas_per_site"]
-        # n in C3's q_hat = 1 + os * n + q is the number of clients that share the servers;
-        # in Cassandra every node coordinates reads, so by default all servers of all sites.
-        clients = p.get("c3_clients") or float(sum(self._n_servers))
+        # n in C3's q_hat = 1 + os * n + q is the number of clients that share the servers:
+        # by default the coordinators, each of which keeps its own state (C3 section 4.1).
+        clients = p.get("c3_clients") or float(n_coords)
         self._pp[K.PP_C3_NCLIENTS] = clients
         self._pp[K.PP_C3_MIN_RATE] = p["c3_min_rate"]
-        if not p["slice_ms"] > 0:
-            raise InputError("policy_params.slice_ms", "must be > 0")
+        if not p["slice_ms"] >= 0:
+            raise InputError("policy_params.slice_ms", "must be > 0 (0: the policy's default)")
+        self.slice_ms = float(p["slice_ms"]) or SLICE_MS.get(self.policy, DEFAULT_SLICE_MS)
 
     def set_server_slowdown(self, site: int, factors: np.ndarray) -> None:
         """Interference (section 7.1.4): service times at ``site``'s servers are
@@ -416,7 +442,7 @@ class RequestLevelSim:
         st_served = np.zeros(n, dtype=np.int64)
         samples = np.zeros((cap, 5))
         nsamp = np.zeros(1, dtype=np.int64)
-        slice_ms = float(self.policy_params["slice_ms"])
+        slice_ms = self.slice_ms
         t = t0_s
         while t < t1_s - 1e-12:
             sec = int(np.floor(t + 1e-9))
@@ -426,7 +452,8 @@ class RequestLevelSim:
             t0_ms, t1_ms = t * 1000.0, t_next * 1000.0
             req, src_start, rep, req_w, n_w = self._arrivals(t0_ms, t1_ms, sec)
             n_req = req.shape[1]
-            self._ensure_capacity(n_req + n_w * (n - 1), n_req, n_req)
+            digests = n_req * self._digests_per_read  # DynamicSnitch's read repair
+            self._ensure_capacity(n_req + n_w * (n - 1) + digests, n_req + digests, n_req)
             if self.wan_truth is not None:
                 self._resid_off, self._resid_len = self.wan_truth.advance(
                     t_next - t, self._link_rate_rps
@@ -449,6 +476,7 @@ class RequestLevelSim:
                 self._allowed,
                 self._n_servers,
                 self._site_off,
+                self._coord_off,
                 order,
                 self._sp,
                 self._overhead,

@@ -74,7 +74,8 @@ PI_SRV = 1
 PI_SRC = 2  # -1: background replication write
 PI_REPORTED = 3
 PI_SEQ = 4
-NPI = 5
+PI_COORD = 5  # the coordinator (client) that sent it: its row in gs / ss / res; -1: none
+NPI = 6
 
 # Integer state `st`.
 ST_NPEND = 0
@@ -101,9 +102,11 @@ FBI_SRC = 2  # payload
 FBI_SITE = 3
 FBI_SRV = 4
 FBI_FREE = 5  # stack of free payload rows
-NFBI = 6
+FBI_COORD = 6  # payload: the coordinator whose policy state the response updates
+NFBI = 7
 
-# Per (source, global server) policy state `gs`.
+# Per (client, global server) policy state `gs`: LatencyAware's client is the source site's
+# driver (row = source site); C3's is the coordinator (row = coordinator, see coord_off).
 GS_LA_AVG = 0
 GS_LA_TS = 1
 GS_LA_NB = 2
@@ -131,11 +134,14 @@ GL_DS_LANDMARK = 3
 GL_C3_NEXT_WINDOW = 4
 NGL = 5
 
-# Per (source, site) dynamic snitch state `ss`.
+# Per (coordinator, global server) dynamic snitch state `ss`: every coordinator's snitch
+# scores every host it has heard from.
 SS_SCORE = 0
 SS_COUNT = 1
-SS_SCORED = 2  # 1 if the site had samples at the last score update
-NSS = 3
+SS_SCORED = 2  # 1 if the host had samples at the last score update
+SS_MEDIAN = 3  # its weighted median at the last score update
+SS_DIRTY = 4  # 1 if it has had a sample since (only then is its median recomputed)
+NSS = 5
 # Reservoir entries `res` (S, S, size, NRS). Column RS_HEAP of entries 0..count-1
 # holds the slots in a binary min-heap on (priority, slot), so replacing the lowest
 # priority costs O(log size) instead of a scan.
@@ -144,6 +150,7 @@ RS_W = 1
 RS_PRIO = 2
 RS_HEAP = 3
 NRS = 4
+# Reservoirs `res` are indexed (coordinator, global server, entry, column).
 
 # Policy parameters `pp`.
 PP_LA_SCALE_MS = 0
@@ -165,7 +172,9 @@ PP_C3_RF = 15
 PP_C3_NCLIENTS = 16
 PP_C3_MIN_RATE = 17
 PP_LA_RF = 18
-NPP = 19
+PP_DS_RF = 19
+PP_DS_READ_REPAIR = 20
+NPP = 21
 
 # Backlog (C3 backpressure queue) float columns, followed by 3 per site.
 BK_ISSUE = 0
@@ -177,7 +186,8 @@ BK_RESID = 5
 BK_AUX = 6
 BK_KEEP = 7
 BK_WRITE = 8
-NBK = 9
+BK_COORD = 9
+NBK = 10
 
 RING = 64  # finish times kept per server, to read the queue length seen by C3
 
@@ -220,7 +230,7 @@ def profile_kernel(arrival_ms, server, svc_ms, n_servers, overhead_ms):
 
 
 @_inline
-def _push(pf, pi, st, arr, svc, issue, send, rtt, resid, aux, keep, site, srv, src):
+def _push(pf, pi, st, arr, svc, issue, send, rtt, resid, aux, keep, site, srv, src, coord):
     n = st[ST_NPEND]
     pf[n, PF_ARR] = arr
     pf[n, PF_SVC] = svc
@@ -233,6 +243,7 @@ def _push(pf, pi, st, arr, svc, issue, send, rtt, resid, aux, keep, site, srv, s
     pi[n, PI_SITE] = site
     pi[n, PI_SRV] = srv
     pi[n, PI_SRC] = src
+    pi[n, PI_COORD] = coord
     pi[n, PI_REPORTED] = 0
     pi[n, PI_SEQ] = st[ST_SEQ]
     st[ST_SEQ] += 1
@@ -389,7 +400,7 @@ def _la_feedback(gs, i, g, t, x, pp):
 def _la_update_min(gs, cs, t, pp):
     """Tracker.updateMin: min average over hosts with enough measurements that were
     measured within the retry period; the previous min is kept if there is none."""
-    for i in range(gs.shape[0]):
+    for i in range(cs.shape[0]):
         mn = -1.0
         for g in range(gs.shape[1]):
             avg = gs[i, g, GS_LA_AVG]
@@ -404,51 +415,96 @@ def _la_update_min(gs, cs, t, pp):
 
 
 @_jit
-def _route_dynamic_snitch(i, ss, pp, allowed, order):
-    """Cassandra's sortByProximityWithBadness, per site: keep the proximity order
-    (local first) unless, among the *scored* sites in that order, one exceeds the
-    positionally sorted score by more than the badness threshold; then sort by
-    score, unscored sites counting as 0.0 (DynamicEndpointSnitch.compareEndpoints).
+def _route_dynamic_snitch(c, i, u_server, ss, pp, allowed, order, site_off, n_servers):
+    """Cassandra's DynamicEndpointSnitch at coordinator c (sortByProximityWithBadness).
 
-    Only scored sites enter the badness test (Cassandra skips hosts without a
-    score), so a site that has never been measured does not by itself pull reads
-    away from a measured local site: at start-up only the local site (measured by
-    its own reads) has a score and reads stay local (Kurma section 7.1.1).
+    The key's replicas (rf consecutive servers of every allowed site from the key's
+    start, Kurma section 7: RF 3 per DC) in the subsnitch's order: this site's first,
+    then the other sites by proximity. The first one is read unless, among the *scored*
+    replicas in that order, one's score exceeds the positionally sorted scores by more
+    than the badness threshold; then the replicas are sorted by score (stable), an
+    unscored replica counting as 0.0 (compareEndpoints), so a replica never measured, or
+    not since the last reset, is read next and thereby measured. Returns (site, server).
     """
     n_sites = order.shape[1]
-    prox = np.empty(n_sites)
+    rf = int(pp[PP_DS_RF])
+    total = 0
+    for j in range(n_sites):
+        if allowed[i, j]:
+            total += min(max(rf, 1), n_servers[j])
+    cand_j = np.empty(total, np.int64)
+    cand_s = np.empty(total, np.int64)
+    prox = np.empty(total)
     m = 0
+    q = 0
     for r in range(n_sites):
         j = order[i, r]
-        if allowed[i, j] and ss[i, j, SS_SCORED] > 0:
-            prox[m] = ss[i, j, SS_SCORE]
-            m += 1
+        if not allowed[i, j]:
+            continue
+        n = n_servers[j]
+        start = int(u_server * n)
+        if start >= n:
+            start = n - 1
+        for k in range(min(max(rf, 1), n)):
+            s = (start + k) % n
+            cand_j[q] = j
+            cand_s[q] = s
+            q += 1
+            g = site_off[j] + s
+            if ss[c, g, SS_SCORED] > 0:
+                prox[m] = ss[c, g, SS_SCORE]
+                m += 1
+    if q == 0:
+        return i, 0
     srt = np.sort(prox[:m])
     bad = False
     for k in range(m):
         if prox[k] > srt[k] * (1.0 + pp[PP_DS_BADNESS]):
             bad = True
             break
-    best_j = -1
-    best = 0.0
-    for r in range(n_sites):
-        j = order[i, r]
-        if not allowed[i, j]:
+    if not bad:
+        return cand_j[0], cand_s[0]
+    best = 0
+    best_score = 0.0
+    for k in range(q):
+        g = site_off[cand_j[k]] + cand_s[k]
+        score = ss[c, g, SS_SCORE] if ss[c, g, SS_SCORED] > 0 else 0.0
+        if k == 0 or score < best_score:
+            best = k
+            best_score = score
+    return cand_j[best], cand_s[best]
+
+
+@_jit
+def _ds_read_repair(c, i, u_server, j, srv, t_ms, u_aux, pp, n_servers, pf, pi, st):
+    """DC-local read repair (dclocal_read_repair_chance, Cassandra 2.1-3.x): digests to
+    the key's other replicas in coordinator c's site, whose responses feed its snitch.
+
+    A digest is a measurement only: it waits behind the server's queue but takes no
+    service time, so it changes no other request's response (no policy's requests carry
+    read-repair load in this simulator). It is marked reported, so it enters no statistic.
+    """
+    n = n_servers[i]
+    rf = int(pp[PP_DS_RF])
+    if rf > n:
+        rf = n
+    start = int(u_server * n)
+    if start >= n:
+        start = n - 1
+    for k in range(rf):
+        s = (start + k) % n
+        if j == i and s == srv:
             continue
-        if not bad:
-            return j
-        score = ss[i, j, SS_SCORE] if ss[i, j, SS_SCORED] > 0 else 0.0
-        if best_j < 0 or score < best:
-            best_j = j
-            best = score
-    if best_j < 0:
-        return i
-    return best_j
+        u = u_aux + 0.6180339887498949 * (k + 1)  # another uniform for its reservoir entry
+        u -= math.floor(u)
+        _push(pf, pi, st, t_ms, 0.0, t_ms, t_ms, 0.0, 0.0, u, 2.0, i, s, i, c)
+        pi[st[ST_NPEND] - 1, PI_REPORTED] = 1
 
 
 @_inline
 def _ds_feedback(ss, res, i, j, t_ms, x, u, landmark_ms, pp):
-    """Exponentially decaying reservoir (forward decay, Codahale metrics) insert.
+    """Exponentially decaying reservoir (forward decay, Codahale metrics) insert of
+    coordinator i's response x from host j (receiveTiming).
 
     A full reservoir replaces its lowest-priority entry (the first slot among equal
     priorities) if the new priority is higher. Slots keep their place (the score
@@ -459,6 +515,7 @@ def _ds_feedback(ss, res, i, j, t_ms, x, u, landmark_ms, pp):
     w = math.exp(pp[PP_DS_ALPHA_PER_S] * (t_ms - landmark_ms) / 1000.0)
     prio = w / (1.0 - u)
     c = int(ss[i, j, SS_COUNT])
+    ss[i, j, SS_DIRTY] = 1.0  # a full reservoir may keep its samples: recompute anyway
     if c < size:
         res[i, j, c, RS_VAL] = x
         res[i, j, c, RS_W] = w
@@ -507,17 +564,23 @@ def _ds_feedback(ss, res, i, j, t_ms, x, u, landmark_ms, pp):
 
 @_jit
 def _ds_update_scores(ss, res):
-    """Score = weighted median / largest median of this source; sites without samples
-    are unscored (SS_SCORED = 0), as hosts absent from Cassandra's score map."""
-    n_src = ss.shape[0]
-    n_sites = ss.shape[1]
-    med = np.zeros(n_sites)
-    for i in range(n_src):
+    """updateScores of every coordinator: score = a host's weighted median / the largest
+    median of the coordinator's hosts; hosts without samples are unscored (SS_SCORED = 0),
+    as hosts absent from Cassandra's score map."""
+    n_coords = ss.shape[0]
+    n_hosts = ss.shape[1]
+    med = np.zeros(n_hosts)
+    for i in range(n_coords):
         mx = 0.0
-        for j in range(n_sites):
+        for j in range(n_hosts):
             c = int(ss[i, j, SS_COUNT])
             med[j] = 0.0
             if c == 0:
+                continue
+            if ss[i, j, SS_DIRTY] == 0:  # no sample since the last update: same median
+                med[j] = ss[i, j, SS_MEDIAN]
+                if med[j] > mx:
+                    mx = med[j]
                 continue
             vals = res[i, j, :c, RS_VAL].copy()
             ws = res[i, j, :c, RS_W].copy()
@@ -532,15 +595,18 @@ def _ds_update_scores(ss, res):
                     m = vals[idx[k]]
                 cum += ws[idx[k]]
             med[j] = m
+            ss[i, j, SS_MEDIAN] = m
+            ss[i, j, SS_DIRTY] = 0.0
             if m > mx:
                 mx = m
-        for j in range(n_sites):
+        for j in range(n_hosts):
             ss[i, j, SS_SCORE] = med[j] / mx if mx > 0 else 0.0
             ss[i, j, SS_SCORED] = 1.0 if ss[i, j, SS_COUNT] > 0 else 0.0
 
 
 @_jit
 def _c3_psi(gs, i, g, n_clients):
+    """psi = R - 1/mu + q_hat^3 / mu, q_hat = 1 + os * n + q (C3 section 4.1), for client i."""
     r = gs[i, g, GS_C3_R]
     svc = gs[i, g, GS_C3_SVC]
     qh = 1.0 + gs[i, g, GS_C3_OS] * n_clients + gs[i, g, GS_C3_Q]
@@ -548,9 +614,10 @@ def _c3_psi(gs, i, g, n_clients):
 
 
 @_jit
-def _route_c3(i, u_server, gs, pp, allowed, site_off, n_servers):
-    """Lowest psi among the key's replicas (rf consecutive servers per site) whose
-    rate limiter has room; (-1, -1) sends the request to the backpressure queue."""
+def _route_c3(c, i, u_server, gs, pp, allowed, site_off, n_servers):
+    """C3 at coordinator c of source site i (C3 section 4.1): the lowest psi among the
+    key's replicas (rf consecutive servers per site) whose rate limiter has room;
+    (-1, -1) sends the request to c's backpressure queue."""
     best_j = -1
     best_s = -1
     best = 0.0
@@ -567,9 +634,9 @@ def _route_c3(i, u_server, gs, pp, allowed, site_off, n_servers):
         for k in range(rf):
             s = (start + k) % n
             g = site_off[j] + s
-            if gs[i, g, GS_C3_SENT] >= gs[i, g, GS_C3_RATE]:
+            if gs[c, g, GS_C3_SENT] >= gs[c, g, GS_C3_RATE]:
                 continue
-            psi = _c3_psi(gs, i, g, pp[PP_C3_NCLIENTS])
+            psi = _c3_psi(gs, c, g, pp[PP_C3_NCLIENTS])
             if best_j < 0 or psi < best:
                 best = psi
                 best_j = j
@@ -785,6 +852,7 @@ def _process_servers(
             fbi[slot, FBI_SRC] = src
             fbi[slot, FBI_SITE] = site
             fbi[slot, FBI_SRV] = srv
+            fbi[slot, FBI_COORD] = pi[k, PI_COORD]
             t_fb = finish + overhead_ms[site] + rtt / 2.0 + resid
             seq = st[ST_FBSEQ]
             st[ST_FBSEQ] = seq + 1
@@ -851,17 +919,17 @@ def _apply_feedback(t_end, policy, fb, fbi, st, gs, ss, res, glob, site_off, pp)
             fb[h, FB_T] = lt
             fbi[h, FBI_SEQ] = lseq
             fbi[h, FBI_SLOT] = fbi[n, FBI_SLOT]
-        i = fbi[slot, FBI_SRC]
-        j = fbi[slot, FBI_SITE]
+        g = site_off[fbi[slot, FBI_SITE]] + fbi[slot, FBI_SRV]
         if policy == LATENCY_AWARE:
-            _la_feedback(gs, i, site_off[j] + fbi[slot, FBI_SRV], t_k, fb[slot, FB_RESP], pp)
+            _la_feedback(gs, fbi[slot, FBI_SRC], g, t_k, fb[slot, FB_RESP], pp)
         elif policy == DYNAMIC_SNITCH:
+            c = fbi[slot, FBI_COORD]
             _ds_feedback(
-                ss, res, i, j, t_k, fb[slot, FB_RESP], fb[slot, FB_AUX], glob[GL_DS_LANDMARK], pp
+                ss, res, c, g, t_k, fb[slot, FB_RESP], fb[slot, FB_AUX], glob[GL_DS_LANDMARK], pp
             )
         elif policy == C3:
-            g = site_off[j] + fbi[slot, FBI_SRV]
-            _c3_feedback(gs, i, g, fb[slot, FB_RESP], fb[slot, FB_QLEN], fb[slot, FB_SVC], pp)
+            c = fbi[slot, FBI_COORD]
+            _c3_feedback(gs, c, g, fb[slot, FB_RESP], fb[slot, FB_QLEN], fb[slot, FB_SVC], pp)
     st[ST_NFB] = n
     st[ST_FBNFREE] = nfree
 
@@ -895,6 +963,7 @@ def _policy_clocks(t_end, policy, gs, cs, ss, res, glob, pp):
 @_inline
 def _dispatch(
     i,
+    coord,
     j,
     srv,
     t_issue,
@@ -920,7 +989,8 @@ def _dispatch(
     st_served,
     n_servers,
 ):
-    """Send one request from source i to server srv of site j (and replicate a write)."""
+    """Send one request from source i (its coordinator coord) to server srv of site j (and
+    replicate a write)."""
     rtt = 0.0
     resid = 0.0
     if j != i:
@@ -934,7 +1004,7 @@ def _dispatch(
     arr = t_send + rtt / 2.0
     cls = 1 if is_write else 0
     svc = service_ms(e_base, u_stall, sp[j, cls, 0], sp[j, cls, 1], sp[j, cls, 2], slowdown[j, srv])
-    _push(pf, pi, st, arr, svc, t_issue, t_send, rtt, resid, aux, keep, j, srv, i)
+    _push(pf, pi, st, arr, svc, t_issue, t_send, rtt, resid, aux, keep, j, srv, i, coord)
     st_req[i, j] += 1
     st_served[j] += 1
     if is_write:
@@ -949,7 +1019,7 @@ def _dispatch(
                 rep[wk, k, 1], rep[wk, k, 2], sp[k, 1, 0], sp[k, 1, 1], sp[k, 1, 2], slowdown[k, s]
             )
             a_k = arr + base_rtt[j, k] / 2.0
-            _push(pf, pi, st, a_k, svc_k, t_issue, t_send, 0.0, 0.0, 0.0, 2.0, k, s, -1)
+            _push(pf, pi, st, a_k, svc_k, t_issue, t_send, 0.0, 0.0, 0.0, 2.0, k, s, -1, -1)
             st_served[k] += 1
 
 
@@ -971,6 +1041,7 @@ def run_chunk(
     allowed,
     n_servers,
     site_off,
+    coord_off,
     order,
     sp,
     overhead_ms,
@@ -1004,32 +1075,38 @@ def run_chunk(
     samples,
     nsamp,
 ):
-    """Simulate [t0_ms, t1_ms): route every arrival, serve, feed back, record stats."""
+    """Simulate [t0_ms, t1_ms): route every arrival, serve, feed back, record stats.
+
+    Site i's coordinators (clients) are coord_off[i] .. coord_off[i + 1] - 1; a request
+    goes to one of them uniformly (its route uniform, which only "rates" uses otherwise),
+    whose state DynamicSnitch and C3 use and update."""
     n_sites = n_servers.size
     adaptive = policy >= LATENCY_AWARE
     need_qlen = policy == C3
     ptr = src_start[:n_sites].copy()
-    blocked = np.zeros(n_sites, np.bool_)
+    blocked = np.zeros(coord_off[n_sites], np.bool_)
     t = t0_ms
     while t < t1_ms:
         s_end = t + slice_ms
         if s_end > t1_ms or t1_ms - s_end < 1e-9:
             s_end = t1_ms
-        # C3 backpressure queue first, in FIFO order per source
+        # C3 backpressure queues first, in FIFO order per coordinator
         if policy == C3 and st[ST_NBACK] > 0:
             blocked[:] = False
             w = 0
             for b in range(st[ST_NBACK]):
                 i = int(bk[b, BK_SRC])
+                c = int(bk[b, BK_COORD])
                 sent = False
-                if not blocked[i]:
-                    j, srv = _route_c3(i, bk[b, BK_SERVER], gs, pp, allowed, site_off, n_servers)
+                if not blocked[c]:
+                    j, srv = _route_c3(c, i, bk[b, BK_SERVER], gs, pp, allowed, site_off, n_servers)
                     if j >= 0:
                         g = site_off[j] + srv
-                        gs[i, g, GS_C3_SENT] += 1.0
-                        gs[i, g, GS_C3_OS] += 1.0
+                        gs[c, g, GS_C3_SENT] += 1.0
+                        gs[c, g, GS_C3_OS] += 1.0
                         _dispatch(
                             i,
+                            c,
                             j,
                             srv,
                             bk[b, BK_ISSUE],
@@ -1057,7 +1134,7 @@ def run_chunk(
                         )
                         sent = True
                     else:
-                        blocked[i] = True
+                        blocked[c] = True
                 if not sent:
                     if w != b:
                         bk[w, :] = bk[b, :]
@@ -1075,6 +1152,13 @@ def run_chunk(
                 if is_write:
                     st_arr[i, 1] += 1
                 srv = -1
+                n_c = coord_off[i + 1] - coord_off[i]
+                u_c = req[RQ_ROUTE, k] * n_c
+                c = int(u_c)
+                if c >= n_c:
+                    c = n_c - 1
+                u_c -= c  # a uniform again, independent of c
+                c += coord_off[i]
                 if policy == RATES:
                     j = _route_rates(i, req[RQ_ROUTE, k], cum_frac, n_sites)
                 elif policy == GLOBAL_RR:
@@ -1094,17 +1178,35 @@ def run_chunk(
                         order,
                     )
                 elif policy == DYNAMIC_SNITCH:
-                    j = _route_dynamic_snitch(i, ss, pp, allowed, order)
+                    j, srv = _route_dynamic_snitch(
+                        c, i, req[RQ_SERVER, k], ss, pp, allowed, order, site_off, n_servers
+                    )
+                    if u_c < pp[PP_DS_READ_REPAIR]:
+                        _ds_read_repair(
+                            c,
+                            i,
+                            req[RQ_SERVER, k],
+                            j,
+                            srv,
+                            t_k,
+                            req[RQ_AUX, k],
+                            pp,
+                            n_servers,
+                            pf,
+                            pi,
+                            st,
+                        )
                 else:
                     j = -1
-                    if not (st[ST_NBACK] > 0 and _has_backlog(bk, st, i)):
+                    if not (st[ST_NBACK] > 0 and _has_backlog(bk, st, c)):
                         j, srv = _route_c3(
-                            i, req[RQ_SERVER, k], gs, pp, allowed, site_off, n_servers
+                            c, i, req[RQ_SERVER, k], gs, pp, allowed, site_off, n_servers
                         )
                     if j < 0:
                         b = st[ST_NBACK]
                         bk[b, BK_ISSUE] = t_k
                         bk[b, BK_SRC] = i
+                        bk[b, BK_COORD] = c
                         bk[b, BK_SERVER] = req[RQ_SERVER, k]
                         bk[b, BK_EBASE] = req[RQ_EBASE, k]
                         bk[b, BK_USTALL] = req[RQ_USTALL, k]
@@ -1117,8 +1219,8 @@ def run_chunk(
                         st[ST_NBACK] = b + 1
                         continue
                     g = site_off[j] + srv
-                    gs[i, g, GS_C3_SENT] += 1.0
-                    gs[i, g, GS_C3_OS] += 1.0
+                    gs[c, g, GS_C3_SENT] += 1.0
+                    gs[c, g, GS_C3_OS] += 1.0
                 if srv < 0:
                     n = n_servers[j]
                     srv = int(req[RQ_SERVER, k] * n)
@@ -1158,6 +1260,7 @@ def run_chunk(
                     pi[n_p, PI_SITE] = j
                     pi[n_p, PI_SRV] = srv
                     pi[n_p, PI_SRC] = i
+                    pi[n_p, PI_COORD] = c
                     pi[n_p, PI_REPORTED] = 0
                     pi[n_p, PI_SEQ] = st[ST_SEQ]
                     st[ST_SEQ] += 1
@@ -1167,6 +1270,7 @@ def run_chunk(
                     continue
                 _dispatch(
                     i,
+                    c,
                     j,
                     srv,
                     t_k,
@@ -1222,9 +1326,10 @@ def run_chunk(
 
 
 @_jit
-def _has_backlog(bk, st, i):
+def _has_backlog(bk, st, c):
+    """Whether coordinator c holds requests in its backpressure queue."""
     for b in range(st[ST_NBACK]):
-        if int(bk[b, BK_SRC]) == i:
+        if int(bk[b, BK_COORD]) == c:
             return True
     return False
 
