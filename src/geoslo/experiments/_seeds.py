@@ -28,7 +28,7 @@ from geoslo.errors import GeosloError, InputError
 from geoslo.experiments._parallel import run_jobs
 from geoslo.experiments._ray import ray_session
 from geoslo.report import Report
-from geoslo.report._report import CHECKS, COMPARISON_CSV_COLUMNS
+from geoslo.report._report import CHECKS, COMPARISON_CSV_COLUMNS, read_checks
 
 __all__ = ["SeedRun", "reproduce_seeds", "run_seed", "seed_list", "spread"]
 
@@ -271,10 +271,7 @@ def _comparison_rows(content: bytes) -> list[dict]:
 
 def _checks(files: dict[str, bytes]) -> dict[str, bool]:
     content = files.get(f"{CHECKS}.csv")
-    if content is None:
-        return {}
-    rows = csv.DictReader(io.StringIO(content.decode("utf-8")))
-    return {row["check"]: row["passed"] == "True" for row in rows}
+    return {} if content is None else read_checks(content.decode("utf-8"))
 
 
 def _number(text: str) -> float | None:

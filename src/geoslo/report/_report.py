@@ -206,8 +206,15 @@ def failed_checks(out_dir: str | Path) -> list[str]:
     path = Path(out_dir) / f"{CHECKS}.csv"
     if not path.exists():
         return []
-    with path.open(newline="", encoding="utf-8") as handle:
-        return [row["check"] for row in csv.DictReader(handle) if row["passed"] != "True"]
+    return [k for k, passed in read_checks(path.read_text("utf-8")).items() if not passed]
+
+
+def read_checks(checks_csv: str) -> dict[str, bool]:
+    """A written ``checks.csv``'s text as {check: passed}."""
+    return {
+        row["check"]: row["passed"] == "True"
+        for row in csv.DictReader(io.StringIO(checks_csv, newline=""))
+    }
 
 
 def _text_arg(field: str, value: Any) -> str:
