@@ -87,8 +87,10 @@ def test_a_share_left_unused_goes_to_the_others(link):
 # --- the library's loop on the library's environment (issue 16) --------------------------
 
 
-def _namespaces() -> set[str]:
-    return namespaces()
+def _left_behind(prefix: str) -> list[str]:
+    """This test's namespaces (``<prefix>-tx-<pid>`` ...) that still exist; each test has
+    its own prefix, so a test running beside it on another worker is never counted."""
+    return sorted(name for name in namespaces() if name.startswith(f"{prefix}-"))
 
 
 async def _drive(env: ReplicationTestbedEnvironment, controller, intervals: int, interval_s: float):
@@ -175,7 +177,7 @@ def test_the_library_loop_drives_the_live_link_from_its_measurements(tmp_path, c
         assert np.all(after.sent_mb[busy] >= 0.5 * guaranteed_mb[busy] - 0.1), (in_force, after)
     assert backlogs[:, 0].max() > 0.5  # the application overloaded its share at some point
     # close() took down what start() brought up; the reader's requests were answered
-    assert not {pair.tx, pair.rx} & _namespaces()
+    assert not {pair.tx, pair.rx} & namespaces()
     assert env.sites is None and env.egress is not None
     waits = [w for _, w in env.request_logs["reader"]]
     assert len(waits) > 100 and sum(w is not None for w in waits) > 0.9 * len(waits)
@@ -246,7 +248,7 @@ def test_start_without_the_privileges_says_why(tmp_path, can_run):
     )
     assert done.returncode == 7, done.stderr
     assert "cannot start here" in done.stdout and "network namespaces" in done.stdout
-    assert not any(name.startswith("geoslo-rcaps") for name in _namespaces())
+    assert not _left_behind("geoslo-rcaps")
     with pytest.raises(TestbedError, match="not started"):
         asyncio.run(ReplicationTestbedEnvironment(LinkSpec()).observe())
 
@@ -293,7 +295,7 @@ def test_geoslo_run_once_on_the_testbed_decides_applies_and_cleans_up(tmp_path, 
     interval = lines[1]
     assert interval["status"] == "optimal" and interval["applied"] and interval["errors"] == []
     assert interval["decide_ms"] > 0 and interval["objective"] > 0
-    assert not any(name.startswith("geoslo-rrun") for name in _namespaces())
+    assert not _left_behind("geoslo-rrun")
 
 
 def test_geoslo_run_drives_prio_on_the_testbed_for_several_intervals(tmp_path, can_run):
@@ -301,7 +303,7 @@ def test_geoslo_run_drives_prio_on_the_testbed_for_several_intervals(tmp_path, c
     lines, intervals = run.records, run.events("interval")
     assert len(intervals) == 3, lines
     assert all(i["status"] == "feasible" and i["applied"] for i in intervals), intervals
-    assert not any(name.startswith("geoslo-rrunp") for name in _namespaces())
+    assert not _left_behind("geoslo-rrunp")
 
 
 def test_geoslo_run_without_the_privileges_says_why_in_one_line(tmp_path, can_run):
@@ -337,11 +339,12 @@ def test_geoslo_run_puts_plans_in_htb_and_a_dry_run_only_logs_them(tmp_path, can
     the classes hold them; in a dry run every plan is logged and HTB keeps the equal split
     the link started with."""
     shares = ", ".join(map(str, STATIC_SHARES))
-    config = _config(tmp_path, "geoslo-rrunh", "static", controller=f"static_shares = [{shares}]")
+    prefix = "geoslo-rrund" if flags else "geoslo-rruna"  # the two cases may run side by side
+    config = _config(tmp_path, prefix, "static", controller=f"static_shares = [{shares}]")
     run = Running(config, *flags)
     try:
         run.wait_for(lambda: len(run.result().events("interval")) >= 2, "2 intervals")
-        rates_bps = _htb_rates_bps("geoslo-rrunh", run.process.pid)
+        rates_bps = _htb_rates_bps(prefix, run.process.pid)
         _, metrics = http_get(run.base_url() + "/metrics")
         assert run.stop() == 0
     finally:
@@ -359,7 +362,7 @@ def test_geoslo_run_puts_plans_in_htb_and_a_dry_run_only_logs_them(tmp_path, can
         assert all(list(plan.values()) == pytest.approx(STATIC_SHARES) for plan in plans)
     else:
         assert plans == []
-    assert not any(name.startswith("geoslo-rrunh") for name in _namespaces())
+    assert not _left_behind(prefix)
 
 
 # --- geoslo run on a host's own interface ------------------------------------------------
@@ -429,4 +432,4 @@ def test_geoslo_run_on_a_hosts_own_interface_shapes_it_and_reads_its_systems(tmp
         assert "htb" not in left
     finally:
         sites.down()
-    assert not any(name.startswith("geoslo-rhost") for name in _namespaces())
+    assert not _left_behind("geoslo-rhost")
