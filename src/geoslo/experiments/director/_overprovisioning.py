@@ -127,6 +127,7 @@ def check_sweep(sweep: list[dict]) -> dict[str, bool]:
 
 
 def _sweep_figure(sweep: list[dict]):
+    """Units (top) and lateness (bottom) against the factor, §6.3's trade-off."""
     factors = [entry["overprovisioning"] for entry in sweep]
     fig, axes = plt.subplots(2, 1, figsize=(6, 5.5), sharex=True)
     axes[0].plot(factors, [e["units"] for e in sweep], "o-", label="server units")
@@ -134,12 +135,17 @@ def _sweep_figure(sweep: list[dict]):
     axes[0].plot(factors, serving, "s--", label="serving units")
     axes[0].axhline(sweep[0]["ideal_units"], color="grey", linestyle=":", label="ideal")
     axes[0].set_ylabel("server units")
-    axes[0].legend()
+    axes[0].legend(loc="upper left")
     periods = [100 * e["periods_over_fraction"] for e in sweep]
-    axes[1].plot(factors, periods, "o-", label="20-s periods with p99 > 100 ms")
-    axes[1].plot(factors, [100 * e["late_fraction"] for e in sweep], "s--", label="gets > 100 ms")
-    axes[1].set_ylabel("%")
+    axes[1].plot(factors, periods, "o-", label="20-s periods with p99 > 100 ms (left)")
+    axes[1].set_ylabel("20-s periods over the SLO (%)")
     axes[1].set_xlabel("overprovisioning factor")
-    axes[1].legend()
+    gets = axes[1].twinx()  # far fewer gets than periods are late: a scale of their own
+    late = [100 * e["late_fraction"] for e in sweep]
+    gets.plot(factors, late, "s--", color="C1", label="gets > 100 ms (right)")
+    gets.set_ylabel("gets over 100 ms (%)")
+    for axis in (axes[1], gets):
+        axis.set_ylim(bottom=0)
+    axes[1].legend(handles=axes[1].get_lines() + gets.get_lines(), loc="upper right")
     fig.tight_layout()
     return fig
