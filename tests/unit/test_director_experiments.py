@@ -9,6 +9,7 @@ import pytest
 from geoslo.control.director import DirectorConfig, work_capacity
 from geoslo.control.director.decide import MAX_REPLICAS, replicas_needed
 from geoslo.experiments.director import check_done, minimum_servers, reproduce
+from geoslo.experiments.director._overprovisioning import OVERPROVISIONING_SWEEP_QUICK
 from geoslo.experiments.director._simulated import initial_layout, train_models
 from geoslo.experiments.director._workloads import (
     HotspotShape,
@@ -145,3 +146,11 @@ def test_the_quick_reproduction_writes_its_report(tmp_path):
     for run in ("diurnal-linear", "diurnal-contended", "hotspot-linear", "hotspot-contended"):
         assert 0.0 <= truth["runs"][run]["periods_over_fraction"] <= 1.0
     assert (tmp_path / "truth.csv").exists() and (tmp_path / "model_error_by_truth.csv").exists()
+    sweep = summary["overprovisioning"]  # issue 23: the sweep reuses the 0.1 and 0.3 days
+    assert [e["overprovisioning"] for e in sweep] == list(OVERPROVISIONING_SWEEP_QUICK)
+    by_factor = {e["overprovisioning"]: e for e in sweep}
+    assert by_factor[0.1]["units"] == summary["diurnal-0.1"]["units"]
+    assert by_factor[0.3]["units"] == summary["diurnal-0.3"]["units"]
+    assert "Overprovisioning sweep" in text and "Cost against headroom" in text
+    assert (tmp_path / "overprovisioning.csv").exists()
+    assert (tmp_path / "overprovisioning.png").exists()

@@ -13,7 +13,14 @@ import numpy as np
 from geoslo.control.director import DirectorConfig, decide
 from geoslo.control.director.example import example_state
 from geoslo.experiments._parallel import run_jobs
+from geoslo.experiments.director._allocations import Allocations
 from geoslo.experiments.director._metrics import stabilised_s
+from geoslo.experiments.director._overprovisioning import (
+    OVERPROVISIONING_SWEEP,
+    OVERPROVISIONING_SWEEP_QUICK,
+    check_sweep,
+    overprovisioning_section,
+)
 from geoslo.experiments.director._simulated import (
     LINEAR_TRUTH,
     DecisionMoves,
@@ -122,28 +129,14 @@ def reproduce(out_dir: Path, quick: bool = False, seed: int = 0, workers: int = 
     models = train_models(LINEAR_TRUTH, seed)
     study = study_truths(train_models, scale.read_fraction, 0.1, seed)
     contended = next(e["models"] for e in study if e["name"] == "contended (all three)")
-    jobs = [
-        (run_diurnal, scale, models, 0.1, 2),
-        (run_diurnal, scale, models, 0.3, 2),
-        (run_diurnal, scale, contended, 0.1, 2, CONTENDED_TRUTH),
-        (run_diurnal, scale, models, 0.1, 1),
-        (run_hotspot, scale, models, 0.1, 2),
-        (run_hotspot, scale, models, 0.1, 1),
-        (run_hotspot, scale, contended, 0.1, 2, CONTENDED_TRUTH),
-    ]
-    done = run_jobs(_job, jobs, workers, "director runs")
-    names = [
-        "diurnal-0.1",
-        "diurnal-0.3",
-        "diurnal-0.1-contended",
-        "diurnal-0.1-single",
-        "hotspot",
-        "hotspot-single",
-        "hotspot-contended",
-    ]
-    runs = dict(zip(names, (result for result, _, _ in done), strict=True))
-    moves = dict(zip(names, (moved for _, moved, _ in done), strict=True))
-    seen = dict(zip(names, (ideal for _, _, ideal in done), strict=True))
+    sweep = OVERPROVISIONING_SWEEP_QUICK if quick else OVERPROVISIONING_SWEEP
+    jobs = _jobs(scale, models, contended, sweep)
+    done = dict(
+        zip(jobs, run_jobs(_job, list(jobs.values()), workers, "director runs"), strict=True)
+    )
+    runs = {name: result for name, (result, _, _) in done.items()}
+    moves = {name: moved for name, (_, moved, _) in done.items()}
+    seen = {name: ideal for name, (_, _, ideal) in done.items()}
     report = Report("SCADS Director: elastic scaling under a p99 SLO", INTRO)
     models_section(
         report,
@@ -157,7 +150,11 @@ def reproduce(out_dir: Path, quick: bool = False, seed: int = 0, workers: int = 
         "fits it.",
     )
     moved = _hotspot_section(report, paper, scale, runs, moves["hotspot"])
-    summary = _diurnal_section(report, paper, scale, models, runs)
+    allocation = diurnal_allocations(scale, models)
+    summary = _diurnal_section(report, paper, scale, allocation, runs)
+    summary["overprovisioning"] = overprovisioning_section(
+        report, paper, [_day_summary(runs[_diurnal(f)], scale, allocation, f) for f in sweep]
+    )
     summary["gap"] = unit_gap(scale, models, runs["diurnal-0.1"], summary, seen["diurnal-0.1"])
     summary["hotspot_data_moved"] = moved
     summary["truth"] = truth_section(
@@ -165,6 +162,7 @@ def reproduce(out_dir: Path, quick: bool = False, seed: int = 0, workers: int = 
     )
     summary["decide_ms_1000_servers"] = _decide_timing(report, paper)
     checks = check_done(summary) | check_truth(summary["truth"])
+    checks |= check_sweep(summary["overprovisioning"])
     report.checks(checks)
     report.section("What differs from the paper, and why", DIFFERENCES + gap_text(summary["gap"]))
     report.text(
@@ -175,6 +173,48 @@ def reproduce(out_dir: Path, quick: bool = False, seed: int = 0, workers: int = 
     return report.write(out_dir)
 
 
+def _diurnal(overprovisioning: float) -> str:
+    """The name of the linear truth's 2-replica diurnal run at ``overprovisioning``."""
+    return f"diurnal-{overprovisioning:g}"
+
+
+def _jobs(
+    scale: Scale, models: Models, contended: Models, sweep: tuple[float, ...]
+) -> dict[str, tuple]:
+    """Every simulated run of the report, by name: the sweep's days (§6.3) join the fixed
+    runs, a factor the fixed runs already have (0.1, 0.3) running once."""
+    jobs = {
+        _diurnal(0.1): (run_diurnal, scale, models, 0.1, 2),
+        _diurnal(0.3): (run_diurnal, scale, models, 0.3, 2),
+        "diurnal-0.1-contended": (run_diurnal, scale, contended, 0.1, 2, CONTENDED_TRUTH),
+        "diurnal-0.1-single": (run_diurnal, scale, models, 0.1, 1),
+        "hotspot": (run_hotspot, scale, models, 0.1, 2),
+        "hotspot-single": (run_hotspot, scale, models, 0.1, 1),
+        "hotspot-contended": (run_hotspot, scale, contended, 0.1, 2, CONTENDED_TRUTH),
+    }
+    for factor in sweep:
+        jobs.setdefault(_diurnal(factor), (run_diurnal, scale, models, factor, 2))
+    return jobs
+
+
+def _day_summary(
+    result: SimResult, scale: Scale, allocation: Allocations, overprovisioning: float | None = None
+) -> dict:
+    """``run_summary`` of a diurnal day against the ideal ``allocation``, with the units
+    the report's figures need (and the factor, for the sweep)."""
+    intervals = allocation.intervals
+    summary = run_summary(
+        result,
+        server_units(result, scale.charge_interval_s),
+        allocation.units()["ideal"],
+        STANDBYS * intervals,
+    )
+    summary |= {"ideal_units": allocation.units()["ideal"], "standby_units": STANDBYS * intervals}
+    return (
+        summary if overprovisioning is None else {"overprovisioning": overprovisioning, **summary}
+    )
+
+
 def _truth_runs(scale: Scale, linear: Models, contended: Models, runs: dict) -> dict:
     """SLO and cost of elastic 0.1 and the hotspot on the linear and the contended truth,
     each diurnal day against the ideal packed under its own truth's model."""
@@ -182,13 +222,7 @@ def _truth_runs(scale: Scale, linear: Models, contended: Models, runs: dict) -> 
     out = {}
     for truth, models, suffix in (("linear", linear, ""), ("contended", contended, "-contended")):
         allocation = diurnal_allocations(scale, models)
-        day = runs[f"diurnal-0.1{suffix}"]
-        out[f"diurnal-{truth}"] = run_summary(
-            day,
-            server_units(day, interval_s),
-            allocation.units()["ideal"],
-            STANDBYS * allocation.intervals,
-        )
+        out[f"diurnal-{truth}"] = _day_summary(runs[f"diurnal-0.1{suffix}"], scale, allocation)
         spike = runs["hotspot" + suffix]
         out[f"hotspot-{truth}"] = run_summary(spike, server_units(spike, interval_s), 0, 0)
     return out
@@ -325,8 +359,7 @@ def _hotspot_figure(result: SimResult, scale: Scale):
     return fig
 
 
-def _diurnal_section(report, paper, scale: Scale, models: Models, runs: dict) -> dict:
-    allocation = diurnal_allocations(scale, models)
+def _diurnal_section(report, paper, scale: Scale, allocation: Allocations, runs: dict) -> dict:
     units = allocation.units()
     intervals = allocation.intervals
     name, day = DIURNAL_SOURCE
