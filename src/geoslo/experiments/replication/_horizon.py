@@ -210,31 +210,39 @@ def _prose(n: int, sweep: list[HorizonPoint], paper_h: int) -> str:
 
 
 def _figure(points: dict[int, list[HorizonPoint]], paper_h: int):
+    """Four panels against the horizon; colour: the stream, line style: the experiment."""
     fig, axes = plt.subplots(2, 2, figsize=(9, 6), sharex=True)
     panels = (
         (axes[0, 0], "p95 buffer (MB)", {"app": "app_p95_mb", "rep": "rep_p95_mb"}),
         (axes[0, 1], "image age, mean (s)", {"images": "image_age_mean_s"}),
     )
+    colours = {"app": "tab:blue", "rep": "tab:orange", "images": "tab:green"}
     for n, sweep in points.items():
         h = [p.horizon for p in sweep]
+        style = {"marker": "o", "linestyle": "-" if n == 1 else "--"}
         for ax, _, streams in panels:
             for stream, key in streams.items():
                 values = [getattr(p.metrics, key) for p in sweep]
-                ax.plot(h, values, marker="o", label=f"Exp. {n} {stream}")
+                ax.plot(h, values, color=colours[stream], label=f"Exp. {n} {stream}", **style)
         paper_cost = next(p.cost for p in sweep if p.horizon == paper_h)
-        axes[1, 0].plot(h, [p.cost / paper_cost for p in sweep], marker="o", label=f"Exp. {n}")
-        axes[1, 1].plot(h, [p.step_median_ms for p in sweep], marker="o", label=f"Exp. {n}")
+        relative = [p.cost / paper_cost for p in sweep]
+        axes[1, 0].plot(h, relative, color="tab:red", label=f"Exp. {n}", **style)
+        steps_ms = [p.step_median_ms for p in sweep]
+        axes[1, 1].plot(h, steps_ms, color="tab:purple", label=f"Exp. {n}", **style)
     for ax, label, _ in panels:
         ax.set_ylabel(label)
     axes[1, 0].set_ylabel(f"cost (7) / cost at H = {paper_h}")
     axes[1, 1].set_ylabel("MPC step, median (ms)")
     axes[0, 0].set_yscale("log")
     axes[1, 0].set_yscale("log")
+    horizons = sorted({p.horizon for sweep in points.values() for p in sweep})
     for ax in axes.flat:
         ax.set_xscale("log")
-        ax.axvline(paper_h, color="grey", linestyle="--", linewidth=0.8)
+        ax.set_xticks(horizons, [str(h) for h in horizons])
+        ax.minorticks_off()
+        ax.axvline(paper_h, color="grey", linestyle=":", linewidth=0.8)
         ax.legend(fontsize=7)
     for ax in axes[1]:
-        ax.set_xlabel("horizon (intervals of 10 s)")
+        ax.set_xlabel("horizon (intervals of 10 s; dotted: the paper's)")
     fig.tight_layout()
     return fig
