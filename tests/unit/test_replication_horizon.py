@@ -120,3 +120,17 @@ def test_check_names_carry_no_measured_number():
     a = {1: [point(5, 3.0, 2000.0), point(30, 1.0)], 2: [point(5, 2.0), point(30, 1.0)]}
     b = {1: [point(5, 7.0, 3000.0), point(30, 2.0)], 2: [point(5, 9.0), point(30, 4.0)]}
     assert list(check_horizon_sweep(a, 30)) == list(check_horizon_sweep(b, 30))
+
+
+@pytest.mark.parametrize(
+    ("costs", "says"),
+    [
+        ([3.9, 1.3, 0.39, 0.30], "the cost still falls. H = 30 costs +30% against it."),
+        ([1.2, 0.79, 0.77, 0.88], "H = 5: there the gain from a longer horizon stops"),
+    ],
+)
+def test_the_prose_follows_the_numbers(costs, says):
+    from geoslo.experiments.replication._horizon import _prose
+
+    sweep = [point(h, c) for h, c in zip([1, 5, 30, 60], costs, strict=True)]
+    assert says in _prose(1, sweep, 30)

@@ -179,10 +179,14 @@ def _prose(n: int, sweep: list[HorizonPoint], paper_h: int) -> str:
     best = sweep[int(np.argmin(costs))]
     stops = gain_stops_at(horizons, costs, GAIN_TOLERANCE_FRACTION)
     short, paper = sweep[0], next(p for p in sweep if p.horizon == paper_h)
+    tolerance = f"{GAIN_TOLERANCE_FRACTION:.0%}"
     if stops == horizons[-1] and len(sweep) > 1:
-        stopping = f"the cost still falls at the longest horizon swept, H = {stops}"
+        stopping = f"no shorter horizon comes within {tolerance} of it: the cost still falls"
     else:
-        stopping = "there the gain from a longer horizon stops"
+        stopping = (
+            f"the shortest horizon within {tolerance} of it is H = {stops}: there the gain "
+            "from a longer horizon stops"
+        )
     verdict = (
         f"H = {paper_h} is the sweep's best"
         if best is paper
@@ -191,12 +195,11 @@ def _prose(n: int, sweep: list[HorizonPoint], paper_h: int) -> str:
     longer = "".join(
         f" H = {p.horizon} costs {p.cost / paper.cost - 1:+.0%} against H = {paper_h}."
         for p in sweep
-        if p.horizon > paper_h
+        if p.horizon > paper_h and p is not best
     )
     return (
         f"**Experiment {n}.** The cost (7) is lowest at H = {best.horizon} "
-        f"({best.cost:.4g} per interval) and the shortest horizon within "
-        f"{GAIN_TOLERANCE_FRACTION:.0%} of that is H = {stops}: {stopping}. "
+        f"({best.cost:.4g} per interval); {stopping}. "
         f"{verdict}.{longer} From H = {short.horizon} to "
         f"H = {paper_h} the images' mean age at the backup goes from "
         f"{short.metrics.image_age_mean_s:.0f} s to {paper.metrics.image_age_mean_s:.0f} s "
