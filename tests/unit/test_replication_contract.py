@@ -118,6 +118,9 @@ def test_the_quick_reproduction_shows_the_papers_pattern(tmp_path):
     mpc = summary["experiment_1"]["MPC"]
     assert np.isfinite(mpc["transfer_mean_s"]) and mpc["images_done"] >= 16
     assert summary["mpc_step_ms"]["median"] < 20.0  # a sanity bound; the bench measures it
+    sweep = summary["horizon_sweep"]  # issue 23: the MPC at the quick run's horizons
+    assert {n: set(s) for n, s in sweep.items()} == {f"experiment_{n}": {"5", "30"} for n in (1, 2)}
+    assert sweep["experiment_1"]["30"]["app_p95_mb"] == mpc["app_p95_mb"]  # the table's run
 
 
 # ---------------------------------------------------------------- ranges and bounds

@@ -3,6 +3,13 @@
 paper reports. ``live_report(LiveSettings(), out_dir)``: Experiment 1 compressed onto a
 real link (``geoslo.live.replication``; root)."""
 
+from geoslo.experiments.replication._horizon import (
+    HORIZONS,
+    QUICK_HORIZONS,
+    check_horizon_sweep,
+    gain_stops_at,
+    with_horizon,
+)
 from geoslo.experiments.replication._live import (
     LivePolicyRun,
     LiveSettings,
@@ -38,6 +45,11 @@ __all__ = [
     "run_live_policies",
     "run_live_policy",
     "simulate_schedule",
+    "HORIZONS",
+    "QUICK_HORIZONS",
+    "check_horizon_sweep",
+    "gain_stops_at",
+    "with_horizon",
     "PAPER_VALUES",
     "POLICIES",
     "Experiment",

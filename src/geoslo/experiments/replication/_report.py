@@ -19,6 +19,12 @@ from geoslo.experiments.replication._ground_truth import (
     check_ground_truth,
     ground_truth_section,
 )
+from geoslo.experiments.replication._horizon import (
+    HORIZONS,
+    QUICK_HORIZONS,
+    horizon_section,
+    with_horizon,
+)
 from geoslo.experiments.replication._workloads import Experiment, experiment_1, experiment_2
 from geoslo.report import Report, load_paper_values
 from geoslo.sim.replication import (
@@ -105,9 +111,12 @@ def reproduce(out_dir: Path, quick: bool = False, seed: int = 0, workers: int = 
     bursty_settings = dataclasses.replace(settings, message_tail_index=BURSTY_TAIL_INDEX)
     cases = {1: (experiments[0], settings), 2: (experiments[1], settings)}
     cases["bursty"] = (bursty, bursty_settings)
-    keys = sorted(((c, p) for c in cases for p in POLICIES), key=lambda k: k[1] != "MPC")
-    jobs = [(cases[c][0], p, cases[c][1]) for c, p in keys]  # the MPC's long runs first
-    simulated_s = sum(e.duration_s for e, _ in cases.values()) * len(POLICIES)
+    sweep = _sweep_cases(experiments, QUICK_HORIZONS if quick else HORIZONS)
+    cases |= {key: (experiment, settings) for key, experiment in sweep.items()}
+    keys = [(c, p) for c in cases for p in (("MPC",) if c in sweep else POLICIES)]
+    keys.sort(key=lambda k: k[1] != "MPC")  # the MPC's long runs first
+    jobs = [(cases[c][0], p, cases[c][1]) for c, p in keys]
+    simulated_s = sum(cases[c][0].duration_s for c, _ in keys)
     wall = time.monotonic()
     runs = dict(zip(keys, run_jobs(run_experiment, jobs, workers, "replication runs"), strict=True))
     wall_s = time.monotonic() - wall
@@ -134,8 +143,17 @@ def reproduce(out_dir: Path, quick: bool = False, seed: int = 0, workers: int = 
         report, experiments[1], bursty, runs[2, "MPC"], bursty_runs, bursty_metrics
     )
     checks |= {f"Bursty truth: {k}": v for k, v in check_ground_truth(bursty_metrics).items()}
+    horizons = horizon_section(
+        report,
+        dict(enumerate(experiments, start=1)),
+        _sweep_runs(runs, experiments, sweep),
+        paper,
+        dict(TABLE_ROWS),
+    )
+    summary["horizon_sweep"] = horizons["summary"]
+    checks |= {f"Horizon: {k}": v for k, v in horizons["checks"].items()}
     summary["mpc_step_ms"] = _speed_section(
-        report, list(runs.values()), simulated_s, wall_s, workers
+        report, [runs[k] for k in keys if k[0] not in sweep], simulated_s, wall_s, workers
     )
     report.checks(checks)
     report.section("What differs from the paper, and why", DIFFERENCES)
@@ -146,6 +164,25 @@ def reproduce(out_dir: Path, quick: bool = False, seed: int = 0, workers: int = 
     summary["checks"] = checks
     report.data("summary", summary)
     return report.write(out_dir)
+
+
+def _sweep_cases(experiments, horizons) -> dict[tuple[int, int], Experiment]:
+    """The horizon sweep's extra MPC runs, keyed (experiment, horizon): every horizon but
+    the experiment's own, whose run is the MPC's in the main table."""
+    return {
+        (n, h): with_horizon(experiment, h)
+        for n, experiment in enumerate(experiments, start=1)
+        for h in horizons
+        if h != experiment.config.horizon
+    }
+
+
+def _sweep_runs(runs, experiments, sweep) -> dict[int, dict[int, LinkRun]]:
+    """Per experiment, the MPC's run at each horizon of the sweep and at its own."""
+    out = {n: {e.config.horizon: runs[n, "MPC"]} for n, e in enumerate(experiments, start=1)}
+    for n, h in sweep:
+        out[n][h] = runs[(n, h), "MPC"]
+    return out
 
 
 def _experiment_section(report, n: int, experiment: Experiment, runs, metrics, paper) -> None:

@@ -20,6 +20,7 @@ from geoslo.sim.replication._metrics import (
     dro_mb,
     image_age_s,
     link_metrics,
+    realized_cost,
 )
 
 __all__ = [
@@ -31,6 +32,7 @@ __all__ = [
     "dro_mb",
     "image_age_s",
     "link_metrics",
+    "realized_cost",
     "LinkRun",
     "LinkSettings",
     "LinkWorkload",

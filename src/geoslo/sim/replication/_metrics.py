@@ -7,7 +7,9 @@
 * the application's waiting time: each stream is served in order, so data that arrived
   in step k leaves when the stream's cumulative departures reach its cumulative arrivals;
 * the Disaster Recovery Overhead: the replication writes since the newest image at the
-  backup was taken.
+  backup was taken;
+* the cost (7) the run incurred, interval by interval (``realized_cost``): what the MPC
+  minimises over its horizon, scored on what happened.
 """
 
 from __future__ import annotations
@@ -16,9 +18,19 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
+from geoslo.control.replication.decide import next_integral
+from geoslo.control.replication.mpc import plan_cost
+from geoslo.control.replication.types import ReplicationConfig
 from geoslo.sim.replication._link import LinkRun
 
-__all__ = ["LinkMetrics", "link_metrics", "application_wait_s", "image_age_s", "dro_mb"]
+__all__ = [
+    "LinkMetrics",
+    "link_metrics",
+    "application_wait_s",
+    "image_age_s",
+    "dro_mb",
+    "realized_cost",
+]
 
 APPLICATION, REPLICATION = 0, 1
 
@@ -71,6 +83,27 @@ def link_metrics(run: LinkRun) -> LinkMetrics:
         dro_end_mb=float(dro[-1]),
         data_loss_max_mb=float(rep.max()),
     )
+
+
+def realized_cost(run: LinkRun, config: ReplicationConfig) -> float:
+    """The cost (7) per interval that the run incurred (§IV), with ``config``'s weights:
+    each interval's buffers at its end, the move into its shares, and the image integral
+    as the MPC keeps it (``next_integral``); buffers in units of C as in ``plan_cost``.
+    The first interval (equal shares, before any decision) is not counted; its image
+    backlog starts the integral, as it does the MPC's."""
+    per_interval = round(config.interval_s / run.step_s)
+    buffers_mb = run.buffers_mb[per_interval - 1 :: per_interval]
+    shares = run.shares[: len(buffers_mb)]
+    integral_mb, total = next_integral(0.0, float(buffers_mb[0, 2])), 0.0
+    for k in range(1, len(buffers_mb)):
+        image_mb = float(buffers_mb[k, 2])
+        after_mb = next_integral(integral_mb, image_mb)
+        # plan_cost adds this interval's image backlog to the integral it is given
+        total += plan_cost(
+            config, shares[k : k + 1], buffers_mb[k : k + 1], shares[k - 1], after_mb - image_mb
+        )
+        integral_mb = after_mb
+    return total / max(len(buffers_mb) - 1, 1)
 
 
 def image_age_s(run: LinkRun) -> np.ndarray:
