@@ -344,16 +344,34 @@ def test_latency_aware_ignores_the_first_measurements():
     assert gs[0, 0, K.GS_LA_AVG] == pytest.approx((1 - np.log(2)) * 15.0 + np.log(2) * 115.0)
 
 
-def test_dynamic_snitch_measures_remote_replicas_and_keeps_reads_mostly_local():
-    """Per coordinator and per host: an unscored replica counts as 0.0 once the badness
-    test sorts by score, so remote replicas get read and scored (Cassandra 3.x); their
-    medians (WAN included) are high, so reads stay mostly local (Kurma section 7.1.1)."""
+def test_dynamic_snitch_of_the_papers_cassandra_never_reads_a_remote_replica():
+    """Cassandra 3.9 (Kurma section 7): a replica without a score keeps the subsnitch's
+    order, and at consistency ONE no remote replica is ever read, so none is ever scored:
+    every read stays local ("heavily favors local reads", section 7.1.1)."""
     from geoslo.sim.kurma import _kernels as K
 
     s = build_sim("dynamic_snitch", rate_rps=8000.0, seed=2)
     st = s.run(2.0)
+    assert np.trace(st.requests) == st.requests.sum() > 0
+    local = np.repeat(np.eye(3, dtype=bool), 5, axis=0).repeat(5, axis=1)
+    assert (s._ss[:, :, K.SS_SCORED] > 0)[local].any()
+    assert not (s._ss[:, :, K.SS_SCORED] > 0)[~local].any()
+
+
+def test_dynamic_snitch_from_3_11_1_measures_remote_replicas_once_local_ones_differ():
+    """Per coordinator and per host: from 3.11.1 (CASSANDRA-13074) an unscored replica
+    counts as 0.0, so once the badness test sorts, remote replicas get read and scored.
+    Samples are whole milliseconds (receiveTiming), so idle local replicas (under 1 ms)
+    all score alike and nothing sorts; under load their queues tell them apart."""
+    from geoslo.sim.kurma import _kernels as K
+
+    idle = build_sim("dynamic_snitch", rate_rps=8000.0, seed=2, ds_unscored_as_zero=1.0)
+    st = idle.run(1.0)
+    assert np.trace(st.requests) == st.requests.sum()
+    s = build_sim("dynamic_snitch", rate_rps=40000.0, seed=2, ds_unscored_as_zero=1.0)
+    st = s.run(1.0)
     remote = st.requests.sum() - np.trace(st.requests)
-    assert 0 < remote < 0.1 * st.requests.sum()
+    assert remote > 0
     scored = s._ss[:, :, K.SS_SCORED] > 0
     assert scored.shape == (15, 15)  # 5 coordinators per site x every server
     remote_scored = [scored[c, [g for g in range(15) if g // 5 != c // 5]].sum() for c in range(15)]
@@ -378,19 +396,32 @@ def test_dynamic_snitch_read_repair_measures_local_replicas_and_adds_no_request(
     assert samples.sum() > 2.5 * samples0.sum()
 
 
-def test_dynamic_snitch_avoids_a_slow_local_replica():
+@pytest.mark.parametrize(
+    ("n_sites", "unscored_as_zero", "avoids"),
+    [(1, 0.0, True), (3, 0.0, False), (3, 1.0, True)],
+    ids=["one-site", "three-sites-3.9", "three-sites-3.11.1"],
+)
+def test_dynamic_snitch_avoids_a_slow_local_replica_once_every_replica_is_scored(
+    n_sites, unscored_as_zero, avoids
+):
     """Per host scores: with one of London's servers ten times slower, the snitch reads
-    its other replicas, so London's violations fall far below AllLocal's (a per-site
-    snitch, or none, cannot tell the site's servers apart)."""
+    its other replicas, so London's violations fall far below AllLocal's. Up to 3.11.0
+    that needs every replica scored: with remote sites, never read, it never sorts
+    (the early exit CASSANDRA-13074 removed)."""
     slow = np.array([10.0, 1.0, 1.0, 1.0, 1.0])
     fractions = {}
     for policy in ("dynamic_snitch", "rates"):
-        s = build_sim(policy, rate_rps=8000.0, seed=3)
+        s = build_sim(
+            policy, rate_rps=8000.0, seed=3, n_sites=n_sites, ds_unscored_as_zero=unscored_as_zero
+        )
         s.set_server_slowdown(0, slow)
         s.run(1.0)
         fractions[policy] = s.run(2.0).violation_fraction[0]
     assert fractions["rates"] > 0.05
-    assert fractions["dynamic_snitch"] < 0.3 * fractions["rates"]
+    if avoids:
+        assert fractions["dynamic_snitch"] < 0.3 * fractions["rates"]
+    else:
+        assert fractions["dynamic_snitch"] > 0.7 * fractions["rates"]
 
 
 def test_c3_keeps_one_state_per_coordinator_and_counts_them_as_its_clients():
@@ -446,7 +477,9 @@ def test_dynamic_snitch_sorts_the_keys_replicas_by_score_when_one_is_bad(kern):
     ss[0, 0, :3] = (1.0, 10, 1.0)
     ss[0, 1, :3] = (1.05, 10, 1.0)  # within the threshold of host 0: proximity order holds
     assert route() == (0, 0)
-    ss[0, 0, K.SS_SCORE] = 1.2  # host 0 over 1.1 x host 1: by score, unscored count 0
+    ss[0, 0, K.SS_SCORE] = 1.2  # host 0 over 1.1 x host 1, but site 1's are unscored:
+    assert route() == (0, 0)  # up to 3.11.0 the subsnitch's order stands
+    pp[K.PP_DS_UNSCORED_ZERO] = 1.0  # from 3.11.1 by score, unscored count 0
     assert route() == (1, 0)  # the first unscored host, remote site 1
     ss[0, 2, :3] = (0.9, 10, 1.0)
     ss[0, 3, :3] = (0.95, 10, 1.0)

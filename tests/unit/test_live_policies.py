@@ -395,6 +395,9 @@ def test_the_snitch_reads_locally_until_a_local_host_is_worse_by_the_badness():
     assert set(hosts) == {(0, 0), (0, 1)} and min(hosts.values()) > 150  # both, at random
     feed(policy, (0, 0), 40.0, 50, 1000.0)  # one local server slows: the order is broken
     feed(policy, (0, 1), 40.0, 50, 1000.0)
+    # up to 3.11.0 (the paper's 3.9) the unscored remote hosts keep the subsnitch's order
+    assert set(draw_hosts(policy, 100, now_ms=2000.0)) == {(0, 0), (0, 1)}
+    policy.unscored_as_zero = True  # 3.11.1 on (CASSANDRA-13074)
     hosts = draw_hosts(policy, 100, now_ms=2000.0)
     # scored in proximity order 1.0, 1.0, 0.3: sorted by score, the unscored host (1, 1)
     # counts as 0 and comes first (compareEndpoints)
@@ -405,6 +408,7 @@ def test_the_snitch_reads_locally_until_a_local_host_is_worse_by_the_badness():
 
 def test_the_snitch_rescores_only_every_100_ms_and_forgets_after_10_minutes():
     policy = snitch()
+    policy.unscored_as_zero = True  # 3.11.1 on: an unscored host is read and measured
     feed(policy, (0, 0), 40.0, 50, 0.0)
     feed(policy, (0, 1), 40.0, 50, 0.0)
     feed(policy, (1, 0), 5.0, 50, 0.0)

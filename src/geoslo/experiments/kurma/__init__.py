@@ -141,8 +141,12 @@ def check_done(results: dict) -> dict[str, bool]:
             savings[("KurmaCost", billing)] > 0 for billing in (1, 60)
         ),
         **_fig11.checks(results["fig11"]),
-        "DynamicSnitch measures the replicas it reads and sends some reads to other sites "
-        "(Trace-1 and -2)": all(rows["DynamicSnitch"]["redirected_pct"] > 0 for rows in traces),
+        "DynamicSnitch (Cassandra 3.9's rule) keeps every read local, as the paper saw "
+        "(Trace-1 and -2)": all(rows["DynamicSnitch"]["redirected_pct"] == 0 for rows in traces),
+        "DynamicSnitch-3.11 (unscored replicas count 0) reads and measures remote replicas "
+        "(Trace-1 and -2)": all(
+            rows["DynamicSnitch-3.11"]["redirected_pct"] > 0 for rows in traces
+        ),
     }
     return checks | _load_sweep.check_holds(results["load_sweep"]["rows"])
 
@@ -178,22 +182,29 @@ def _c3_text(trace1: dict, trace2: dict) -> str:
 def _snitch_text(trace1: dict, trace2: dict) -> str:
     ds, local = (trace1[p]["global_violations_pct"] for p in ("DynamicSnitch", "AllLocal"))
     ds_b, local_b = (trace2[p]["global_violations_pct"] for p in ("DynamicSnitch", "AllLocal"))
+    new, new_b = (t["DynamicSnitch-3.11"]["global_violations_pct"] for t in (trace1, trace2))
     moved = trace1["DynamicSnitch"]["redirected_pct"], trace2["DynamicSnitch"]["redirected_pct"]
+    moved_new = (t["DynamicSnitch-3.11"]["redirected_pct"] for t in (trace1, trace2))
     text = (
-        "* **DynamicSnitch** scores every host its coordinator reads from (remote ones "
-        "included, WAN in their medians); a host it has not measured since the last reset "
-        "counts as 0 once its local replicas differ by the badness threshold, so it is read "
-        f"and measured. It sent {moved[0]:.1f}% of Trace-1's reads and {moved[1]:.1f}% of "
-        f"Trace-2's to other sites: {ds:.2f}% global violations on Trace-1 against "
-        f"AllLocal's {local:.2f}%, {ds_b:.2f}% against {local_b:.2f}% on Trace-2."
+        "* **DynamicSnitch** scores every host its coordinator reads from, per coordinator, "
+        "from whole-millisecond samples. In the paper's Cassandra (3.9, and 2.0), "
+        "sortByProximityWithBadness returns early when a replica has no score, keeping the "
+        "subsnitch's order; at consistency ONE a remote replica is never read, so never "
+        f"scored, and every read stays local: it sent {moved[0]:.1f}% and {moved[1]:.1f}% of "
+        f"the reads to other sites, with {ds:.2f}% global violations on Trace-1 against "
+        f"AllLocal's {local:.2f}% ({ds_b:.2f}% against {local_b:.2f}% on Trace-2). That is "
+        'the paper\'s "heavily favors local reads". Cassandra 3.11.1 (CASSANDRA-13074) '
+        "counts an unscored replica as 0, so once local scores differ by the badness "
+        "threshold the remote replicas are read and measured: **DynamicSnitch-3.11** sent "
+        "{:.1f}% and {:.1f}% of the reads to other sites, with {:.2f}% and {:.2f}% global "
+        "violations.".format(*moved_new, new, new_b)
     )
-    if ds_b > local_b:
+    if max(new, new_b) > max(local, local_b):
         text += (
-            " Its violations exceed AllLocal's where the sites run near their capacity: once "
-            "the badness test sorts, a coordinator sends every read whose key that replica "
-            "holds to its best-scored one until the next score update, 100 ms later, and "
-            "the coordinators, seeing the same servers, pick the same one, which a stall or "
-            "a burst then overloads (it happens with remote sites excluded too; "
-            "docs/kurma.md). The paper saw it favour local reads, not herd."
+            " Where it exceeds AllLocal's violations it herds: once the badness test "
+            "sorts, a coordinator sends every read whose key that replica holds to its "
+            "best-scored one until the next score update, 100 ms later, and the "
+            "coordinators, seeing the same servers, pick the same one, which a stall or a "
+            "burst then overloads (docs/kurma.md)."
         )
     return text + "\n"

@@ -22,9 +22,12 @@ KERNEL_POLICIES = {
     "AllLocal": "rates",
     "GlobalRR": "global_rr",
     "LatencyAware": "latency_aware",
-    "DynamicSnitch": "dynamic_snitch",
+    "DynamicSnitch": "dynamic_snitch",  # the paper's Cassandra 3.9
+    "DynamicSnitch-3.11": "dynamic_snitch",
     "C3": "c3",
 }
+# a kernel policy's parameters that make a variant of it (the simulator's defaults otherwise)
+VARIANT_PARAMS = {"DynamicSnitch-3.11": {"ds_unscored_as_zero": 1.0}}  # CASSANDRA-13074
 MODEL_POLICIES = {
     "KurmaPerf": {"objective": "perf"},
     "KurmaCost": {"objective": "cost"},
@@ -119,7 +122,7 @@ def run_policy(
         slo_ms=SLO_MS,
         seed=seed,
         policy=KERNEL_POLICIES.get(policy, "rates"),
-        policy_params=policy_params,
+        policy_params={**VARIANT_PARAMS.get(policy, {}), **(policy_params or {})} or None,
         wan_truth=wan_truth,
     )
     controller = (

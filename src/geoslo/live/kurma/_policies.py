@@ -320,10 +320,12 @@ class DynamicSnitch(RoutingPolicy):
     median) every 100 ms, the reservoirs cleared every 10 min. A read's candidates are the
     key's replicas, ``replicas_per_site`` consecutive servers of every site from a random
     start, this site's first, then the other sites nearest first (the subsnitch's order);
-    the first that is up is read unless, among the scored candidates in that order, one's
-    score exceeds the sorted scores' at its position by more than the badness threshold
-    (0.1): then in order of score, an unscored host counting as 0 (sortByProximityWithBadness,
-    compareEndpoints), so a host not measured since the last reset is read and measured.
+    the first that is up is read unless one's score exceeds the sorted scores' at its
+    position by more than the badness threshold (0.1): then in order of score
+    (sortByProximityWithBadness, compareEndpoints). A candidate without a score keeps the
+    subsnitch's order up to 3.11.0 (the paper's 3.9), so remote replicas, never read,
+    keep every read local; with ``unscored_as_zero`` (3.11.1 on, CASSANDRA-13074) it
+    counts as 0 and is read next. Samples are whole milliseconds, as receiveTiming's.
     Only reads feed it: Cassandra's write handlers do not time replicas for the snitch."""
 
     reservoir_size = 100
@@ -332,6 +334,7 @@ class DynamicSnitch(RoutingPolicy):
     reset_interval_ms = 600_000.0
     badness_threshold = 0.1
     replicas_per_site = 3  # Kurma section 7: RF 3 in each datacenter
+    unscored_as_zero = False  # the paper's Cassandra 3.9
 
     def __init__(
         self, site: int, servers_per_site: list[int], proximity: list[int], seed: int = 0
@@ -352,7 +355,8 @@ class DynamicSnitch(RoutingPolicy):
         if reservoir is None:
             reservoir = DecayingReservoir(self.reservoir_size, self.alpha_per_s, now_ms / 1e3)
             self.reservoirs[(site, server)] = reservoir
-        reservoir.update(response_ms, now_ms / 1e3, 1.0 - self._random.random())
+        whole_ms = math.floor(response_ms)
+        reservoir.update(whole_ms, now_ms / 1e3, 1.0 - self._random.random())
 
     def _update(self, now_ms: float) -> None:
         """updateScores every 100 ms (and the reset every 10 min)."""
@@ -374,7 +378,9 @@ class DynamicSnitch(RoutingPolicy):
         return hosts
 
     def _is_bad(self, hosts: list[tuple[int, int]]) -> bool:
-        scored = [self.scores[h] for h in hosts if h in self.scores]
+        if not self.unscored_as_zero and any(h not in self.scores for h in hosts):
+            return False  # up to 3.11.0: an unscored candidate ends the method
+        scored = [self.scores.get(h, 0.0) for h in hosts]
         threshold = 1.0 + self.badness_threshold
         return any(a > b * threshold for a, b in zip(scored, sorted(scored), strict=True))
 

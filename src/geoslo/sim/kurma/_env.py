@@ -57,6 +57,9 @@ DEFAULT_POLICY_PARAMS: dict[str, float] = {
     "ds_badness_threshold": 0.1,
     "ds_replicas_per_site": 3,  # the key's replicas in each DC (Kurma section 7: RF 3)
     "ds_read_repair_chance": 0.1,  # dclocal_read_repair_chance (table default, 2.1-3.x)
+    # 0: a replica without a score keeps the subsnitch's order (up to 3.11.0: the paper's
+    # 3.9); 1: it counts as 0.0 (3.11.1 on, CASSANDRA-13074)
+    "ds_unscored_as_zero": 0.0,
     # C3 (Suresh et al., NSDI 2015); gamma, smax, hysteresis and rates are our choices
     "c3_ewma_alpha": 0.9,
     "c3_window_ms": 20.0,
@@ -271,9 +274,10 @@ class RequestLevelSim:
         self._pp[K.PP_DS_BADNESS] = p["ds_badness_threshold"]
         self._pp[K.PP_DS_RF] = p["ds_replicas_per_site"]
         self._pp[K.PP_DS_READ_REPAIR] = p["ds_read_repair_chance"]
+        self._pp[K.PP_DS_UNSCORED_ZERO] = p["ds_unscored_as_zero"]
         self._digests_per_read = 0
         if self.policy == "dynamic_snitch" and p["ds_read_repair_chance"] > 0:
-            self._digests_per_read = max(int(p["ds_replicas_per_site"]), 1) - 1
+            self._digests_per_read = max(int(p["ds_replicas_per_site"]), 1)  # a remote read: rf
         self._pp[K.PP_C3_EWMA] = p["c3_ewma_alpha"]
         self._pp[K.PP_C3_WINDOW_MS] = p["c3_window_ms"]
         self._pp[K.PP_C3_BETA] = p["c3_beta"]

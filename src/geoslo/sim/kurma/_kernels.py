@@ -174,7 +174,8 @@ PP_C3_MIN_RATE = 17
 PP_LA_RF = 18
 PP_DS_RF = 19
 PP_DS_READ_REPAIR = 20
-NPP = 21
+PP_DS_UNSCORED_ZERO = 21
+NPP = 22
 
 # Backlog (C3 backpressure queue) float columns, followed by 3 per site.
 BK_ISSUE = 0
@@ -420,11 +421,14 @@ def _route_dynamic_snitch(c, i, u_server, ss, pp, allowed, order, site_off, n_se
 
     The key's replicas (rf consecutive servers of every allowed site from the key's
     start, Kurma section 7: RF 3 per DC) in the subsnitch's order: this site's first,
-    then the other sites by proximity. The first one is read unless, among the *scored*
-    replicas in that order, one's score exceeds the positionally sorted scores by more
-    than the badness threshold; then the replicas are sorted by score (stable), an
-    unscored replica counting as 0.0 (compareEndpoints), so a replica never measured, or
-    not since the last reset, is read next and thereby measured. Returns (site, server).
+    then the other sites by proximity. Up to 3.11.0 (the paper's 3.9 and 2.0) a replica
+    without a score ends the method: the subsnitch's order stands, so at consistency ONE
+    a remote replica, never read and never scored, keeps every read local. From 3.11.1
+    (CASSANDRA-13074; ``PP_DS_UNSCORED_ZERO``) it counts as 0.0. The first replica is
+    read unless one's score exceeds the positionally sorted scores by more than the
+    badness threshold; then they are sorted by score (stable), an unscored one counting
+    as 0.0 (compareEndpoints), so it is read next and thereby measured.
+    Returns (site, server).
     """
     n_sites = order.shape[1]
     rf = int(pp[PP_DS_RF])
@@ -437,6 +441,7 @@ def _route_dynamic_snitch(c, i, u_server, ss, pp, allowed, order, site_off, n_se
     prox = np.empty(total)
     m = 0
     q = 0
+    unscored = False
     for r in range(n_sites):
         j = order[i, r]
         if not allowed[i, j]:
@@ -453,9 +458,14 @@ def _route_dynamic_snitch(c, i, u_server, ss, pp, allowed, order, site_off, n_se
             g = site_off[j] + s
             if ss[c, g, SS_SCORED] > 0:
                 prox[m] = ss[c, g, SS_SCORE]
-                m += 1
+            else:
+                prox[m] = 0.0
+                unscored = True
+            m += 1
     if q == 0:
         return i, 0
+    if unscored and pp[PP_DS_UNSCORED_ZERO] == 0:
+        return cand_j[0], cand_s[0]
     srt = np.sort(prox[:m])
     bad = False
     for k in range(m):
@@ -924,9 +934,8 @@ def _apply_feedback(t_end, policy, fb, fbi, st, gs, ss, res, glob, site_off, pp)
             _la_feedback(gs, fbi[slot, FBI_SRC], g, t_k, fb[slot, FB_RESP], pp)
         elif policy == DYNAMIC_SNITCH:
             c = fbi[slot, FBI_COORD]
-            _ds_feedback(
-                ss, res, c, g, t_k, fb[slot, FB_RESP], fb[slot, FB_AUX], glob[GL_DS_LANDMARK], pp
-            )
+            ms = math.floor(fb[slot, FB_RESP])  # receiveTiming takes whole milliseconds
+            _ds_feedback(ss, res, c, g, t_k, ms, fb[slot, FB_AUX], glob[GL_DS_LANDMARK], pp)
         elif policy == C3:
             c = fbi[slot, FBI_COORD]
             _c3_feedback(gs, c, g, fb[slot, FB_RESP], fb[slot, FB_QLEN], fb[slot, FB_SVC], pp)

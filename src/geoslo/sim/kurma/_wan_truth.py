@@ -55,12 +55,13 @@ class WanTruthParams:
                 raise ConfigError(name, f"must be > 0, got {getattr(self, name)}")
         if not self.congested_tail_index > 1:
             raise ConfigError("congested_tail_index", "must be > 1 (a finite mean)")
-        if not 0 <= self.max_utilisation_fraction < 1:
-            raise ConfigError("max_utilisation_fraction", "must be in [0, 1)")
+        if not 0 < self.max_utilisation_fraction < 1:
+            raise ConfigError("max_utilisation_fraction", "must be in (0, 1)")
         if not self.pair_spread_sigma >= 0:
             raise ConfigError("pair_spread_sigma", "must be >= 0")
         if self.load_levels < 1 or self.pool_size < 1:
-            raise ConfigError("load_levels", "load_levels and pool_size must be >= 1")
+            field = "load_levels" if self.load_levels < 1 else "pool_size"
+            raise ConfigError(field, "must be >= 1")
 
     @property
     def congested_fraction(self) -> float:
@@ -83,13 +84,16 @@ class WanResidualTruth:
         self.params = params
         self.n_sites = n_sites
         rng = np.random.default_rng([params.wan_seed, 23])
-        self.pair_scale = np.exp(rng.normal(0.0, params.pair_spread_sigma, (n_sites, n_sites)))
+        sigma = params.pair_spread_sigma  # a lognormal of mean 1: pairs differ, the mean stays
+        self.pair_scale = np.exp(rng.normal(-sigma**2 / 2, sigma, (n_sites, n_sites)))
         np.fill_diagonal(self.pair_scale, 0.0)
         utilisation = np.linspace(0.0, params.max_utilisation_fraction, params.load_levels)
         self.load_factor = 1.0 / (1.0 - utilisation)
         self.pool_ms, self._block_off = self._build_pool(calm, rng)
         self._chain_rng = np.random.default_rng([seed, 24])
-        self.congested = np.zeros((n_sites, n_sites), dtype=bool)
+        # every link starts in its long-run state, not calm
+        self.congested = self._chain_rng.random((n_sites, n_sites)) < params.congested_fraction
+        np.fill_diagonal(self.congested, False)
         self.level = np.zeros((n_sites, n_sites), dtype=np.int64)
 
     def _build_pool(self, calm: np.ndarray, rng) -> tuple[np.ndarray, np.ndarray]:
