@@ -165,9 +165,11 @@ class ManagedProcess:
     pid: int | None = None
     host: str = "127.0.0.1"  # where ``port`` accepts (a site's address, for a namespace)
 
-    def start(self, detached: bool = False, wait_timeout_s: float = 15.0) -> ManagedProcess:
+    def start(self, detached: bool = False, wait_timeout_s: float = 60.0) -> ManagedProcess:
         """Start it (in its own session when ``detached``, so it outlives the caller) and
-        wait until its port accepts connections."""
+        wait until its port accepts connections. A process that dies is seen at once; one
+        alive but not yet listening gets a minute: with three Supercloud seeds at once on 2
+        cores, a Python server took over 15 s to import and bind (issue 23's seeds run)."""
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         with open(self.log_path, "ab") as log:
             process = subprocess.Popen(
