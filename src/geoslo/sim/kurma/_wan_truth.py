@@ -85,7 +85,7 @@ class WanResidualTruth:
         self.n_sites = n_sites
         rng = np.random.default_rng([params.wan_seed, 23])
         sigma = params.pair_spread_sigma  # a lognormal of mean 1: pairs differ, the mean stays
-        self.pair_scale = np.exp(rng.normal(-sigma**2 / 2, sigma, (n_sites, n_sites)))
+        self.pair_scale = np.exp(rng.normal(-(sigma**2) / 2, sigma, (n_sites, n_sites)))
         np.fill_diagonal(self.pair_scale, 0.0)
         utilisation = np.linspace(0.0, params.max_utilisation_fraction, params.load_levels)
         self.load_factor = 1.0 / (1.0 - utilisation)
