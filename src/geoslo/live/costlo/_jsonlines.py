@@ -38,11 +38,15 @@ class JsonLineClient:
 
     @classmethod
     async def open(cls, port: int, name: str = "service", timeout_s: float = 2.0):
-        """Connect to ``127.0.0.1:port`` or raise TestbedError naming ``name``."""
+        """Connect to ``127.0.0.1:port`` or raise TestbedError naming ``name``. The
+        deadline is ``asyncio.timeout``, not ``wait_for``: Python 3.11's ``wait_for`` can
+        drop a connection that completes as it is cancelled, leaving its socket unclosed
+        (a ResourceWarning once in CI, with the lock service killed mid-PUT)."""
         try:
-            reader, writer = await asyncio.wait_for(
-                asyncio.open_connection("127.0.0.1", port, limit=LINE_LIMIT_BYTES), timeout_s
-            )
+            async with asyncio.timeout(timeout_s):
+                reader, writer = await asyncio.open_connection(
+                    "127.0.0.1", port, limit=LINE_LIMIT_BYTES
+                )
         except (TimeoutError, OSError) as error:
             raise TestbedError(f"cannot connect to {name} at 127.0.0.1:{port}: {error}") from None
         return cls(reader, writer, name)
