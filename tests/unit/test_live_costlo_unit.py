@@ -471,6 +471,44 @@ def test_the_lock_client_times_out_and_asks_a_restarted_service_again(tmp_path):
     assert grant.known and again.version == 0 and released == (1, True)
 
 
+def test_requests_after_a_lost_connection_reopen_it_once(tmp_path, monkeypatch):
+    # A VM library's PUTs share one LockClient. When the service restarts, every waiting
+    # request finds the connection closed; if each reopened it, all connections but the
+    # last would be dropped without close (a ResourceWarning in CI, issue 23). Without
+    # LockClient's reconnect lock this opens 8 connections.
+    from geoslo.live._processes import free_ports
+    from geoslo.live.costlo import _locks
+
+    opened = []
+    real_open = _locks.JsonLineClient.open
+
+    async def counted_open(*args, **kwargs):
+        opened.append(await real_open(*args, **kwargs))
+        return opened[-1]
+
+    monkeypatch.setattr(_locks.JsonLineClient, "open", counted_open)
+
+    async def scenario():
+        (port,) = free_ports(1)
+        service = LockService(tmp_path / "locks.jsonl")
+        server = await serve_json_lines(service.handle, port)
+        client = await LockClient.open(port)
+        try:
+            client._connection._writer.transport.abort()
+            await asyncio.sleep(0.05)  # the reader sees the connection lost
+            versions = await asyncio.gather(*(client.version(f"o{i}") for i in range(8)))
+        finally:
+            await client.close()
+            server.close()
+            await server.wait_closed()
+            service.close()
+        return versions, [c.closed for c in opened]
+
+    versions, closed = asyncio.run(scenario())
+    assert versions == [0] * 8
+    assert closed == [True, True], f"{len(closed) - 1} connections reopened, not 1"
+
+
 # --- the VM log and its replay -----------------------------------------------------------------
 REQUESTS = (
     StorageRequest(SERVING, 0, 0),

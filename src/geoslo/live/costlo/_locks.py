@@ -353,23 +353,31 @@ class LockClient:
     def __init__(self, port: int, connection: JsonLineClient | None = None) -> None:
         self.port = port
         self._connection = connection
+        self._reconnecting = asyncio.Lock()
 
     @classmethod
     async def open(cls, port: int) -> LockClient:
         return cls(port, await JsonLineClient.open(port, "lock service"))
 
     async def close(self) -> None:
-        if self._connection is not None:
-            await self._connection.close()
-        self._connection = None
-
-    async def _request(self, message: dict) -> dict:
-        if self._connection is None or self._connection.closed:
+        async with self._reconnecting:
             if self._connection is not None:
                 await self._connection.close()
             self._connection = None
-            self._connection = await JsonLineClient.open(self.port, "lock service")
-        return await self._connection.request(message)
+
+    async def _request(self, message: dict) -> dict:
+        return await (await self._connected()).request(message)
+
+    async def _connected(self) -> JsonLineClient:
+        """The connection, reopened if it was lost. One request reopens it and the others
+        wait for it: each opening its own, all but the last would be dropped unclosed."""
+        async with self._reconnecting:
+            if self._connection is None or self._connection.closed:
+                if self._connection is not None:
+                    await self._connection.close()
+                self._connection = None
+                self._connection = await JsonLineClient.open(self.port, "lock service")
+            return self._connection
 
     async def grant(
         self,

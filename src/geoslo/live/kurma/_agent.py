@@ -854,7 +854,8 @@ async def _reports_until(replies: asyncio.Queue, k: int, timeout_s: float) -> li
 
 async def _accepts(host: str, port: int) -> bool:
     try:
-        _, writer = await asyncio.wait_for(asyncio.open_connection(host, port), HEALTH_TIMEOUT_S)
+        async with asyncio.timeout(HEALTH_TIMEOUT_S):  # not wait_for: 3.11's can leak it
+            _, writer = await asyncio.open_connection(host, port)
     except (TimeoutError, OSError):
         return False
     writer.close()

@@ -169,9 +169,9 @@ class KurmaTestbedEnvironment:
                 stream = self._probe_streams.get((i, j))
                 if stream is None:
                     host, port = self.testbed.agent_address(sites[i], sites[j])
-                    stream = await asyncio.wait_for(
-                        asyncio.open_connection(host, port), PROBE_TIMEOUT_S
-                    )
+                    # asyncio.timeout, not wait_for: 3.11's wait_for can leak the socket
+                    async with asyncio.timeout(PROBE_TIMEOUT_S):
+                        stream = await asyncio.open_connection(host, port)
                     self._probe_streams[(i, j)] = stream
                 reader, writer = stream
                 sent = time.perf_counter()
