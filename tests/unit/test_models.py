@@ -69,6 +69,26 @@ def test_profile_backend_keeps_every_distribution_and_the_minimum():
     assert profile.distributions[1][1].mean_ms() == pytest.approx(4.0, abs=0.05)
 
 
+def test_profile_backend_run_by_a_map_gives_the_same_profile():
+    def measure(load, write_fraction):
+        return np.linspace(1.0, 9.0, 50) * (1 + write_fraction) + load / 100
+
+    mapped = []
+
+    def map_points(point, jobs):
+        mapped.append(len(jobs))
+        return [point(*job) for job in reversed(jobs)][::-1]  # any order of running
+
+    loads, mixes = [100.0, 200.0, 300.0], (0.0, 0.2)
+    serial = profile_backend(measure, loads, mixes)
+    by_map = profile_backend(measure, loads, mixes, map_points=map_points)
+    assert mapped == [6]
+    assert by_map.min_service_ms == serial.min_service_ms
+    for row_a, row_b in zip(serial.distributions, by_map.distributions, strict=True):
+        assert [d.mean_ms() for d in row_a] == [d.mean_ms() for d in row_b]
+    assert by_map.distributions[1][2].mean_ms() > by_map.distributions[0][2].mean_ms()
+
+
 def test_local_curve_is_the_tail_of_the_profiled_distribution():
     profile = exponential_profile([10.0, 20.0, 30.0], lambda x, w: x / 2)
     surface = build_slo_surface(profile, slo_ms=30.0)

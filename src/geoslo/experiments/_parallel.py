@@ -11,12 +11,19 @@ from geoslo.report import progress
 __all__ = ["run_jobs"]
 
 
-def run_jobs(function: Callable, jobs: Sequence[tuple], workers: int, label: str) -> list:
+def run_jobs(
+    function: Callable,
+    jobs: Sequence[tuple],
+    workers: int,
+    label: str,
+    ray_options: dict | None = None,
+) -> list:
     """``[function(*job) for job in jobs]``: as Ray tasks inside a Ray session (the
-    cluster's CPUs, not ``workers``, bound them), else on ``workers`` processes."""
+    cluster's CPUs, not ``workers``, bound them; ``ray_options`` for ``.options()``, one CPU
+    per task by default), else on ``workers`` processes."""
     with progress(total=len(jobs), label=label) as bar:
         if ray_active() and len(jobs) > 1:
-            return _on_ray(function, jobs, bar.update)
+            return _on_ray(function, jobs, bar.update, ray_options or {})
         if workers <= 1 or len(jobs) <= 1:
             results = []
             for job in jobs:
@@ -32,10 +39,12 @@ def run_jobs(function: Callable, jobs: Sequence[tuple], workers: int, label: str
             return results
 
 
-def _on_ray(function: Callable, jobs: Sequence[tuple], on_done: Callable[[], None]) -> list:
+def _on_ray(
+    function: Callable, jobs: Sequence[tuple], on_done: Callable[[], None], options: dict
+) -> list:
     import ray
 
-    remote = ray.remote(num_cpus=1)(function)
+    remote = ray.remote(**{"num_cpus": 1, **options})(function)
     refs = [remote.remote(*job) for job in jobs]
     pending = list(refs)
     while pending:

@@ -124,6 +124,23 @@ def profile_loads(
     return saturation_rps * (1.0 - gaps)
 
 
+def profile_point(
+    measure_ms: Callable[[float, float], np.ndarray],
+    load_rps: float,
+    write_fraction: float,
+    step_ms: float = 0.1,
+    max_response_ms: float = 5000.0,
+) -> tuple[LatencyDistribution, float]:
+    """One profiled point (§4.1): the trimmed distribution of the responses of a backend
+    driven at ``load_rps`` and its fastest response, in ms. Responses beyond
+    ``max_response_ms`` (a saturated backend's queue grows without bound) are kept at that
+    value: tails below it, where every SLO lies, stay exact."""
+    samples = np.asarray(measure_ms(load_rps, write_fraction), dtype=float)
+    samples = np.minimum(samples, max_response_ms)
+    distribution = LatencyDistribution.from_samples(samples, step_ms=step_ms).trimmed()
+    return distribution, float(samples.min())
+
+
 def profile_backend(
     measure_ms: Callable[[float, float], np.ndarray],
     load_rps: Sequence[float],
@@ -131,28 +148,34 @@ def profile_backend(
     step_ms: float = 0.1,
     on_point: Callable[[int, int], None] | None = None,
     max_response_ms: float = 5000.0,
+    map_points: Callable[[Callable, list[tuple]], list] | None = None,
 ) -> ServiceProfile:
     """Drive a backend at each (write fraction, load) and keep the whole distribution (§4.1).
 
     ``measure_ms(load_rps, write_fraction)`` runs the backend open-loop at that load and
-    returns the response times in ms; it can be a simulation or a real testbed. Responses
-    beyond ``max_response_ms`` (a saturated backend's queue grows without bound) are kept
-    at that value: tails below it, where every SLO lies, stay exact.
+    returns the response times in ms; it can be a simulation or a real testbed. The points
+    are independent: ``map_points(profile_point, jobs)``, if given, runs them (on
+    processes, say: then ``measure_ms`` must pickle), else they run here in turn, calling
+    ``on_point(done, total)`` after each.
     """
     loads = np.asarray(load_rps, dtype=float)
     mixes = np.asarray(write_fractions, dtype=float)
-    rows, min_ms, total = [], np.inf, len(mixes) * len(loads)
-    for w_index, write_fraction in enumerate(mixes):
-        row = []
-        for k, load in enumerate(loads):
-            samples = np.asarray(measure_ms(float(load), float(write_fraction)), dtype=float)
-            samples = np.minimum(samples, max_response_ms)
-            min_ms = min(min_ms, float(samples.min()))
-            row.append(LatencyDistribution.from_samples(samples, step_ms=step_ms).trimmed())
+    jobs = [
+        (measure_ms, float(x), float(w), step_ms, max_response_ms) for w in mixes for x in loads
+    ]
+    if map_points is not None:
+        points = map_points(profile_point, jobs)
+    else:
+        points = []
+        for job in jobs:
+            points.append(profile_point(*job))
             if on_point is not None:
-                on_point(w_index * len(loads) + k + 1, total)
-        rows.append(tuple(row))
-    return ServiceProfile(mixes, loads, tuple(rows), min_ms)
+                on_point(len(points), len(jobs))
+    rows = tuple(
+        tuple(d for d, _ in points[w * len(loads) : (w + 1) * len(loads)])
+        for w in range(len(mixes))
+    )
+    return ServiceProfile(mixes, loads, rows, min(m for _, m in points))
 
 
 @dataclass(frozen=True)

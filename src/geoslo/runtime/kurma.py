@@ -186,6 +186,7 @@ def _simulator_model(c: ControllerSettings, e: SimulatorSettings):
         profile_seconds=c.profile_seconds,
         profile_points=c.profile_points,
         write_fractions=(0.0, 0.1, 0.2) if e.write_fraction > 0 else (0.0,),
+        workers=1,  # profiled in this process: a service does not fork
     )
     scenario = build_scenario(settings, e.seed)
     return scenario, kurma_model(scenario, mmc=c.curves == "mmc")

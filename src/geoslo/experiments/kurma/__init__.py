@@ -25,7 +25,7 @@ from geoslo.experiments.kurma._runs import kurma_model
 from geoslo.experiments.kurma._scenario import SLO_MS, Scenario, build_scenario
 from geoslo.experiments.kurma._settings import Settings
 from geoslo.experiments.kurma._traces import trace_pair
-from geoslo.report import Report, load_paper_values, progress
+from geoslo.report import Report, load_paper_values
 
 __all__ = [
     "SLO_MS",
@@ -75,10 +75,7 @@ def reproduce(out_dir: str | Path, quick: bool = False, seed: int = 1) -> Path:
         INTRO,
     )
     started = time.monotonic()
-    with progress(
-        total=len(settings.write_fractions) * settings.profile_points, label="Profiling"
-    ) as bar:
-        scenario = build_scenario(settings, seed, on_point=lambda done, total: bar.update())
+    scenario = build_scenario(settings, seed)
     results = {"settings": settings.__dict__, "saturation_rps": scenario.saturation_rps}
     trace1, trace2 = trace_pair(scenario.local_5pct_rps, settings.trace_minutes)
     sections = {

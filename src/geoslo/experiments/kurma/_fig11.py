@@ -17,10 +17,10 @@ from geoslo.experiments.kurma._scenario import (
     SLO_MS,
     Scenario,
     measure_saturation,
+    profile_simulated,
 )
-from geoslo.models import build_slo_surface, profile_backend, profile_loads
+from geoslo.models import build_slo_surface, profile_loads
 from geoslo.report import Report, paper_row, progress
-from geoslo.sim.kurma import profile_site
 
 LONDON, FRANKFURT = 0, 2
 LOAD_OF_SATURATION = 10.0 / 55.0  # 10k req/s per site on a 55k req/s cluster, §7.1.4
@@ -53,21 +53,20 @@ def family_loads(scenario: Scenario) -> np.ndarray:
     return np.union1d(healthy, profile_loads(low_rps, points))
 
 
-def curve_family(scenario: Scenario, on_point=None) -> list:
+def curve_family(scenario: Scenario) -> list:
     """Frankfurt's surfaces with 0..FAMILY_SLOWED_MAX servers slowed, profiled like the
     healthy one on :func:`family_loads`."""
-    backend, settings, seed = scenario.backend, scenario.settings, scenario.seed
     loads = family_loads(scenario)
     family = []
     for slowed in range(FAMILY_SLOWED_MAX + 1):
-        factors = _factors(backend.servers, slowed)
-
-        def measure(load, write_fraction, factors=factors):
-            return profile_site(
-                backend, load, write_fraction, settings.profile_seconds, seed, slowdown=factors
-            )
-
-        profile = profile_backend(measure, loads, (0.0,), on_point=on_point)
+        profile = profile_simulated(
+            scenario.backend,
+            scenario.settings,
+            scenario.seed,
+            loads,
+            slowdown=_factors(scenario.backend.servers, slowed),
+            label=f"Fig. 11 family, {slowed} slowed",
+        )
         family.append(
             build_slo_surface(profile, SLO_MS, scenario.residual_estimate, BASE_RTT_RANGE_MS)
         )

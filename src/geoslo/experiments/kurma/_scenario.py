@@ -9,11 +9,13 @@ model (only by the simulator itself).
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import numpy as np
 
 from geoslo.dist import LatencyDistribution
+from geoslo.experiments._parallel import run_jobs
 from geoslo.experiments.kurma._settings import Settings
 from geoslo.models import (
     ServiceProfile,
@@ -28,7 +30,14 @@ from geoslo.models import (
 from geoslo.sim.kurma import BackendParams, profile_site, residual_wan_samples_ms
 from geoslo.topology import Topology, kurma_topology
 
-__all__ = ["Scenario", "build_scenario", "measure_saturation", "SLO_MS", "MMC_SERVERS"]
+__all__ = [
+    "Scenario",
+    "build_scenario",
+    "profile_simulated",
+    "measure_saturation",
+    "SLO_MS",
+    "MMC_SERVERS",
+]
 
 SLO_MS = 30.0  # 30 ms at the 95th percentile, §7
 RHO = 0.05
@@ -134,19 +143,35 @@ def estimate_residual(topology: Topology, pool_ms: np.ndarray, seed: int) -> Lat
     return residual_from_probes(rtts, per_block)
 
 
-def build_scenario(
-    settings: Settings, seed: int, on_point=None, backend: BackendParams | None = None
-) -> Scenario:
+def profile_simulated(
+    backend: BackendParams,
+    settings: Settings,
+    seed: int,
+    loads: np.ndarray,
+    write_fractions=(0.0,),
+    slowdown: np.ndarray | None = None,
+    label: str = "Profiling",
+) -> ServiceProfile:
+    """Profile the simulated backend (§4.1), its points run as :func:`run_jobs` jobs (on
+    ``settings.workers`` processes, or Ray tasks in a Ray session)."""
+    measure = functools.partial(
+        profile_site, backend, duration_s=settings.profile_seconds, seed=seed, slowdown=slowdown
+    )
+    return profile_backend(
+        measure,
+        loads,
+        write_fractions,
+        map_points=lambda point, jobs: run_jobs(point, jobs, settings.workers, label),
+    )
+
+
+def build_scenario(settings: Settings, seed: int, backend: BackendParams | None = None) -> Scenario:
     """Calibrated backend (or ``backend``), measured saturation, profile and curve families."""
     backend = backend or BackendParams()
     pool = residual_wan_samples_ms(200_000, seed)
     saturation = measure_saturation(backend, seed)
     loads = profile_loads(saturation, settings.profile_points)
-
-    def measure(load, write_fraction):
-        return profile_site(backend, load, write_fraction, settings.profile_seconds, seed)
-
-    profile = profile_backend(measure, loads, settings.write_fractions, on_point=on_point)
+    profile = profile_simulated(backend, settings, seed, loads, settings.write_fractions)
     residual = estimate_residual(
         kurma_topology(saturation, routing_mean_interval_s=60.0, duration_s=600.0, seed=seed),
         pool,
