@@ -379,6 +379,23 @@ def test_dynamic_snitch_from_3_11_1_measures_remote_replicas_once_local_ones_dif
     assert sum(k > 0 for k in remote_scored) >= 3  # by their own reads
 
 
+def test_dynamic_snitch_scores_kept_between_updates_equal_scores_recomputed():
+    """updateScores keeps a host's median until it has a new sample (SS_DIRTY): after a
+    loaded run that scored remote hosts, recomputing every median from its reservoir
+    gives the same scores, bit for bit."""
+    from geoslo.sim.kurma import _kernels as K
+
+    s = build_sim("dynamic_snitch", rate_rps=40000.0, seed=2, ds_unscored_as_zero=1.0)
+    s.run(1.05)  # ends 50 ms after an update: some hosts have new samples, some not
+    kept, fresh = s._ss.copy(), s._ss.copy()
+    assert ((kept[:, :, K.SS_DIRTY] == 0) & (kept[:, :, K.SS_COUNT] > 0)).any()
+    fresh[:, :, K.SS_DIRTY] = 1.0
+    K._ds_update_scores(kept, s._res)
+    K._ds_update_scores(fresh, s._res)
+    assert np.array_equal(kept[:, :, K.SS_SCORE], fresh[:, :, K.SS_SCORE])
+    assert np.array_equal(kept[:, :, K.SS_MEDIAN], fresh[:, :, K.SS_MEDIAN])
+
+
 def test_dynamic_snitch_read_repair_measures_local_replicas_and_adds_no_request():
     """DC-local read repair (chance 1 here): every read's other local replicas answer a
     digest that feeds the coordinator's snitch; digests are neither requests nor load."""
