@@ -164,17 +164,22 @@ def test_the_library_loop_drives_the_live_link_from_its_measurements(tmp_path, c
     for before, after in zip(measurements[:-1], measurements[1:], strict=True):
         change = after.buffers_mb - before.buffers_mb
         assert change == pytest.approx(after.arrived_mb - after.sent_mb, abs=0.35)
-    # a stream that had data all interval got at least half its share, unless it was
-    # starved just before (a TCP flow held at ~0 backs off and takes a while to ramp up);
-    # half, not all: on a busy machine rsync's sender waits for the CPU (3/4 failed under
-    # four test workers on two cores), and HTB's rates are checked exactly above
+    # a stream that had data for this interval and the one before got, summed over such
+    # intervals, at least half its share, unless it was starved just before: a TCP flow held
+    # at ~0 backs off, and a flow that just began (a new image's rsync: process, daemon
+    # login, file list) takes a while to ramp up. Summed and half, not each and all: on a busy
+    # machine the senders (rsync, the Redis master) wait for the CPU (CI: an image's rsync
+    # sent 0.05 MB in a second against 0.35 MB due; the replica stream 0.19 against 0.64
+    # under a CPU hog), and HTB's rates are checked exactly above
+    sent_mb, due_mb = np.zeros(len(CLASS_IDS)), np.zeros(len(CLASS_IDS))
     for k in range(2, len(records)):
         after, elapsed_s = measurements[k], observations[k].now_s - observations[k - 1].now_s
-        in_force = records[k - 1][1].shares
-        had_data = (measurements[k - 1].buffers_mb > 0.5) & (after.buffers_mb > 0.5)
+        had_data = np.all([m.buffers_mb > 0.5 for m in measurements[k - 2 : k + 1]], axis=0)
         busy = had_data & (records[k - 2][1].shares >= 0.05)
-        guaranteed_mb = in_force * config.capacity_mb * elapsed_s / interval_s
-        assert np.all(after.sent_mb[busy] >= 0.5 * guaranteed_mb[busy] - 0.1), (in_force, after)
+        sent_mb += np.where(busy, after.sent_mb, 0.0)
+        due_mb += np.where(busy, records[k - 1][1].shares * config.capacity_mb * elapsed_s, 0.0)
+    assert due_mb.sum() > 5 * config.capacity_mb * interval_s / 3, due_mb  # not an empty check
+    assert np.all(sent_mb >= 0.5 * due_mb - 0.1), (sent_mb, due_mb)
     assert backlogs[:, 0].max() > 0.5  # the application overloaded its share at some point
     # close() took down what start() brought up; the reader's requests were answered
     assert not {pair.tx, pair.rx} & namespaces()
