@@ -510,33 +510,29 @@ def test_dynamic_snitch_sorts_the_keys_replicas_by_score_when_one_is_bad(kern):
 
 
 def _feedback_heap(events):
-    """fb/fbi holding `events` (time, seq, src, host) as the kernel's feedback heap."""
-    import heapq
-
+    """fh/fb/fbi holding `events` (time, seq, src, host) as the kernel's feedback heap."""
     from geoslo.sim.kurma import _kernels as K
 
-    heap: list = []
-    for e in events:
-        heapq.heappush(heap, e)  # same sift-up as the kernel's push, key (time, seq)
+    heap = sorted(events)  # a sorted array is a min-heap of any arity, key (time, seq)
+    fh = np.zeros((K.NFH, len(events)))
     fb = np.zeros((len(events), K.NFB))
     fbi = np.zeros((len(events), K.NFBI), dtype=np.int64)
     for slot, (t, seq, src, host) in enumerate(heap):
-        fb[slot, K.FB_T] = t
-        fbi[slot, K.FBI_SEQ] = seq
-        fbi[slot, K.FBI_SLOT] = slot
+        fh[:, slot] = (t, seq, slot)
         fb[slot, K.FB_RESP] = 10.0 + 7.0 * seq  # order-sensitive averages
         fbi[slot, K.FBI_SRC] = src
         fbi[slot, K.FBI_SRV] = host
     st = np.zeros(K.NST, dtype=np.int64)
     st[K.ST_NFB] = st[K.ST_FBSLOTS] = st[K.ST_FBSEQ] = len(events)
-    return fb, fbi, st
+    return fh, fb, fbi, st
 
 
-def _is_heap(fb, fbi, n):
+def _is_heap(fh, n):
+    """The kernel's 4-ary heap invariant on (time, seq)."""
     from geoslo.sim.kurma import _kernels as K
 
-    key = [(fb[h, K.FB_T], fbi[h, K.FBI_SEQ]) for h in range(n)]
-    return all(key[(h - 1) // 2] < key[h] for h in range(1, n))
+    key = [(fh[K.FH_T, h], fh[K.FH_SEQ, h]) for h in range(n)]
+    return all(key[(h - 1) // 4] < key[h] for h in range(1, n))
 
 
 @pytest.mark.parametrize("kern", ["compiled", "reference"])
@@ -547,13 +543,13 @@ def test_feedback_heap_applies_due_events_in_time_then_sequence_order(kern):
     rng = np.random.default_rng(3)
     times = rng.integers(0, 40, 300).astype(float)  # many equal times
     events = [(t, seq, int(rng.integers(2)), int(rng.integers(10))) for seq, t in enumerate(times)]
-    fb, fbi, st = _feedback_heap(events)
+    fh, fb, fbi, st = _feedback_heap(events)
     gs, _, pp, *_ = _la_state(min_measure=5.0)
     gs[:] = 0.0
     expected = gs.copy()
     site_off = np.array([0, 5, 10], dtype=np.int64)
     ss, res = np.zeros((2, 2, K.NSS)), np.zeros((2, 2, 4, K.NRS))
-    args = (K.LATENCY_AWARE, fb, fbi, st, gs, ss, res, np.zeros(K.NGL), site_off, pp)
+    args = (K.LATENCY_AWARE, fh, fb, fbi, st, gs, ss, res, np.zeros(K.NGL), site_off, pp)
     applied_before = -np.inf
     for t_end in (20.0, 20.0, 1e9):  # the second call finds nothing due
         kern._apply_feedback(t_end, *args)
@@ -563,7 +559,7 @@ def test_feedback_heap_applies_due_events_in_time_then_sequence_order(kern):
         applied_before = t_end
         n = st[K.ST_NFB]
         assert n == sum(t >= t_end for t in times)
-        assert _is_heap(fb, fbi, n)
+        assert _is_heap(fh, n)
         assert np.array_equal(gs, expected)
     assert st[K.ST_FBNFREE] == len(events)
     assert sorted(fbi[: len(events), K.FBI_FREE]) == list(range(len(events)))
@@ -576,8 +572,8 @@ def test_feedback_heap_stays_valid_under_overload():
     s = build_sim("latency_aware", rate_rps=40000.0, seed=4)
     s.run(1.0)
     n = int(s._st[K.ST_NFB])
-    assert n > 1000 and _is_heap(s._fb, s._fbi, n)
-    used = set(s._fbi[:n, K.FBI_SLOT].tolist())
+    assert n > 1000 and _is_heap(s._fh, n)
+    used = set(s._fh[K.FH_SLOT, :n].astype(np.int64).tolist())
     free = set(s._fbi[: s._st[K.ST_FBNFREE], K.FBI_FREE].tolist())
     assert len(used) == n and not used & free
     assert used | free == set(range(int(s._st[K.ST_FBSLOTS])))

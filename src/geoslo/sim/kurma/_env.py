@@ -231,6 +231,7 @@ class RequestLevelSim:
         self._pf = np.zeros((1024, K.NPF))
         self._pi = np.zeros((1024, K.NPI), dtype=np.int64)
         self._st = np.zeros(K.NST, dtype=np.int64)
+        self._fh = np.zeros((K.NFH, 1024))  # feedback heap: one row per key
         self._fb = np.zeros((1024, K.NFB))
         self._fbi = np.zeros((1024, K.NFBI), dtype=np.int64)
         per_site = int(p["coordinators_per_site"])
@@ -398,6 +399,7 @@ class RequestLevelSim:
         need = int(self._st[K.ST_NFB]) + extra_fb
         if need > self._fb.shape[0]:
             size = max(need, 2 * self._fb.shape[0])
+            self._fh = _grow(self._fh.T, size).T.copy()
             self._fb = _grow(self._fb, size)
             self._fbi = _grow(self._fbi, size)
         need = int(self._st[K.ST_NBACK]) + extra_backlog
@@ -493,6 +495,7 @@ class RequestLevelSim:
                 self._pf,
                 self._pi,
                 self._st,
+                self._fh,
                 self._fb,
                 self._fbi,
                 self._gs,

@@ -11,7 +11,7 @@ the slice end are sorted by (server arrival, sequence number) and run through
 the FCFS (Lindley) recursion of their server. Feedback to adaptive policies
 (the response observed at the source) is applied at the first slice end after
 it reaches the source, in (feedback time, sequence number) order; responses in
-flight wait in a binary min-heap on that key, so a slice costs O(log n) per
+flight wait in a 4-ary min-heap on that key, so a slice costs O(log n) per
 feedback applied, not a scan of everything in flight.
 """
 
@@ -87,23 +87,27 @@ ST_FBSLOTS = 5  # feedback payload slots ever used
 ST_FBNFREE = 6  # free payload slots (on the stack fbi[:, FBI_FREE])
 NST = 7
 
-# Feedback events `fb` (float) and `fbi` (int). Heap columns: rows 0..st[ST_NFB]-1
-# are a binary min-heap of (fb[., FB_T], fbi[., FBI_SEQ]) pointing to the event's
-# payload row fbi[., FBI_SLOT] (the heap moves 3 numbers per level, not the event).
-FB_T = 0  # heap
-FB_RESP = 1  # payload
-FB_QLEN = 2
-FB_SVC = 3
-FB_AUX = 4
-NFB = 5
-FBI_SEQ = 0  # heap
-FBI_SLOT = 1  # heap
-FBI_SRC = 2  # payload
-FBI_SITE = 3
-FBI_SRV = 4
-FBI_FREE = 5  # stack of free payload rows
-FBI_COORD = 6  # payload: the coordinator whose policy state the response updates
-NFBI = 7
+# Feedback events: a 4-ary min-heap `fh` (NFH, capacity) on (time, seq) in columns
+# 0..st[ST_NFB]-1, each entry pointing to the event's payload row (slot) of `fb` (float)
+# and `fbi` (int). The heap's rows are contiguous 1-D arrays and a node's 4 children
+# adjacent: with 10^5-10^6 responses in flight (an overloaded LatencyAware) a pop
+# touches about one cache line per level and half as many levels as a binary heap
+# of rows would, which dominated the run. Seq and slot are stored as floats (exact).
+FH_T = 0
+FH_SEQ = 1
+FH_SLOT = 2
+NFH = 3
+FB_RESP = 0  # payload
+FB_QLEN = 1
+FB_SVC = 2
+FB_AUX = 3
+NFB = 4
+FBI_SRC = 0  # payload
+FBI_SITE = 1
+FBI_SRV = 2
+FBI_FREE = 3  # stack of free payload rows
+FBI_COORD = 4  # payload: the coordinator whose policy state the response updates
+NFBI = 5
 
 # Per (client, global server) policy state `gs`: LatencyAware's client is the source site's
 # driver (row = source site); C3's is the coordinator (row = coordinator, see coord_off).
@@ -768,6 +772,7 @@ def _process_servers(
     pi,
     st,
     free_ms,
+    fh,
     fb,
     fbi,
     ring,
@@ -869,16 +874,16 @@ def _process_servers(
             h = st[ST_NFB]
             st[ST_NFB] = h + 1
             while h > 0:
-                up = (h - 1) >> 1
-                if fb[up, FB_T] <= t_fb:
+                up = (h - 1) >> 2
+                if fh[FH_T, up] <= t_fb:
                     break  # on equal times the parent's seq is the smaller one
-                fb[h, FB_T] = fb[up, FB_T]
-                fbi[h, FBI_SEQ] = fbi[up, FBI_SEQ]
-                fbi[h, FBI_SLOT] = fbi[up, FBI_SLOT]
+                fh[FH_T, h] = fh[FH_T, up]
+                fh[FH_SEQ, h] = fh[FH_SEQ, up]
+                fh[FH_SLOT, h] = fh[FH_SLOT, up]
                 h = up
-            fb[h, FB_T] = t_fb
-            fbi[h, FBI_SEQ] = seq
-            fbi[h, FBI_SLOT] = slot
+            fh[FH_T, h] = t_fb
+            fh[FH_SEQ, h] = seq
+            fh[FH_SLOT, h] = slot
     # compact: keep the unserved ones in sequence order
     w = 0
     for k in range(n):
@@ -891,44 +896,44 @@ def _process_servers(
 
 
 @_jit
-def _apply_feedback(t_end, policy, fb, fbi, st, gs, ss, res, glob, site_off, pp):
+def _apply_feedback(t_end, policy, fh, fb, fbi, st, gs, ss, res, glob, site_off, pp):
     """Apply, in (feedback time, sequence) order, the feedback that reached its source
     before t_end: pop the feedback heap while its root is due."""
     n = st[ST_NFB]
     nfree = st[ST_FBNFREE]
-    while n > 0 and fb[0, FB_T] < t_end:
-        t_k = fb[0, FB_T]
-        slot = fbi[0, FBI_SLOT]
+    while n > 0 and fh[FH_T, 0] < t_end:
+        t_k = fh[FH_T, 0]
+        slot = int(fh[FH_SLOT, 0])
         fbi[nfree, FBI_FREE] = slot
         nfree += 1
-        # pop: sift the last entry down from the root (written out: hot path)
+        # pop: sift the last entry down from the root (written out: hot path); seqs
+        # are read on equal times only
         n -= 1
         if n > 0:
-            lt = fb[n, FB_T]
-            lseq = fbi[n, FBI_SEQ]
+            lt = fh[FH_T, n]
+            lseq = fh[FH_SEQ, n]
+            lslot = fh[FH_SLOT, n]
             h = 0
             while True:
-                a = 2 * h + 1
+                a = 4 * h + 1
                 if a >= n:
                     break
-                at = fb[a, FB_T]
-                aseq = fbi[a, FBI_SEQ]
-                b = a + 1
-                if b < n:
-                    bt = fb[b, FB_T]
-                    if bt < at or (bt == at and fbi[b, FBI_SEQ] < aseq):
+                at = fh[FH_T, a]
+                last = a + 4 if a + 4 < n else n
+                for b in range(a + 1, last):
+                    bt = fh[FH_T, b]
+                    if bt < at or (bt == at and fh[FH_SEQ, b] < fh[FH_SEQ, a]):
                         a = b
                         at = bt
-                        aseq = fbi[b, FBI_SEQ]
-                if lt < at or (lt == at and lseq < aseq):
+                if lt < at or (lt == at and lseq < fh[FH_SEQ, a]):
                     break
-                fb[h, FB_T] = at
-                fbi[h, FBI_SEQ] = aseq
-                fbi[h, FBI_SLOT] = fbi[a, FBI_SLOT]
+                fh[FH_T, h] = at
+                fh[FH_SEQ, h] = fh[FH_SEQ, a]
+                fh[FH_SLOT, h] = fh[FH_SLOT, a]
                 h = a
-            fb[h, FB_T] = lt
-            fbi[h, FBI_SEQ] = lseq
-            fbi[h, FBI_SLOT] = fbi[n, FBI_SLOT]
+            fh[FH_T, h] = lt
+            fh[FH_SEQ, h] = lseq
+            fh[FH_SLOT, h] = lslot
         g = site_off[fbi[slot, FBI_SITE]] + fbi[slot, FBI_SRV]
         if policy == LATENCY_AWARE:
             _la_feedback(gs, fbi[slot, FBI_SRC], g, t_k, fb[slot, FB_RESP], pp)
@@ -1063,6 +1068,7 @@ def run_chunk(
     pf,
     pi,
     st,
+    fh,
     fb,
     fbi,
     gs,
@@ -1313,6 +1319,7 @@ def run_chunk(
             pi,
             st,
             free_ms,
+            fh,
             fb,
             fbi,
             ring,
@@ -1329,7 +1336,7 @@ def run_chunk(
             nsamp,
         )
         if adaptive:
-            _apply_feedback(s_end, policy, fb, fbi, st, gs, ss, res, glob, site_off, pp)
+            _apply_feedback(s_end, policy, fh, fb, fbi, st, gs, ss, res, glob, site_off, pp)
             _policy_clocks(s_end, policy, gs, cs, ss, res, glob, pp)
         t = s_end
 
