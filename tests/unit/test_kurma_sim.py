@@ -489,7 +489,7 @@ def test_dynamic_snitch_sorts_the_keys_replicas_by_score_when_one_is_bad(kern):
     def route(c=0, u_server=0.0):
         return tuple(kern._route_dynamic_snitch(c, 0, u_server, ss, pp, *rest))
 
-    rest = (allowed, order, site_off, n_servers)
+    rest = (allowed, order, site_off, n_servers, np.empty((4, 4)))
     assert route() == (0, 0)  # nothing scored: the subsnitch's first replica
     ss[0, 0, :3] = (1.0, 10, 1.0)
     ss[0, 1, :3] = (1.05, 10, 1.0)  # within the threshold of host 0: proximity order holds

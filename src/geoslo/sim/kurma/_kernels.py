@@ -420,7 +420,7 @@ def _la_update_min(gs, cs, t, pp):
 
 
 @_jit
-def _route_dynamic_snitch(c, i, u_server, ss, pp, allowed, order, site_off, n_servers):
+def _route_dynamic_snitch(c, i, u_server, ss, pp, allowed, order, site_off, n_servers, buf):
     """Cassandra's DynamicEndpointSnitch at coordinator c (sortByProximityWithBadness).
 
     The key's replicas (rf consecutive servers of every allowed site from the key's
@@ -432,20 +432,14 @@ def _route_dynamic_snitch(c, i, u_server, ss, pp, allowed, order, site_off, n_se
     read unless one's score exceeds the positionally sorted scores by more than the
     badness threshold; then they are sorted by score (stable), an unscored one counting
     as 0.0 (compareEndpoints), so it is read next and thereby measured.
-    Returns (site, server).
+    Returns (site, server). `buf` (4, >= replicas) is scratch space: an array allocated
+    per request (and np.sort's) cost more than the rest of the routing.
     """
     n_sites = order.shape[1]
-    rf = int(pp[PP_DS_RF])
-    total = 0
-    for j in range(n_sites):
-        if allowed[i, j]:
-            total += min(max(rf, 1), n_servers[j])
-    cand_j = np.empty(total, np.int64)
-    cand_s = np.empty(total, np.int64)
-    prox = np.empty(total)
+    rf = max(int(pp[PP_DS_RF]), 1)
+    # the replicas in the subsnitch's order: scores (unscored: 0.0) in buf[0], site and
+    # server in buf[2] and buf[3]
     m = 0
-    q = 0
-    unscored = False
     for r in range(n_sites):
         j = order[i, r]
         if not allowed[i, j]:
@@ -454,39 +448,40 @@ def _route_dynamic_snitch(c, i, u_server, ss, pp, allowed, order, site_off, n_se
         start = int(u_server * n)
         if start >= n:
             start = n - 1
-        for k in range(min(max(rf, 1), n)):
+        for k in range(min(rf, n)):
             s = (start + k) % n
-            cand_j[q] = j
-            cand_s[q] = s
-            q += 1
             g = site_off[j] + s
+            buf[2, m] = j
+            buf[3, m] = s
             if ss[c, g, SS_SCORED] > 0:
-                prox[m] = ss[c, g, SS_SCORE]
+                buf[0, m] = ss[c, g, SS_SCORE]
             else:
-                prox[m] = 0.0
-                unscored = True
+                if pp[PP_DS_UNSCORED_ZERO] == 0:  # up to 3.11.0: the subsnitch's order
+                    return int(buf[2, 0]), int(buf[3, 0])
+                buf[0, m] = 0.0
             m += 1
-    if q == 0:
+    if m == 0:
         return i, 0
-    if unscored and pp[PP_DS_UNSCORED_ZERO] == 0:
-        return cand_j[0], cand_s[0]
-    srt = np.sort(prox[:m])
+    # the scores sorted (insertion sort into buf[1]: the same values as np.sort)
+    for k in range(m):
+        x = buf[0, k]
+        h = k
+        while h > 0 and buf[1, h - 1] > x:
+            buf[1, h] = buf[1, h - 1]
+            h -= 1
+        buf[1, h] = x
     bad = False
     for k in range(m):
-        if prox[k] > srt[k] * (1.0 + pp[PP_DS_BADNESS]):
+        if buf[0, k] > buf[1, k] * (1.0 + pp[PP_DS_BADNESS]):
             bad = True
             break
     if not bad:
-        return cand_j[0], cand_s[0]
+        return int(buf[2, 0]), int(buf[3, 0])
     best = 0
-    best_score = 0.0
-    for k in range(q):
-        g = site_off[cand_j[k]] + cand_s[k]
-        score = ss[c, g, SS_SCORE] if ss[c, g, SS_SCORED] > 0 else 0.0
-        if k == 0 or score < best_score:
+    for k in range(1, m):
+        if buf[0, k] < buf[0, best]:
             best = k
-            best_score = score
-    return cand_j[best], cand_s[best]
+    return int(buf[2, best]), int(buf[3, best])
 
 
 @_jit
@@ -1100,6 +1095,7 @@ def run_chunk(
     need_qlen = policy == C3
     ptr = src_start[:n_sites].copy()
     blocked = np.zeros(coord_off[n_sites], np.bool_)
+    ds_buf = np.empty((4, site_off[n_sites]))  # DynamicSnitch's scratch (its replicas)
     t = t0_ms
     while t < t1_ms:
         s_end = t + slice_ms
@@ -1194,7 +1190,7 @@ def run_chunk(
                     )
                 elif policy == DYNAMIC_SNITCH:
                     j, srv = _route_dynamic_snitch(
-                        c, i, req[RQ_SERVER, k], ss, pp, allowed, order, site_off, n_servers
+                        c, i, req[RQ_SERVER, k], ss, pp, allowed, order, site_off, n_servers, ds_buf
                     )
                     if u_c < pp[PP_DS_READ_REPAIR]:
                         _ds_read_repair(
