@@ -348,7 +348,9 @@ def _route_latency_aware(
         start = n - 1
     # the key's local replicas, shuffled
     for rank in range(rf):
-        s = (start + _la_replica(rank, u_shuffle, rf)) % n
+        s = start + _la_replica(rank, u_shuffle, rf)  # (start + offset) % n, no division
+        if s >= n:
+            s -= n
         g = site_off[i] + s
         if _la_acceptable(gs, i, g, t, mn, pp):
             return i, s
@@ -366,7 +368,9 @@ def _route_latency_aware(
             sj = nj - 1
         k0 = rf if j == i else 0
         for k in range(k0, nj):
-            s = (sj + k) % nj
+            s = sj + k  # (sj + k) % nj without a division (per host of a request's plan)
+            if s >= nj:
+                s -= nj
             g = site_off[j] + s
             if _la_acceptable(gs, i, g, t, mn, pp):
                 return j, s
@@ -449,7 +453,9 @@ def _route_dynamic_snitch(c, i, u_server, ss, pp, allowed, order, site_off, n_se
         if start >= n:
             start = n - 1
         for k in range(min(rf, n)):
-            s = (start + k) % n
+            s = start + k  # (start + k) % n without a division (per replica, per request)
+            if s >= n:
+                s -= n
             g = site_off[j] + s
             buf[2, m] = j
             buf[3, m] = s
@@ -613,16 +619,17 @@ def _ds_update_scores(ss, res):
             ss[i, j, SS_SCORED] = 1.0 if ss[i, j, SS_COUNT] > 0 else 0.0
 
 
-@_jit
-def _c3_psi(gs, i, g, n_clients):
-    """psi = R - 1/mu + q_hat^3 / mu, q_hat = 1 + os * n + q (C3 section 4.1), for client i."""
-    r = gs[i, g, GS_C3_R]
-    svc = gs[i, g, GS_C3_SVC]
-    qh = 1.0 + gs[i, g, GS_C3_OS] * n_clients + gs[i, g, GS_C3_Q]
+@_inline
+def _c3_psi(r, svc, os, q, n_clients):
+    """psi = R - 1/mu + q_hat^3 / mu, q_hat = 1 + os * n + q (C3 section 4.1).
+
+    Scalars, not gs: numba counts references of an inlined helper's array arguments
+    (atomic NRT incref/decref) on every call, here once per replica per request."""
+    qh = 1.0 + os * n_clients + q
     return r - svc + qh * qh * qh * svc
 
 
-@_jit
+@_inline
 def _route_c3(c, i, u_server, gs, pp, allowed, site_off, n_servers):
     """C3 at coordinator c of source site i (C3 section 4.1): the lowest psi among the
     key's replicas (rf consecutive servers per site) whose rate limiter has room;
@@ -641,26 +648,24 @@ def _route_c3(c, i, u_server, gs, pp, allowed, site_off, n_servers):
         if start >= n:
             start = n - 1
         for k in range(rf):
-            s = (start + k) % n
+            s = start + k  # (start + k) % n without a division (per replica, per request)
+            if s >= n:
+                s -= n
             g = site_off[j] + s
             if gs[c, g, GS_C3_SENT] >= gs[c, g, GS_C3_RATE]:
                 continue
-            psi = _c3_psi(gs, c, g, pp[PP_C3_NCLIENTS])
+            psi = _c3_psi(
+                gs[c, g, GS_C3_R],
+                gs[c, g, GS_C3_SVC],
+                gs[c, g, GS_C3_OS],
+                gs[c, g, GS_C3_Q],
+                pp[PP_C3_NCLIENTS],
+            )
             if best_j < 0 or psi < best:
                 best = psi
                 best_j = j
                 best_s = s
     return best_j, best_s
-
-
-@_jit
-def _c3_feedback(gs, i, g, resp, qlen, svc, pp):
-    a = pp[PP_C3_EWMA]
-    gs[i, g, GS_C3_R] = a * gs[i, g, GS_C3_R] + (1.0 - a) * resp
-    gs[i, g, GS_C3_Q] = a * gs[i, g, GS_C3_Q] + (1.0 - a) * qlen
-    gs[i, g, GS_C3_SVC] = a * gs[i, g, GS_C3_SVC] + (1.0 - a) * svc
-    gs[i, g, GS_C3_OS] -= 1.0
-    gs[i, g, GS_C3_RECV] += 1.0
 
 
 @_jit
@@ -745,19 +750,6 @@ def _record(
     return resp
 
 
-@_inline
-def _queue_len(ring, ring_n, site, srv, arr):
-    n = ring_n[site, srv]
-    cap = ring.shape[2]
-    q = 0
-    for k in range(min(n, cap)):
-        if ring[site, srv, (n - 1 - k) % cap] > arr:
-            q += 1
-        else:
-            break
-    return q
-
-
 @_jit
 def _process_servers(
     t_end,
@@ -807,7 +799,18 @@ def _process_servers(
         arr = pf[k, PF_ARR]
         qlen = 0
         if need_qlen:
-            qlen = _queue_len(ring, ring_n, site, srv, arr)
+            # the requests still queued at arr (at most RING): the server's last finish
+            # times above arr (written out: a helper taking the rings costs their
+            # reference counting per request)
+            n_ring = ring_n[site, srv]
+            cap = ring.shape[2]
+            pos = (n_ring - 1) % cap  # the newest, then back without a division each
+            for _ in range(min(n_ring, cap)):
+                if ring[site, srv, pos] > arr:
+                    qlen += 1
+                else:
+                    break
+                pos = pos - 1 if pos > 0 else cap - 1
         start = arr if arr > free_ms[site, srv] else free_ms[site, srv]
         finish = start + pf[k, PF_SVC]
         free_ms[site, srv] = finish
@@ -938,7 +941,14 @@ def _apply_feedback(t_end, policy, fh, fb, fbi, st, gs, ss, res, glob, site_off,
             _ds_feedback(ss, res, c, g, t_k, ms, fb[slot, FB_AUX], glob[GL_DS_LANDMARK], pp)
         elif policy == C3:
             c = fbi[slot, FBI_COORD]
-            _c3_feedback(gs, c, g, fb[slot, FB_RESP], fb[slot, FB_QLEN], fb[slot, FB_SVC], pp)
+            # C3's EWMAs of response, queue length and service time (written out: an
+            # inlined helper taking gs and pp costs their reference counting per response)
+            a = pp[PP_C3_EWMA]
+            gs[c, g, GS_C3_R] = a * gs[c, g, GS_C3_R] + (1.0 - a) * fb[slot, FB_RESP]
+            gs[c, g, GS_C3_Q] = a * gs[c, g, GS_C3_Q] + (1.0 - a) * fb[slot, FB_QLEN]
+            gs[c, g, GS_C3_SVC] = a * gs[c, g, GS_C3_SVC] + (1.0 - a) * fb[slot, FB_SVC]
+            gs[c, g, GS_C3_OS] -= 1.0
+            gs[c, g, GS_C3_RECV] += 1.0
     st[ST_NFB] = n
     st[ST_FBNFREE] = nfree
 
