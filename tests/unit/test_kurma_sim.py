@@ -549,7 +549,9 @@ def test_feedback_heap_applies_due_events_in_time_then_sequence_order(kern):
     expected = gs.copy()
     site_off = np.array([0, 5, 10], dtype=np.int64)
     ss, res = np.zeros((2, 2, K.NSS)), np.zeros((2, 2, 4, K.NRS))
-    args = (K.LATENCY_AWARE, fh, fb, fbi, st, gs, ss, res, np.zeros(K.NGL), site_off, pp)
+    fq = np.zeros((K.NFQ, 10))  # no local event: the server FIFOs are empty
+    fq[[K.FQ_HEAD, K.FQ_TAIL]], fq[K.FQ_T] = -1.0, np.inf
+    args = (K.LATENCY_AWARE, fh, fq, fb, fbi, st, gs, ss, res, np.zeros(K.NGL), site_off, pp)
     applied_before = -np.inf
     for t_end in (20.0, 20.0, 1e9):  # the second call finds nothing due
         kern._apply_feedback(t_end, *args)
@@ -566,16 +568,26 @@ def test_feedback_heap_applies_due_events_in_time_then_sequence_order(kern):
 
 
 def test_feedback_heap_stays_valid_under_overload():
-    """Many responses in flight: the heap invariant holds and payload rows are not lost."""
+    """Many responses in flight: the heap invariant holds, the FIFOs are in (time, seq)
+    order and payload rows are not lost."""
     from geoslo.sim.kurma import _kernels as K
 
     s = build_sim("latency_aware", rate_rps=40000.0, seed=4)
     s.run(1.0)
     n = int(s._st[K.ST_NFB])
-    assert n > 1000 and _is_heap(s._fh, n)
-    used = set(s._fh[K.FH_SLOT, :n].astype(np.int64).tolist())
+    assert n > 100 and _is_heap(s._fh, n)
+    in_heap = s._fh[K.FH_SLOT, :n].astype(np.int64).tolist()
+    in_fifos = []
+    for g in range(s._fq.shape[1]):  # local events wait in their server's FIFO
+        slot, keys = int(s._fq[K.FQ_HEAD, g]), []
+        while slot >= 0:
+            in_fifos.append(slot)
+            keys.append((s._fb[slot, K.FB_T], s._fbi[slot, K.FBI_SEQ]))
+            slot = int(s._fbi[slot, K.FBI_NEXT])
+        assert keys == sorted(keys) and (not keys or s._fq[K.FQ_T, g] == keys[0][0])
+    used = set(in_heap + in_fifos)
     free = set(s._fbi[: s._st[K.ST_FBNFREE], K.FBI_FREE].tolist())
-    assert len(used) == n and not used & free
+    assert len(in_fifos) > 1000 and len(used) == n + len(in_fifos) and not used & free
     assert used | free == set(range(int(s._st[K.ST_FBSLOTS])))
 
 

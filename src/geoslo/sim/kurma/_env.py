@@ -232,6 +232,9 @@ class RequestLevelSim:
         self._pi = np.zeros((1024, K.NPI), dtype=np.int64)
         self._st = np.zeros(K.NST, dtype=np.int64)
         self._fh = np.zeros((K.NFH, 1024))  # feedback heap: one row per key
+        self._fq = np.zeros((K.NFQ, g))  # per server FIFOs of local feedback, empty
+        self._fq[[K.FQ_HEAD, K.FQ_TAIL]] = -1.0
+        self._fq[K.FQ_T] = np.inf
         self._fb = np.zeros((1024, K.NFB))
         self._fbi = np.zeros((1024, K.NFBI), dtype=np.int64)
         per_site = int(p["coordinators_per_site"])
@@ -396,7 +399,7 @@ class RequestLevelSim:
             size = max(need, 2 * self._pf.shape[0])
             self._pf = _grow(self._pf, size)
             self._pi = _grow(self._pi, size)
-        need = int(self._st[K.ST_NFB]) + extra_fb
+        need = int(self._st[K.ST_FBSLOTS]) + extra_fb  # events in the heap and the FIFOs
         if need > self._fb.shape[0]:
             size = max(need, 2 * self._fb.shape[0])
             self._fh = _grow(self._fh.T, size).T.copy()
@@ -496,6 +499,7 @@ class RequestLevelSim:
                 self._pi,
                 self._st,
                 self._fh,
+                self._fq,
                 self._fb,
                 self._fbi,
                 self._gs,

@@ -87,12 +87,16 @@ ST_FBSLOTS = 5  # feedback payload slots ever used
 ST_FBNFREE = 6  # free payload slots (on the stack fbi[:, FBI_FREE])
 NST = 7
 
-# Feedback events: a 4-ary min-heap `fh` (NFH, capacity) on (time, seq) in columns
+# Feedback events wait in a 4-ary min-heap `fh` (NFH, capacity) on (time, seq) in columns
 # 0..st[ST_NFB]-1, each entry pointing to the event's payload row (slot) of `fb` (float)
 # and `fbi` (int). The heap's rows are contiguous 1-D arrays and a node's 4 children
 # adjacent: with 10^5-10^6 responses in flight (an overloaded LatencyAware) a pop
 # touches about one cache line per level and half as many levels as a binary heap
 # of rows would, which dominated the run. Seq and slot are stored as floats (exact).
+# A local response (no WAN: its feedback time is its server's finish time plus the
+# site's overhead, which never decreases) joins instead its server's FIFO `fq`, a list
+# through fbi[., FBI_NEXT] in (time, seq) order; a pop takes the earliest of the heap's
+# root and the FIFOs' heads, so the order is the same (time, seq) order.
 FH_T = 0
 FH_SEQ = 1
 FH_SLOT = 2
@@ -101,13 +105,23 @@ FB_RESP = 0  # payload
 FB_QLEN = 1
 FB_SVC = 2
 FB_AUX = 3
-NFB = 4
+FB_T = 4  # feedback time (read by the FIFOs)
+NFB = 5
 FBI_SRC = 0  # payload
 FBI_SITE = 1
 FBI_SRV = 2
 FBI_FREE = 3  # stack of free payload rows
 FBI_COORD = 4  # payload: the coordinator whose policy state the response updates
-NFBI = 5
+FBI_SEQ = 5  # sequence number (read by the FIFOs)
+FBI_NEXT = 6  # the next slot of its FIFO, -1: none
+NFBI = 7
+# Per global server FIFO `fq` (NFQ, servers): slots of the first and last events (-1:
+# empty) and the first one's key (time inf: empty), as floats, so a pop scans 2 rows.
+FQ_HEAD = 0
+FQ_TAIL = 1
+FQ_T = 2
+FQ_SEQ = 3
+NFQ = 4
 
 # Per (client, global server) policy state `gs`: LatencyAware's client is the source site's
 # driver (row = source site); C3's is the coordinator (row = coordinator, see coord_off).
@@ -760,10 +774,12 @@ def _process_servers(
     st,
     free_ms,
     fh,
+    fq,
     fb,
     fbi,
     ring,
     ring_n,
+    site_off,
     overhead_ms,
     slo_ms,
     first_sec,
@@ -869,6 +885,21 @@ def _process_servers(
             t_fb = finish + overhead_ms[site] + rtt / 2.0 + resid
             seq = st[ST_FBSEQ]
             st[ST_FBSEQ] = seq + 1
+            fb[slot, FB_T] = t_fb
+            fbi[slot, FBI_SEQ] = seq
+            g = site_off[site] + srv
+            tail = int(fq[FQ_TAIL, g])
+            if rtt == 0.0 and resid == 0.0 and (tail < 0 or fb[tail, FB_T] <= t_fb):
+                # local: append to the server's FIFO (its times never decrease)
+                fbi[slot, FBI_NEXT] = -1
+                if tail < 0:
+                    fq[FQ_HEAD, g] = slot
+                    fq[FQ_T, g] = t_fb
+                    fq[FQ_SEQ, g] = seq
+                else:
+                    fbi[tail, FBI_NEXT] = slot
+                fq[FQ_TAIL, g] = slot
+                continue
             h = st[ST_NFB]
             st[ST_NFB] = h + 1
             while h > 0:
@@ -894,44 +925,71 @@ def _process_servers(
 
 
 @_jit
-def _apply_feedback(t_end, policy, fh, fb, fbi, st, gs, ss, res, glob, site_off, pp):
+def _apply_feedback(t_end, policy, fh, fq, fb, fbi, st, gs, ss, res, glob, site_off, pp):
     """Apply, in (feedback time, sequence) order, the feedback that reached its source
-    before t_end: pop the feedback heap while its root is due."""
+    before t_end: take the earliest of the heap's root and the FIFOs' heads while due."""
     n = st[ST_NFB]
     nfree = st[ST_FBNFREE]
-    while n > 0 and fh[FH_T, 0] < t_end:
-        t_k = fh[FH_T, 0]
-        slot = int(fh[FH_SLOT, 0])
-        fbi[nfree, FBI_FREE] = slot
-        nfree += 1
-        # pop: sift the last entry down from the root (written out: hot path); seqs
-        # are read on equal times only
-        n -= 1
+    n_fifo = fq.shape[1]
+    while True:
+        t_k = math.inf
+        k_seq = 0.0
         if n > 0:
-            lt = fh[FH_T, n]
-            lseq = fh[FH_SEQ, n]
-            lslot = fh[FH_SLOT, n]
-            h = 0
-            while True:
-                a = 4 * h + 1
-                if a >= n:
-                    break
-                at = fh[FH_T, a]
-                last = a + 4 if a + 4 < n else n
-                for b in range(a + 1, last):
-                    bt = fh[FH_T, b]
-                    if bt < at or (bt == at and fh[FH_SEQ, b] < fh[FH_SEQ, a]):
-                        a = b
-                        at = bt
-                if lt < at or (lt == at and lseq < fh[FH_SEQ, a]):
-                    break
-                fh[FH_T, h] = at
-                fh[FH_SEQ, h] = fh[FH_SEQ, a]
-                fh[FH_SLOT, h] = fh[FH_SLOT, a]
-                h = a
-            fh[FH_T, h] = lt
-            fh[FH_SEQ, h] = lseq
-            fh[FH_SLOT, h] = lslot
+            t_k = fh[FH_T, 0]
+            k_seq = fh[FH_SEQ, 0]
+        best = -1  # -1: the heap's root, else the FIFO
+        for q in range(n_fifo):
+            qt = fq[FQ_T, q]
+            if qt < t_k or (qt == t_k and fq[FQ_HEAD, q] >= 0 and fq[FQ_SEQ, q] < k_seq):
+                best = q
+                t_k = qt
+                k_seq = fq[FQ_SEQ, q]
+        if not t_k < t_end:
+            break
+        if best >= 0:
+            slot = int(fq[FQ_HEAD, best])
+            nxt = fbi[slot, FBI_NEXT]
+            fq[FQ_HEAD, best] = nxt
+            if nxt >= 0:
+                fq[FQ_T, best] = fb[nxt, FB_T]
+                fq[FQ_SEQ, best] = fbi[nxt, FBI_SEQ]
+            else:
+                fq[FQ_TAIL, best] = -1
+                fq[FQ_T, best] = math.inf
+            fbi[nfree, FBI_FREE] = slot
+            nfree += 1
+        else:
+            slot = int(fh[FH_SLOT, 0])
+            fbi[nfree, FBI_FREE] = slot
+            nfree += 1
+            # pop: sift the last entry down from the root (written out: hot path); seqs
+            # are read on equal times only
+            n -= 1
+            if n > 0:
+                lt = fh[FH_T, n]
+                lseq = fh[FH_SEQ, n]
+                lslot = fh[FH_SLOT, n]
+                h = 0
+                while True:
+                    a = 4 * h + 1
+                    if a >= n:
+                        break
+                    at = fh[FH_T, a]
+                    last = a + 4 if a + 4 < n else n
+                    for b in range(a + 1, last):
+                        bt = fh[FH_T, b]
+                        if bt < at or (bt == at and fh[FH_SEQ, b] < fh[FH_SEQ, a]):
+                            a = b
+                            at = bt
+                    if lt < at or (lt == at and lseq < fh[FH_SEQ, a]):
+                        break
+                    fh[FH_T, h] = at
+                    fh[FH_SEQ, h] = fh[FH_SEQ, a]
+                    fh[FH_SLOT, h] = fh[FH_SLOT, a]
+                    h = a
+                fh[FH_T, h] = lt
+                fh[FH_SEQ, h] = lseq
+                fh[FH_SLOT, h] = lslot
         g = site_off[fbi[slot, FBI_SITE]] + fbi[slot, FBI_SRV]
         if policy == LATENCY_AWARE:
             _la_feedback(gs, fbi[slot, FBI_SRC], g, t_k, fb[slot, FB_RESP], pp)
@@ -1074,6 +1132,7 @@ def run_chunk(
     pi,
     st,
     fh,
+    fq,
     fb,
     fbi,
     gs,
@@ -1326,10 +1385,12 @@ def run_chunk(
             st,
             free_ms,
             fh,
+            fq,
             fb,
             fbi,
             ring,
             ring_n,
+            site_off,
             overhead_ms,
             slo_ms,
             first_sec,
@@ -1342,7 +1403,7 @@ def run_chunk(
             nsamp,
         )
         if adaptive:
-            _apply_feedback(s_end, policy, fh, fb, fbi, st, gs, ss, res, glob, site_off, pp)
+            _apply_feedback(s_end, policy, fh, fq, fb, fbi, st, gs, ss, res, glob, site_off, pp)
             _policy_clocks(s_end, policy, gs, cs, ss, res, glob, pp)
         t = s_end
 
