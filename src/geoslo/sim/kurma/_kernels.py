@@ -12,7 +12,8 @@ the FCFS (Lindley) recursion of their server. Feedback to adaptive policies
 (the response observed at the source) is applied at the first slice end after
 it reaches the source, in (feedback time, sequence number) order; responses in
 flight wait in a 4-ary min-heap on that key, so a slice costs O(log n) per
-feedback applied, not a scan of everything in flight.
+feedback applied, not a scan of everything in flight, and local responses, whose
+feedback times never decrease per server, in one FIFO per server (O(1)).
 """
 
 from __future__ import annotations
@@ -36,7 +37,8 @@ else:
     # atomic reference counting of array arguments (perf: NRT_incref/decref took
     # about half of the kernel's time), so the two hottest per-request paths (the
     # read dispatch in run_chunk and the recording in _process_servers) are written
-    # out instead of calling helpers that take many arrays.
+    # out instead of calling helpers that take many arrays; per-request helpers take
+    # scalars where they can (C3's psi) and allocate nothing (DynamicSnitch's routing).
     _inline = njit(cache=True, inline="always")
 
 # Policy codes.
