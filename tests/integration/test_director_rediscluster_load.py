@@ -122,7 +122,9 @@ def test_a_fixed_rate_load_is_issued_on_time_and_sampled_per_bin(testbed):
     masters = {f"{n.host}:{n.port}" for n in testbed.nodes() if n.role == "master"}
     assert set().union(*(p.server_requests for p in periods)) == masters
     busy = [p for p in periods if p.gets]
-    assert all(0 < p.get_p99_ms < 1000 for p in busy) and busy
+    # measured, in milliseconds (not seconds or microseconds); a busy machine's stall can
+    # put a period's p99 past 1 s (a fresh-clone run beside other jobs)
+    assert all(0 < p.get_p99_ms < 5000 for p in busy) and busy, [p.get_p99_ms for p in busy]
 
 
 def _get_calls(node) -> int:

