@@ -509,22 +509,39 @@ def test_dynamic_snitch_sorts_the_keys_replicas_by_score_when_one_is_bad(kern):
     assert route(u_server=0.6) == (0, 1)
 
 
-def _feedback_heap(events):
-    """fh/fb/fbi holding `events` (time, seq, src, host) as the kernel's feedback heap."""
+def _feedback_queues(events, to_fifo):
+    """fh/fq/fb/fbi/st holding `events` (time, seq, src, host) as the kernel's feedback
+    queues: those with `to_fifo` in their host's FIFO, the others in the heap."""
     from geoslo.sim.kurma import _kernels as K
 
-    heap = sorted(events)  # a sorted array is a min-heap of any arity, key (time, seq)
-    fh = np.zeros((K.NFH, len(events)))
-    fb = np.zeros((len(events), K.NFB))
-    fbi = np.zeros((len(events), K.NFBI), dtype=np.int64)
-    for slot, (t, seq, src, host) in enumerate(heap):
-        fh[:, slot] = (t, seq, slot)
+    n = len(events)
+    fh = np.zeros((K.NFH, n))
+    fq = np.zeros((K.NFQ, 10))
+    fq[[K.FQ_HEAD, K.FQ_TAIL]], fq[K.FQ_T] = -1.0, np.inf
+    fb = np.zeros((n, K.NFB))
+    fbi = np.zeros((n, K.NFBI), dtype=np.int64)
+    in_heap = 0
+    # in key order: a sorted array is a min-heap of any arity, and each FIFO is in order
+    for slot, ((t, seq, src, host), fifo) in enumerate(sorted(zip(events, to_fifo, strict=True))):
+        fb[slot, K.FB_T], fbi[slot, K.FBI_SEQ] = t, seq
         fb[slot, K.FB_RESP] = 10.0 + 7.0 * seq  # order-sensitive averages
         fbi[slot, K.FBI_SRC] = src
         fbi[slot, K.FBI_SRV] = host
+        if not fifo:
+            fh[:, in_heap] = (t, seq, slot)
+            in_heap += 1
+            continue
+        fbi[slot, K.FBI_NEXT] = -1
+        tail = int(fq[K.FQ_TAIL, host])
+        if tail < 0:
+            fq[[K.FQ_HEAD, K.FQ_T, K.FQ_SEQ], host] = (slot, t, seq)
+        else:
+            fbi[tail, K.FBI_NEXT] = slot
+        fq[K.FQ_TAIL, host] = slot
     st = np.zeros(K.NST, dtype=np.int64)
-    st[K.ST_NFB] = st[K.ST_FBSLOTS] = st[K.ST_FBSEQ] = len(events)
-    return fh, fb, fbi, st
+    st[K.ST_NFB] = in_heap
+    st[K.ST_FBSLOTS] = st[K.ST_FBSEQ] = n
+    return fh, fq, fb, fbi, st
 
 
 def _is_heap(fh, n):
@@ -535,22 +552,24 @@ def _is_heap(fh, n):
     return all(key[(h - 1) // 4] < key[h] for h in range(1, n))
 
 
+@pytest.mark.parametrize("fifo_share", [0.0, 0.6], ids=["heap", "heap-and-fifos"])
 @pytest.mark.parametrize("kern", ["compiled", "reference"])
-def test_feedback_heap_applies_due_events_in_time_then_sequence_order(kern):
+def test_feedback_heap_applies_due_events_in_time_then_sequence_order(kern, fifo_share):
+    """Due events are applied in (time, seq) order, whether they wait in the heap or in
+    the servers' FIFOs (many equal times across both)."""
     from geoslo.sim.kurma import _kernels as K
 
     kern = K if kern == "compiled" else reference_kernels()
     rng = np.random.default_rng(3)
     times = rng.integers(0, 40, 300).astype(float)  # many equal times
     events = [(t, seq, int(rng.integers(2)), int(rng.integers(10))) for seq, t in enumerate(times)]
-    fh, fb, fbi, st = _feedback_heap(events)
+    to_fifo = rng.random(len(events)) < fifo_share
+    fh, fq, fb, fbi, st = _feedback_queues(events, to_fifo)
     gs, _, pp, *_ = _la_state(min_measure=5.0)
     gs[:] = 0.0
     expected = gs.copy()
     site_off = np.array([0, 5, 10], dtype=np.int64)
     ss, res = np.zeros((2, 2, K.NSS)), np.zeros((2, 2, 4, K.NRS))
-    fq = np.zeros((K.NFQ, 10))  # no local event: the server FIFOs are empty
-    fq[[K.FQ_HEAD, K.FQ_TAIL]], fq[K.FQ_T] = -1.0, np.inf
     args = (K.LATENCY_AWARE, fh, fq, fb, fbi, st, gs, ss, res, np.zeros(K.NGL), site_off, pp)
     applied_before = -np.inf
     for t_end in (20.0, 20.0, 1e9):  # the second call finds nothing due
@@ -560,11 +579,12 @@ def test_feedback_heap_applies_due_events_in_time_then_sequence_order(kern):
                 K._la_feedback(expected, src, host, t, 10.0 + 7.0 * seq, pp)
         applied_before = t_end
         n = st[K.ST_NFB]
-        assert n == sum(t >= t_end for t in times)
+        assert n == sum(t >= t_end and not f for t, f in zip(times, to_fifo, strict=True))
         assert _is_heap(fh, n)
         assert np.array_equal(gs, expected)
     assert st[K.ST_FBNFREE] == len(events)
     assert sorted(fbi[: len(events), K.FBI_FREE]) == list(range(len(events)))
+    assert np.all(fq[[K.FQ_HEAD, K.FQ_TAIL]] == -1) and np.all(fq[K.FQ_T] == np.inf)
 
 
 def test_feedback_heap_stays_valid_under_overload():
