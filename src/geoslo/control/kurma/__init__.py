@@ -15,7 +15,9 @@ from geoslo.control.kurma.types import (
     KurmaConfig,
     KurmaModel,
     KurmaObservation,
+    SERVER_CHOICES,
     Routing,
+    check_server_choice,
 )
 from geoslo.control.kurma.validation import parse_problem, problem_to_dict
 
@@ -36,6 +38,8 @@ __all__ = [
     "plan_fractions",
     "problem_to_dict",
     "Routing",
+    "SERVER_CHOICES",
+    "check_server_choice",
     "save_model",
     "solve",
 ]

@@ -14,7 +14,37 @@ if TYPE_CHECKING:
     from geoslo.control import Outcome
     from geoslo.control.kurma.problem import KurmaPlan
 
-__all__ = ["KurmaConfig", "KurmaObservation", "KurmaModel", "IntervalMeasurements", "Routing"]
+__all__ = [
+    "KurmaConfig",
+    "KurmaObservation",
+    "KurmaModel",
+    "IntervalMeasurements",
+    "Routing",
+    "SERVER_CHOICES",
+    "check_server_choice",
+]
+
+# Server choice inside the chosen site (the second level of a balancer; Envoy's endpoint
+# load-balancing policy, where the site choice is its locality weights). Kurma leaves it to
+# the datacenter (§3). The candidates are the key's replicas in the site: ``rf`` consecutive
+# servers from the key's start (Kurma §7: RF 3 per datacenter; every server when rf >= n).
+# * "random": the key's start replica (a uniform server: a token-aware driver).
+# * "round_robin": a cursor per (client, site) walks the site's servers in ring order; the
+#   request goes to the first of the key's replicas at or after it, the cursor moves past.
+# * "least_outstanding": the replica with the fewest of this client's requests in flight
+#   (ties: the first in ring order from the key's start).
+# * "p2c": two distinct replicas drawn uniformly, the one with fewer of this client's
+#   requests in flight (ties: the first drawn); Envoy's LEAST_REQUEST, Prequal's probes.
+# * "c3": the lowest psi = R - 1/mu + q_hat^3/mu, q_hat = 1 + os * n + q (C3 §4.1) from this
+#   client's EWMAs, without C3's rate limiter and backpressure (C3's own two-level policy).
+SERVER_CHOICES = ("random", "round_robin", "least_outstanding", "p2c", "c3")
+
+
+def check_server_choice(name: str, field: str = "server_choice") -> str:
+    """``name`` if it is one of :data:`SERVER_CHOICES`, else a ConfigError naming ``field``."""
+    if name not in SERVER_CHOICES:
+        raise ConfigError(field, f"must be one of {', '.join(SERVER_CHOICES)}; got {name!r}")
+    return name
 
 
 @dataclass(frozen=True)
