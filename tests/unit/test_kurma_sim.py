@@ -17,7 +17,13 @@ FRACTIONS = np.array([[0.8, 0.1, 0.1], [0.2, 0.7, 0.1], [0.0, 0.05, 0.95]])
 
 
 def build_sim(
-    policy="rates", rate_rps=3000.0, write_fraction=0.0, seed=1, n_sites=3, **params
+    policy="rates",
+    rate_rps=3000.0,
+    write_fraction=0.0,
+    seed=1,
+    n_sites=3,
+    server_choice=None,
+    **params,
 ) -> RequestLevelSim:
     return RequestLevelSim(
         site_names=["London", "Ireland", "Frankfurt"][:n_sites],
@@ -29,6 +35,7 @@ def build_sim(
         seed=seed,
         policy=policy,
         policy_params=params or None,
+        server_choice=server_choice,
     )
 
 
@@ -52,6 +59,7 @@ def test_exported_names():
         "WanResidualTruth",
         "IntervalStats",
         "POLICIES",
+        "SERVER_CHOICE_CODES",
         "DEFAULT_POLICY_PARAMS",
         "profile_site",
         "Crossings",
@@ -79,6 +87,26 @@ def test_kernel_equals_reference_exactly(policy):
         for name in a:
             assert np.array_equal(a[name], b[name]), name
         assert a["completed"].sum() > 0
+
+
+SITE_CHOICES = [p for p in sim.POLICIES if p != "c3"]
+
+
+@pytest.mark.parametrize("server_choice", list(sim.SERVER_CHOICE_CODES))
+@pytest.mark.parametrize("policy", SITE_CHOICES)
+def test_every_site_choice_with_every_server_choice_equals_the_reference(policy, server_choice):
+    """Any site choice composes with any server choice, compiled as interpreted, bit for bit
+    (with writes, a read-repairing DynamicSnitch and a slowed site)."""
+    rate = 12000.0 if server_choice in ("least_outstanding", "p2c", "c3") else 4000.0
+    sims = [build_sim(policy, rate, 0.05, server_choice=server_choice) for _ in range(2)]
+    for s in sims:
+        s.set_server_slowdown(2, np.array([3.0, 3.0, 1.0, 1.0, 1.0]))
+    frac = FRACTIONS if policy == "rates" else None
+    a = _arrays(sims[0].run(0.3, frac))
+    b = _arrays(sims[1].run(0.3, frac, kernels=reference_kernels()))
+    for name in a:
+        assert np.array_equal(a[name], b[name]), name
+    assert a["completed"].sum() > 0
 
 
 @pytest.mark.parametrize("policy", list(sim.POLICIES))
@@ -223,7 +251,10 @@ def _fcfs_by_hand(sim: RequestLevelSim, duration_s: float, fractions: np.ndarray
     for i in range(sim.n_sites):
         for k in range(src_start[i], src_start[i + 1]):
             cum = np.cumsum(fractions[i])
-            j = int(np.searchsorted(cum, req[K.RQ_ROUTE, k], side="right"))
+            # the route uniform picks one of the site's coordinators (one per server), and
+            # what is left of it, a uniform again, the site
+            u = req[K.RQ_ROUTE, k] * backend.servers
+            j = int(np.searchsorted(cum, u - min(int(u), backend.servers - 1), side="right"))
             j = min(j, sim.n_sites - 1)
             srv = min(int(req[K.RQ_SERVER, k] * backend.servers), backend.servers - 1)
             rtt = resid = 0.0
@@ -647,3 +678,85 @@ def test_dynamic_snitch_reservoir_heap_equals_a_scan(kern):
         count = _ds_insert_by_scan(ref, count, t_ms, float(k), u, 0.75)
         assert ss[0, 0, K.SS_COUNT] == count
         assert np.array_equal(res[0, 0, :count, :3], ref[:count])
+
+
+# ----------------------------------------------------------------------------- server choice
+
+
+def _sc_state(in_flight, psi_r=None, rf=3):
+    """One coordinator, one site of len(in_flight) servers: its in-flight counts per server
+    (and C3's response EWMA, else equal)."""
+    from geoslo.sim.kurma import _kernels as K
+
+    n = len(in_flight)
+    gs = np.zeros((1, n, K.NGS))
+    gs[0, :, K.GS_C3_OS] = in_flight
+    gs[0, :, K.GS_C3_SVC] = 0.1
+    gs[0, :, K.GS_C3_R] = psi_r if psi_r is not None else 1.0
+    pp = np.zeros(K.NPP)
+    pp[K.PP_SC_RF] = rf
+    pp[K.PP_C3_NCLIENTS] = 1.0
+    return gs, pp, np.array([0, n]), np.array([n])
+
+
+@pytest.mark.parametrize("kern", ["compiled", "reference"])
+@pytest.mark.parametrize(
+    ("choice", "u_server", "u_second", "in_flight", "expected"),
+    [
+        ("random", 0.5, 0.0, [0, 0, 9, 0, 0], 2),  # the key's start, whatever is in flight
+        ("least_outstanding", 0.5, 0.0, [0, 0, 9, 4, 2], 4),  # replicas 2, 3, 4
+        ("least_outstanding", 0.9, 0.0, [1, 3, 0, 0, 5], 0),  # replicas 4, 0, 1 (wraps)
+        ("least_outstanding", 0.5, 0.0, [0, 0, 2, 2, 2], 2),  # ties: the first from the start
+        ("p2c", 0.5, 0.1, [0, 0, 5, 1, 0], 3),  # draws replica 0 (srv 2), then 1 (srv 3)
+        ("p2c", 0.5, 0.1, [0, 0, 1, 5, 0], 2),
+        ("p2c", 0.5, 0.1, [0, 0, 3, 3, 0], 2),  # ties: the first drawn
+        ("p2c", 0.5, 0.9, [0, 0, 0, 9, 9], 4),  # draws replica 2, then 1: never replica 0
+        ("c3", 0.5, 0.0, [0, 0, 3, 0, 1], 3),  # psi grows with os: the idle replica
+    ],
+)
+def test_server_choice_picks_among_the_keys_replicas(
+    kern, choice, u_server, u_second, in_flight, expected
+):
+    from geoslo.sim.kurma import _kernels as K
+
+    kern = K if kern == "compiled" else reference_kernels()
+    gs, pp, off, n = _sc_state(in_flight)
+    code = sim.SERVER_CHOICE_CODES[choice]
+    assert kern._server_in_site(code, 0, 0, u_server, u_second, gs, pp, off, n) == expected
+
+
+@pytest.mark.parametrize("kern", ["compiled", "reference"])
+def test_round_robin_walks_the_site_and_skips_servers_without_the_key(kern):
+    from geoslo.sim.kurma import _kernels as K
+
+    kern = K if kern == "compiled" else reference_kernels()
+    code = sim.SERVER_CHOICE_CODES["round_robin"]
+    gs, pp, off, n = _sc_state([0] * 5, rf=5)  # every server holds the key: 0, 1, 2, 3, 4, 0
+    got = [kern._server_in_site(code, 0, 0, 0.7, 0.0, gs, pp, off, n) for _ in range(6)]
+    assert got == [0, 1, 2, 3, 4, 0]
+    gs, pp, off, n = _sc_state([0] * 5, rf=2)  # keys on (3, 4), (0, 1), (3, 4): cursor 0, 2, 1
+    got = [kern._server_in_site(code, 0, 0, u, 0.0, gs, pp, off, n) for u in (0.7, 0.1, 0.7)]
+    assert got == [3, 0, 3]
+
+
+def test_c3_server_choice_ranks_by_response_ewma_too():
+    from geoslo.sim.kurma import _kernels as K
+
+    gs, pp, off, n = _sc_state([0, 0, 0, 0, 0], psi_r=np.array([1.0, 1.0, 9.0, 2.0, 1.5]))
+    assert K._server_in_site(K.SC_C3, 0, 0, 0.5, 0.0, gs, pp, off, n) == 4
+
+
+@pytest.mark.parametrize("server_choice", ["least_outstanding", "p2c", "c3"])
+def test_load_aware_server_choices_dodge_slowed_servers(server_choice):
+    """A site with two of five servers 4x slower at 60% of its capacity: a choice that
+    counts requests in flight misses the SLO less than random choice and answers faster on
+    average (same seed, same arrivals); random's queues at the slow servers run away."""
+    outcome = {}
+    for choice in ("random", server_choice):
+        s = build_sim("rates", rate_rps=25000.0, n_sites=1, seed=2, server_choice=choice)
+        s.set_server_slowdown(0, np.array([4.0, 4.0, 1.0, 1.0, 1.0]))
+        stats = s.run(3.0)
+        mean_ms = stats.response_sum_ms.sum() / stats.completed.sum()
+        outcome[choice] = (stats.violation_fraction[0], mean_ms)
+    assert outcome[server_choice][0] < 0.5 * outcome["random"][0]
+    assert outcome[server_choice][1] < outcome["random"][1]

@@ -11,12 +11,19 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from geoslo.control.kurma import SERVER_CHOICES
 from geoslo.errors import InputError
 from geoslo.sim.kurma import _kernels as K
 from geoslo.sim.kurma._params import BackendParams
 from geoslo.sim.kurma._wan_truth import WanResidualTruth, WanTruthParams
 
-__all__ = ["IntervalStats", "RequestLevelSim", "POLICIES", "DEFAULT_POLICY_PARAMS"]
+__all__ = [
+    "IntervalStats",
+    "RequestLevelSim",
+    "POLICIES",
+    "SERVER_CHOICE_CODES",
+    "DEFAULT_POLICY_PARAMS",
+]
 
 POLICIES = {
     "rates": K.RATES,
@@ -25,6 +32,8 @@ POLICIES = {
     "dynamic_snitch": K.DYNAMIC_SNITCH,
     "c3": K.C3,
 }
+
+SERVER_CHOICE_CODES = dict(zip(SERVER_CHOICES, range(K.SC_RANDOM, K.SC_C3 + 1), strict=True))
 
 # C3's outstanding counts (os) must see a local response return (~0.6 ms) before the next
 # choice, or a server looks busy for a whole slice; the others update every 100 ms or more.
@@ -71,6 +80,8 @@ DEFAULT_POLICY_PARAMS: dict[str, float] = {
     "c3_initial_rate": 1000.0,
     "c3_min_rate": 1.0,
     "c3_clients": 0.0,  # C3's n; 0: the number of coordinators (every client)
+    # the server choice inside a site chooses among the key's replicas there (§7: RF 3)
+    "sc_replicas_per_site": 3,
 }
 
 
@@ -135,6 +146,8 @@ class RequestLevelSim:
     With ``wan_truth`` the residual WAN latency is per pair, correlated in time and load
     dependent (:class:`WanResidualTruth`, built from the pooled samples and ``seed``) instead
     of independent draws from one pool, which is what Kurma's model assumes.
+    ``server_choice`` (one of ``SERVER_CHOICES``; None: the policy's own server) picks the
+    server inside the site the policy chose, at the request's coordinator; C3 picks both.
     """
 
     def __init__(
@@ -152,6 +165,7 @@ class RequestLevelSim:
         policy_params: dict | None = None,
         repeat_traces: bool = False,
         wan_truth: WanTruthParams | None = None,
+        server_choice: str | None = None,
     ) -> None:
         self.site_names = list(site_names)
         n = len(self.site_names)
@@ -196,6 +210,14 @@ class RequestLevelSim:
             raise InputError("policy", f"must be one of {sorted(POLICIES)}, got {policy!r}")
         self.policy = policy
         self._policy_code = POLICIES[policy]
+        if server_choice is not None and server_choice not in SERVER_CHOICE_CODES:
+            raise InputError(
+                "server_choice",
+                f"must be one of {', '.join(SERVER_CHOICES)}; got {server_choice!r}",
+            )
+        if server_choice is not None and policy == "c3":
+            raise InputError("server_choice", "C3 chooses the server itself: leave it None")
+        self.server_choice = server_choice
         params = dict(DEFAULT_POLICY_PARAMS)
         for key, value in (policy_params or {}).items():
             if key not in params and key != "allowed":
@@ -294,9 +316,14 @@ class RequestLevelSim:
         clients = p.get("c3_clients") or float(n_coords)
         self._pp[K.PP_C3_NCLIENTS] = clients
         self._pp[K.PP_C3_MIN_RATE] = p["c3_min_rate"]
+        sc = SERVER_CHOICE_CODES.get(self.server_choice, K.SC_OWN)
+        self._pp[K.PP_SC] = sc
+        self._pp[K.PP_SC_RF] = p["sc_replicas_per_site"]
         if not p["slice_ms"] >= 0:
             raise InputError("policy_params.slice_ms", "must be > 0 (0: the policy's default)")
-        self.slice_ms = float(p["slice_ms"]) or SLICE_MS.get(self.policy, DEFAULT_SLICE_MS)
+        # a choice that counts requests in flight must see a local response return, as C3
+        timed = "c3" if sc >= K.SC_LEAST_OUTSTANDING else self.policy
+        self.slice_ms = float(p["slice_ms"]) or SLICE_MS.get(timed, DEFAULT_SLICE_MS)
 
     def set_server_slowdown(self, site: int, factors: np.ndarray) -> None:
         """Interference (section 7.1.4): service times at ``site``'s servers are
@@ -391,6 +418,8 @@ class RequestLevelSim:
             rep[:, :, 2] = rng.random((n_w, n))
         else:
             rep[:] = 0.5
+        if self.server_choice == "p2c":  # drawn last: the other draws stay as they were
+            rng.random(out=req[K.RQ_SC])
         return req, src_start, rep, req_w, n_w
 
     def _ensure_capacity(self, extra_pending: int, extra_fb: int, extra_backlog: int) -> None:

@@ -48,6 +48,15 @@ LATENCY_AWARE = 2
 DYNAMIC_SNITCH = 3
 C3 = 4
 
+# Server choice inside the chosen site (geoslo.control.kurma.SERVER_CHOICES, whose comment
+# gives the semantics); SC_OWN: the site choice's own server (a uniform one for "rates").
+SC_OWN = 0
+SC_RANDOM = 1
+SC_ROUND_ROBIN = 2
+SC_LEAST_OUTSTANDING = 3  # from here on a choice counts its coordinator's requests in flight
+SC_P2C = 4
+SC_C3 = 5
+
 # Columns of the per-request random inputs `req` (NREQ, n).
 RQ_T = 0
 RQ_ROUTE = 1  # rows 1..6 are uniforms, generated in one block
@@ -58,7 +67,8 @@ RQ_AUX = 5
 RQ_KEEP = 6
 RQ_EBASE = 7
 RQ_WRITE = 8
-NREQ = 9
+RQ_SC = 9  # a uniform for the server choice's second draw (p2c only; drawn last)
+NREQ = 10
 
 # Float columns of pending server work `pf`.
 PF_ARR = 0
@@ -133,13 +143,14 @@ GS_LA_NB = 2
 GS_C3_R = 3
 GS_C3_Q = 4
 GS_C3_SVC = 5
-GS_C3_OS = 6
+GS_C3_OS = 6  # requests in flight from the coordinator (C3's os; the server choices' too)
 GS_C3_RATE = 7
 GS_C3_R0 = 8
 GS_C3_TDEC = 9
 GS_C3_SENT = 10
 GS_C3_RECV = 11
-NGS = 12
+GS_SC_RR = 12  # round robin's cursor of (coordinator, site j), in row site_off[j]
+NGS = 13
 
 # Per source state `cs`.
 CS_RR = 0
@@ -195,7 +206,9 @@ PP_LA_RF = 18
 PP_DS_RF = 19
 PP_DS_READ_REPAIR = 20
 PP_DS_UNSCORED_ZERO = 21
-NPP = 22
+PP_SC = 22  # the server choice (SC_*)
+PP_SC_RF = 23  # the key's replicas per site it chooses among
+NPP = 24
 
 # Backlog (C3 backpressure queue) float columns, followed by 3 per site.
 BK_ISSUE = 0
@@ -685,6 +698,76 @@ def _route_c3(c, i, u_server, gs, pp, allowed, site_off, n_servers):
 
 
 @_jit
+def _server_in_site(sc, c, j, u_server, u_second, gs, pp, site_off, n_servers):
+    """The server of site j that coordinator c's server choice ``sc`` picks among the key's
+    replicas there: rf consecutive servers from the key's start (SERVER_CHOICES in
+    geoslo.control.kurma says each rule). ``u_second`` is p2c's second uniform."""
+    n = n_servers[j]
+    rf = int(pp[PP_SC_RF])
+    if rf > n:
+        rf = n
+    if rf < 1:
+        rf = 1
+    start = int(u_server * n)
+    if start >= n:
+        start = n - 1
+    off = site_off[j]
+    if sc == SC_RANDOM or rf == 1:
+        return start
+    if sc == SC_ROUND_ROBIN:
+        # the replicas are the ring arc start .. start + rf - 1: the first one at or after
+        # the cursor is the cursor itself if it lies on the arc, else the arc's start
+        cur = int(gs[c, off, GS_SC_RR])
+        d = cur - start
+        if d < 0:
+            d += n
+        s = cur if d < rf else start
+        nxt = s + 1
+        if nxt >= n:
+            nxt = 0
+        gs[c, off, GS_SC_RR] = nxt
+        return s
+    if sc == SC_P2C:
+        a = int(u_second * rf)
+        if a >= rf:
+            a = rf - 1
+        b = int((u_second * rf - a) * (rf - 1))  # the remaining fraction: a second uniform
+        if b >= rf - 1:
+            b = rf - 2
+        if b >= a:
+            b += 1
+        sa = start + a
+        if sa >= n:
+            sa -= n
+        sb = start + b
+        if sb >= n:
+            sb -= n
+        return sb if gs[c, off + sb, GS_C3_OS] < gs[c, off + sa, GS_C3_OS] else sa
+    # least outstanding, or C3's psi: the best in ring order from the key's start
+    best_s = start
+    best = 0.0
+    for k in range(rf):
+        s = start + k
+        if s >= n:
+            s -= n
+        g = off + s
+        if sc == SC_C3:
+            v = _c3_psi(
+                gs[c, g, GS_C3_R],
+                gs[c, g, GS_C3_SVC],
+                gs[c, g, GS_C3_OS],
+                gs[c, g, GS_C3_Q],
+                pp[PP_C3_NCLIENTS],
+            )
+        else:
+            v = gs[c, g, GS_C3_OS]
+        if k == 0 or v < best:
+            best = v
+            best_s = s
+    return best_s
+
+
+@_jit
 def _c3_window(gs, t, pp):
     """Cubic rate control at the end of a window of PP_C3_WINDOW_MS (C3 section 4.3)."""
     beta = pp[PP_C3_BETA]
@@ -1009,6 +1092,17 @@ def _apply_feedback(t_end, policy, fh, fq, fb, fbi, st, gs, ss, res, glob, site_
             gs[c, g, GS_C3_SVC] = a * gs[c, g, GS_C3_SVC] + (1.0 - a) * fb[slot, FB_SVC]
             gs[c, g, GS_C3_OS] -= 1.0
             gs[c, g, GS_C3_RECV] += 1.0
+            continue
+        sc = pp[PP_SC]
+        if sc < SC_LEAST_OUTSTANDING or fb[slot, FB_SVC] == 0.0:
+            continue  # a read-repair digest (no service time) is not the choice's request
+        c = fbi[slot, FBI_COORD]
+        if sc == SC_C3:  # C3's EWMAs, as above
+            a = pp[PP_C3_EWMA]
+            gs[c, g, GS_C3_R] = a * gs[c, g, GS_C3_R] + (1.0 - a) * fb[slot, FB_RESP]
+            gs[c, g, GS_C3_Q] = a * gs[c, g, GS_C3_Q] + (1.0 - a) * fb[slot, FB_QLEN]
+            gs[c, g, GS_C3_SVC] = a * gs[c, g, GS_C3_SVC] + (1.0 - a) * fb[slot, FB_SVC]
+        gs[c, g, GS_C3_OS] -= 1.0
     st[ST_NFB] = n
     st[ST_FBNFREE] = nfree
 
@@ -1162,8 +1256,9 @@ def run_chunk(
     goes to one of them uniformly (its route uniform, which only "rates" uses otherwise),
     whose state DynamicSnitch and C3 use and update."""
     n_sites = n_servers.size
-    adaptive = policy >= LATENCY_AWARE
-    need_qlen = policy == C3
+    sc = int(pp[PP_SC]) if policy != C3 else SC_OWN  # C3 chooses both levels itself
+    adaptive = policy >= LATENCY_AWARE or sc >= SC_LEAST_OUTSTANDING
+    need_qlen = policy == C3 or sc == SC_C3
     ptr = src_start[:n_sites].copy()
     blocked = np.zeros(coord_off[n_sites], np.bool_)
     ds_buf = np.empty((4, site_off[n_sites]))  # DynamicSnitch's scratch (its replicas)
@@ -1242,7 +1337,7 @@ def run_chunk(
                 u_c -= c  # a uniform again, independent of c
                 c += coord_off[i]
                 if policy == RATES:
-                    j = _route_rates(i, req[RQ_ROUTE, k], cum_frac, n_sites)
+                    j = _route_rates(i, u_c, cum_frac, n_sites)
                 elif policy == GLOBAL_RR:
                     j, srv = _route_global_rr(i, cs, allowed, site_off, n_servers)
                 elif policy == LATENCY_AWARE:
@@ -1303,6 +1398,12 @@ def run_chunk(
                     g = site_off[j] + srv
                     gs[c, g, GS_C3_SENT] += 1.0
                     gs[c, g, GS_C3_OS] += 1.0
+                if sc != SC_OWN:
+                    srv = _server_in_site(
+                        sc, c, j, req[RQ_SERVER, k], req[RQ_SC, k], gs, pp, site_off, n_servers
+                    )
+                    if sc >= SC_LEAST_OUTSTANDING:
+                        gs[c, site_off[j] + srv, GS_C3_OS] += 1.0
                 if srv < 0:
                     n = n_servers[j]
                     srv = int(req[RQ_SERVER, k] * n)
