@@ -11,11 +11,11 @@ from geoslo.control.kurma.model_file import load_model, save_model
 from geoslo.control.kurma.problem import KurmaPlan, KurmaProblem
 from geoslo.control.kurma.solver import evaluate, solve
 from geoslo.control.kurma.types import (
+    SERVER_CHOICES,
     IntervalMeasurements,
     KurmaConfig,
     KurmaModel,
     KurmaObservation,
-    SERVER_CHOICES,
     Routing,
     check_server_choice,
 )
