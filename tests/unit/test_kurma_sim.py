@@ -23,6 +23,7 @@ def build_sim(
     seed=1,
     n_sites=3,
     server_choice=None,
+    server_choice_at=None,
     **params,
 ) -> RequestLevelSim:
     return RequestLevelSim(
@@ -36,6 +37,7 @@ def build_sim(
         policy=policy,
         policy_params=params or None,
         server_choice=server_choice,
+        server_choice_at=server_choice_at,
     )
 
 
@@ -92,13 +94,22 @@ def test_kernel_equals_reference_exactly(policy):
 SITE_CHOICES = [p for p in sim.POLICIES if p != "c3"]
 
 
-@pytest.mark.parametrize("server_choice", list(sim.SERVER_CHOICE_CODES))
+SERVER_CHOICES_AT = [(c, "client") for c in sim.SERVER_CHOICE_CODES] + [
+    (c, "site") for c in sim.SERVER_CHOICE_CODES if c != "c3"
+]
+
+
+@pytest.mark.parametrize(("server_choice", "at"), SERVER_CHOICES_AT)
 @pytest.mark.parametrize("policy", SITE_CHOICES)
-def test_every_site_choice_with_every_server_choice_equals_the_reference(policy, server_choice):
-    """Any site choice composes with any server choice, compiled as interpreted, bit for bit
-    (with writes, a read-repairing DynamicSnitch and a slowed site)."""
+def test_every_site_choice_with_every_server_choice_equals_the_reference(policy, server_choice, at):
+    """Any site choice composes with any server choice, made by the client or by the site,
+    compiled as interpreted, bit for bit (with writes, a read-repairing DynamicSnitch and a
+    slowed site)."""
     rate = 12000.0 if server_choice in ("least_outstanding", "p2c", "c3") else 4000.0
-    sims = [build_sim(policy, rate, 0.05, server_choice=server_choice) for _ in range(2)]
+    sims = [
+        build_sim(policy, rate, 0.05, server_choice=server_choice, server_choice_at=at)
+        for _ in range(2)
+    ]
     for s in sims:
         s.set_server_slowdown(2, np.array([3.0, 3.0, 1.0, 1.0, 1.0]))
     frac = FRACTIONS if policy == "rates" else None
@@ -746,17 +757,69 @@ def test_c3_server_choice_ranks_by_response_ewma_too():
     assert K._server_in_site(K.SC_C3, 0, 0, 0.5, 0.0, gs, pp, off, n) == 4
 
 
-@pytest.mark.parametrize("server_choice", ["least_outstanding", "p2c", "c3"])
-def test_load_aware_server_choices_dodge_slowed_servers(server_choice):
+@pytest.mark.parametrize(
+    ("server_choice", "at"),
+    [("least_outstanding", "client"), ("p2c", "client"), ("c3", "client")]
+    + [("least_outstanding", "site"), ("p2c", "site")],
+)
+def test_load_aware_server_choices_dodge_slowed_servers(server_choice, at):
     """A site with two of five servers 4x slower at 60% of its capacity: a choice that
     counts requests in flight misses the SLO less than random choice and answers faster on
     average (same seed, same arrivals); random's queues at the slow servers run away."""
     outcome = {}
     for choice in ("random", server_choice):
-        s = build_sim("rates", rate_rps=25000.0, n_sites=1, seed=2, server_choice=choice)
+        s = build_sim(
+            "rates", rate_rps=25000.0, n_sites=1, seed=2, server_choice=choice, server_choice_at=at
+        )
         s.set_server_slowdown(0, np.array([4.0, 4.0, 1.0, 1.0, 1.0]))
         stats = s.run(3.0)
         mean_ms = stats.response_sum_ms.sum() / stats.completed.sum()
         outcome[choice] = (stats.violation_fraction[0], mean_ms)
     assert outcome[server_choice][0] < 0.5 * outcome["random"][0]
     assert outcome[server_choice][1] < outcome["random"][1]
+
+
+def _site_state(queues, rf=3):
+    """Site 0 of len(queues) servers whose last finish times put queues[s] requests after
+    t = 100 ms (in service or queued)."""
+    from geoslo.sim.kurma import _kernels as K
+
+    n = len(queues)
+    ring = np.zeros((1, n, K.RING))
+    ring_n = np.zeros((1, n), dtype=np.int64)
+    for s, q in enumerate(queues):
+        finishes = [50.0, 90.0] + [100.0 + 5 * k for k in range(1, q + 1)]
+        ring[0, s, : len(finishes)] = finishes
+        ring_n[0, s] = len(finishes)
+    pp = np.zeros(K.NPP)
+    pp[K.PP_SC_RF] = rf
+    return ring, ring_n, np.zeros((1, K.NCS)), pp, np.array([n])
+
+
+@pytest.mark.parametrize("kern", ["compiled", "reference"])
+@pytest.mark.parametrize(
+    ("choice", "u_server", "u_second", "queues", "expected"),
+    [
+        ("random", 0.5, 0.0, [0, 0, 9, 0, 0], 2),
+        ("least_outstanding", 0.5, 0.0, [0, 0, 9, 4, 2], 4),
+        ("least_outstanding", 0.9, 0.0, [1, 3, 0, 0, 5], 0),  # wraps: replicas 4, 0, 1
+        ("least_outstanding", 0.5, 0.0, [0, 0, 2, 2, 2], 2),
+        ("p2c", 0.5, 0.1, [0, 0, 5, 1, 0], 3),
+        ("p2c", 0.5, 0.9, [0, 0, 0, 9, 9], 4),
+    ],
+)
+def test_a_sites_balancer_reads_the_servers_queues_on_arrival(
+    kern, choice, u_server, u_second, queues, expected
+):
+    from geoslo.sim.kurma import _kernels as K
+
+    kern = K if kern == "compiled" else reference_kernels()
+    ring, ring_n, cs, pp, n = _site_state(queues)
+    code = sim.SERVER_CHOICE_CODES[choice]
+    got = kern._server_at_site(code, 0, u_server, u_second, 100.0, ring, ring_n, cs, pp, n)
+    assert got == expected
+
+
+def test_c3_is_chosen_by_the_client():
+    with pytest.raises(InputError, match="server_choice_at"):
+        build_sim(server_choice="c3", server_choice_at="site")

@@ -77,7 +77,9 @@ def reproduce(out_dir: str | Path, quick: bool = False, seed: int = 1) -> Path:
     started = time.monotonic()
     scenario = build_scenario(settings, seed)
     results = {"settings": settings.__dict__, "saturation_rps": scenario.saturation_rps}
-    trace1, trace2 = trace_pair(scenario.local_5pct_rps, settings.trace_minutes)
+    trace1, trace2 = trace_pair(
+        scenario.local_5pct_rps, settings.trace_minutes, capacity_rps=scenario.saturation_rps
+    )
     sections = {
         "fig4_5": lambda: _fig4_5.section(report, scenario, paper, seed),
         "fig8_10": lambda: _fig8_10.section(report, scenario, trace1, trace2, paper, seed),
@@ -138,6 +140,7 @@ def check_done(results: dict) -> dict[str, bool]:
             savings[("KurmaCost", billing)] > 0 for billing in (1, 60)
         ),
         **_fig11.checks(results["fig11"]),
+        **results["fig8_10"]["grid_checks"],
         "DynamicSnitch (Cassandra 3.9's rule) keeps every read local, as the paper saw "
         "(Trace-1 and -2)": all(rows["DynamicSnitch"]["redirected_pct"] == 0 for rows in traces),
         "DynamicSnitch-3.11 (unscored replicas count 0) reads and measures remote replicas "

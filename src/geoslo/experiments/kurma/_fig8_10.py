@@ -7,8 +7,15 @@ import matplotlib.pyplot as plt
 import numpy as np
 
 from geoslo.experiments._parallel import run_jobs
-from geoslo.experiments.kurma._runs import PolicyRun, run_policy
-from geoslo.experiments.kurma._scenario import RHO, Scenario
+from geoslo.experiments.kurma._grid import (
+    GEOSLO_BALANCER,
+    grid_cells,
+    grid_checks,
+    grid_text,
+    plot_grid,
+)
+from geoslo.experiments.kurma._runs import PolicyRun, cell_name, run_policy
+from geoslo.experiments.kurma._scenario import RHO, Scenario, with_choice_surfaces
 from geoslo.experiments.kurma._traces import SiteTraces
 from geoslo.report import Report, paper_row
 from geoslo.topology import Prices
@@ -35,14 +42,16 @@ def wan_gb(run: PolicyRun, prices: Prices | None = None) -> float:
 
 
 def policy_rows(runs: list[PolicyRun]) -> list[dict]:
-    kurma = next(r for r in runs if r.policy == "KurmaPerf")
+    kurma = next(r for r in runs if r.name == "KurmaPerf")
     base = max(kurma.global_violation_fraction, 1e-9)
     rows = []
     for run in runs:
         sites = run.site_violation_fraction()
         rows.append(
             {
-                "policy": run.policy,
+                "policy": run.name,
+                "site_choice": run.policy,
+                "server_choice": run.server_choice,
                 "global_violations_pct": 100 * run.global_violation_fraction,
                 "normalised_to_kurmaperf": run.global_violation_fraction / base,
                 "wan_gb": wan_gb(run),
@@ -144,14 +153,22 @@ def section(
     paper: dict,
     seed: int,
 ) -> dict:
-    jobs = [(scenario, p, t.rates_rps, 0.0, seed) for t in (trace1, trace2) for p in FIG8_POLICIES]
-    jobs += [(scenario, p, trace2.rates_rps, FIG9_WRITE_FRACTION, seed) for p in FIG9_POLICIES]
-    runs = run_jobs(run_policy, jobs, scenario.settings.workers, "Fig. 8-10 policies")
-    n8 = len(FIG8_POLICIES)
+    cells = grid_cells(scenario.settings.grid_server_choices)
+    scenario = with_choice_surfaces(scenario, sorted({c for p, c in cells if c and "Kurma" in p}))
+    jobs = [(scenario, p, c, t.rates_rps, 0.0, seed) for t in (trace1, trace2) for p, c in cells]
+    jobs += [
+        (scenario, p, None, trace2.rates_rps, FIG9_WRITE_FRACTION, seed) for p in FIG9_POLICIES
+    ]
+    runs = run_jobs(_run_cell, jobs, scenario.settings.workers, "Fig. 8-10 grid")
+    n8 = len(cells)
     fig8a, fig8b, fig9 = runs[:n8], runs[n8 : 2 * n8], runs[2 * n8 :]
     rows_a = _rename(policy_rows(fig8a), scenario.sites)
     rows_b = _rename(policy_rows(fig8b), scenario.sites)
     rows_9 = _rename(policy_rows(fig9), scenario.sites)
+    paper_cells = (
+        [r for r in rows_a if r["policy"] in FIG8_POLICIES],
+        [r for r in rows_b if r["policy"] in FIG8_POLICIES],
+    )
 
     def row(rows, policy):
         return next(r for r in rows if r["policy"] == policy)
@@ -161,14 +178,32 @@ def section(
         f"**{trace1.name}**: {trace1.description}.\n\n**{trace2.name}**: {trace2.description}."
     )
     report.table(
-        "fig8a_trace1", rows_a, caption=f"{trace1.name}: global and per-site violations, WAN GB."
+        "fig8a_trace1",
+        paper_cells[0],
+        caption=f"{trace1.name}: the paper's policies, global and per-site violations, WAN GB.",
     )
-    report.table("fig8b_trace2", rows_b, caption=f"{trace2.name}.")
+    report.table("fig8b_trace2", paper_cells[1], caption=f"{trace2.name}.")
     report.figure(
         "fig8_policies",
-        _plot_bars({trace1.name: rows_a, trace2.name: rows_b}),
+        _plot_bars({trace1.name: paper_cells[0], trace2.name: paper_cells[1]}),
         "Global violations normalised to KurmaPerf; numbers above bars: WAN GB.",
     )
+    traces = {
+        trace1.name: {r["policy"]: r for r in rows_a},
+        trace2.name: {r["policy"]: r for r in rows_b},
+    }
+    report.section(
+        "Fig. 8 as a grid: site choice x server choice (§7.1.1, beyond the paper)",
+        "Every site choice with its own server choice (the paper's bars above), and with "
+        f"{', '.join(scenario.settings.grid_server_choices)} inside the chosen site; Kurma's "
+        "rates with every server choice, its curves profiled with the sites serving under "
+        "that choice; C3 chooses both levels. geoslo's balancer is "
+        f"{cell_name(*GEOSLO_BALANCER)}.",
+    )
+    report.text(grid_text(traces))
+    report.figure("fig8_grid", plot_grid(traces), "Global violations (%) of every cell.")
+    for name, rows in (("fig8_grid_trace1", rows_a), ("fig8_grid_trace2", rows_b)):
+        report.table(name, rows, caption=f"{name[-6:].capitalize()}: every cell.")
     kurma_a = row(rows_a, "KurmaPerf")
     report.comparison(
         "fig8_vs_paper",
@@ -236,13 +271,13 @@ def section(
             )
         ],
     )
+    by_name = {r.name: r for r in fig8a}
     london = {
-        r.policy: r.per_minute_site_fraction(LONDON)
-        for r in fig8a
-        if r.policy in ("AllLocal", "KurmaPerf", "KurmaCost")
+        name: by_name[name].per_minute_site_fraction(LONDON)
+        for name in ("AllLocal", "KurmaPerf", "KurmaCost", cell_name(*GEOSLO_BALANCER))
     }
     report.section("Fig. 10: London's violations per minute, Trace-1 (§7.1.3)")
-    cost_mean = float(fig8a[FIG8_POLICIES.index("KurmaCost")].site_violation_fraction()[LONDON])
+    cost_mean = float(by_name["KurmaCost"].site_violation_fraction()[LONDON])
     report.comparison(
         "fig10_vs_paper",
         [
@@ -258,11 +293,16 @@ def section(
         "fig10_london", _plot_fig10(london), "London: violations of its requests per minute."
     )
     return {
+        "grid_checks": grid_checks(traces),
         "fig8a": rows_a,
         "fig8b": rows_b,
         "fig9": rows_9,
         "fig10": {k: v.tolist() for k, v in london.items()},
     }
+
+
+def _run_cell(scenario, policy, server_choice, traces, write_fraction, seed) -> PolicyRun:
+    return run_policy(scenario, policy, traces, write_fraction, seed, server_choice=server_choice)
 
 
 def _plot_fig10(series: dict[str, np.ndarray]):

@@ -16,7 +16,7 @@ from geoslo.control.kurma import IntervalMeasurements, KurmaConfig, KurmaControl
 from geoslo.experiments.kurma._scenario import SLO_MS, Scenario
 from geoslo.sim.kurma import RequestLevelSim, WanTruthParams, interval_measurements
 
-__all__ = ["PolicyRun", "run_policy", "POLICIES", "KERNEL_POLICIES"]
+__all__ = ["PolicyRun", "run_policy", "cell_name", "POLICIES", "KERNEL_POLICIES", "WARMUP_S"]
 
 KERNEL_POLICIES = {
     "AllLocal": "rates",
@@ -37,6 +37,10 @@ MODEL_POLICIES = {
 }
 POLICIES = tuple(KERNEL_POLICIES) + tuple(MODEL_POLICIES)
 INTERVAL_S = 2.5  # §6
+# Every run starts with this much of its first second's load, not recorded, so that Kurma has
+# a plan from its first observation (two intervals: the 5 s rate window, §7.1) and the
+# adaptive baselines have measured the servers: no policy starts cold on a busy trace.
+WARMUP_S = 2 * INTERVAL_S
 
 
 @dataclass(frozen=True)
@@ -47,6 +51,12 @@ class PolicyRun:
     served_rps: np.ndarray  # [interval, site] client load served at each site
     chosen_curve: dict[int, int]  # site -> index in its curve family (interference, §7.1.4)
     curve_fits: dict = field(default_factory=dict)  # site -> the last fit's CurveFit
+    server_choice: str | None = None  # inside the chosen site (None: the policy's own)
+
+    @property
+    def name(self) -> str:
+        """The grid cell: the site choice, with its server choice when one is given."""
+        return cell_name(self.policy, self.server_choice)
 
     @property
     def global_violation_fraction(self) -> float:
@@ -68,8 +78,16 @@ class PolicyRun:
         return v[:m].reshape(-1, per).sum(1) / np.maximum(r[:m].reshape(-1, per).sum(1), 1)
 
 
-def kurma_model(scenario: Scenario, mmc: bool = False) -> KurmaModel:
-    surface = scenario.mmc_surface if mmc else scenario.surface
+def cell_name(policy: str, server_choice: str | None) -> str:
+    """ "KurmaPerf" (its own server choice), "KurmaPerf+least_outstanding", ..."""
+    return policy if server_choice is None else f"{policy}+{server_choice}"
+
+
+def kurma_model(
+    scenario: Scenario, mmc: bool = False, server_choice: str | None = None
+) -> KurmaModel:
+    """Kurma's model of the scenario's sites, its curves profiled under ``server_choice``."""
+    surface = scenario.mmc_surface if mmc else scenario.surface_for(server_choice)
     n = len(scenario.sites)
     return KurmaModel(
         scenario.sites,
@@ -79,9 +97,12 @@ def kurma_model(scenario: Scenario, mmc: bool = False) -> KurmaModel:
     )
 
 
-def make_controller(scenario: Scenario, policy: str, curve_families=None) -> KurmaController:
+def make_controller(
+    scenario: Scenario, policy: str, curve_families=None, server_choice: str | None = None
+) -> KurmaController:
     config = KurmaConfig(slo_ms=SLO_MS, **MODEL_POLICIES[policy])
-    return KurmaController(kurma_model(scenario, mmc=policy == "Mmc"), config, curve_families)
+    model = kurma_model(scenario, mmc=policy == "Mmc", server_choice=server_choice)
+    return KurmaController(model, config, curve_families)
 
 
 def to_measurements(
@@ -102,16 +123,20 @@ def run_policy(
     on_interval=None,
     policy_params: dict | None = None,
     wan_truth: WanTruthParams | None = None,
+    server_choice: str | None = None,
 ) -> PolicyRun:
     """Simulate ``policy`` over per-second traces (one per site) in 2.5 s intervals.
 
+    The run starts with :data:`WARMUP_S` of the traces' first second, not recorded.
     ``events`` is a list of (time_s, callable(sim, controller)) applied when time passes,
     e.g. interference on some servers or an interference signal (§7.1.4);
     ``policy_params`` overrides the simulator's ``DEFAULT_POLICY_PARAMS``; ``wan_truth``
     replaces the pooled residual WAN latency by the truth Kurma's model does not assume.
     """
     duration_s = min(len(t) for t in traces)
-    topology = scenario.topology(duration_s)
+    warmup_s = int(WARMUP_S)
+    traces = [np.concatenate([np.full(warmup_s, t[0]), t]) for t in traces]
+    topology = scenario.topology(duration_s + warmup_s)
     sim = RequestLevelSim(
         site_names=scenario.sites,
         backend=scenario.backend,
@@ -124,30 +149,33 @@ def run_policy(
         policy=KERNEL_POLICIES.get(policy, "rates"),
         policy_params={**VARIANT_PARAMS.get(policy, {}), **(policy_params or {})} or None,
         wan_truth=wan_truth,
+        server_choice=server_choice,
     )
-    controller = (
-        make_controller(scenario, policy, curve_families) if policy in MODEL_POLICIES else None
-    )
+    controller = None
+    if policy in MODEL_POLICIES:
+        controller = make_controller(scenario, policy, curve_families, server_choice)
     rng = np.random.default_rng(seed + 1)
     n = len(scenario.sites)
     fractions = np.eye(n)
-    pending = sorted(events, key=lambda e: e[0])
+    pending = sorted(((t + warmup_s, act) for t, act in events), key=lambda e: e[0])
     requests, violations, served = [], [], []
     intervals = int(duration_s // INTERVAL_S)
-    for k in range(intervals):
+    warmup = int(round(warmup_s / INTERVAL_S))
+    for k in range(-warmup, intervals):
         while pending and pending[0][0] <= sim.now_s:
             pending.pop(0)[1](sim, controller)
         stats = sim.run(INTERVAL_S, fractions)  # in-kernel policies ignore the fractions
-        requests.append(stats.requests)
-        violations.append(stats.violations)
-        served.append(stats.requests.sum(axis=0) / INTERVAL_S)
+        if k >= 0:
+            requests.append(stats.requests)
+            violations.append(stats.violations)
+            served.append(stats.requests.sum(axis=0) / INTERVAL_S)
         if controller is not None:
             base = topology.base_rtt_matrix_ms(sim.now_s)
             measured = to_measurements(stats, base, scenario.residual_pool_ms, rng, sim.wan_truth)
             routing = controller.step(measured)
             if routing is not None:  # None: the EWMA baseline keeps the routing in force
                 fractions = routing.fractions
-        if on_interval is not None:
+        if on_interval is not None and k >= 0:
             on_interval(k + 1, intervals)
     return PolicyRun(
         policy,
@@ -156,4 +184,5 @@ def run_policy(
         np.array(served),
         dict(controller.chosen_curve) if controller is not None else {},
         dict(controller.last_fit) if controller is not None else {},
+        server_choice,
     )

@@ -9,6 +9,7 @@ model (only by the simulator itself).
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from dataclasses import dataclass
 
@@ -33,6 +34,7 @@ from geoslo.topology import Topology, kurma_topology
 __all__ = [
     "Scenario",
     "build_scenario",
+    "with_choice_surfaces",
     "profile_simulated",
     "measure_saturation",
     "SLO_MS",
@@ -58,6 +60,14 @@ class Scenario:
     surface: SloSurface  # every site has the same backend, so one surface serves all
     mmc_surface: SloSurface
     wan: Topology | None = None  # another WAN and its sites (the live testbed's), if any
+    # reads-only surfaces profiled with each site serving under a server choice (None: random)
+    choice_surfaces: dict[str, SloSurface] = dataclasses.field(default_factory=dict)
+
+    def surface_for(self, server_choice: str | None) -> SloSurface:
+        """The SLO surface of sites that serve with ``server_choice`` (profiled with it)."""
+        if server_choice in (None, "random"):
+            return self.surface
+        return self.choice_surfaces[server_choice]
 
     @property
     def sites(self) -> tuple[str, ...]:
@@ -151,11 +161,18 @@ def profile_simulated(
     write_fractions=(0.0,),
     slowdown: np.ndarray | None = None,
     label: str = "Profiling",
+    server_choice: str | None = None,
 ) -> ServiceProfile:
     """Profile the simulated backend (§4.1), its points run as :func:`run_jobs` jobs (on
-    ``settings.workers`` processes, or Ray tasks in a Ray session)."""
+    ``settings.workers`` processes, or Ray tasks in a Ray session), its sites serving with
+    ``server_choice`` (None: a uniform server)."""
     measure = functools.partial(
-        profile_site, backend, duration_s=settings.profile_seconds, seed=seed, slowdown=slowdown
+        profile_site,
+        backend,
+        duration_s=settings.profile_seconds,
+        seed=seed,
+        slowdown=slowdown,
+        server_choice=server_choice,
     )
     return profile_backend(
         measure,
@@ -185,3 +202,25 @@ def build_scenario(settings: Settings, seed: int, backend: BackendParams | None 
     return Scenario(
         settings, seed, backend, pool, residual, saturation, profile, surface, mmc_surface
     )
+
+
+def with_choice_surfaces(scenario: Scenario, server_choices) -> Scenario:
+    """``scenario`` with a reads-only SLO surface profiled under each server choice (§4.1 on
+    the site as it will serve: curves profiled with random choice and served with another
+    choice would misstate the site), on the same loads, seed and residual WAN estimate."""
+    surfaces = dict(scenario.choice_surfaces)
+    for choice in server_choices:
+        if choice in surfaces or choice == "random":
+            continue
+        profile = profile_simulated(
+            scenario.backend,
+            scenario.settings,
+            scenario.seed,
+            scenario.profile.load_rps,
+            label=f"Profiling under {choice}",
+            server_choice=choice,
+        )
+        surfaces[choice] = build_slo_surface(
+            profile, SLO_MS, scenario.residual_estimate, BASE_RTT_RANGE_MS
+        )
+    return dataclasses.replace(scenario, choice_surfaces=surfaces)

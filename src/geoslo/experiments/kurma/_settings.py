@@ -26,6 +26,8 @@ class Settings:
     load_sweep_minutes: float = 6.0
     load_sweep_traces: tuple[str, ...] = ("Trace-1", "Trace-2")
     workers: int = 2  # processes for independent simulation runs
+    # Fig. 8's grid: server choices run with every site choice (Kurma's row runs them all)
+    grid_server_choices: tuple[str, ...] = ("least_outstanding", "p2c", "c3")
 
     @classmethod
     def quick(cls) -> Settings:
@@ -42,4 +44,5 @@ class Settings:
             load_factors=(0.8, 1.2),
             load_sweep_minutes=3.0,
             load_sweep_traces=("Trace-1",),
+            grid_server_choices=("least_outstanding",),
         )

@@ -147,7 +147,13 @@ class RequestLevelSim:
     dependent (:class:`WanResidualTruth`, built from the pooled samples and ``seed``) instead
     of independent draws from one pool, which is what Kurma's model assumes.
     ``server_choice`` (one of ``SERVER_CHOICES``; None: the policy's own server) picks the
-    server inside the site the policy chose, at the request's coordinator; C3 picks both.
+    server inside the site the policy chose; C3 picks both. ``server_choice_at`` says who
+    chooses: "site", the destination site's own balancer, on the request's arrival (a proxy
+    that every request to the site passes, as HAProxy's ``balance``: its requests in flight
+    are the servers' queues; Kurma leaves in-site balancing to the datacenter, §3), or
+    "client", the request's coordinator, with its own requests in flight (Envoy's endpoint
+    policy at the client). None: "site", but "client" for "c3", whose psi needs the client's
+    own feedback.
     """
 
     def __init__(
@@ -166,6 +172,7 @@ class RequestLevelSim:
         repeat_traces: bool = False,
         wan_truth: WanTruthParams | None = None,
         server_choice: str | None = None,
+        server_choice_at: str | None = None,
     ) -> None:
         self.site_names = list(site_names)
         n = len(self.site_names)
@@ -217,7 +224,16 @@ class RequestLevelSim:
             )
         if server_choice is not None and policy == "c3":
             raise InputError("server_choice", "C3 chooses the server itself: leave it None")
+        if server_choice_at is None:
+            server_choice_at = "client" if server_choice == "c3" else "site"
+        if server_choice_at not in ("site", "client"):
+            raise InputError(
+                "server_choice_at", f"must be site or client, got {server_choice_at!r}"
+            )
+        if server_choice == "c3" and server_choice_at == "site":
+            raise InputError("server_choice_at", "c3 ranks by the client's own feedback: client")
         self.server_choice = server_choice
+        self.server_choice_at = server_choice_at
         params = dict(DEFAULT_POLICY_PARAMS)
         for key, value in (policy_params or {}).items():
             if key not in params and key != "allowed":
@@ -319,10 +335,13 @@ class RequestLevelSim:
         sc = SERVER_CHOICE_CODES.get(self.server_choice, K.SC_OWN)
         self._pp[K.PP_SC] = sc
         self._pp[K.PP_SC_RF] = p["sc_replicas_per_site"]
+        self._pp[K.PP_SC_AT_SITE] = 1.0 if self.server_choice_at == "site" else 0.0
         if not p["slice_ms"] >= 0:
             raise InputError("policy_params.slice_ms", "must be > 0 (0: the policy's default)")
-        # a choice that counts requests in flight must see a local response return, as C3
-        timed = "c3" if sc >= K.SC_LEAST_OUTSTANDING else self.policy
+        # a client counting its requests in flight must see a local response return, as C3;
+        # a site's balancer chooses exactly on arrival, whatever the slice
+        counts = sc >= K.SC_LEAST_OUTSTANDING and self.server_choice_at == "client"
+        timed = "c3" if counts else self.policy
         self.slice_ms = float(p["slice_ms"]) or SLICE_MS.get(timed, DEFAULT_SLICE_MS)
 
     def set_server_slowdown(self, site: int, factors: np.ndarray) -> None:
@@ -568,6 +587,12 @@ class RequestLevelSim:
             st_min,
             samples,
             nsamp,
+            self._ring,
+            self._ring_n,
+            self._cs,
+            self._pp,
+            self._n_servers,
+            self._slowdown,
         )
         self.now_s = t1_s
         backlog = np.zeros(n, dtype=np.int64)

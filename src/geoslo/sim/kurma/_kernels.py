@@ -79,7 +79,9 @@ PF_RTT = 4
 PF_RESID = 5
 PF_AUX = 6
 PF_KEEP = 7
-NPF = 8
+PF_USRV = 8  # the key's uniform, for a server chosen at the site when it arrives (PI_SRV -1)
+PF_USC = 9  # and the server choice's second uniform
+NPF = 10
 # Integer columns of pending server work `pi`.
 PI_SITE = 0
 PI_SRV = 1
@@ -155,7 +157,8 @@ NGS = 13
 # Per source state `cs`.
 CS_RR = 0
 CS_LA_MIN = 1
-NCS = 2
+CS_SC_RR = 2  # round robin's cursor of the site's own balancer (a server choice at the site)
+NCS = 3
 
 # Global policy clocks `glob`.
 GL_LA_NEXT_MIN = 0
@@ -208,7 +211,8 @@ PP_DS_READ_REPAIR = 20
 PP_DS_UNSCORED_ZERO = 21
 PP_SC = 22  # the server choice (SC_*)
 PP_SC_RF = 23  # the key's replicas per site it chooses among
-NPP = 24
+PP_SC_AT_SITE = 24  # 1: the destination site's balancer chooses, on arrival (not c3)
+NPP = 25
 
 # Backlog (C3 backpressure queue) float columns, followed by 3 per site.
 BK_ISSUE = 0
@@ -768,6 +772,72 @@ def _server_in_site(sc, c, j, u_server, u_second, gs, pp, site_off, n_servers):
 
 
 @_jit
+def _server_at_site(sc, j, u_server, u_second, arr, ring, ring_n, cs, pp, n_servers):
+    """The server of site j that the site's own balancer picks for a request arriving at
+    ``arr`` (a proxy every request to the site passes: its requests in flight to a server
+    are the server's queue, read from the server's last finish times). Round robin keeps
+    one cursor per site; the rules are those of :func:`_server_in_site`."""
+    n = n_servers[j]
+    rf = int(pp[PP_SC_RF])
+    if rf > n:
+        rf = n
+    if rf < 1:
+        rf = 1
+    start = int(u_server * n)
+    if start >= n:
+        start = n - 1
+    if sc == SC_RANDOM or rf == 1:
+        return start
+    if sc == SC_ROUND_ROBIN:
+        cur = int(cs[j, CS_SC_RR])
+        d = cur - start
+        if d < 0:
+            d += n
+        s = cur if d < rf else start
+        nxt = s + 1
+        if nxt >= n:
+            nxt = 0
+        cs[j, CS_SC_RR] = nxt
+        return s
+    a = 0
+    b = 1
+    m = rf  # least outstanding: every replica, in ring order from the start
+    if sc == SC_P2C:
+        a = int(u_second * rf)
+        if a >= rf:
+            a = rf - 1
+        b = int((u_second * rf - a) * (rf - 1))
+        if b >= rf - 1:
+            b = rf - 2
+        if b >= a:
+            b += 1
+        m = 2
+    cap = ring.shape[2]
+    best_s = start
+    best = 0
+    for k in range(m):
+        off = k
+        if sc == SC_P2C:
+            off = a if k == 0 else b
+        s = start + off
+        if s >= n:
+            s -= n
+        q = 0  # requests queued or in service at arr: finish times after it, newest first
+        n_ring = ring_n[j, s]
+        pos = (n_ring - 1) % cap
+        for _ in range(min(n_ring, cap)):
+            if ring[j, s, pos] > arr:
+                q += 1
+            else:
+                break
+            pos = pos - 1 if pos > 0 else cap - 1
+        if k == 0 or q < best:
+            best = q
+            best_s = s
+    return best_s
+
+
+@_jit
 def _c3_window(gs, t, pp):
     """Cubic rate control at the end of a window of PP_C3_WINDOW_MS (C3 section 4.3)."""
     beta = pp[PP_C3_BETA]
@@ -875,8 +945,13 @@ def _process_servers(
     st_min,
     samples,
     nsamp,
+    cs,
+    pp,
+    n_servers,
+    slowdown,
 ):
-    """Serve (Lindley) every pending request that reached its server before t_end."""
+    """Serve (Lindley) every pending request that reached its server before t_end; a request
+    whose site chooses its server (PI_SRV -1) gets it on arrival (:func:`_server_at_site`)."""
     n = st[ST_NPEND]
     sel = np.empty(n, np.int64)
     m = 0
@@ -898,6 +973,13 @@ def _process_servers(
         site = pi[k, PI_SITE]
         srv = pi[k, PI_SRV]
         arr = pf[k, PF_ARR]
+        if srv < 0:
+            srv = _server_at_site(
+                int(pp[PP_SC]), site, pf[k, PF_USRV], pf[k, PF_USC], arr, ring, ring_n, cs, pp,
+                n_servers,
+            )  # fmt: skip
+            pi[k, PI_SRV] = srv
+            pf[k, PF_SVC] *= slowdown[site, srv]
         qlen = 0
         if need_qlen:
             # the requests still queued at arr (at most RING): the server's last finish
@@ -1176,7 +1258,8 @@ def _dispatch(
             resid = resid_pool[resid_off[i, j] + idx]
     arr = t_send + rtt / 2.0
     cls = 1 if is_write else 0
-    svc = service_ms(e_base, u_stall, sp[j, cls, 0], sp[j, cls, 1], sp[j, cls, 2], slowdown[j, srv])
+    sd = slowdown[j, srv] if srv >= 0 else 1.0  # -1: the site chooses; applied on arrival
+    svc = service_ms(e_base, u_stall, sp[j, cls, 0], sp[j, cls, 1], sp[j, cls, 2], sd)
     _push(pf, pi, st, arr, svc, t_issue, t_send, rtt, resid, aux, keep, j, srv, i, coord)
     st_req[i, j] += 1
     st_served[j] += 1
@@ -1257,8 +1340,10 @@ def run_chunk(
     whose state DynamicSnitch and C3 use and update."""
     n_sites = n_servers.size
     sc = int(pp[PP_SC]) if policy != C3 else SC_OWN  # C3 chooses both levels itself
-    adaptive = policy >= LATENCY_AWARE or sc >= SC_LEAST_OUTSTANDING
-    need_qlen = policy == C3 or sc == SC_C3
+    # at the site: the destination's balancer chooses on arrival, from the servers' queues
+    at_site = pp[PP_SC_AT_SITE] > 0.5 and SC_ROUND_ROBIN <= sc <= SC_P2C
+    adaptive = policy >= LATENCY_AWARE or (sc >= SC_LEAST_OUTSTANDING and not at_site)
+    need_qlen = policy == C3 or sc == SC_C3 or at_site
     ptr = src_start[:n_sites].copy()
     blocked = np.zeros(coord_off[n_sites], np.bool_)
     ds_buf = np.empty((4, site_off[n_sites]))  # DynamicSnitch's scratch (its replicas)
@@ -1398,13 +1483,15 @@ def run_chunk(
                     g = site_off[j] + srv
                     gs[c, g, GS_C3_SENT] += 1.0
                     gs[c, g, GS_C3_OS] += 1.0
-                if sc != SC_OWN:
+                if at_site:
+                    srv = -1  # site j's balancer chooses when the request arrives
+                elif sc != SC_OWN:
                     srv = _server_in_site(
                         sc, c, j, req[RQ_SERVER, k], req[RQ_SC, k], gs, pp, site_off, n_servers
                     )
                     if sc >= SC_LEAST_OUTSTANDING:
                         gs[c, site_off[j] + srv, GS_C3_OS] += 1.0
-                if srv < 0:
+                if srv < 0 and not at_site:
                     n = n_servers[j]
                     srv = int(req[RQ_SERVER, k] * n)
                     if srv >= n:
@@ -1429,7 +1516,7 @@ def run_chunk(
                         sp[j, 0, 0],
                         sp[j, 0, 1],
                         sp[j, 0, 2],
-                        slowdown[j, srv],
+                        slowdown[j, srv] if srv >= 0 else 1.0,  # -1: applied on arrival
                     )
                     n_p = st[ST_NPEND]
                     pf[n_p, PF_ARR] = t_k + rtt / 2.0
@@ -1440,6 +1527,8 @@ def run_chunk(
                     pf[n_p, PF_RESID] = resid
                     pf[n_p, PF_AUX] = req[RQ_AUX, k]
                     pf[n_p, PF_KEEP] = req[RQ_KEEP, k]
+                    pf[n_p, PF_USRV] = req[RQ_SERVER, k]
+                    pf[n_p, PF_USC] = req[RQ_SC, k]
                     pi[n_p, PI_SITE] = j
                     pi[n_p, PI_SRV] = srv
                     pi[n_p, PI_SRC] = i
@@ -1451,6 +1540,7 @@ def run_chunk(
                     st_req[i, j] += 1
                     st_served[j] += 1
                     continue
+                n_p = st[ST_NPEND]  # the write's own row, for its site's server choice
                 _dispatch(
                     i,
                     c,
@@ -1479,6 +1569,8 @@ def run_chunk(
                     st_served,
                     n_servers,
                 )
+                pf[n_p, PF_USRV] = req[RQ_SERVER, k]
+                pf[n_p, PF_USC] = req[RQ_SC, k]
         _process_servers(
             s_end,
             adaptive,
@@ -1504,6 +1596,10 @@ def run_chunk(
             st_min,
             samples,
             nsamp,
+            cs,
+            pp,
+            n_servers,
+            slowdown,
         )
         if adaptive:
             _apply_feedback(s_end, policy, fh, fq, fb, fbi, st, gs, ss, res, glob, site_off, pp)
@@ -1536,17 +1632,27 @@ def settle(
     st_min,
     samples,
     nsamp,
+    ring,
+    ring_n,
+    cs,
+    pp,
+    n_servers,
+    slowdown,
 ):
     """Report the requests still in flight at the end of an interval.
 
     Their response is computed on a copy of the server state, with the work known
     now (requests of later intervals that would reach the server first are not
-    known yet); the real queues are left untouched and served later in exact FCFS.
+    known yet); the real queues are left untouched and served later in exact FCFS
+    (a server their site chooses on arrival is chosen on the copy, and again then).
     """
     n = st[ST_NPEND]
     if n == 0:
         return
     free = free_ms.copy()
+    ring = ring.copy()
+    ring_n = ring_n.copy()
+    cs = cs.copy()
     keys = pf[:n, PF_ARR].copy()
     order = np.argsort(keys, kind="mergesort")
     for r in range(n):
@@ -1554,9 +1660,18 @@ def settle(
         site = pi[k, PI_SITE]
         srv = pi[k, PI_SRV]
         arr = pf[k, PF_ARR]
+        svc = pf[k, PF_SVC]
+        if srv < 0:
+            srv = _server_at_site(
+                int(pp[PP_SC]), site, pf[k, PF_USRV], pf[k, PF_USC], arr, ring, ring_n, cs, pp,
+                n_servers,
+            )  # fmt: skip
+            svc *= slowdown[site, srv]
         start = arr if arr > free[site, srv] else free[site, srv]
-        finish = start + pf[k, PF_SVC]
+        finish = start + svc
         free[site, srv] = finish
+        ring[site, srv, ring_n[site, srv] % ring.shape[2]] = finish
+        ring_n[site, srv] += 1
         src = pi[k, PI_SRC]
         if src < 0 or pi[k, PI_REPORTED] != 0:
             continue

@@ -41,6 +41,9 @@ def _services(params: ServiceParams, e_base, u_stall, slowdown=1.0) -> np.ndarra
     return s * slowdown
 
 
+PROFILE_SAMPLES = 2_000_000  # responses kept per point when a server choice is profiled
+
+
 def profile_site(
     backend: BackendParams,
     load_rps: float,
@@ -48,11 +51,15 @@ def profile_site(
     duration_s: float,
     seed: int,
     slowdown: np.ndarray | None = None,
+    server_choice: str | None = None,
 ) -> np.ndarray:
-    """Response times (ms, in arrival order) of one site under a constant Poisson load.
+    """Response times (ms) of one site under a constant Poisson load.
 
     Open-loop profiling of a cold cluster (Kurma section 4.1): the queues start empty.
     ``slowdown`` multiplies each server's service times (interference, section 7.1.4).
+    ``server_choice`` (None: a uniform server, in arrival order) profiles the site with
+    the server choice it will serve with, on the request-level simulator: a uniform
+    sample of at most :data:`PROFILE_SAMPLES` responses.
     """
     if not (np.isfinite(load_rps) and load_rps > 0):
         raise InputError("load_rps", f"must be > 0, got {load_rps}")
@@ -60,6 +67,10 @@ def profile_site(
         raise InputError("write_fraction", f"must be in [0, 1], got {write_fraction}")
     if not (np.isfinite(duration_s) and duration_s > 0):
         raise InputError("duration_s", f"must be > 0, got {duration_s}")
+    if server_choice is not None:
+        return _profile_with_choice(
+            backend, load_rps, write_fraction, duration_s, seed, slowdown, server_choice
+        )
     rng = np.random.default_rng(seed)
     n = int(rng.poisson(load_rps * duration_s))
     arrival_ms = np.sort(rng.random(n)) * duration_s * 1000.0
@@ -75,6 +86,28 @@ def profile_site(
             raise InputError("slowdown", f"needs {backend.servers} factors > 0")
         svc = svc * factors[server]
     return K.profile_kernel(arrival_ms, server, svc, backend.servers, backend.overhead_ms)
+
+
+def _profile_with_choice(
+    backend, load_rps, write_fraction, duration_s, seed, slowdown, server_choice
+) -> np.ndarray:
+    from geoslo.sim.kurma._env import RequestLevelSim
+
+    seconds = int(np.ceil(duration_s))
+    site = RequestLevelSim(
+        site_names=["site"],
+        backend=backend,
+        rate_traces=[np.full(seconds, float(load_rps))],
+        write_fraction=write_fraction,
+        base_rtt_ms=np.zeros((1, 1)),
+        residual_rtt_samples_ms=np.zeros(1),
+        seed=seed,
+        policy_params={"reservoir_size": PROFILE_SAMPLES},
+        server_choice=server_choice,
+    )
+    if slowdown is not None:
+        site.set_server_slowdown(0, slowdown)
+    return site.run(duration_s).sample_response_ms
 
 
 @dataclass(frozen=True)
