@@ -9,6 +9,7 @@ import numpy as np
 from geoslo.experiments._parallel import run_jobs
 from geoslo.experiments.kurma._grid import (
     GEOSLO_BALANCER,
+    goal_rows,
     grid_cells,
     grid_checks,
     grid_text,
@@ -201,6 +202,11 @@ def section(
         f"{cell_name(*GEOSLO_BALANCER)}.",
     )
     report.text(grid_text(traces))
+    report.table(
+        "geoslo_goal",
+        goal_rows(traces),
+        caption=f"The issue's goal for {cell_name(*GEOSLO_BALANCER)}, met or not, with margins.",
+    )
     report.figure("fig8_grid", plot_grid(traces), "Global violations (%) of every cell.")
     for name, rows in (("fig8_grid_trace1", rows_a), ("fig8_grid_trace2", rows_b)):
         report.table(name, rows, caption=f"{name[-6:].capitalize()}: every cell.")
