@@ -47,6 +47,7 @@ def test_the_example_config_is_the_papers_defaults() -> None:
         (ControllerSettings, {"quantum_fraction": 0}, "quantum_fraction"),
         (ControllerSettings, {"slo": 30}, "slo"),
         (SimulatorSettings, {"trace": "trace3"}, "trace"),
+        (SimulatorSettings, {"server_choice": "fastest"}, "server_choice"),
         (SimulatorSettings, {"servers_per_site": 2}, "servers_per_site"),  # a testbed key
         (TestbedSettings, {"sites": ["London"]}, "sites"),
         (TestbedSettings, {"load_fraction": [0.5, -0.1]}, "load_fraction"),
@@ -111,3 +112,19 @@ def test_the_environment_runs_past_the_end_of_its_trace() -> None:
     env.sim._traces = [t[:3] for t in env.sim._traces]  # 3 s of trace, 4 intervals
     steps = asyncio.run(_run(service, 4))
     assert all(o.arrivals.sum() > 0 for o, _, _ in steps)
+
+
+def test_the_simulator_serves_and_profiles_under_the_configured_server_choice() -> None:
+    """Issue 37: the sites' balancer picks the server, and Kurma's curves are profiled under
+    it: they say fewer violations near saturation than the random choice's."""
+    service = _build(environment={"server_choice": "least_outstanding"})
+    assert service.environment.sim.server_choice == "least_outstanding"
+    assert service.environment.sim.server_choice_at == "site"
+    random = _build()
+    for site in range(len(random.controller.model.sites)):
+        ours = service.controller.model.surfaces[site].curve(0.0)
+        theirs = random.controller.model.surfaces[site].curve(0.0)
+        load = 0.85 * float(random.controller.model.capacity_rps[site])
+        assert ours(load) < theirs(load)
+    steps = asyncio.run(_run(service, 2))
+    assert all(isinstance(routing, Routing) for _, routing, _ in steps)

@@ -102,6 +102,11 @@ class SimulatorSettings(BaseModel):
     write_fraction: float = Field(0.0, ge=0, le=1, description="Writes reach every site, §7.1.2.")
     routing_changes: bool = Field(True, description="Base RTTs move within Table 2's ranges.")
     seed: int = Field(0, ge=0, description="Seed of the simulator and of the profile.")
+    server_choice: Literal["random", "round_robin", "least_outstanding", "p2c", "c3"] = Field(
+        "random",
+        description="Inside the chosen site: each site's balancer (c3: each client); the "
+        "curves are profiled under it (docs/kurma.md, two levels).",
+    )
 
 
 class TestbedSettings(BaseModel):
@@ -178,7 +183,13 @@ class AgentSettings(BaseModel):
 
 def _simulator_model(c: ControllerSettings, e: SimulatorSettings):
     """(scenario, KurmaModel): the simulated backend profiled at a small scale (§4.1)."""
-    from geoslo.experiments.kurma import SLO_MS, Settings, build_scenario, kurma_model
+    from geoslo.experiments.kurma import (
+        SLO_MS,
+        Settings,
+        build_scenario,
+        kurma_model,
+        with_choice_surfaces,
+    )
 
     if c.slo_ms != SLO_MS:
         raise ConfigError("controller.slo_ms", f"the simulator's profile is for {SLO_MS:g} ms")
@@ -188,8 +199,8 @@ def _simulator_model(c: ControllerSettings, e: SimulatorSettings):
         write_fractions=(0.0, 0.1, 0.2) if e.write_fraction > 0 else (0.0,),
         workers=1,  # profiled in this process: a service does not fork
     )
-    scenario = build_scenario(settings, e.seed)
-    return scenario, kurma_model(scenario, mmc=c.curves == "mmc")
+    scenario = with_choice_surfaces(build_scenario(settings, e.seed), [e.server_choice])
+    return scenario, kurma_model(scenario, mmc=c.curves == "mmc", server_choice=e.server_choice)
 
 
 def _testbed_model(c: ControllerSettings, e: TestbedSettings) -> KurmaModel:
@@ -248,6 +259,7 @@ def _simulator(c: ControllerSettings, e: SimulatorSettings, interval_s: float):
         write_fraction=e.write_fraction,
         slo_ms=c.slo_ms,
         seed=e.seed,
+        server_choice=None if e.server_choice == "random" else e.server_choice,
     )
     return model, environment
 
@@ -417,6 +429,7 @@ busiest_of_5pct = 0.85         # Trace-1's busiest site: mean load over its 5% p
 write_fraction = 0.0           # writes reach every site (§7.1.2)
 routing_changes = true         # base RTTs move within Table 2's ranges
 seed = 0
+server_choice = "random"       # inside the site: random, round_robin, least_outstanding, p2c, c3
 # For kind = "testbed" instead (of the keys above, only kind, write_fraction and seed):
 # sites = ["London", "Ireland", "Frankfurt"]
 # servers_per_site = 2         # Redis servers per site (docs/live.md's calibration)

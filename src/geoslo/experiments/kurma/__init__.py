@@ -22,7 +22,12 @@ from geoslo.experiments.kurma import (
 )
 from geoslo.experiments.kurma._live_report import reproduce_live
 from geoslo.experiments.kurma._runs import kurma_model
-from geoslo.experiments.kurma._scenario import SLO_MS, Scenario, build_scenario
+from geoslo.experiments.kurma._scenario import (
+    SLO_MS,
+    Scenario,
+    build_scenario,
+    with_choice_surfaces,
+)
 from geoslo.experiments.kurma._settings import Settings
 from geoslo.experiments.kurma._traces import trace_pair
 from geoslo.report import Report, load_paper_values
@@ -32,6 +37,7 @@ __all__ = [
     "Settings",
     "Scenario",
     "build_scenario",
+    "with_choice_surfaces",
     "kurma_model",
     "trace_pair",
     "check_done",

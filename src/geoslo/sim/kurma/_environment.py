@@ -71,6 +71,7 @@ class KurmaSimEnvironment:
         write_fraction: float = 0.0,
         slo_ms: float = 30.0,
         seed: int = 0,
+        server_choice: str | None = None,
     ) -> None:
         if not (np.isfinite(interval_s) and interval_s > 0):
             raise InputError("interval_s", f"must be > 0, not {interval_s}")
@@ -89,6 +90,7 @@ class KurmaSimEnvironment:
             slo_ms=slo_ms,
             seed=seed,
             repeat_traces=True,
+            server_choice=server_choice,
         )
         self.fractions = np.eye(len(self.site_names))
         self.last_stats: IntervalStats | None = None
