@@ -823,3 +823,95 @@ def test_a_sites_balancer_reads_the_servers_queues_on_arrival(
 def test_c3_is_chosen_by_the_client():
     with pytest.raises(InputError, match="server_choice_at"):
         build_sim(server_choice="c3", server_choice_at="site")
+
+
+# ----------------------------------------------------------------------------- site stalls
+
+
+@pytest.mark.parametrize("kern", ["compiled", "reference"])
+@pytest.mark.parametrize(
+    ("start", "svc", "expected"),
+    [
+        (0.0, 1.0, 1.0),  # before every pause
+        (9.5, 1.0, 15.5),  # 0.5 ms, the pause 10-15, then 0.5 ms
+        (12.0, 1.0, 16.0),  # starts inside the pause: all its work after it
+        (9.0, 12.0, 30.0),  # 1 ms, pause 10-15, 5 ms, pause 20-24, 6 ms
+        (15.0, 5.0, 20.0),  # ends exactly as the next pause starts
+    ],
+)
+def test_a_site_pause_suspends_work_in_service_and_queued(kern, start, svc, expected):
+    from geoslo.sim.kurma import _kernels as K
+
+    kern = K if kern == "compiled" else reference_kernels()
+    pz = np.array([[10.0, 20.0, 3.0], [15.0, 24.0, 4.0]])  # site 0: 10-15, 20-24; site 1: 3-4
+    off = np.array([0, 2, 3])
+    assert kern.finish_with_pauses(start, svc, 0, pz, off) == pytest.approx(expected)
+    assert kern.finish_with_pauses(start, svc, 2 - 1, pz, off) == pytest.approx(
+        start + svc + (1.0 if start < 3.0 < start + svc else 0.0)
+    )
+
+
+def test_overlapping_pauses_are_merged():
+    from geoslo.sim.kurma._env import _merged
+
+    starts, ends = _merged(np.array([5.0, 1.0, 2.0, 10.0]), np.array([6.0, 4.0, 3.0, 11.0]))
+    assert starts.tolist() == [1.0, 5.0, 10.0] and ends.tolist() == [4.0, 6.0, 11.0]
+
+
+def _stalled_backend():
+    read = sim.ServiceParams(base_mean_ms=0.08, stall_probability=0.0, stall_mean_ms=0.0)
+    return BackendParams(read=read, write=read, site_stall_rate_per_s=3.0, site_stall_mean_ms=15.0)
+
+
+@pytest.mark.parametrize("policy", ["rates", "c3"])
+def test_site_stalls_kernel_equals_reference(policy):
+    sims = []
+    for _ in range(2):
+        s = build_sim(policy, rate_rps=9000.0, write_fraction=0.05)
+        sims.append(
+            RequestLevelSim(
+                site_names=["London", "Ireland", "Frankfurt"],
+                backend=_stalled_backend(),
+                rate_traces=[np.full(60, 9000.0)] * 3,
+                write_fraction=0.05,
+                base_rtt_ms=RTT_MS,
+                residual_rtt_samples_ms=residual_wan_samples_ms(500, seed=0),
+                seed=3,
+                policy=policy,
+            )
+        )
+        del s
+    frac = FRACTIONS if policy == "rates" else None
+    a = _arrays(sims[0].run(1.0, frac))
+    b = _arrays(sims[1].run(1.0, frac, kernels=reference_kernels()))
+    for name in a:
+        assert np.array_equal(a[name], b[name]), name
+    assert a["violations"].sum() > 0
+
+
+def test_no_server_choice_dodges_a_pause_of_the_whole_site():
+    """With pauses of the whole site, choosing the shortest queue barely helps (every queue
+    waits); with the same time paused as per-server stalls, it helps many times over."""
+
+    def violations(backend, choice):
+        s = RequestLevelSim(
+            site_names=["London"],
+            backend=backend,
+            rate_traces=[np.full(10, 30000.0)],
+            base_rtt_ms=np.zeros((1, 1)),
+            residual_rtt_samples_ms=np.zeros(1),
+            seed=4,
+            server_choice=choice,
+        )
+        return s.run(8.0).violation_fraction[0]
+
+    site = _stalled_backend()
+    # the same share of time stalled (4.5%), one server at a time: 6,000 req/s a server
+    stall = sim.ServiceParams(0.08, 0.045 / (6000 * 0.015), 15.0)
+    per_server = BackendParams(read=stall, write=stall)
+    site_gain = violations(site, None) / max(violations(site, "least_outstanding"), 1e-9)
+    server_gain = violations(per_server, None) / max(
+        violations(per_server, "least_outstanding"), 1e-9
+    )
+    assert violations(site, None) > 0.005  # the pauses do cause violations
+    assert site_gain < 1.5 < server_gain
