@@ -247,7 +247,6 @@ class RequestLevelSim:
                 raise InputError("policy_params.allowed", "must be n x n with a true diagonal")
             self._allowed = allowed.copy()
         self._rng = np.random.default_rng(seed)
-        self._seed = seed
         self.now_s = 0.0
         self._init_state()
 
@@ -300,7 +299,6 @@ class RequestLevelSim:
         self._glob[K.GL_DS_NEXT_SCORE] = p["ds_update_interval_ms"]
         self._glob[K.GL_DS_NEXT_RESET] = p["ds_reset_interval_ms"]
         self._glob[K.GL_C3_NEXT_WINDOW] = p["c3_window_ms"]
-        self._pauses = _SitePauses(self.backends, np.random.default_rng([self._seed, 37]))
         self._ring = np.zeros((n, m, K.RING))
         self._ring_n = np.zeros((n, m), dtype=np.int64)
         self._bk = np.zeros((16, K.NBK))
@@ -518,7 +516,6 @@ class RequestLevelSim:
                     t_next - t, self._link_rate_rps
                 )
                 sent_before = st_req.copy()
-            pz, pz_off = self._pauses.until(t1_ms + PAUSE_LOOKAHEAD_MS)
             kern.run_chunk(
                 t0_ms,
                 t1_ms,
@@ -571,8 +568,6 @@ class RequestLevelSim:
                 st_served,
                 samples,
                 nsamp,
-                pz,
-                pz_off,
             )
             if self.wan_truth is not None:  # the rate the next second's queues see
                 self._link_rate_rps = (st_req - sent_before) / (t_next - t)
@@ -598,7 +593,6 @@ class RequestLevelSim:
             self._pp,
             self._n_servers,
             self._slowdown,
-            *self._pauses.until(t1_s * 1000.0 + PAUSE_LOOKAHEAD_MS),
         )
         self.now_s = t1_s
         backlog = np.zeros(n, dtype=np.int64)
@@ -625,64 +619,6 @@ class RequestLevelSim:
             sample_wan_ms=samples[:k, 3].copy(),
             sample_service_ms=samples[:k, 4].copy(),
         )
-
-
-# the pause timeline is drawn this far past the simulated time: work queued now may finish
-# that much later (an overloaded queue holds seconds of work)
-PAUSE_LOOKAHEAD_MS = 120_000.0
-
-
-class _SitePauses:
-    """Each site's pauses (``BackendParams.site_stall_*``), drawn ahead as time passes:
-    Poisson starts, exponential lengths, overlapping ones merged, in the kernel's layout."""
-
-    def __init__(self, backends: list[BackendParams], rng: np.random.Generator) -> None:
-        self._backends = backends
-        self._rng = rng
-        self._starts = [np.empty(0) for _ in backends]
-        self._ends = [np.empty(0) for _ in backends]
-        self._drawn_ms = 0.0
-        self._packed = (np.zeros((K.NPZ, 0)), np.zeros(len(backends) + 1, dtype=np.int64))
-
-    def until(self, t_ms: float) -> tuple[np.ndarray, np.ndarray]:
-        """(pz, pz_off) covering at least [0, t_ms)."""
-        if t_ms <= self._drawn_ms:
-            return self._packed
-        end_ms = max(t_ms, self._drawn_ms + 600_000.0)  # draw ten minutes at a time
-        for j, b in enumerate(self._backends):
-            if b.site_stall_rate_per_s <= 0:
-                continue
-            rate_per_ms = b.site_stall_rate_per_s / 1000.0
-            n = int(self._rng.poisson(rate_per_ms * (end_ms - self._drawn_ms)))
-            starts = np.sort(self._rng.uniform(self._drawn_ms, end_ms, n))
-            lengths = self._rng.standard_exponential(n) * b.site_stall_mean_ms
-            self._starts[j], self._ends[j] = _merged(
-                np.concatenate([self._starts[j], starts]),
-                np.concatenate([self._ends[j], starts + lengths]),
-            )
-        self._drawn_ms = end_ms
-        off = np.zeros(len(self._backends) + 1, dtype=np.int64)
-        off[1:] = np.cumsum([s.size for s in self._starts])
-        pz = np.empty((K.NPZ, int(off[-1])))
-        if off[-1]:
-            pz[K.PZ_T] = np.concatenate(self._starts)
-            pz[K.PZ_END] = np.concatenate(self._ends)
-        self._packed = (pz, off)
-        return self._packed
-
-
-def _merged(starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Sorted pauses with the overlapping ones joined (a pause within a pause extends it)."""
-    if starts.size == 0:
-        return starts, ends
-    order = np.argsort(starts, kind="stable")
-    starts, ends = starts[order], np.maximum.accumulate(ends[order])
-    new = np.ones(starts.size, dtype=bool)
-    new[1:] = starts[1:] > ends[:-1]
-    group = np.cumsum(new) - 1
-    out_end = np.zeros(int(group[-1]) + 1)
-    np.maximum.at(out_end, group, ends)
-    return starts[new], out_end
 
 
 def _grow(a: np.ndarray, size: int) -> np.ndarray:

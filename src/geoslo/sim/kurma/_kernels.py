@@ -229,39 +229,6 @@ NBK = 10
 
 RING = 64  # finish times kept per server, to read the queue length seen by C3
 
-# Site-wide pauses `pz` (NPZ, pauses): rows of start and end times (ms), each site's pauses
-# sorted and merged (none overlap) in columns pz_off[j] .. pz_off[j + 1] - 1. A pause
-# freezes every server of its site: work in service or queued there resumes at its end.
-PZ_T = 0
-PZ_END = 1
-NPZ = 2
-
-
-@_jit
-def finish_with_pauses(start, svc, j, pz, pz_off):
-    """When work of ``svc`` ms that starts at ``start`` on a server of site j finishes, the
-    site's pauses (a GC-like stop of every server) suspending it."""
-    lo = pz_off[j]
-    hi = pz_off[j + 1]
-    a = lo
-    b = hi
-    while a < b:  # the first pause that ends after start
-        m = (a + b) >> 1
-        if pz[PZ_END, m] <= start:
-            a = m + 1
-        else:
-            b = m
-    t = start
-    w = svc
-    for k in range(a, hi):
-        p_start = pz[PZ_T, k]
-        if p_start >= t + w:
-            break
-        if p_start > t:
-            w -= p_start - t
-        t = pz[PZ_END, k]
-    return t + w
-
 
 @_inline
 def service_ms(e_base, u_stall, base_mean_ms, stall_p, stall_mean_ms, slowdown):
@@ -982,8 +949,6 @@ def _process_servers(
     pp,
     n_servers,
     slowdown,
-    pz,
-    pz_off,
 ):
     """Serve (Lindley) every pending request that reached its server before t_end; a request
     whose site chooses its server (PI_SRV -1) gets it on arrival (:func:`_server_at_site`)."""
@@ -1030,10 +995,7 @@ def _process_servers(
                     break
                 pos = pos - 1 if pos > 0 else cap - 1
         start = arr if arr > free_ms[site, srv] else free_ms[site, srv]
-        if pz_off[site + 1] > pz_off[site]:
-            finish = finish_with_pauses(start, pf[k, PF_SVC], site, pz, pz_off)
-        else:
-            finish = start + pf[k, PF_SVC]
+        finish = start + pf[k, PF_SVC]
         free_ms[site, srv] = finish
         if need_qlen:
             ring[site, srv, ring_n[site, srv] % ring.shape[2]] = finish
@@ -1370,8 +1332,6 @@ def run_chunk(
     st_served,
     samples,
     nsamp,
-    pz,
-    pz_off,
 ):
     """Simulate [t0_ms, t1_ms): route every arrival, serve, feed back, record stats.
 
@@ -1640,8 +1600,6 @@ def run_chunk(
             pp,
             n_servers,
             slowdown,
-            pz,
-            pz_off,
         )
         if adaptive:
             _apply_feedback(s_end, policy, fh, fq, fb, fbi, st, gs, ss, res, glob, site_off, pp)
@@ -1680,8 +1638,6 @@ def settle(
     pp,
     n_servers,
     slowdown,
-    pz,
-    pz_off,
 ):
     """Report the requests still in flight at the end of an interval.
 
@@ -1712,7 +1668,7 @@ def settle(
             )  # fmt: skip
             svc *= slowdown[site, srv]
         start = arr if arr > free[site, srv] else free[site, srv]
-        finish = finish_with_pauses(start, svc, site, pz, pz_off)
+        finish = start + svc
         free[site, srv] = finish
         ring[site, srv, ring_n[site, srv] % ring.shape[2]] = finish
         ring_n[site, srv] += 1

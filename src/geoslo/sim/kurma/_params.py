@@ -71,12 +71,6 @@ _CALIBRATED_READ = ServiceParams(
 )
 
 
-# (base mean ms, site stalls per second, their mean ms), calibrated by
-# `calibrate_backend(site_stalls=True)` to the same anchors (benchmarks/bench_sim.py
-# --calibrate-site-stalls): see docs/kurma.md for the crossings measured on other seeds.
-_CALIBRATED_SITE_STALLS = (0.0879064, 1.0, 20.0)
-
-
 @dataclass(frozen=True)
 class BackendParams:
     """One site's backend: ``servers`` FCFS servers (Kurma section 7: 5 VMs per DC).
@@ -89,38 +83,17 @@ class BackendParams:
     read: ServiceParams = field(default_factory=lambda: _CALIBRATED_READ)
     write: ServiceParams = field(default_factory=lambda: _CALIBRATED_READ)
     overhead_ms: float = 0.5  # coordinator + in-datacenter network, our choice
-    # pauses of every server of the site at once (a GC-like stop of a shared runtime): a
-    # Poisson process of this rate, each pause Exp(mean) long; 0: none (our calibrated tail)
-    site_stall_rate_per_s: float = 0.0
-    site_stall_mean_ms: float = 0.0
 
     def __post_init__(self) -> None:
         if not (isinstance(self.servers, int | np.integer) and self.servers >= 1):
             raise ConfigError("servers", f"must be an integer >= 1, got {self.servers!r}")
         if not self.overhead_ms >= 0:
             raise ConfigError("overhead_ms", f"must be >= 0, got {self.overhead_ms}")
-        if not (self.site_stall_rate_per_s >= 0 and self.site_stall_mean_ms >= 0):
-            raise ConfigError("site_stall_rate_per_s", "site stalls' rate and mean must be >= 0")
-        if self.paused_fraction >= 1:
-            raise ConfigError("site_stall_rate_per_s", "site stalls would pause the site always")
-
-    @property
-    def paused_fraction(self) -> float:
-        """The long-run share of time the site's stalls pause it (overlaps aside)."""
-        return self.site_stall_rate_per_s * self.site_stall_mean_ms / 1000.0
 
     @property
     def read_capacity_rps(self) -> float:
         """Mean service capacity for reads (req/s): where the queues stop being stable."""
-        return self.servers * 1000.0 / self.read.mean_ms * (1.0 - self.paused_fraction)
-
-    @classmethod
-    def site_stalls(cls) -> BackendParams:
-        """Issue 37's second tail: no per-server stalls; pauses of the whole site, fitted to
-        the same Fig. 4 anchors (:data:`_CALIBRATED_SITE_STALLS`)."""
-        base, rate, mean = _CALIBRATED_SITE_STALLS
-        read = ServiceParams(base_mean_ms=base, stall_probability=0.0, stall_mean_ms=0.0)
-        return cls(read=read, write=read, site_stall_rate_per_s=rate, site_stall_mean_ms=mean)
+        return self.servers * 1000.0 / self.read.mean_ms
 
 
 def residual_wan_samples_ms(

@@ -58,9 +58,8 @@ def profile_site(
     Open-loop profiling of a cold cluster (Kurma section 4.1): the queues start empty.
     ``slowdown`` multiplies each server's service times (interference, section 7.1.4).
     ``server_choice`` (None: a uniform server, in arrival order) profiles the site with
-    the server choice it will serve with, on the request-level simulator (as a backend
-    with site-wide stalls is): a uniform sample of at most :data:`PROFILE_SAMPLES`
-    responses.
+    the server choice it will serve with, on the request-level simulator: a uniform
+    sample of at most :data:`PROFILE_SAMPLES` responses.
     """
     if not (np.isfinite(load_rps) and load_rps > 0):
         raise InputError("load_rps", f"must be > 0, got {load_rps}")
@@ -68,7 +67,7 @@ def profile_site(
         raise InputError("write_fraction", f"must be in [0, 1], got {write_fraction}")
     if not (np.isfinite(duration_s) and duration_s > 0):
         raise InputError("duration_s", f"must be > 0, got {duration_s}")
-    if server_choice is not None or backend.site_stall_rate_per_s > 0:
+    if server_choice is not None:
         return _profile_with_choice(
             backend, load_rps, write_fraction, duration_s, seed, slowdown, server_choice
         )
@@ -183,25 +182,13 @@ def calibrate_backend(
     duration_s: float = 60.0,
     seed: int = 0,
     n_seeds: int = 4,
-    initial: tuple[float, float] | None = None,
-    site_stalls: bool = False,
+    initial: tuple[float, float] = (8e-5, 40.0),
 ) -> BackendParams:
-    """Solve the stall probability and mean so the crossings hit their targets; with
-    ``site_stalls``, the rate (per second) and mean of pauses of the whole site instead,
-    the servers' mean service shortened so that the capacity stays ``capacity_rps``."""
+    """Solve the stall probability and mean so the crossings hit their targets."""
     mean_ms = servers * 1000.0 / capacity_rps
-    if initial is None:
-        initial = (2.0, 20.0) if site_stalls else (8e-5, 40.0)
 
     def build(log_p: float, log_m: float) -> BackendParams:
         p, m = float(np.exp(log_p)), float(np.exp(log_m))
-        if site_stalls:
-            base = max(mean_ms * (1.0 - p * m / 1000.0), 1e-6)
-            svc = ServiceParams(base_mean_ms=base, stall_probability=0.0, stall_mean_ms=0.0)
-            return BackendParams(
-                servers=servers, read=svc, write=svc, overhead_ms=overhead_ms,
-                site_stall_rate_per_s=p, site_stall_mean_ms=m,
-            )  # fmt: skip
         base = mean_ms - p * m
         if base <= 0:
             base = 1e-6
@@ -222,8 +209,6 @@ def calibrate_backend(
 
     lower = np.log([1e-6, 2.0])
     upper = np.log([min(1e-2, 0.9 * mean_ms / 2.0), 500.0])
-    if site_stalls:  # pauses per second, mean ms
-        lower, upper = np.log([0.01, 1.0]), np.log([20.0, 40.0])  # paused at most 80%
     sol = optimize.least_squares(
         residual,
         np.log(np.asarray(initial)),
