@@ -118,6 +118,15 @@ def reproduce(out_dir: str | Path, quick: bool = False, seed: int = 1) -> Path:
     return index
 
 
+def _fig8_cells(results: dict) -> dict[str, dict]:
+    """Fig. 8's rows by trace and cell (the grid on our tail)."""
+    grid = results["fig8_10"]
+    return {
+        name: {r["policy"]: r for r in grid[key]}
+        for name, key in (("Trace-1", "fig8a"), ("Trace-2", "fig8b"))
+    }
+
+
 def check_done(results: dict) -> dict[str, bool]:
     """The paper's qualitative results (§7.2-7.4) as checks on this run's numbers."""
     trace1 = {r["policy"]: r for r in results["fig8_10"]["fig8a"]}
