@@ -701,13 +701,11 @@ def _route_c3(c, i, u_server, gs, pp, allowed, site_off, n_servers):
     return best_j, best_s
 
 
-@_jit
-def _server_in_site(sc, c, j, u_server, u_second, gs, pp, site_off, n_servers):
-    """The server of site j that coordinator c's server choice ``sc`` picks among the key's
-    replicas there: rf consecutive servers from the key's start (SERVER_CHOICES in
-    geoslo.control.kurma says each rule). ``u_second`` is p2c's second uniform."""
-    n = n_servers[j]
-    rf = int(pp[PP_SC_RF])
+@_inline
+def _key_replicas(u_server, n, rf_wanted):
+    """(start, rf): the key's replicas in a site of n servers are start .. start + rf - 1
+    (mod n), the first drawn by the key's uniform."""
+    rf = int(rf_wanted)
     if rf > n:
         rf = n
     if rf < 1:
@@ -715,37 +713,60 @@ def _server_in_site(sc, c, j, u_server, u_second, gs, pp, site_off, n_servers):
     start = int(u_server * n)
     if start >= n:
         start = n - 1
+    return start, rf
+
+
+@_inline
+def _round_robin(cur, start, rf, n):
+    """(server, next cursor): the first replica at or after the cursor (the replicas are the
+    ring arc start .. start + rf - 1: the cursor itself if it lies on the arc, else start)."""
+    d = cur - start
+    if d < 0:
+        d += n
+    s = cur if d < rf else start
+    nxt = s + 1
+    if nxt >= n:
+        nxt = 0
+    return s, nxt
+
+
+@_inline
+def _two_choices(u_second, start, rf, n):
+    """p2c's two distinct replicas, drawn from one uniform (its remaining fraction is a
+    second uniform)."""
+    a = int(u_second * rf)
+    if a >= rf:
+        a = rf - 1
+    b = int((u_second * rf - a) * (rf - 1))
+    if b >= rf - 1:
+        b = rf - 2
+    if b >= a:
+        b += 1
+    sa = start + a
+    if sa >= n:
+        sa -= n
+    sb = start + b
+    if sb >= n:
+        sb -= n
+    return sa, sb
+
+
+@_jit
+def _server_in_site(sc, c, j, u_server, u_second, gs, pp, site_off, n_servers):
+    """The server of site j that coordinator c's server choice ``sc`` picks among the key's
+    replicas there: rf consecutive servers from the key's start (SERVER_CHOICES in
+    geoslo.control.kurma says each rule). ``u_second`` is p2c's second uniform."""
+    n = n_servers[j]
+    start, rf = _key_replicas(u_server, n, pp[PP_SC_RF])
     off = site_off[j]
     if sc == SC_RANDOM or rf == 1:
         return start
     if sc == SC_ROUND_ROBIN:
-        # the replicas are the ring arc start .. start + rf - 1: the first one at or after
-        # the cursor is the cursor itself if it lies on the arc, else the arc's start
-        cur = int(gs[c, off, GS_SC_RR])
-        d = cur - start
-        if d < 0:
-            d += n
-        s = cur if d < rf else start
-        nxt = s + 1
-        if nxt >= n:
-            nxt = 0
+        s, nxt = _round_robin(int(gs[c, off, GS_SC_RR]), start, rf, n)
         gs[c, off, GS_SC_RR] = nxt
         return s
     if sc == SC_P2C:
-        a = int(u_second * rf)
-        if a >= rf:
-            a = rf - 1
-        b = int((u_second * rf - a) * (rf - 1))  # the remaining fraction: a second uniform
-        if b >= rf - 1:
-            b = rf - 2
-        if b >= a:
-            b += 1
-        sa = start + a
-        if sa >= n:
-            sa -= n
-        sb = start + b
-        if sb >= n:
-            sb -= n
+        sa, sb = _two_choices(u_second, start, rf, n)
         return sb if gs[c, off + sb, GS_C3_OS] < gs[c, off + sa, GS_C3_OS] else sa
     # least outstanding, or C3's psi: the best in ring order from the key's start
     best_s = start
@@ -778,50 +799,27 @@ def _server_at_site(sc, j, u_server, u_second, arr, ring, ring_n, cs, pp, n_serv
     are the server's queue, read from the server's last finish times). Round robin keeps
     one cursor per site; the rules are those of :func:`_server_in_site`."""
     n = n_servers[j]
-    rf = int(pp[PP_SC_RF])
-    if rf > n:
-        rf = n
-    if rf < 1:
-        rf = 1
-    start = int(u_server * n)
-    if start >= n:
-        start = n - 1
+    start, rf = _key_replicas(u_server, n, pp[PP_SC_RF])
     if sc == SC_RANDOM or rf == 1:
         return start
     if sc == SC_ROUND_ROBIN:
-        cur = int(cs[j, CS_SC_RR])
-        d = cur - start
-        if d < 0:
-            d += n
-        s = cur if d < rf else start
-        nxt = s + 1
-        if nxt >= n:
-            nxt = 0
+        s, nxt = _round_robin(int(cs[j, CS_SC_RR]), start, rf, n)
         cs[j, CS_SC_RR] = nxt
         return s
-    a = 0
-    b = 1
     m = rf  # least outstanding: every replica, in ring order from the start
+    sa, sb = start, start
     if sc == SC_P2C:
-        a = int(u_second * rf)
-        if a >= rf:
-            a = rf - 1
-        b = int((u_second * rf - a) * (rf - 1))
-        if b >= rf - 1:
-            b = rf - 2
-        if b >= a:
-            b += 1
+        sa, sb = _two_choices(u_second, start, rf, n)
         m = 2
     cap = ring.shape[2]
     best_s = start
     best = 0
     for k in range(m):
-        off = k
-        if sc == SC_P2C:
-            off = a if k == 0 else b
-        s = start + off
+        s = start + k
         if s >= n:
             s -= n
+        if sc == SC_P2C:
+            s = sa if k == 0 else sb
         q = 0  # requests queued or in service at arr: finish times after it, newest first
         n_ring = ring_n[j, s]
         pos = (n_ring - 1) % cap
