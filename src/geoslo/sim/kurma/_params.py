@@ -31,6 +31,7 @@ fitted to the same three Fig. 4 anchors:
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import ClassVar
 
 import numpy as np
 
@@ -115,7 +116,7 @@ _SITE_STALL_MEAN_MS = 35.0
 
 # Heavy-tailed service on a read stage of _READ_STAGE_THREADS threads, calibrated by
 # `calibrate_backend(tail="heavy_tail_threads", ...)`: see docs/kurma.md.
-_READ_STAGE_THREADS = 8
+_READ_STAGE_THREADS = 4
 _HEAVY_TAIL_READ = ServiceParams(base_mean_ms=0.58, floor_ms=0.145, lognormal_sigma=2.7)
 
 
@@ -129,6 +130,8 @@ class BackendParams:
     by default: the paper gives no write profile, so this is an assumption, not a
     calibration.
     """
+
+    TAILS: ClassVar[tuple[str, ...]] = TAILS
 
     servers: int = 5  # section 7: five r4.large Cassandra nodes per datacenter
     read: ServiceParams = field(default_factory=lambda: _CALIBRATED_READ)

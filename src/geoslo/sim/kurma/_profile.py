@@ -173,8 +173,8 @@ def measure_crossings(
 # the floor's share of the mean as they are).
 _SEARCH = {
     "server_stalls": ((np.log(8e-5), np.log(40.0)), (np.log(1e-6), np.log(2.0))),
-    "site_stalls": ((np.log(1.0), np.log(35.0)), (np.log(0.01), np.log(2.0))),
-    "heavy_tail_threads": ((2.7, 0.2), (0.5, 0.0)),
+    "site_stalls": ((np.log(0.2), np.log(45.0)), (np.log(0.01), np.log(2.0))),
+    "heavy_tail_threads": ((2.2, 0.25), (0.5, 0.0)),
 }
 
 
@@ -226,7 +226,7 @@ def calibrate_backend(
     local_crossing_rps: float = 43e3,  # section 4: 5% over 30 ms at 43k req/s
     remote_crossing_rps: float = 36e3,  # section 4: 36k req/s from 22 ms away
     servers: int = 5,
-    threads: int = 8,  # "heavy_tail_threads" only: the read stage's threads per server
+    threads: int = 4,  # "heavy_tail_threads" only: the read stage's threads per server
     overhead_ms: float = 0.5,
     duration_s: float = 60.0,
     seed: int = 0,
