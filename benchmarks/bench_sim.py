@@ -1,13 +1,14 @@
 """Benchmark of the request-level simulator (a script, not a test).
 
-    python benchmarks/bench_sim.py [--minutes 30] [--rate 40000] [--calibrate]
+    python benchmarks/bench_sim.py [--minutes 30] [--rate 40000] [--calibrate [--tail T]]
 
 Times a three-site run at --rate req/s per site with fixed routing fractions,
 decided every 2.5 s (Kurma section 6), and prints simulated requests per second
 of wall time; then the speed ratio of the compiled kernel over the plain-Python
 reference on the same short run (the baseline measured in this run).
-With --calibrate it reruns `calibrate_backend()` and prints the parameters to store
-as the defaults in `geoslo/sim/_params.py`, with their measured crossings.
+With --calibrate it reruns `calibrate_backend(tail=...)` and prints the parameters to
+store in `geoslo/sim/kurma/_params.py`, with their measured crossings (--tail: one of
+BackendParams.TAILS; site_stalls is fitted over 6 x 60 s per load, its pauses being rare).
 """
 
 from __future__ import annotations
@@ -82,12 +83,14 @@ def main() -> None:
     ap.add_argument("--minutes", type=float, default=30.0)
     ap.add_argument("--rate", type=float, default=40000.0)
     ap.add_argument("--calibrate", action="store_true")
+    ap.add_argument("--tail", choices=BackendParams.TAILS, default="server_stalls")
     args = ap.parse_args()
     if args.calibrate:
-        b = calibrate_backend(duration_s=40.0, seed=100, n_seeds=4)
+        duration_s, n_seeds = (60.0, 6) if args.tail == "site_stalls" else (40.0, 4)
+        b = calibrate_backend(tail=args.tail, duration_s=duration_s, seed=100, n_seeds=n_seeds)
         print(b)
         for seed in (11, 21):
-            print(measure_crossings(b, duration_s=60.0, seed=seed, n_seeds=2))
+            print(measure_crossings(b, duration_s=60.0, seed=seed, n_seeds=4))
         return
     bench_run(args.minutes, args.rate)
     bench_ratio()

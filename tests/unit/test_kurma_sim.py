@@ -793,7 +793,10 @@ def _site_state(queues, rf=3):
         ring_n[0, s] = len(finishes)
     pp = np.zeros(K.NPP)
     pp[K.PP_SC_RF] = rf
-    return ring, ring_n, np.zeros((1, K.NCS)), pp, np.array([n])
+    bq = np.zeros((1, K.NBQ), dtype=np.int64)
+    bq[0, K.BQ_THREADS] = 1
+    free = np.full((1, n, 1), -1e300)
+    return ring, ring_n, np.zeros((1, K.NCS)), pp, np.array([n]), free, bq
 
 
 @pytest.mark.parametrize("kern", ["compiled", "reference"])
@@ -814,9 +817,11 @@ def test_a_sites_balancer_reads_the_servers_queues_on_arrival(
     from geoslo.sim.kurma import _kernels as K
 
     kern = K if kern == "compiled" else reference_kernels()
-    ring, ring_n, cs, pp, n = _site_state(queues)
+    ring, ring_n, cs, pp, n, free, bq = _site_state(queues)
     code = sim.SERVER_CHOICE_CODES[choice]
-    got = kern._server_at_site(code, 0, u_server, u_second, 100.0, ring, ring_n, cs, pp, n)
+    got = kern._server_at_site(
+        code, 0, u_server, u_second, 100.0, ring, ring_n, cs, pp, n, free, bq
+    )
     assert got == expected
 
 

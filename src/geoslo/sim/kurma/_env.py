@@ -15,6 +15,7 @@ from geoslo.control.kurma import SERVER_CHOICES
 from geoslo.errors import InputError
 from geoslo.sim.kurma import _kernels as K
 from geoslo.sim.kurma._params import BackendParams
+from geoslo.sim.kurma._site_stalls import LOOKAHEAD_MS, SiteStallTimeline
 from geoslo.sim.kurma._wan_truth import WanResidualTruth, WanTruthParams
 
 __all__ = [
@@ -249,6 +250,7 @@ class RequestLevelSim:
         self._rng = np.random.default_rng(seed)
         self.now_s = 0.0
         self._init_state()
+        self._stalls = SiteStallTimeline(self.backends, seed)  # its own streams
 
     # ------------------------------------------------------------------ state
     def _init_state(self) -> None:
@@ -262,10 +264,13 @@ class RequestLevelSim:
         self._sp = np.zeros((n, 2, 3))
         for j, b in enumerate(self.backends):
             for c, s in enumerate((b.read, b.write)):
-                self._sp[j, c] = (s.base_mean_ms, s.stall_probability, s.stall_mean_ms)
+                self._sp[j, c] = _service_row(s)
         self._overhead = np.array([b.overhead_ms for b in self.backends])
         self._slowdown = np.ones((n, m))
-        self._free = np.full((n, m), -1e300)
+        threads = np.array([b.threads for b in self.backends], dtype=np.int64)
+        self._free = np.full((n, m, int(threads.max())), -1e300)  # per thread
+        self._bq = np.zeros((n, K.NBQ), dtype=np.int64)
+        self._bq[:, K.BQ_THREADS] = threads
         self._pf = np.zeros((1024, K.NPF))
         self._pi = np.zeros((1024, K.NPI), dtype=np.int64)
         self._st = np.zeros(K.NST, dtype=np.int64)
@@ -516,6 +521,9 @@ class RequestLevelSim:
                     t_next - t, self._link_rate_rps
                 )
                 sent_before = st_req.copy()
+            if any(self._stalls.active):
+                busy_until = self._free.max(axis=(1, 2))
+                self._stalls.extend(self._bq, np.maximum(busy_until, t1_ms) + LOOKAHEAD_MS)
             kern.run_chunk(
                 t0_ms,
                 t1_ms,
@@ -568,6 +576,8 @@ class RequestLevelSim:
                 st_served,
                 samples,
                 nsamp,
+                self._stalls.stall_ms,
+                self._bq,
             )
             if self.wan_truth is not None:  # the rate the next second's queues see
                 self._link_rate_rps = (st_req - sent_before) / (t_next - t)
@@ -593,6 +603,8 @@ class RequestLevelSim:
             self._pp,
             self._n_servers,
             self._slowdown,
+            self._stalls.stall_ms,
+            self._bq,
         )
         self.now_s = t1_s
         backlog = np.zeros(n, dtype=np.int64)
@@ -619,6 +631,14 @@ class RequestLevelSim:
             sample_wan_ms=samples[:k, 3].copy(),
             sample_service_ms=samples[:k, 4].copy(),
         )
+
+
+def _service_row(s) -> tuple[float, float, float]:
+    """A service model in the kernel's three numbers (`_kernels.service_ms`): a negative
+    second one encodes the lognormal tail (its log-sd), the third then being the floor."""
+    if s.lognormal_sigma > 0:
+        return s.base_mean_ms, -s.lognormal_sigma, s.floor_ms
+    return s.base_mean_ms, s.stall_probability, s.stall_mean_ms
 
 
 def _grow(a: np.ndarray, size: int) -> np.ndarray:

@@ -227,12 +227,33 @@ BK_WRITE = 8
 BK_COORD = 9
 NBK = 10
 
-RING = 64  # finish times kept per server, to read the queue length seen by C3
+RING = 64  # finish (multi-threaded servers: start) times kept per server, for C3's qlen
+
+# Integer backend state `bq` (sites, NBQ): the site's stall timeline `stall_ms` (sites,
+# capacity, 2: start, end) holds its pauses in rows BQ_LO .. BQ_HI-1 (BQ_HI 0: the site
+# has no site-wide stalls), the last row a sentinel (start: the horizon drawn so far, end:
+# inf); BQ_THREADS: threads per server (`free_ms` (sites, servers, threads): each thread's
+# free time).
+BQ_LO = 0
+BQ_HI = 1
+BQ_THREADS = 2
+NBQ = 3
 
 
 @_inline
 def service_ms(e_base, u_stall, base_mean_ms, stall_p, stall_mean_ms, slowdown):
-    """Exp(base) plus, with probability stall_p, an Exp(stall) stall; times slowdown."""
+    """Exp(base) plus, with probability stall_p, an Exp(stall) stall; times slowdown.
+
+    stall_p < 0 encodes the heavy tail (``ServiceParams.lognormal_sigma`` > 0): then the
+    service is stall_mean_ms (the floor) + base_mean_ms * LogNormal(mean 1, log-sd
+    -stall_p), its normal drawn by Box-Muller from the same two draws (sqrt(2 E) cos(2 pi
+    U) is a standard normal when E ~ Exp(1) and U ~ U(0, 1)), so the call sites and the
+    per-request random inputs are the same for every tail.
+    """
+    if stall_p < 0.0:
+        sigma = -stall_p
+        z = math.sqrt(2.0 * e_base) * math.cos(2.0 * math.pi * u_stall)
+        return (stall_mean_ms + base_mean_ms * math.exp(sigma * z - 0.5 * sigma * sigma)) * slowdown
     s = e_base * base_mean_ms
     if u_stall < stall_p:
         u = u_stall / stall_p
@@ -254,16 +275,68 @@ def lindley_ms(arrival_ms, svc_ms):
     return out
 
 
+@_inline
+def _first_free_thread(free_ms, site, srv, n_threads):
+    """The thread of a server that frees first (the lowest on ties): FCFS into it."""
+    th = 0
+    best = free_ms[site, srv, 0]
+    for h in range(1, n_threads):
+        if free_ms[site, srv, h] < best:
+            best = free_ms[site, srv, h]
+            th = h
+    return th
+
+
+@_inline
+def _stall_cursor(stall_ms, site, lo, t):
+    """The first row from lo of the site's stall timeline that ends after t."""
+    while stall_ms[site, lo, 1] <= t:  # the sentinel ends at inf
+        lo += 1
+    return lo
+
+
+@_inline
+def _stall_finish(stall_ms, site, k, start, work):
+    """When `work` ms of service begun at `start` ends on a server of `site`, whose clock
+    stops during each stall (exact: a pause freezes requests in service and queued alike).
+
+    k: a row of the site's timeline at or before the first stall ending after start."""
+    t = start
+    while True:
+        s0 = stall_ms[site, k, 0]
+        e0 = stall_ms[site, k, 1]
+        if e0 > t:
+            if t < s0:
+                if t + work <= s0:
+                    return t + work
+                work -= s0 - t
+            if e0 == math.inf:
+                raise RuntimeError("site stall timeline exhausted: draw it further ahead")
+            t = e0
+        k += 1
+
+
 @_jit
-def profile_kernel(arrival_ms, server, svc_ms, n_servers, overhead_ms):
-    """One site at a given arrival stream: response time (ms) of every request."""
-    free = np.full(n_servers, -1e300)
+def profile_kernel(arrival_ms, server, svc_ms, n_servers, overhead_ms, n_threads, stall_ms):
+    """One site at a given arrival stream: response time (ms) of every request.
+
+    Each server has n_threads threads fed FCFS; stall_ms (1, rows, 2) is the site's
+    stall timeline ending with its sentinel (no rows: no site-wide stalls)."""
+    free = np.full((1, n_servers, n_threads), -1e300)
     out = np.empty(arrival_ms.size)
+    stalls = stall_ms.shape[1] > 0
+    lo = 0
     for k in range(arrival_ms.size):
         s = server[k]
-        start = arrival_ms[k] if arrival_ms[k] > free[s] else free[s]
-        free[s] = start + svc_ms[k]
-        out[k] = free[s] - arrival_ms[k] + overhead_ms
+        arr = arrival_ms[k]
+        th = _first_free_thread(free, 0, s, n_threads) if n_threads > 1 else 0
+        start = arr if arr > free[0, s, th] else free[0, s, th]
+        if stalls:
+            lo = _stall_cursor(stall_ms, 0, lo, arr)
+            free[0, s, th] = _stall_finish(stall_ms, 0, lo, start, svc_ms[k])
+        else:
+            free[0, s, th] = start + svc_ms[k]
+        out[k] = free[0, s, th] - arr + overhead_ms
     return out
 
 
@@ -793,7 +866,7 @@ def _server_in_site(sc, c, j, u_server, u_second, gs, pp, site_off, n_servers):
 
 
 @_jit
-def _server_at_site(sc, j, u_server, u_second, arr, ring, ring_n, cs, pp, n_servers):
+def _server_at_site(sc, j, u_server, u_second, arr, ring, ring_n, cs, pp, n_servers, free_ms, bq):
     """The server of site j that the site's own balancer picks for a request arriving at
     ``arr`` (a proxy every request to the site passes: its requests in flight to a server
     are the server's queue, read from the server's last finish times). Round robin keeps
@@ -820,7 +893,10 @@ def _server_at_site(sc, j, u_server, u_second, arr, ring, ring_n, cs, pp, n_serv
             s -= n
         if sc == SC_P2C:
             s = sa if k == 0 else sb
-        q = 0  # requests queued or in service at arr: finish times after it, newest first
+        # requests queued or in service at arr, as _process_servers reads C3's qlen: one
+        # thread, finish times after arr, newest first; more, start times after arr
+        # (queued) plus every thread if any is queued, else the threads busy at arr
+        q = 0
         n_ring = ring_n[j, s]
         pos = (n_ring - 1) % cap
         for _ in range(min(n_ring, cap)):
@@ -829,6 +905,14 @@ def _server_at_site(sc, j, u_server, u_second, arr, ring, ring_n, cs, pp, n_serv
             else:
                 break
             pos = pos - 1 if pos > 0 else cap - 1
+        n_thr = bq[j, BQ_THREADS]
+        if n_thr > 1:
+            if q > 0:
+                q += n_thr
+            else:
+                for h in range(n_thr):
+                    if free_ms[j, s, h] > arr:
+                        q += 1
         if k == 0 or q < best:
             best = q
             best_s = s
@@ -947,9 +1031,14 @@ def _process_servers(
     pp,
     n_servers,
     slowdown,
+    stall_ms,
+    bq,
 ):
     """Serve (Lindley) every pending request that reached its server before t_end; a request
-    whose site chooses its server (PI_SRV -1) gets it on arrival (:func:`_server_at_site`)."""
+    whose site chooses its server (PI_SRV -1) gets it on arrival (:func:`_server_at_site`).
+
+    A multi-threaded server sends each request to its first free thread; a site with
+    site-wide stalls serves on a clock that stops during each of its pauses."""
     n = st[ST_NPEND]
     sel = np.empty(n, np.int64)
     m = 0
@@ -974,15 +1063,18 @@ def _process_servers(
         if srv < 0:
             srv = _server_at_site(
                 int(pp[PP_SC]), site, pf[k, PF_USRV], pf[k, PF_USC], arr, ring, ring_n, cs, pp,
-                n_servers,
+                n_servers, free_ms, bq,
             )  # fmt: skip
             pi[k, PI_SRV] = srv
             pf[k, PF_SVC] *= slowdown[site, srv]
+        n_thr = bq[site, BQ_THREADS]
         qlen = 0
         if need_qlen:
-            # the requests still queued at arr (at most RING): the server's last finish
-            # times above arr (written out: a helper taking the rings costs their
-            # reference counting per request)
+            # the requests queued or in service at arr (at most RING + threads): one
+            # thread: the server's last finish times above arr; more: its last start
+            # times above arr (queued; starts never decrease), plus every thread if any
+            # is queued, else the threads busy at arr (written out: a helper taking the
+            # rings costs their reference counting per request)
             n_ring = ring_n[site, srv]
             cap = ring.shape[2]
             pos = (n_ring - 1) % cap  # the newest, then back without a division each
@@ -992,11 +1084,27 @@ def _process_servers(
                 else:
                     break
                 pos = pos - 1 if pos > 0 else cap - 1
-        start = arr if arr > free_ms[site, srv] else free_ms[site, srv]
-        finish = start + pf[k, PF_SVC]
-        free_ms[site, srv] = finish
+            if n_thr > 1:
+                if qlen > 0:
+                    qlen += n_thr
+                else:
+                    for h in range(n_thr):
+                        if free_ms[site, srv, h] > arr:
+                            qlen += 1
+        th = 0
+        if n_thr > 1:
+            th = _first_free_thread(free_ms, site, srv, n_thr)
+        free = free_ms[site, srv, th]
+        start = arr if arr > free else free
+        if bq[site, BQ_HI] > 0:
+            lo = _stall_cursor(stall_ms, site, bq[site, BQ_LO], arr)
+            bq[site, BQ_LO] = lo  # later arrivals at this site are all >= arr
+            finish = _stall_finish(stall_ms, site, lo, start, pf[k, PF_SVC])
+        else:
+            finish = start + pf[k, PF_SVC]
+        free_ms[site, srv, th] = finish
         if need_qlen:
-            ring[site, srv, ring_n[site, srv] % ring.shape[2]] = finish
+            ring[site, srv, ring_n[site, srv] % ring.shape[2]] = finish if n_thr == 1 else start
             ring_n[site, srv] += 1
         src = pi[k, PI_SRC]
         if src < 0:
@@ -1330,6 +1438,8 @@ def run_chunk(
     st_served,
     samples,
     nsamp,
+    stall_ms,
+    bq,
 ):
     """Simulate [t0_ms, t1_ms): route every arrival, serve, feed back, record stats.
 
@@ -1598,6 +1708,8 @@ def run_chunk(
             pp,
             n_servers,
             slowdown,
+            stall_ms,
+            bq,
         )
         if adaptive:
             _apply_feedback(s_end, policy, fh, fq, fb, fbi, st, gs, ss, res, glob, site_off, pp)
@@ -1636,6 +1748,8 @@ def settle(
     pp,
     n_servers,
     slowdown,
+    stall_ms,
+    bq,
 ):
     """Report the requests still in flight at the end of an interval.
 
@@ -1662,13 +1776,20 @@ def settle(
         if srv < 0:
             srv = _server_at_site(
                 int(pp[PP_SC]), site, pf[k, PF_USRV], pf[k, PF_USC], arr, ring, ring_n, cs, pp,
-                n_servers,
+                n_servers, free, bq,
             )  # fmt: skip
             svc *= slowdown[site, srv]
-        start = arr if arr > free[site, srv] else free[site, srv]
-        finish = start + svc
-        free[site, srv] = finish
-        ring[site, srv, ring_n[site, srv] % ring.shape[2]] = finish
+        n_thr = bq[site, BQ_THREADS]
+        th = _first_free_thread(free, site, srv, n_thr) if n_thr > 1 else 0
+        start = arr if arr > free[site, srv, th] else free[site, srv, th]
+        if bq[site, BQ_HI] > 0:
+            # the real cursor stays: later intervals may bring earlier arrivals
+            lo = _stall_cursor(stall_ms, site, bq[site, BQ_LO], arr)
+            finish = _stall_finish(stall_ms, site, lo, start, svc)
+        else:
+            finish = start + svc
+        free[site, srv, th] = finish
+        ring[site, srv, ring_n[site, srv] % ring.shape[2]] = finish if n_thr == 1 else start
         ring_n[site, srv] += 1
         src = pi[k, PI_SRC]
         if src < 0 or pi[k, PI_REPORTED] != 0:
