@@ -80,3 +80,18 @@ def test_a_missed_goal_says_by_how_much_and_why():
     assert "Goal missed, fewer violations than every other cell: 0.200% against 0.080%" in text
     assert "moves 0.0% of the reads" in text
     assert "Goal missed, less WAN traffic than C3: 0.500 GB against 0.300 GB" in text
+
+
+def test_the_tails_prose_ranks_each_tails_cells_from_its_numbers():
+    from geoslo.experiments.kurma._tails import TAIL_CELLS, ranking, ranking_text
+
+    rows = []
+    for tail, c3_pct in (("server stalls", 0.09), ("site stalls", 0.01)):
+        for k, cell in enumerate(cell_name(*c) for c in TAIL_CELLS):
+            pct = c3_pct if cell == "C3" else 0.02 * (k + 1)
+            rows.append({"tail": tail, "trace": "Trace-1", "cell": cell,
+                         "global_violations_pct": pct})  # fmt: skip
+    assert ranking(rows, "site stalls", "Trace-1")[0] == "C3"
+    text = ranking_text(rows)
+    assert f"**server stalls, Trace-1**: KurmaPerf 0.020%, {OURS} 0.040%" in text
+    assert f"{OURS} beats C3" in text and f"{OURS} does not beat C3" in text

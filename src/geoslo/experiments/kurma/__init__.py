@@ -18,6 +18,7 @@ from geoslo.experiments.kurma import (
     _fig12,
     _load_sweep,
     _scaling,
+    _tails,
     _truth,
 )
 from geoslo.experiments.kurma._live_report import reproduce_live
@@ -89,6 +90,7 @@ def reproduce(out_dir: str | Path, quick: bool = False, seed: int = 1) -> Path:
     sections = {
         "fig4_5": lambda: _fig4_5.section(report, scenario, paper, seed),
         "fig8_10": lambda: _fig8_10.section(report, scenario, trace1, trace2, paper, seed),
+        "tails": lambda: _tails.section(report, scenario, seed, _fig8_cells(results)),
         "fig11": lambda: _fig11.section(report, scenario, paper, seed),
         "wan_truth": lambda: _truth.section(report, scenario, trace1, results, seed),
         "fig12": lambda: _fig12.section(report, scenario, settings.cost_days, paper),
