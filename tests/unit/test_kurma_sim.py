@@ -66,7 +66,7 @@ def test_exported_names():
 def test_kernel_equals_reference_exactly(policy):
     """Same seed, same inputs: the compiled kernel and the interpreted one agree bit for bit."""
     rate = 9000.0 if policy == "c3" else 3000.0
-    params = {"c3_initial_rate": 20.0} if policy == "c3" else {}
+    params = {"c3_max_tokens": 4.0} if policy == "c3" else {}
     compiled = build_sim(policy, rate_rps=rate, write_fraction=0.05, **params)
     interpreted = build_sim(policy, rate_rps=rate, write_fraction=0.05, **params)
     compiled.set_server_slowdown(2, np.array([3.0, 3.0, 1.0, 1.0, 1.0]))
