@@ -722,9 +722,19 @@ def _c3_cubic(send, recv, t_ms, t_inc, t_dec, rmax, beta, gamma, smax, hyst_ms, 
 
 
 @_jit
-def _c3_in_system(ring, ring_n, site, srv, t_ms):
-    """Requests at a server at t_ms (queued or in service), as far as served up to the last
-    slice end: its finish times above t_ms, newest first."""
+def _c3_self_os(ring, ring_n, site, srv, u_server, n, rf, t_ms):
+    """The pending count of a coordinator's own server srv of `site` (HostTracker's
+    pendingRequests of itself: the reads in that server), if it is one of the key's
+    replicas (rf of the site's n servers from the key's start): the requests at its FCFS
+    server at t_ms, as far as served up to the last slice end."""
+    start = int(u_server * n)
+    if start >= n:
+        start = n - 1
+    d = srv - start
+    if d < 0:
+        d += n
+    if d >= rf:
+        return 0.0  # not a replica of the key: not read
     n_ring = ring_n[site, srv]
     cap = ring.shape[2]
     pos = (n_ring - 1) % cap
@@ -1482,8 +1492,15 @@ def run_chunk(
                 if not blocked[c]:
                     self_os = 0.0
                     if gs[c, 0, GS_C3_SELF] >= 0:
-                        self_os = _c3_in_system(
-                            ring, ring_n, i, int(gs[c, 0, GS_C3_SELF]) - site_off[i], t
+                        self_os = _c3_self_os(
+                            ring,
+                            ring_n,
+                            i,
+                            int(gs[c, 0, GS_C3_SELF]) - site_off[i],
+                            bk[b, BK_SERVER],
+                            n_servers[i],
+                            pp[PP_C3_RF],
+                            t,
                         )
                     j, srv = _route_c3(
                         c, i, t, bk[b, BK_SERVER], self_os, gs, pp, allowed, site_off, n_servers
@@ -1592,8 +1609,15 @@ def run_chunk(
                     self_os = 0.0
                     if not (st[ST_NBACK] > 0 and _has_backlog(bk, st, c)):
                         if gs[c, 0, GS_C3_SELF] >= 0:
-                            self_os = _c3_in_system(
-                                ring, ring_n, i, int(gs[c, 0, GS_C3_SELF]) - site_off[i], t_k
+                            self_os = _c3_self_os(
+                                ring,
+                                ring_n,
+                                i,
+                                int(gs[c, 0, GS_C3_SELF]) - site_off[i],
+                                req[RQ_SERVER, k],
+                                n_servers[i],
+                                pp[PP_C3_RF],
+                                t_k,
                             )
                         j, srv = _route_c3(
                             c,
