@@ -76,7 +76,7 @@ def test_exported_names():
 def test_kernel_equals_reference_exactly(policy):
     """Same seed, same inputs: the compiled kernel and the interpreted one agree bit for bit."""
     rate = 9000.0 if policy == "c3" else 3000.0
-    params = {"c3_initial_rate": 20.0} if policy == "c3" else {}
+    params = {"c3_max_tokens": 1.5, "c3_min_rate": 0.01} if policy == "c3" else {}
     compiled = build_sim(policy, rate_rps=rate, write_fraction=0.05, **params)
     interpreted = build_sim(policy, rate_rps=rate, write_fraction=0.05, **params)
     compiled.set_server_slowdown(2, np.array([3.0, 3.0, 1.0, 1.0, 1.0]))
@@ -483,20 +483,26 @@ def test_dynamic_snitch_avoids_a_slow_local_replica_once_every_replica_is_scored
         assert fractions["dynamic_snitch"] > 0.7 * fractions["rates"]
 
 
-def test_c3_keeps_one_state_per_coordinator_and_counts_them_as_its_clients():
-    """C3 section 4.1: every client (here every coordinator, 5 per site) ranks replicas
-    from its own responses and outstanding counts, and n in q_hat is their number."""
+def test_c3_keeps_one_state_per_coordinator_and_counts_the_hosts_it_reads_from():
+    """Every coordinator (5 per site) ranks replicas from its own responses and pending
+    counts; n in q_hat is the hosts it holds counters for (ScoreTracker: its own server
+    from the start, then every host it has sent a read), the coordinators in the paper's
+    text, or c3_clients."""
     from geoslo.sim.kurma import _kernels as K
 
     s = build_sim("c3", rate_rps=8000.0, seed=2)
-    assert s._pp[K.PP_C3_NCLIENTS] == 15 and s._gs.shape[0] == 15
+    assert s._pp[K.PP_C3_NCLIENTS] == 0 and s._gs.shape[0] == 15
+    assert np.array_equal(s._gs[:, 0, K.GS_C3_NHOSTS], np.ones(15))
     s.run(1.0)
-    heard = s._gs[:, :, K.GS_C3_R] > 0  # [coordinator, server]: responses received
-    assert heard.all(axis=1).sum() > 0  # coordinators hear from remote servers too
+    known = s._gs[:, :, K.GS_C3_KNOWN]
+    assert np.array_equal(s._gs[:, 0, K.GS_C3_NHOSTS], known.sum(axis=1))
+    assert (known.sum(axis=1) == 15).sum() > 0  # remote replicas too (scored 0 until heard)
     r = s._gs[:, :5, K.GS_C3_R]  # London's servers as each coordinator saw them
     assert not np.allclose(r[:5], r[:5].mean(axis=0))  # London's coordinators differ
     one = build_sim("c3", rate_rps=8000.0, seed=2, coordinators_per_site=1)
-    assert one._pp[K.PP_C3_NCLIENTS] == 3 and one._gs.shape[0] == 3
+    assert one._gs.shape[0] == 3 and np.all(one._gs[:, 0, K.GS_C3_SELF] == -1)  # no server
+    paper = build_sim("c3", c3_paper_text=1.0)
+    assert paper._pp[K.PP_C3_NCLIENTS] == 15 and paper._pp[K.PP_C3_PAPER] == 1
     assert build_sim("c3", c3_clients=7.0)._pp[K.PP_C3_NCLIENTS] == 7
 
 

@@ -101,14 +101,16 @@ def test_rate_control_follows_the_simulators_kernel():
     """The same sends and answers per window through the live C3 and the simulator's
     _c3_window: the same rates, window after window."""
     from geoslo.sim.kurma import _kernels as K
-    from geoslo.sim.kurma._env import DEFAULT_POLICY_PARAMS
+    from geoslo.sim.kurma._env import C3_PAPER_TEXT_PARAMS, DEFAULT_POLICY_PARAMS
+
+    defaults = {**DEFAULT_POLICY_PARAMS, **C3_PAPER_TEXT_PARAMS}  # the live client's variant
 
     params = np.zeros(K.NPP)
     for attribute, column in (
         ("beta", K.PP_C3_BETA), ("gamma", K.PP_C3_GAMMA), ("smax", K.PP_C3_SMAX),
         ("hysteresis_ms", K.PP_C3_HYST_MS), ("min_rate", K.PP_C3_MIN_RATE),
     ):  # fmt: skip
-        params[column] = DEFAULT_POLICY_PARAMS[f"c3_{attribute}"]
+        params[column] = defaults[f"c3_{attribute}"]
         assert getattr(C3, attribute) == params[column]  # the same defaults as the simulator
     policy = c3(servers=[1, 1, 1])
     gs = np.zeros((1, 3, K.NGS))

@@ -70,19 +70,41 @@ DEFAULT_POLICY_PARAMS: dict[str, float] = {
     # 0: a replica without a score keeps the subsnitch's order (up to 3.11.0: the paper's
     # 3.9); 1: it counts as 0.0 (3.11.1 on, CASSANDRA-13074)
     "ds_unscored_as_zero": 0.0,
-    # C3 (Suresh et al., NSDI 2015); gamma, smax, hysteresis and rates are our choices
-    "c3_ewma_alpha": 0.9,
-    "c3_window_ms": 20.0,
-    "c3_beta": 0.2,
-    "c3_gamma": 2e-5,
-    "c3_smax": 10.0,
-    "c3_hysteresis_ms": 40.0,
-    "c3_replicas_per_site": 3,
-    "c3_initial_rate": 1000.0,
-    "c3_min_rate": 1.0,
-    "c3_clients": 0.0,  # C3's n; 0: the number of coordinators (every client)
+    # C3 (Suresh et al., NSDI 2015) as the authors' Cassandra 2.0.12 code has it
+    # (github.com/lalithsuresh/cassandra-c3, package org.apache.cassandra.c3)
+    "c3_paper_text": 0.0,  # 1: the previous variant, the paper's text (C3_PAPER_TEXT_PARAMS)
+    "c3_ewma_alpha": 0.9,  # ScoreTracker.ALPHA, the new sample's weight
+    "c3_window_ms": 20.0,  # Config.c3_rate_interval_ms: the rate interval (bucket, receive)
+    "c3_beta": 0.2,  # RateController.CUBIC_BETA: a cut leaves beta x the rate
+    "c3_gamma": 4e-6,  # RateController.CUBIC_C (per ms^3)
+    "c3_smax": 10.0,  # RateController.CUBIC_SMAX: the largest step up, tokens per interval
+    "c3_hysteresis_ms": 80.0,  # CUBIC_HYSTERISIS_FACTOR 4 x the interval, from the last rise
+    "c3_replicas_per_site": 3,  # the key's replicas in each DC (Kurma section 7: RF 3)
+    "c3_initial_rate": 1.0,  # RateController: new SimpleRateLimiter(1, ...), per interval
+    "c3_min_rate": 0.1,  # updateCubicSendingRate: Math.max(rate * CUBIC_BETA, 0.1)
+    "c3_max_tokens": 200.0,  # Config.c3_rate_limiter_max_tokens (conf/cassandra.yaml: 400)
+    "c3_initial_receive_rate": 100.0,  # RateController.RECEIVE_RATE_INITIAL, per interval
+    "c3_receive_alpha": 0.9,  # SlottedRateTracker.ALPHA, the closed slot's count's weight
+    # with this chance a read also sends digests to the next best replicas (2.0.12's
+    # CFMetaData: dclocal_read_repair_chance 0.1); 0: off, as the digests' share of the
+    # paper's load is unknown
+    "c3_read_repair_chance": 0.0,
+    # C3's n in q_hat; 0: the hosts the coordinator holds pending counters for
+    # (ScoreTracker.getScore: pendingRequests.size()), the paper's text: the coordinators
+    "c3_clients": 0.0,
     # the server choice inside a site chooses among the key's replicas there (§7: RF 3)
     "sc_replicas_per_site": 3,
+}
+
+# The previous C3, the paper's text where the code differs (rate windows, the old value's
+# EWMA weight 0.9, n = the clients, a cut to (1 - beta) x rate with hysteresis from the
+# last decrease, no exempt coordinator); the live client's C3 (geoslo.live.kurma) is this.
+C3_PAPER_TEXT_PARAMS: dict[str, float] = {
+    "c3_paper_text": 1.0,
+    "c3_gamma": 2e-5,
+    "c3_hysteresis_ms": 40.0,
+    "c3_initial_rate": 1000.0,
+    "c3_min_rate": 1.0,
 }
 
 
@@ -236,6 +258,8 @@ class RequestLevelSim:
         self.server_choice = server_choice
         self.server_choice_at = server_choice_at
         params = dict(DEFAULT_POLICY_PARAMS)
+        if (policy_params or {}).get("c3_paper_text"):
+            params.update(C3_PAPER_TEXT_PARAMS)  # that variant's defaults, then the caller's
         for key, value in (policy_params or {}).items():
             if key not in params and key != "allowed":
                 raise InputError(f"policy_params.{key}", "unknown parameter")
@@ -288,12 +312,7 @@ class RequestLevelSim:
         self._coord_off[1:] = np.cumsum(coords)
         n_coords = int(self._coord_off[-1])
         self._gs = np.zeros((n_coords, g, K.NGS))  # rows: LatencyAware's sites, C3's coordinators
-        self._gs[:, :, K.GS_C3_RATE] = p["c3_initial_rate"]
-        self._gs[:, :, K.GS_C3_R0] = p["c3_initial_rate"]
-        self._gs[:, :, K.GS_C3_TDEC] = -1e9
-        for j in range(n):
-            sl = slice(self._site_off[j], self._site_off[j + 1])
-            self._gs[:, sl, K.GS_C3_SVC] = self.backends[j].read.mean_ms
+        self._init_c3(p, n, g)
         self._cs = np.zeros((n, K.NCS))
         self._cs[:, K.CS_LA_MIN] = -1.0
         self._cs[:, K.CS_RR] = self._site_off[:n] % max(g, 1)  # sources start apart
@@ -325,18 +344,7 @@ class RequestLevelSim:
         self._digests_per_read = 0
         if self.policy == "dynamic_snitch" and p["ds_read_repair_chance"] > 0:
             self._digests_per_read = max(int(p["ds_replicas_per_site"]), 1)  # a remote read: rf
-        self._pp[K.PP_C3_EWMA] = p["c3_ewma_alpha"]
-        self._pp[K.PP_C3_WINDOW_MS] = p["c3_window_ms"]
-        self._pp[K.PP_C3_BETA] = p["c3_beta"]
-        self._pp[K.PP_C3_GAMMA] = p["c3_gamma"]
-        self._pp[K.PP_C3_SMAX] = p["c3_smax"]
-        self._pp[K.PP_C3_HYST_MS] = p["c3_hysteresis_ms"]
-        self._pp[K.PP_C3_RF] = p["c3_replicas_per_site"]
-        # n in C3's q_hat = 1 + os * n + q is the number of clients that share the servers:
-        # by default the coordinators, each of which keeps its own state (C3 section 4.1).
-        clients = p.get("c3_clients") or float(n_coords)
-        self._pp[K.PP_C3_NCLIENTS] = clients
-        self._pp[K.PP_C3_MIN_RATE] = p["c3_min_rate"]
+        self._init_c3_params(p, n_coords)
         sc = SERVER_CHOICE_CODES.get(self.server_choice, K.SC_OWN)
         self._pp[K.PP_SC] = sc
         self._pp[K.PP_SC_RF] = p["sc_replicas_per_site"]
@@ -348,6 +356,55 @@ class RequestLevelSim:
         counts = sc >= K.SC_LEAST_OUTSTANDING and self.server_choice_at == "client"
         timed = "c3" if counts else self.policy
         self.slice_ms = float(p["slice_ms"]) or SLICE_MS.get(timed, DEFAULT_SLICE_MS)
+
+    def _init_c3(self, p: dict, n: int, g: int) -> None:
+        """C3's state per (coordinator, host): RateController's initial rates and bucket
+        (full), the EWMAs at 0 as ScoreTracker's (the paper's text: the mean service time);
+        a coordinator that is a server (every node coordinates) is exempt for itself."""
+        gs = self._gs
+        gs[:, :, K.GS_C3_RATE] = p["c3_initial_rate"]
+        gs[:, :, K.GS_C3_TOKENS] = p["c3_max_tokens"]
+        gs[:, :, K.GS_C3_RRATE] = p["c3_initial_receive_rate"]
+        gs[:, :, K.GS_C3_RSLOT] = -1e12  # the first tick starts a slot (lastTick 0 in Java)
+        gs[:, :, K.GS_C3_TDEC] = -1e12  # "never" (Java's 0 against currentTimeMillis)
+        gs[:, :, K.GS_C3_TINC] = -1e12
+        gs[:, 0, K.GS_C3_SELF] = -1.0
+        if p["c3_paper_text"]:
+            gs[:, :, K.GS_C3_R0] = p["c3_initial_rate"]
+            gs[:, :, K.GS_C3_TDEC] = -1e9
+            for j in range(n):
+                sl = slice(self._site_off[j], self._site_off[j + 1])
+                gs[:, sl, K.GS_C3_SVC] = self.backends[j].read.mean_ms
+        elif int(p["coordinators_per_site"]) == 0:  # coordinator k of site j is its server k
+            for j in range(n):
+                for k in range(int(self._coord_off[j]), int(self._coord_off[j + 1])):
+                    own = int(self._site_off[j]) + k - int(self._coord_off[j])
+                    gs[k, 0, K.GS_C3_SELF] = own
+                    gs[k, own, K.GS_C3_KNOWN] = 1.0  # its own counter (ReadVerbHandler)
+                    gs[k, 0, K.GS_C3_NHOSTS] = 1.0
+
+    def _init_c3_params(self, p: dict, n_coords: int) -> None:
+        pp = self._pp
+        paper = bool(p["c3_paper_text"])
+        pp[K.PP_C3_PAPER] = 1.0 if paper else 0.0
+        # the kernel takes the new sample's weight; the paper's text weighs the old value
+        pp[K.PP_C3_EWMA] = 1.0 - p["c3_ewma_alpha"] if paper else p["c3_ewma_alpha"]
+        pp[K.PP_C3_WINDOW_MS] = p["c3_window_ms"]
+        pp[K.PP_C3_BETA] = p["c3_beta"]
+        pp[K.PP_C3_GAMMA] = p["c3_gamma"]
+        pp[K.PP_C3_SMAX] = p["c3_smax"]
+        pp[K.PP_C3_HYST_MS] = p["c3_hysteresis_ms"]
+        pp[K.PP_C3_RF] = p["c3_replicas_per_site"]
+        pp[K.PP_C3_MIN_RATE] = p["c3_min_rate"]
+        pp[K.PP_C3_MAX_TOKENS] = p["c3_max_tokens"]
+        pp[K.PP_C3_RECV_ALPHA] = p["c3_receive_alpha"]
+        pp[K.PP_C3_READ_REPAIR] = p["c3_read_repair_chance"]
+        # n in q_hat = 1 + os * n + q: c3_clients if set; else the code's (counted in the
+        # kernel: 0 here) or, the paper's text, the coordinators (C3 section 4.1)
+        clients = float(p.get("c3_clients") or 0.0)
+        pp[K.PP_C3_NCLIENTS] = clients or (float(n_coords) if paper else 0.0)
+        if self.policy == "c3" and p["c3_read_repair_chance"] > 0:
+            self._digests_per_read = max(int(p["c3_replicas_per_site"]), 1)
 
     def set_server_slowdown(self, site: int, factors: np.ndarray) -> None:
         """Interference (section 7.1.4): service times at ``site``'s servers are

@@ -151,8 +151,22 @@ GS_C3_R0 = 8
 GS_C3_TDEC = 9
 GS_C3_SENT = 10
 GS_C3_RECV = 11
-GS_SC_RR = 12  # round robin's cursor of (coordinator, site j), in row site_off[j]
-NGS = 13
+# C3 as the authors' Cassandra code has it (cassandra-c3, org.apache.cassandra.c3): the
+# token bucket (RateController.SimpleRateLimiter), the receive rate (SlottedRateTracker)
+# and the time of the last increase; GS_C3_R0 holds Rmax and GS_C3_TDEC the last decrease
+GS_C3_TOKENS = 12
+GS_C3_LAST = 13  # time of the bucket's last acquire (ms)
+GS_C3_RRATE = 14  # smoothed receive rate, responses per interval
+GS_C3_RSLOT = 15  # the receive tracker's last slot (floor(t / interval))
+GS_C3_RCOUNT = 16  # responses counted in that slot
+GS_C3_TINC = 17
+# per coordinator, kept in host column 0: the hosts it holds a pending-request counter for
+# (HostTracker.pendingRequests, ScoreTracker's n), and its own server (-1: not a server)
+GS_C3_NHOSTS = 18
+GS_C3_SELF = 19
+GS_C3_KNOWN = 20  # 1 once the coordinator has sent the host a read (its counter exists)
+GS_SC_RR = 21  # round robin's cursor of (coordinator, site j), in row site_off[j]
+NGS = 22
 
 # Per source state `cs`.
 CS_RR = 0
@@ -209,10 +223,14 @@ PP_LA_RF = 18
 PP_DS_RF = 19
 PP_DS_READ_REPAIR = 20
 PP_DS_UNSCORED_ZERO = 21
-PP_SC = 22  # the server choice (SC_*)
-PP_SC_RF = 23  # the key's replicas per site it chooses among
-PP_SC_AT_SITE = 24  # 1: the destination site's balancer chooses, on arrival (not c3)
-NPP = 25
+PP_C3_PAPER = 22  # 1: C3 as the paper's text reads (window counters); 0: the authors' code
+PP_C3_MAX_TOKENS = 23
+PP_C3_RECV_ALPHA = 24
+PP_C3_READ_REPAIR = 25
+PP_SC = 26  # the server choice (SC_*)
+PP_SC_RF = 27  # the key's replicas per site it chooses among
+PP_SC_AT_SITE = 28  # 1: the destination site's balancer chooses, on arrival (not c3)
+NPP = 29
 
 # Backlog (C3 backpressure queue) float columns, followed by 3 per site.
 BK_ISSUE = 0
@@ -225,7 +243,8 @@ BK_AUX = 6
 BK_KEEP = 7
 BK_WRITE = 8
 BK_COORD = 9
-NBK = 10
+BK_REPAIR = 10  # C3: 1 if the read also sends read-repair digests (decided on arrival)
+NBK = 11
 
 RING = 64  # finish (multi-threaded servers: start) times kept per server, for C3's qlen
 
@@ -736,41 +755,186 @@ def _c3_psi(r, svc, os, q, n_clients):
 
 
 @_inline
-def _route_c3(c, i, u_server, gs, pp, allowed, site_off, n_servers):
-    """C3 at coordinator c of source site i (C3 section 4.1): the lowest psi among the
-    key's replicas (rf consecutive servers per site) whose rate limiter has room;
-    (-1, -1) sends the request to c's backpressure queue."""
+def _c3_score(r_net, svc, os, q, n):
+    """ScoreTracker.getScore of the authors' code: R' + (1 + q + n * os)^3 / mu, where R'
+    is the EWMA of response time less service time (so R' = R - 1/mu of section 4.1)."""
+    qh = 1.0 + q + n * os
+    return r_net + qh * qh * qh * svc
+
+
+@_inline
+def _c3_tokens(tokens, last_ms, rate, t_ms, interval_ms, max_tokens):
+    """RateController.SimpleRateLimiter.tryAcquire's tokens at t_ms: refilled at `rate` a
+    rate interval since the last acquire (at the rate in force now), capped at max_tokens."""
+    x = tokens + rate / interval_ms * (t_ms - last_ms)
+    return x if x < max_tokens else max_tokens
+
+
+@_inline
+def _c3_receive_tick(rate, slot, count, now_slot, n, alpha):
+    """RateController.SlottedRateTracker.add(n) at slot now_slot = floor(t / interval):
+    returns (rate, slot, count). Within a slot responses are counted; the first call of a
+    later slot folds the count into rate (alpha on the count). After a gap of 2 slots or
+    more the count is folded once, and this call's n is not counted (as in the code)."""
+    if now_slot - slot < 2:
+        count += n
+        if now_slot > slot:
+            rate = alpha * count + (1.0 - alpha) * rate
+            slot = now_slot
+            count = 0.0
+    else:
+        rate = alpha * count + (1.0 - alpha) * rate
+        slot = now_slot
+        count = 0.0
+    return rate, slot, count
+
+
+@_inline
+def _c3_cubic(send, recv, t_ms, t_inc, t_dec, rmax, beta, gamma, smax, hyst_ms, min_rate):
+    """RateController.updateCubicSendingRate, run on every response: returns (rate, rmax,
+    t_dec, t_inc). A sending rate above the receive rate is cut to beta x rate (at least
+    min_rate), unless the rate grew within hyst_ms; one below it moves to the cubic
+    gamma (T - K)^3 + Rmax, K = (Rmax beta / gamma)^(1/3), T since the last cut, by at
+    most smax (the cubic may lie below the rate, then the rate falls)."""
+    if send > recv and t_ms - t_inc > hyst_ms:
+        rate = send * beta
+        if rate < min_rate:
+            rate = min_rate
+        return rate, send, t_ms, t_inc
+    if send < recv:
+        k = (rmax * beta / gamma) ** (1.0 / 3.0)
+        d = t_ms - t_dec - k
+        rate = gamma * d * d * d + rmax
+        if rate - send > smax:
+            rate = send + smax
+        return rate, rmax, t_dec, t_ms
+    return send, rmax, t_dec, t_inc
+
+
+@_jit
+def _c3_self_os(ring, ring_n, site, srv, u_server, n, rf, t_ms):
+    """The pending count of a coordinator's own server srv of `site` (HostTracker's
+    pendingRequests of itself: the reads in that server), if it is one of the key's
+    replicas (rf of the site's n servers from the key's start): the requests at its FCFS
+    server at t_ms, as far as served up to the last slice end."""
+    start = int(u_server * n)
+    if start >= n:
+        start = n - 1
+    d = srv - start
+    if d < 0:
+        d += n
+    if d >= rf:
+        return 0.0  # not a replica of the key: not read
+    n_ring = ring_n[site, srv]
+    cap = ring.shape[2]
+    pos = (n_ring - 1) % cap
+    q = 0
+    for _ in range(min(n_ring, cap)):
+        if ring[site, srv, pos] > t_ms:
+            q += 1
+        else:
+            break
+        pos = pos - 1 if pos > 0 else cap - 1
+    return float(q)
+
+
+@_inline
+def _route_c3(c, i, t_ms, u_server, self_os, gs, pp, allowed, site_off, n_servers):
+    """C3 at coordinator c of source site i: the lowest score among the key's replicas (rf
+    consecutive servers per site) whose rate limiter has a token, which it takes; (-1, -1)
+    sends the request to c's backpressure queue.
+
+    The authors' code (pp[PP_C3_PAPER] == 0; AbstractReadExecutor.pushRead over the replicas
+    sorted by DynamicEndpointSnitch.compareEndpoints): the score is ScoreTracker's, n the
+    hosts c holds counters for, ties go to c itself, then its site (the subsnitch's order),
+    and c's own server (self_os: the reads in it) needs no token. The paper's text
+    (pp[PP_C3_PAPER] == 1): psi, n the clients, a window of sends per host."""
+    paper = pp[PP_C3_PAPER] > 0
+    n_c = pp[PP_C3_NCLIENTS]
+    if n_c <= 0:
+        n_c = gs[c, 0, GS_C3_NHOSTS]
+    self_g = int(gs[c, 0, GS_C3_SELF])
+    interval = pp[PP_C3_WINDOW_MS]
+    max_tokens = pp[PP_C3_MAX_TOKENS]
+    rf = int(pp[PP_C3_RF])
+    n_sites = n_servers.size
     best_j = -1
     best_s = -1
     best = 0.0
-    for j in range(n_servers.size):
+    for r in range(n_sites):
+        j = i if r == 0 else (r - 1 if r - 1 < i else r)  # this site first, then the others
         if not allowed[i, j]:
             continue
         n = n_servers[j]
-        rf = int(pp[PP_C3_RF])
-        if rf > n:
-            rf = n
+        rf_j = rf if rf < n else n
         start = int(u_server * n)
         if start >= n:
             start = n - 1
-        for k in range(rf):
-            s = start + k  # (start + k) % n without a division (per replica, per request)
-            if s >= n:
-                s -= n
+        for k in range(-1, rf_j):
+            if k < 0:  # c's own server first, if it is one of the key's replicas
+                if j != i or self_g < 0:
+                    continue
+                s = self_g - site_off[i]
+                d = s - start
+                if d < 0:
+                    d += n
+                if d >= rf_j:
+                    continue
+            else:
+                s = start + k  # (start + k) % n without a division (per replica, per request)
+                if s >= n:
+                    s -= n
             g = site_off[j] + s
-            if gs[c, g, GS_C3_SENT] >= gs[c, g, GS_C3_RATE]:
-                continue
-            psi = _c3_psi(
-                gs[c, g, GS_C3_R],
-                gs[c, g, GS_C3_SVC],
-                gs[c, g, GS_C3_OS],
-                gs[c, g, GS_C3_Q],
-                pp[PP_C3_NCLIENTS],
-            )
+            if g == self_g:
+                if k >= 0:
+                    continue
+                os = self_os  # exempt from rate limiting
+            else:
+                if paper:
+                    if gs[c, g, GS_C3_SENT] >= gs[c, g, GS_C3_RATE]:
+                        continue
+                elif (
+                    _c3_tokens(
+                        gs[c, g, GS_C3_TOKENS],
+                        gs[c, g, GS_C3_LAST],
+                        gs[c, g, GS_C3_RATE],
+                        t_ms,
+                        interval,
+                        max_tokens,
+                    )
+                    < 1.0
+                ):
+                    continue
+                os = gs[c, g, GS_C3_OS]
+            if paper:
+                psi = _c3_psi(gs[c, g, GS_C3_R], gs[c, g, GS_C3_SVC], os, gs[c, g, GS_C3_Q], n_c)
+            else:
+                psi = _c3_score(gs[c, g, GS_C3_R], gs[c, g, GS_C3_SVC], os, gs[c, g, GS_C3_Q], n_c)
             if best_j < 0 or psi < best:
                 best = psi
                 best_j = j
                 best_s = s
+    if best_j >= 0:
+        g = site_off[best_j] + best_s
+        if paper:
+            gs[c, g, GS_C3_SENT] += 1.0
+            gs[c, g, GS_C3_OS] += 1.0
+        elif g != self_g:
+            tokens = _c3_tokens(
+                gs[c, g, GS_C3_TOKENS],
+                gs[c, g, GS_C3_LAST],
+                gs[c, g, GS_C3_RATE],
+                t_ms,
+                interval,
+                max_tokens,
+            )
+            gs[c, g, GS_C3_TOKENS] = tokens - 1.0
+            gs[c, g, GS_C3_LAST] = t_ms
+            # _c3_count_send written out (per request)
+            gs[c, g, GS_C3_OS] += 1.0
+            if gs[c, g, GS_C3_KNOWN] == 0.0:
+                gs[c, g, GS_C3_KNOWN] = 1.0
+                gs[c, 0, GS_C3_NHOSTS] += 1.0
     return best_j, best_s
 
 
@@ -849,14 +1013,12 @@ def _server_in_site(sc, c, j, u_server, u_second, gs, pp, site_off, n_servers):
         if s >= n:
             s -= n
         g = off + s
-        if sc == SC_C3:
-            v = _c3_psi(
-                gs[c, g, GS_C3_R],
-                gs[c, g, GS_C3_SVC],
-                gs[c, g, GS_C3_OS],
-                gs[c, g, GS_C3_Q],
-                pp[PP_C3_NCLIENTS],
-            )
+        if sc == SC_C3:  # C3's score as its policy ranks (n: as _route_c3's)
+            n_c = pp[PP_C3_NCLIENTS]
+            if n_c <= 0:
+                n_c = gs[c, 0, GS_C3_NHOSTS]
+            v = _c3_score(gs[c, g, GS_C3_R], gs[c, g, GS_C3_SVC], gs[c, g, GS_C3_OS],
+                          gs[c, g, GS_C3_Q], n_c)  # fmt: skip
         else:
             v = gs[c, g, GS_C3_OS]
         if k == 0 or v < best:
@@ -919,9 +1081,20 @@ def _server_at_site(sc, j, u_server, u_second, arr, ring, ring_n, cs, pp, n_serv
     return best_s
 
 
+@_inline
+def _c3_count_send(gs, c, g):
+    """MessagingService.sendRR of a read: c's pending counter of host g (created on the
+    first read it sends g, which adds g to ScoreTracker's n)."""
+    gs[c, g, GS_C3_OS] += 1.0
+    if gs[c, g, GS_C3_KNOWN] == 0.0:
+        gs[c, g, GS_C3_KNOWN] = 1.0
+        gs[c, 0, GS_C3_NHOSTS] += 1.0
+
+
 @_jit
 def _c3_window(gs, t, pp):
-    """Cubic rate control at the end of a window of PP_C3_WINDOW_MS (C3 section 4.3)."""
+    """The paper's text (pp[PP_C3_PAPER] == 1): cubic rate control at the end of a window
+    of PP_C3_WINDOW_MS (C3 section 4.3), on the window's sends and receipts."""
     beta = pp[PP_C3_BETA]
     gamma = pp[PP_C3_GAMMA]
     for i in range(gs.shape[0]):
@@ -949,6 +1122,98 @@ def _c3_window(gs, t, pp):
             gs[i, g, GS_C3_RATE] = rate
             gs[i, g, GS_C3_SENT] = 0.0
             gs[i, g, GS_C3_RECV] = 0.0
+
+
+@_jit
+def _c3_read_repair(
+    c, i, t_ms, u_server, j0, s0, u_aux, self_os, gs, pp, allowed, site_off, n_servers,
+    base_rtt, sp, slowdown, pf, pi, st,
+):  # fmt: skip
+    """Cassandra 2.0.12's DC-local read repair under C3 (CFMetaData's
+    dclocal_read_repair_chance): the read's replica list is as long as the local replicas
+    (m), and pushRead takes the first m of its C3-sorted replicas after swapping the chosen
+    one to the front, so digests go to the other replicas among the best m (if the chosen
+    one ranked below them: to the 2nd..m-th), whatever their site; no rate limiting.
+
+    A digest reads the row (the read's service time, from uniforms derived from u_aux) and
+    counts as pending; its answer feeds C3 like a read's, and enters no statistic.
+    """
+    m = int(pp[PP_C3_RF])
+    if m > n_servers[i]:
+        m = n_servers[i]
+    if m < 2:
+        return
+    n_c = pp[PP_C3_NCLIENTS]
+    if n_c <= 0:
+        n_c = gs[c, 0, GS_C3_NHOSTS]
+    self_g = int(gs[c, 0, GS_C3_SELF])
+    rf = int(pp[PP_C3_RF])
+    n_sites = n_servers.size
+    cap = n_sites * rf + 1
+    score = np.empty(cap)
+    host = np.empty(cap, np.int64)
+    site = np.empty(cap, np.int64)
+    count = 0
+    for r in range(n_sites):  # candidates in _route_c3's order, inserted by score (stable)
+        j = i if r == 0 else (r - 1 if r - 1 < i else r)
+        if not allowed[i, j]:
+            continue
+        n = n_servers[j]
+        rf_j = rf if rf < n else n
+        start = int(u_server * n)
+        if start >= n:
+            start = n - 1
+        for k in range(-1, rf_j):
+            if k < 0:
+                if j != i or self_g < 0:
+                    continue
+                s = self_g - site_off[i]
+                d = s - start
+                if d < 0:
+                    d += n
+                if d >= rf_j:
+                    continue
+            else:
+                s = start + k
+                if s >= n:
+                    s -= n
+            g = site_off[j] + s
+            if g == self_g and k >= 0:
+                continue
+            os = self_os if g == self_g else gs[c, g, GS_C3_OS]
+            x = _c3_score(gs[c, g, GS_C3_R], gs[c, g, GS_C3_SVC], os, gs[c, g, GS_C3_Q], n_c)
+            h = count
+            while h > 0 and score[h - 1] > x:
+                score[h] = score[h - 1]
+                host[h] = host[h - 1]
+                site[h] = site[h - 1]
+                h -= 1
+            score[h] = x
+            host[h] = g
+            site[h] = j
+            count += 1
+    g0 = site_off[j0] + s0
+    rank = 0
+    while rank < count and host[rank] != g0:
+        rank += 1
+    for q in range(1 if rank >= m else 0, m):
+        if q >= count or q == rank:
+            continue
+        g = host[q]
+        j = site[q]
+        s = g - site_off[j]
+        rtt = base_rtt[i, j] if j != i else 0.0
+        u = u_aux + 0.6180339887498949 * (q + 1)  # other uniforms for its service time
+        u -= math.floor(u)
+        v = u_aux + 0.4142135623730951 * (q + 1)
+        v -= math.floor(v)
+        svc = service_ms(
+            -math.log(1.0 - u), v, sp[j, 0, 0], sp[j, 0, 1], sp[j, 0, 2], slowdown[j, s]
+        )
+        _push(pf, pi, st, t_ms + rtt / 2.0, svc, t_ms, t_ms, rtt, 0.0, u, 2.0, j, s, i, c)
+        pi[st[ST_NPEND] - 1, PI_REPORTED] = 1
+        if g != self_g:
+            _c3_count_send(gs, c, g)
 
 
 # ----------------------------------------------------------------------------- recording
@@ -1272,24 +1537,67 @@ def _apply_feedback(t_end, policy, fh, fq, fb, fbi, st, gs, ss, res, glob, site_
             _ds_feedback(ss, res, c, g, t_k, ms, fb[slot, FB_AUX], glob[GL_DS_LANDMARK], pp)
         elif policy == C3:
             c = fbi[slot, FBI_COORD]
-            # C3's EWMAs of response, queue length and service time (written out: an
-            # inlined helper taking gs and pp costs their reference counting per response)
+            # C3's EWMAs of response, queue length and service time, a the new sample's
+            # weight (written out: an inlined helper taking gs and pp costs their reference
+            # counting per response; the rate rules are helpers on scalars)
             a = pp[PP_C3_EWMA]
-            gs[c, g, GS_C3_R] = a * gs[c, g, GS_C3_R] + (1.0 - a) * fb[slot, FB_RESP]
-            gs[c, g, GS_C3_Q] = a * gs[c, g, GS_C3_Q] + (1.0 - a) * fb[slot, FB_QLEN]
-            gs[c, g, GS_C3_SVC] = a * gs[c, g, GS_C3_SVC] + (1.0 - a) * fb[slot, FB_SVC]
-            gs[c, g, GS_C3_OS] -= 1.0
-            gs[c, g, GS_C3_RECV] += 1.0
+            resp = fb[slot, FB_RESP]
+            svc = fb[slot, FB_SVC]
+            if pp[PP_C3_PAPER] > 0:
+                gs[c, g, GS_C3_RECV] += 1.0
+                gs[c, g, GS_C3_OS] -= 1.0
+            elif g == gs[c, 0, GS_C3_SELF]:
+                # HostTracker.updateMetricsLocal: a read of c's own server is timed from
+                # its creation (its wait too) and that time is both latency and service
+                # time; no rate control, no pending count (the server's own counter)
+                svc = resp
+            else:
+                # HostTracker.updateMetrics: receive tick, cubic update, pending count
+                now_slot = math.floor(t_k / pp[PP_C3_WINDOW_MS])
+                rrate, rslot, rcount = _c3_receive_tick(
+                    gs[c, g, GS_C3_RRATE],
+                    gs[c, g, GS_C3_RSLOT],
+                    gs[c, g, GS_C3_RCOUNT],
+                    now_slot,
+                    1.0,
+                    pp[PP_C3_RECV_ALPHA],
+                )  # (getCurrentRate's add(0) right after changes nothing)
+                gs[c, g, GS_C3_RRATE] = rrate
+                gs[c, g, GS_C3_RSLOT] = rslot
+                gs[c, g, GS_C3_RCOUNT] = rcount
+                rate, rmax, tdec, tinc = _c3_cubic(
+                    gs[c, g, GS_C3_RATE],
+                    rrate,
+                    math.floor(t_k),  # System.currentTimeMillis
+                    gs[c, g, GS_C3_TINC],
+                    gs[c, g, GS_C3_TDEC],
+                    gs[c, g, GS_C3_R0],
+                    pp[PP_C3_BETA],
+                    pp[PP_C3_GAMMA],
+                    pp[PP_C3_SMAX],
+                    pp[PP_C3_HYST_MS],
+                    pp[PP_C3_MIN_RATE],
+                )
+                gs[c, g, GS_C3_RATE] = rate
+                gs[c, g, GS_C3_R0] = rmax
+                gs[c, g, GS_C3_TDEC] = tdec
+                gs[c, g, GS_C3_TINC] = tinc
+                gs[c, g, GS_C3_OS] -= 1.0
+                resp -= svc  # ScoreTracker keeps the EWMA of latency less service time
+            gs[c, g, GS_C3_R] = a * resp + (1.0 - a) * gs[c, g, GS_C3_R]
+            gs[c, g, GS_C3_Q] = a * fb[slot, FB_QLEN] + (1.0 - a) * gs[c, g, GS_C3_Q]
+            gs[c, g, GS_C3_SVC] = a * svc + (1.0 - a) * gs[c, g, GS_C3_SVC]
             continue
         sc = pp[PP_SC]
         if sc < SC_LEAST_OUTSTANDING or fb[slot, FB_SVC] == 0.0:
             continue  # a read-repair digest (no service time) is not the choice's request
         c = fbi[slot, FBI_COORD]
-        if sc == SC_C3:  # C3's EWMAs, as above
+        if sc == SC_C3:  # ScoreTracker's EWMAs, as C3's above (no rate control)
             a = pp[PP_C3_EWMA]
-            gs[c, g, GS_C3_R] = a * gs[c, g, GS_C3_R] + (1.0 - a) * fb[slot, FB_RESP]
-            gs[c, g, GS_C3_Q] = a * gs[c, g, GS_C3_Q] + (1.0 - a) * fb[slot, FB_QLEN]
-            gs[c, g, GS_C3_SVC] = a * gs[c, g, GS_C3_SVC] + (1.0 - a) * fb[slot, FB_SVC]
+            svc = fb[slot, FB_SVC]
+            gs[c, g, GS_C3_R] = a * (fb[slot, FB_RESP] - svc) + (1.0 - a) * gs[c, g, GS_C3_R]
+            gs[c, g, GS_C3_Q] = a * fb[slot, FB_QLEN] + (1.0 - a) * gs[c, g, GS_C3_Q]
+            gs[c, g, GS_C3_SVC] = a * svc + (1.0 - a) * gs[c, g, GS_C3_SVC]
         gs[c, g, GS_C3_OS] -= 1.0
     st[ST_NFB] = n
     st[ST_FBNFREE] = nfree
@@ -1311,7 +1619,7 @@ def _policy_clocks(t_end, policy, gs, cs, ss, res, glob, pp):
             _ds_update_scores(ss, res)
             while glob[GL_DS_NEXT_SCORE] <= t_end:
                 glob[GL_DS_NEXT_SCORE] += pp[PP_DS_UPDATE_MS]
-    elif policy == C3:
+    elif policy == C3 and pp[PP_C3_PAPER] > 0:
         if glob[GL_C3_NEXT_WINDOW] <= t_end:
             _c3_window(gs, t_end, pp)
             while glob[GL_C3_NEXT_WINDOW] <= t_end:
@@ -1469,11 +1777,27 @@ def run_chunk(
                 c = int(bk[b, BK_COORD])
                 sent = False
                 if not blocked[c]:
-                    j, srv = _route_c3(c, i, bk[b, BK_SERVER], gs, pp, allowed, site_off, n_servers)
+                    self_os = 0.0
+                    if gs[c, 0, GS_C3_SELF] >= 0:
+                        self_os = _c3_self_os(
+                            ring,
+                            ring_n,
+                            i,
+                            int(gs[c, 0, GS_C3_SELF]) - site_off[i],
+                            bk[b, BK_SERVER],
+                            n_servers[i],
+                            pp[PP_C3_RF],
+                            t,
+                        )
+                    j, srv = _route_c3(
+                        c, i, t, bk[b, BK_SERVER], self_os, gs, pp, allowed, site_off, n_servers
+                    )
                     if j >= 0:
-                        g = site_off[j] + srv
-                        gs[c, g, GS_C3_SENT] += 1.0
-                        gs[c, g, GS_C3_OS] += 1.0
+                        if bk[b, BK_REPAIR] > 0.5:
+                            _c3_read_repair(
+                                c, i, t, bk[b, BK_SERVER], j, srv, bk[b, BK_AUX], self_os, gs, pp,
+                                allowed, site_off, n_servers, base_rtt, sp, slowdown, pf, pi, st,
+                            )  # fmt: skip
                         _dispatch(
                             i,
                             c,
@@ -1568,9 +1892,31 @@ def run_chunk(
                         )
                 else:
                     j = -1
+                    repair = not is_write and u_c < pp[PP_C3_READ_REPAIR]
+                    self_os = 0.0
                     if not (st[ST_NBACK] > 0 and _has_backlog(bk, st, c)):
+                        if gs[c, 0, GS_C3_SELF] >= 0:
+                            self_os = _c3_self_os(
+                                ring,
+                                ring_n,
+                                i,
+                                int(gs[c, 0, GS_C3_SELF]) - site_off[i],
+                                req[RQ_SERVER, k],
+                                n_servers[i],
+                                pp[PP_C3_RF],
+                                t_k,
+                            )
                         j, srv = _route_c3(
-                            c, i, req[RQ_SERVER, k], gs, pp, allowed, site_off, n_servers
+                            c,
+                            i,
+                            t_k,
+                            req[RQ_SERVER, k],
+                            self_os,
+                            gs,
+                            pp,
+                            allowed,
+                            site_off,
+                            n_servers,
                         )
                     if j < 0:
                         b = st[ST_NBACK]
@@ -1584,20 +1930,25 @@ def run_chunk(
                         bk[b, BK_AUX] = req[RQ_AUX, k]
                         bk[b, BK_KEEP] = req[RQ_KEEP, k]
                         bk[b, BK_WRITE] = req[RQ_WRITE, k]
+                        bk[b, BK_REPAIR] = 1.0 if repair else 0.0
                         if is_write:
                             bkrep[b, :, :] = rep[req_w[k], :, :]
                         st[ST_NBACK] = b + 1
                         continue
-                    g = site_off[j] + srv
-                    gs[c, g, GS_C3_SENT] += 1.0
-                    gs[c, g, GS_C3_OS] += 1.0
+                    if repair:
+                        _c3_read_repair(
+                            c, i, t_k, req[RQ_SERVER, k], j, srv, req[RQ_AUX, k], self_os, gs, pp,
+                            allowed, site_off, n_servers, base_rtt, sp, slowdown, pf, pi, st,
+                        )  # fmt: skip
                 if at_site:
                     srv = -1  # site j's balancer chooses when the request arrives
                 elif sc != SC_OWN:
                     srv = _server_in_site(
                         sc, c, j, req[RQ_SERVER, k], req[RQ_SC, k], gs, pp, site_off, n_servers
                     )
-                    if sc >= SC_LEAST_OUTSTANDING:
+                    if sc == SC_C3:
+                        _c3_count_send(gs, c, site_off[j] + srv)  # C3's counters, n included
+                    elif sc >= SC_LEAST_OUTSTANDING:
                         gs[c, site_off[j] + srv, GS_C3_OS] += 1.0
                 if srv < 0 and not at_site:
                     n = n_servers[j]
