@@ -5,7 +5,6 @@ client's in-flight counts, and the site's choice as the agent's config carries i
 from __future__ import annotations
 
 import asyncio
-import math
 from collections import Counter
 
 import numpy as np
@@ -20,6 +19,7 @@ from geoslo.live.kurma._policies import (
     POLICY_NAMES,
     C3Scores,
     RatesPolicy,
+    RoutingPolicy,
     ServerChoice,
     key_replicas,
     least_outstanding,
@@ -31,7 +31,6 @@ from geoslo.live.kurma._policies import (
 from geoslo.runtime.kurma import AgentSettings, TestbedSettings
 
 NEAREST = [0, 1, 2]
-NEVER_DOWN = -math.inf
 
 
 class Scripted:
@@ -44,8 +43,9 @@ class Scripted:
         return next(self.uniforms)
 
 
-def up_everywhere(servers_per_site: list[int]) -> dict[tuple[int, int], float]:
-    return {(j, s): NEVER_DOWN for j, n in enumerate(servers_per_site) for s in range(n)}
+def up_everywhere(servers_per_site: list[int]) -> RoutingPolicy:
+    """The hosts of a site choice whose servers are all up."""
+    return RoutingPolicy(0, servers_per_site)
 
 
 def start_uniform(server: int, n_servers: int) -> float:
@@ -58,7 +58,7 @@ def start_uniform(server: int, n_servers: int) -> float:
 
 @pytest.mark.parametrize(
     ("start", "n", "rf", "replicas"),
-    [(0, 5, 3, [0, 1, 2]), (3, 5, 3, [3, 4, 0]), (1, 2, 3, [1, 0]), (0, 1, 3, [0])],
+    [(0, 5, 3, (0, 1, 2)), (3, 5, 3, (3, 4, 0)), (1, 2, 3, (1, 0)), (0, 1, 3, (0,))],
 )
 def test_a_keys_replicas_are_rf_consecutive_servers_from_its_start(start, n, rf, replicas):
     assert key_replicas(start, n, rf) == replicas
@@ -182,11 +182,14 @@ def test_c3_scores_are_the_c3_policys():
 @pytest.mark.parametrize("name", SERVER_CHOICES)
 def test_a_server_down_is_never_chosen_while_a_replica_is_up(name):
     choice = ServerChoice(name, [3])
-    down = {(0, 0): 100.0, (0, 1): NEVER_DOWN, (0, 2): 100.0}
+    down = RoutingPolicy(0, [3])
+    down.mark_down(0, 0, 100.0)
+    down.mark_down(0, 2, 100.0)
     rng = np.random.default_rng(1)
     assert {choice.choose(0, rng, 50.0, down) for _ in range(50)} == {1}
-    everything_down = dict.fromkeys(down, 100.0)
-    assert choice.choose(0, rng, 50.0, everything_down) in {0, 1, 2}  # nowhere better
+    assert {choice.choose(0, rng, 150.0, down) for _ in range(50)} > {1}  # the marks expired
+    down.mark_down(0, 1, 100.0)
+    assert choice.choose(0, rng, 50.0, down) in {0, 1, 2}  # nowhere better
 
 
 def test_random_is_the_keys_start_replica_uniform_over_the_site():

@@ -30,7 +30,7 @@ from __future__ import annotations
 import heapq
 import math
 import random
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 
@@ -75,9 +75,11 @@ class RoutingPolicy:
         self.down_until_ms = {
             (j, s): -math.inf for j, n in enumerate(self.servers) for s in range(n)
         }
+        self.site_down_until_ms = [-math.inf] * len(self.servers)  # the latest mark of a site
 
     def mark_down(self, site: int, server: int, until_ms: float) -> None:
         self.down_until_ms[(site, server)] = until_ms
+        self.site_down_until_ms[site] = max(self.site_down_until_ms[site], until_ms)
 
     def is_up(self, site: int, server: int, now_ms: float) -> bool:
         return self.down_until_ms[(site, server)] <= now_ms
@@ -89,7 +91,7 @@ class RoutingPolicy:
         if choice is None:
             return self.choose_host(rng, now_ms)
         site = self.choose_site(rng, now_ms)
-        return site, choice.choose(site, rng, now_ms, self.down_until_ms)
+        return site, choice.choose(site, rng, now_ms, self)
 
     def choose_host(self, rng: np.random.Generator, now_ms: float) -> tuple[int, int]:
         """The policy's own host (both levels)."""
@@ -497,13 +499,13 @@ class C3Scores:
 # --- the server inside the chosen site (the second level) ----------------------------------
 
 
-def key_replicas(start: int, n: int, rf: int) -> list[int]:
+def key_replicas(start: int, n: int, rf: int) -> tuple[int, ...]:
     """A key's replicas in a site of ``n`` servers: ``rf`` consecutive from its start
     (every server when ``rf >= n``), in ring order."""
-    return [(start + k) % n for k in range(min(rf, n))]
+    return tuple((start + k) % n for k in range(min(rf, n)))
 
 
-def least_outstanding(candidates: list[int], in_flight: list[int]) -> int:
+def least_outstanding(candidates: Sequence[int], in_flight: list[int]) -> int:
     """The candidate with the fewest requests in flight (ties: the first, in ring order)."""
     best = candidates[0]
     for server in candidates:
@@ -512,7 +514,9 @@ def least_outstanding(candidates: list[int], in_flight: list[int]) -> int:
     return best
 
 
-def power_of_two(candidates: list[int], in_flight: list[int], first: float, second: float) -> int:
+def power_of_two(
+    candidates: Sequence[int], in_flight: list[int], first: float, second: float
+) -> int:
     """Two distinct candidates drawn uniformly by the uniforms ``first`` and ``second`` in
     [0, 1), the one with fewer in flight (ties: the first drawn)."""
     k = len(candidates)
@@ -525,14 +529,17 @@ def power_of_two(candidates: list[int], in_flight: list[int], first: float, seco
     return y if in_flight[y] < in_flight[x] else x
 
 
-def round_robin(candidates: list[int], n: int, cursor: int) -> tuple[int, int]:
+def round_robin(candidates: Sequence[int], n: int, cursor: int) -> tuple[int, int]:
     """The first candidate at or after ``cursor`` in the site's ring of ``n`` servers, and
     the cursor past it."""
-    server = min(candidates, key=lambda s: (s - cursor) % n)
+    server, gap = candidates[0], n
+    for candidate in candidates:
+        if (candidate - cursor) % n < gap:
+            server, gap = candidate, (candidate - cursor) % n
     return server, (server + 1) % n
 
 
-def lowest_psi(candidates: list[int], psi: Mapping[int, float] | list[float]) -> int:
+def lowest_psi(candidates: Sequence[int], psi: Mapping[int, float] | list[float]) -> int:
     """The candidate of lowest ``psi[server]`` (ties: the first, in ring order)."""
     best = candidates[0]
     for server in candidates:
@@ -573,43 +580,55 @@ class ServerChoice:
         self.n_clients = n_clients or len(self.servers)
         self.cursor = [0] * len(self.servers)  # round robin: one per site
         self.needs_feedback = name == "c3"
-        hosts = [(j, s) for j, n in enumerate(self.servers) for s in range(n)]
-        self.scores = C3Scores(hosts) if self.needs_feedback else None
+        self._hosts = [[(j, s) for s in range(n)] for j, n in enumerate(self.servers)]
+        self.scores = C3Scores([h for site in self._hosts for h in site]) if name == "c3" else None
+        rf = self.replicas_per_site
+        self._replicas = [[key_replicas(k, n, rf) for k in range(n)] for n in self.servers]
         self._pick = getattr(self, f"_{name}")
 
-    def choose(
-        self, site: int, rng, now_ms: float, down_until_ms: dict[tuple[int, int], float]
-    ) -> int:
-        """The server of the next request to ``site`` (hosts down until after ``now_ms``
-        are not candidates)."""
+    def choose(self, site: int, rng, now_ms: float, hosts: RoutingPolicy) -> int:
+        """The server of the next request to ``site``; ``hosts`` (the policy) says which
+        are down until after ``now_ms`` (they are not candidates)."""
         n = self.servers[site]
         start = min(int(rng.random() * n), n - 1)
-        replicas = key_replicas(start, n, self.replicas_per_site)
-        candidates = [s for s in replicas if down_until_ms[(site, s)] <= now_ms]
-        if not candidates:
-            ring = key_replicas(start, n, n)
-            candidates = [s for s in ring if down_until_ms[(site, s)] <= now_ms] or replicas
+        candidates = self._replicas[site][start]
+        if hosts.site_down_until_ms[site] > now_ms:  # a server of the site may be down
+            candidates = self._up(site, start, now_ms, hosts.down_until_ms)
         return self._pick(site, candidates, rng)
 
-    def _random(self, site: int, candidates: list[int], rng) -> int:
+    def _up(self, site: int, start: int, now_ms: float, down_until_ms: dict) -> Sequence[int]:
+        """The key's replicas that are up, else the site's servers that are (from the key's
+        start), else the key's replicas (nowhere better to go)."""
+        replicas = self._replicas[site][start]
+        up = [s for s in replicas if down_until_ms[(site, s)] <= now_ms]
+        if not up:
+            ring = key_replicas(start, self.servers[site], self.servers[site])
+            up = [s for s in ring if down_until_ms[(site, s)] <= now_ms] or list(replicas)
+        return up
+
+    def _random(self, site: int, candidates: Sequence[int], rng) -> int:
         return candidates[0]  # the key's start replica (or the first after it that is up)
 
-    def _round_robin(self, site: int, candidates: list[int], rng) -> int:
+    def _round_robin(self, site: int, candidates: Sequence[int], rng) -> int:
         server, self.cursor[site] = round_robin(candidates, self.servers[site], self.cursor[site])
         return server
 
-    def _least_outstanding(self, site: int, candidates: list[int], rng) -> int:
+    def _least_outstanding(self, site: int, candidates: Sequence[int], rng) -> int:
         return least_outstanding(candidates, self.in_flight[site])
 
-    def _p2c(self, site: int, candidates: list[int], rng) -> int:
+    def _p2c(self, site: int, candidates: Sequence[int], rng) -> int:
         if len(candidates) == 1:
             return candidates[0]
         return power_of_two(candidates, self.in_flight[site], rng.random(), rng.random())
 
-    def _c3(self, site: int, candidates: list[int], rng) -> int:
-        counts, scores, n = self.in_flight[site], self.scores, self.n_clients
-        psi = {s: scores.psi((site, s), counts[s], n) for s in candidates}
-        return lowest_psi(candidates, psi)
+    def _c3(self, site: int, candidates: Sequence[int], rng) -> int:
+        counts, hosts, psi, n = (
+            self.in_flight[site],
+            self._hosts[site],
+            self.scores.psi,
+            self.n_clients,
+        )
+        return lowest_psi(candidates, {s: psi(hosts[s], counts[s], n) for s in candidates})
 
     def feedback(self, site: int, server: int, queue: float, service_ms: float) -> None:
         """A server's feedback ("c3" only)."""
