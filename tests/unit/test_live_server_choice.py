@@ -367,3 +367,13 @@ def test_the_testbeds_agent_file_names_the_server_choice(tmp_path):
     config = InstanceConfig(str(tmp_path), "A", str(tmp_path), server_choice="p2c")
     assert 'server_choice = "p2c"' in agent_config(Bed(), config)
     assert "server_choice" not in agent_config(Bed(), InstanceConfig(str(tmp_path), "A", "r"))
+
+
+def test_a_bad_server_choice_in_a_run_file_is_one_line_naming_the_key():
+    from geoslo.errors import InputError
+    from geoslo.runtime._config import parse_config
+
+    data = {"system": "kurma", "environment": {"kind": "testbed", "server_choice": "fewest"}}
+    with pytest.raises(InputError) as refused:
+        parse_config(data)
+    assert str(refused.value).startswith("environment.server_choice: must be one of random")

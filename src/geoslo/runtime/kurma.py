@@ -52,7 +52,16 @@ __all__ = [
 DEFAULT_INTERVAL_S = 2.5  # §6: the model is recomputed every 2.5 s
 _FROZEN = ConfigDict(extra="forbid", frozen=True)
 LoadFraction = Annotated[float, Field(ge=0, le=2, allow_inf_nan=False)]
-ServerChoiceName = Annotated[str, AfterValidator(check_server_choice)]
+
+
+def _server_choice(name: str) -> str:
+    try:
+        return check_server_choice(name)
+    except ConfigError as error:  # the key is named by the file's path to it
+        raise ValueError(error.problem) from None
+
+
+ServerChoiceName = Annotated[str, AfterValidator(_server_choice)]
 SERVER_CHOICE_HELP = (
     "The server inside the site a client's policy chose: "
     + ", ".join(SERVER_CHOICES)
