@@ -35,6 +35,13 @@ connection whose reply is already there), and ``RatesPolicy.choose`` per call ag
 the list-scanning implementation it replaced (kept below as ``_reference_choose``). Our
 connections parse with hiredis unless ``GEOSLO_RESP_READER=python``. Needs
 ``redis-server`` on the PATH and the ``redis`` and ``hiredis`` packages.
+
+Last, the per-request CPU cost of each server choice inside the chosen site (issue 37) in
+the client's choose path (``policy.choose`` with the client's block-drawn random numbers,
+KurmaPerf's site choice, this client's requests in flight spread over the servers), in ns
+per call and as a ratio against "random" measured in the same rounds (interleaved, the
+median over rounds); the policy's own server (no server choice) is printed beside them.
+``--choose-only`` runs only the two choose benchmarks (no testbed, no Redis needed).
 """
 
 from __future__ import annotations
@@ -53,10 +60,11 @@ import redis.asyncio
 from redis._parsers import _AsyncRESP2Parser
 from redis.utils import HIREDIS_AVAILABLE
 
+from geoslo.control.kurma import SERVER_CHOICES
 from geoslo.live._backend import get_payload, key_name
 from geoslo.live._resp import RedisConnection, new_reply_reader
-from geoslo.live.kurma._client import SiteClient
-from geoslo.live.kurma._policies import RatesPolicy
+from geoslo.live.kurma._client import SiteClient, _Draws
+from geoslo.live.kurma._policies import RatesPolicy, ServerChoice, make_policy
 from geoslo.live.kurma._testbed import Testbed, TestbedSpec
 
 SITE = "London"
@@ -316,6 +324,65 @@ def choose_cost(calls: int) -> dict:
     return result
 
 
+SERVER_CHOICE_CASES = {  # name: servers per site, the row of the plan
+    "3 sites x 2 servers": ([2] * 3, [0.6, 0.2, 0.2]),
+    "3 sites x 6 servers (rf 3)": ([6] * 3, [0.6, 0.2, 0.2]),
+}
+OWN = "policy's own"  # no server choice: RatesPolicy's alias table over hosts
+
+
+def _server_choice_policy(servers: list[int], row: list[float], name: str):
+    """KurmaPerf at site 0 with ``name``'s server choice, some requests in flight
+    everywhere and c3's scores fed, as a busy client's are."""
+    policy = make_policy("KurmaPerf", 0, servers, list(range(len(servers))))
+    policy.set_fractions(np.asarray(row))
+    if name != OWN:
+        choice = ServerChoice(name, servers)
+        rng = np.random.default_rng(1)
+        for j, n in enumerate(servers):
+            choice.in_flight[j][:] = rng.integers(0, 4, n).tolist()
+            if choice.needs_feedback:
+                for s in range(n):
+                    choice.feedback(j, s, float(rng.integers(0, 10)), 0.5 + rng.random())
+                    choice.observe(j, s, 1.0 + 5 * rng.random())
+        policy.set_server_choice(choice)
+    return policy
+
+
+def server_choice_cost(calls: int, rounds: int) -> dict:
+    """ns per ``policy.choose`` call of each server choice, and its ratio against random
+    in the same round (median over rounds, each round every variant in a random order)."""
+    variants = (OWN, *SERVER_CHOICES)
+    result = {}
+    print(f"server choice in the choose path, ns per call ({rounds} rounds x {calls} calls):")
+    for case, (servers, row) in SERVER_CHOICE_CASES.items():
+        policies = {name: _server_choice_policy(servers, row, name) for name in variants}
+        draws = {name: _Draws(np.random.default_rng(0)) for name in variants}
+        per_round: dict[str, list[float]] = {name: [] for name in variants}
+        order_rng = np.random.default_rng(2)
+        for name in variants:  # untimed: tables built, code warm
+            for k in range(1000):
+                policies[name].choose(draws[name], float(k))
+        for _ in range(rounds):
+            for k in order_rng.permutation(len(variants)):
+                name = variants[k]
+                choose, rng = policies[name].choose, draws[name]
+                start = time.perf_counter_ns()
+                for _ in range(calls):
+                    choose(rng, 0.0)
+                per_round[name].append((time.perf_counter_ns() - start) / calls)
+        times = {name: float(np.median(ns)) for name, ns in per_round.items()}
+        ratios = {
+            name: float(np.median(np.divide(per_round[name], per_round["random"])))
+            for name in variants
+        }
+        print(f"  {case}:")
+        for name in variants:
+            print(f"    {name:<18} {times[name]:>6.0f} ns  {ratios[name]:.2f}x random")
+        result[case] = {"ns": times, "vs_random": ratios}
+    return result
+
+
 def _parsers() -> dict[str, str]:
     """The reply parser of each kind of client in this run."""
     python_pool = redis.asyncio.ConnectionPool(parser_class=_AsyncRESP2Parser)
@@ -344,7 +411,18 @@ def main() -> None:
     ap.add_argument("--choose-calls", type=int, default=100_000, help="calls per choose case")
     ap.add_argument("--seed", type=int, default=0, help="seed of the interleaving order")
     ap.add_argument("--json", type=Path, help="also write the numbers to this file")
+    ap.add_argument(
+        "--choose-only", action="store_true", help="only the choose benchmarks (no testbed)"
+    )
     args = ap.parse_args()
+    if args.choose_only:
+        result = {
+            "choose_ns": choose_cost(args.choose_calls),
+            "server_choice_ns": server_choice_cost(args.choose_calls // 10, args.rounds),
+        }
+        if args.json is not None:
+            args.json.write_text(json.dumps(result, indent=1) + "\n")
+        return
     if args.requests < 100 or args.rounds < 1:
         ap.error("--requests must be >= 100 (a p99 needs them), --rounds >= 1")
     if not HIREDIS_AVAILABLE:
@@ -384,6 +462,7 @@ def main() -> None:
     )
     result["library_work_without_io"] = work
     result["choose_ns"] = choose_cost(args.choose_calls)
+    result["server_choice_ns"] = server_choice_cost(args.choose_calls // 10, args.rounds)
     if args.json is not None:
         result.update(
             rounds=args.rounds,

@@ -29,6 +29,7 @@ from geoslo.models import SloSurface, mmc_violation_surface
 pytestmark = pytest.mark.integration
 
 SITES = ("East", "West")
+SERVER_CHOICE = {"East": "least_outstanding"}  # West's agent names none: its clients keep theirs
 INTERVAL_S = 1.0
 CAPACITY_RPS = 1000.0
 PASSWORD = "agent-test-password"
@@ -93,6 +94,7 @@ secret_file = "{files["secret"]}"
 model_file = "{files["model"]}"
 max_one_way_ms = 5
 log_dir = "{files["logs"]}"
+{f'server_choice = "{SERVER_CHOICE[site]}"' if site in SERVER_CHOICE else ""}
 
 [controller]
 objective = "perf"
@@ -126,13 +128,14 @@ def test_agents_from_their_own_configs_steer_clients_of_stores_they_did_not_star
             started.append(ManagedProcess(f"agent-{site}", command, log, ports[site]["clients"]))
             started[-1].start(wait_timeout_s=AGENT_START_TIMEOUT_S)  # after the solver warms up
         tls = ssl.create_default_context(cafile=str(cert))
-        values, plans, sent = asyncio.run(_drive(ports, tls, seconds=5 * INTERVAL_S))
+        values, plans, sent, choices = asyncio.run(_drive(ports, tls, seconds=5 * INTERVAL_S))
         metrics = {site: scrape(ports[site]["metrics"]) for site in SITES}
     finally:
         for process in reversed(started):
             process.stop()
     assert values == {site: b"w" * 64 for site in SITES}  # SET then GET over TLS, with AUTH
     assert all(count >= 2 for count in plans.values()), plans  # the agents' rows arrived
+    assert choices == {"East": "least_outstanding", "West": None}  # the agent's, if it has one
     for site in SITES:
         log = (logs / f"kurma-{site.lower()}-rounds.jsonl").read_text()
         rounds = [json.loads(line) for line in log.splitlines()]
@@ -155,7 +158,8 @@ def test_agents_from_their_own_configs_steer_clients_of_stores_they_did_not_star
 
 async def _drive(ports: dict, tls: ssl.SSLContext, seconds: float):
     """One client per site at 100 req/s of GETs (a SET first); each site's value read
-    back, how many rows each client received and how many requests it made."""
+    back, how many rows each client received, how many requests it made and the server
+    choice it follows."""
     clients = {}
     for site in SITES:
         servers = tuple(((("127.0.0.1", ports[s]["redis"]),)) for s in SITES)
@@ -173,7 +177,10 @@ async def _drive(ports: dict, tls: ssl.SSLContext, seconds: float):
             await asyncio.sleep(0.01)
         values = {site: await c.get(key) for site, c in clients.items()}
         sent = {site: float(c.metrics.totals().requests.sum()) for site, c in clients.items()}
-        return values, {site: c.plans_received for site, c in clients.items()}, sent
+        choices = {
+            site: c.server_choice.name if c.server_choice else None for site, c in clients.items()
+        }
+        return values, {site: c.plans_received for site, c in clients.items()}, sent, choices
     finally:
         for client in clients.values():
             await client.drain()

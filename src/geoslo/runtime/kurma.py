@@ -29,11 +29,13 @@ import numpy as np
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
 from geoslo.control.kurma import (
+    SERVER_CHOICES,
     IntervalMeasurements,
     KurmaConfig,
     KurmaController,
     KurmaModel,
     Routing,
+    check_server_choice,
 )
 from geoslo.errors import ConfigError
 from geoslo.runtime._config import parse_listen
@@ -50,6 +52,21 @@ __all__ = [
 DEFAULT_INTERVAL_S = 2.5  # §6: the model is recomputed every 2.5 s
 _FROZEN = ConfigDict(extra="forbid", frozen=True)
 LoadFraction = Annotated[float, Field(ge=0, le=2, allow_inf_nan=False)]
+
+
+def _server_choice(name: str) -> str:
+    try:
+        return check_server_choice(name)
+    except ConfigError as error:  # the key is named by the file's path to it
+        raise ValueError(error.problem) from None
+
+
+ServerChoiceName = Annotated[str, AfterValidator(_server_choice)]
+SERVER_CHOICE_HELP = (
+    "The server inside the site a client's policy chose: "
+    + ", ".join(SERVER_CHOICES)
+    + " (docs/live.md); none: the policy's own (a uniform server for Kurma's rates)."
+)
 
 
 class ControllerSettings(BaseModel):
@@ -135,6 +152,7 @@ class TestbedSettings(BaseModel):
     residual_rtt_mean_ms: float = Field(0.5, ge=0, le=100, description="WAN jitter over the base.")
     state_dir: str | None = Field(None, description="Testbed state and logs; default a temp dir.")
     seed: int = Field(0, ge=0, description="Seed of the arrivals, keys and WAN schedules.")
+    server_choice: ServerChoiceName | None = Field(None, description=SERVER_CHOICE_HELP)
 
 
 def _address(value: str) -> str:
@@ -176,6 +194,10 @@ class AgentSettings(BaseModel):
     )
     epoch_unix_s: float = Field(0.0, ge=0, description="Rounds at epoch + k * interval_s (§6).")
     log_dir: str | None = Field(None, description="Round and probe logs (None: none).")
+    server_choice: ServerChoiceName | None = Field(
+        None,
+        description=SERVER_CHOICE_HELP + " Sent to every client of the site as it connects.",
+    )
 
 
 # --- the model -------------------------------------------------------------------------------
@@ -287,6 +309,7 @@ def _testbed(c: ControllerSettings, e: TestbedSettings, interval_s: float):
         base_rtt_window_s=c.base_rtt_window_s,
         state_dir=e.state_dir,
         seed=e.seed,
+        server_choice=e.server_choice,
     )
     return _testbed_model(c, e), environment
 
@@ -310,6 +333,7 @@ def _agent(c: ControllerSettings, e: AgentSettings, interval_s: float):
         epoch_unix_s=e.epoch_unix_s,
         log_dir=e.log_dir,
         slo_ms=c.slo_ms,
+        server_choice=e.server_choice,
     )
     if c.objective == "none":
         return None, KurmaAgentEnvironment(spec)
@@ -438,6 +462,9 @@ server_choice = "random"       # inside the site: random, round_robin, least_out
 # write_fraction = 0.02
 # residual_rtt_mean_ms = 0.5   # WAN jitter over the base RTT
 # state_dir = "/tmp/geoslo-kurma"    # default: a temporary folder
+# server_choice = "p2c"        # the server inside the chosen site: random, round_robin,
+#                              # least_outstanding, p2c or c3; unset: a uniform server (§3)
+# (kind = "agent" takes server_choice too: every client of its site follows it; docs/live.md)
 
 [controller]
 objective = "perf"             # §5: "perf" KurmaPerf (1), "cost" KurmaCost (2)

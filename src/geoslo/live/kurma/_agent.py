@@ -21,6 +21,11 @@ compiled kernels hold the interpreter lock for up to seconds), so the exchange, 
 the clients and /metrics are served during a solve. When the views disagree, its plan is
 this site's all-local row. ``apply(plan)`` sends the clients their row.
 
+A client that connects is first sent the site's settings, ``{"type": "site",
+"server_choice": NAME}``, when the agent has a server choice (``AgentSpec.server_choice``):
+how every client of the site picks the server inside the site its policy chose (one of
+``geoslo.control.kurma.SERVER_CHOICES``; without one the clients keep their own).
+
 ``dt`` is the largest one-way WAN delay to a peer plus a margin (``dissemination_offset_s``).
 The agent probes every peer 3 times every 200 ms (§6) to track base RTTs where no requests
 flow, and, given a log folder, logs every round and every probe (the live experiment's
@@ -52,6 +57,7 @@ from geoslo.control.kurma import (
     KurmaModel,
     KurmaObservation,
     build_problem,
+    check_server_choice,
     decide,
     dissemination_offset_s,
 )
@@ -106,8 +112,11 @@ class AgentSpec:
     epoch_unix_s: float = 0.0  # rounds at epoch + k * interval_s
     log_dir: str | None = None  # round log and probe log (None: none written)
     slo_ms: float = 30.0
+    server_choice: str | None = None  # what the clients are told (None: they keep their own)
 
     def __post_init__(self) -> None:
+        if self.server_choice is not None:
+            check_server_choice(self.server_choice)
         if self.site not in self.sites:
             raise ConfigError("site", f"{self.site!r} is not one of the sites {self.sites}")
         others = set(self.sites) - {self.site}
@@ -529,11 +538,14 @@ class KurmaAgentEnvironment:
 
     # --- clients -----------------------------------------------------------------------------
     async def _on_client(self, reader, writer) -> None:
-        """A client's reports, each its Prometheus metrics (``_client_metrics``): queued as
-        the counts since its report before; a client's first report to this agent counts
-        from zero only if no agent read it before (else it is the baseline). A report that
-        does not parse ends the connection."""
+        """The site's settings to a new client; then its reports, each its Prometheus
+        metrics (``_client_metrics``): queued as the counts since its report before; a
+        client's first report to this agent counts from zero only if no agent read it
+        before (else it is the baseline). A report that does not parse ends the connection."""
         replies: asyncio.Queue = asyncio.Queue()
+        if self.spec.server_choice is not None:
+            site = {"type": "site", "server_choice": self.spec.server_choice}
+            writer.write(json.dumps(site).encode() + b"\n")
         self.clients[writer] = replies
         zero = ClientTotals.zero(self.n)
         last: ClientTotals | None = None

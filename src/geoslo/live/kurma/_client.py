@@ -10,6 +10,12 @@ minimum response per second, at every dissemination point and sends back the row
 plan; without an agent, a plan-following policy stays all-local. A policy that needs the
 servers' feedback (C3) subscribes to every site's feedback process (``_feedback``), and a
 request it holds back waits in the client's backpressure queue, in order.
+The server inside the chosen site is the policy's own unless a server choice is given
+(``server_choice``, one of ``geoslo.control.kurma.SERVER_CHOICES``), or the site's agent
+names one when the client connects (``{"type": "site", "server_choice": ...}``, the agent's
+``server_choice`` setting): the agent's is followed, and kept after the agent is lost. The
+client counts its requests in flight per server (for least_outstanding, p2c and c3): one
+more when a request is sent, one less on its reply, failure, timeout or cancellation.
 Writes reach every site (eventual consistency): after a PUT is acknowledged, the client
 propagates it to one server of every other site, with the same backend work, and stores
 it on the remaining replicas. Failed or timed-out requests count as SLO violations.
@@ -36,7 +42,7 @@ from geoslo.errors import ConfigError, TestbedError
 from geoslo.live._backend import Workload, reply_bytes
 from geoslo.live._resp import RedisConnection
 from geoslo.live.kurma._client_metrics import ClientMetrics, ClientTotals
-from geoslo.live.kurma._policies import RoutingPolicy, make_policy
+from geoslo.live.kurma._policies import RoutingPolicy, ServerChoice, make_policy
 
 __all__ = ["SiteClient", "StoreEndpoints", "RequestLog"]
 
@@ -221,7 +227,8 @@ class StoreEndpoints:
 
 
 class SiteClient:
-    """GET and PUT from one site, routed by ``policy`` (a name or a RoutingPolicy); each
+    """GET and PUT from one site, routed by ``policy`` (a name or a RoutingPolicy), the
+    server inside the policy's site by ``server_choice`` (None: the policy's own); each
     request is ``work``'s (what a read or a write asks of a server)."""
 
     def __init__(
@@ -233,6 +240,7 @@ class SiteClient:
         seed: int = 0,
         request_timeout_s: float = 2.0,
         base_rtt_window_s: float = 1.0,
+        server_choice: str | None = None,
     ) -> None:
         self.endpoints = endpoints
         self.sites = endpoints.sites
@@ -269,18 +277,52 @@ class SiteClient:
         self._feedback_tasks: list[asyncio.Task] = []
         # RoutingPolicy.observe does nothing: skip the call unless a policy overrides it
         self._observes = type(policy).observe is not RoutingPolicy.observe
+        self._started = False
+        self.in_flight = [[0] * n for n in servers]  # this client's requests, per server
+        self.server_choice: ServerChoice | None = None
+        self.server_choice_refused: str | None = None  # why the agent's was not followed
+        self.set_server_choice(server_choice)
+
+    def set_server_choice(self, name: str | None) -> None:
+        """Pick the server inside the policy's site by ``name`` from now on (None: the
+        policy's own). Raises ConfigError for an unknown name, for C3 (it chooses both
+        levels) and for "c3" without the feedback processes' addresses."""
+        if name is None:
+            self.policy.set_server_choice(None)
+            self.server_choice = None
+            return
+        if name == "c3" and self.endpoints.feedback is None:
+            raise ConfigError(
+                "feedback", 'server choice "c3" needs every site\'s feedback process, as C3 does'
+            )
+        choice = ServerChoice(name, self.policy.servers, self.in_flight, len(self.sites))
+        self.policy.set_server_choice(choice)
+        self.server_choice = choice
+        if choice.needs_feedback and self._started:
+            self._subscribe_feedback()
+
+    @property
+    def _needs_feedback(self) -> bool:
+        choice = self.server_choice
+        return self.policy.needs_feedback or (choice is not None and choice.needs_feedback)
 
     # --- lifecycle ---------------------------------------------------------------------------
     async def start(self) -> SiteClient:
         loop = asyncio.get_running_loop()
+        self._started = True
         if self.endpoints.agent is not None:
             self._agent_task = loop.create_task(self._agent_loop())
-        if self.policy.needs_feedback:
+        self._subscribe_feedback()
+        return self
+
+    def _subscribe_feedback(self) -> None:
+        """Every site's feedback process, if the policy or the server choice needs it."""
+        if self._needs_feedback and not self._feedback_tasks:
+            loop = asyncio.get_running_loop()
             self._feedback_tasks = [
                 loop.create_task(self._feedback_loop(j, address))
                 for j, address in enumerate(self.endpoints.feedback)
             ]
-        return self
 
     async def close(self) -> None:
         """Report what the agent has not collected yet, then close every connection."""
@@ -368,13 +410,18 @@ class SiteClient:
         deadline runs from there, so time spent held back does not count against the
         host), or None if the request failed or timed out (the host is then skipped for
         a while)."""
-        if host[1] == HELD_TOO_LONG:
+        site, server = host
+        if server == HELD_TOO_LONG:
             return None
+        in_flight = self.in_flight[site]
+        in_flight[server] += 1
         try:
             return await self._send(host, payload, replies, sent)
         except (TimeoutError, TestbedError):
-            self.policy.failed(*host, _now_ms() + DOWN_BACKOFF_MS)
+            self.policy.failed(site, server, _now_ms() + DOWN_BACKOFF_MS)
             return None
+        finally:
+            in_flight[server] -= 1
 
     def _send(self, host: tuple[int, int], payload: bytes, replies: int, start: float):
         """Send ``payload`` (``replies`` commands) to ``host``, the policy's tuple (reused as
@@ -415,6 +462,9 @@ class SiteClient:
             mins[site] = response_ms
         if self._observes:
             self.policy.observe(site, host[1], (done - sent) * 1e3, done * 1e3)
+        choice = self.server_choice
+        if choice is not None and choice.needs_feedback:
+            choice.observe(site, host[1], (done - sent) * 1e3)
 
     def min_response_ms(self, now_s: float) -> np.ndarray:
         """Min response per destination over the last ``base_rtt_window_s`` (base RTT, §6);
@@ -505,7 +555,8 @@ class SiteClient:
 
     # --- the servers' feedback (C3) ------------------------------------------------------------
     async def _feedback_loop(self, site: int, address: tuple[str, int]) -> None:
-        """Stay subscribed to ``site``'s feedback process; hand each line to the policy."""
+        """Stay subscribed to ``site``'s feedback process; hand each line to the policy
+        (C3) or to the server choice ("c3")."""
         while True:
             try:
                 reader, writer = await asyncio.open_connection(*address)
@@ -515,10 +566,13 @@ class SiteClient:
             try:
                 while line := await reader.readline():
                     message = json.loads(line)
+                    sink = self.policy if self.policy.needs_feedback else self.server_choice
+                    if sink is None or not getattr(sink, "needs_feedback", False):
+                        continue  # the server choice in force no longer needs it
                     for server, (queue, service_ms) in enumerate(
                         zip(message["q"], message["service_ms"], strict=True)
                     ):
-                        self.policy.feedback(site, server, queue, service_ms)
+                        sink.feedback(site, server, queue, service_ms)
             except (OSError, ValueError, KeyError, TypeError):
                 pass  # a line it cannot read: subscribe again
             finally:
@@ -551,9 +605,25 @@ class SiteClient:
     def _on_agent_message(self, message: dict, writer: asyncio.StreamWriter) -> None:
         if message["type"] == "collect":
             writer.write(self._report(message["round"]))
+        elif message["type"] == "site":
+            self._follow_site(message)
         elif message["type"] == "plan" and self.policy.follows_plan:
             self.policy.set_fractions(np.asarray(message["fractions"], dtype=float))
             self.plans_received += 1
+
+    def _follow_site(self, message: dict) -> None:
+        """The site's settings its agent sends on connecting: its server choice, followed
+        unless the client cannot (C3's own, or "c3" without the feedback addresses: the
+        reason is kept in ``server_choice_refused``)."""
+        name = message.get("server_choice")
+        current = None if self.server_choice is None else self.server_choice.name
+        if name is None or name == current:
+            return
+        try:
+            self.set_server_choice(name)
+            self.server_choice_refused = None
+        except ConfigError as refused:
+            self.server_choice_refused = str(refused)
 
     def _report(self, round_: int | None) -> bytes:
         """The answer to a collection: the metrics in the Prometheus text format (cumulative;

@@ -3,7 +3,8 @@ behind the WAN emulator, open-loop clients per site, one controller for every si
 
 * ``start()`` brings the testbed up (as ``geoslo testbed up`` does), one echo server per
   site on its agent port, inside the site (the target of §6's WAN probes), and one client per site
-  (:class:`SiteClient`, following a plan) with its open-loop Poisson load.
+  (:class:`SiteClient`, following a plan, the server in a site by ``server_choice``) with its
+  open-loop Poisson load.
 * ``observe()`` takes every client's counts since the last observation (§6's measurements:
   arrivals, writes, requests and violations per destination, the minimum response of the last
   ``base_rtt_window_s``) and probes every link 3 times through the WAN (§6).
@@ -58,6 +59,7 @@ class KurmaTestbedEnvironment:
         state_dir: str | Path | None = None,
         seed: int = 0,
         request_timeout_s: float = 2.0,
+        server_choice: str | None = None,
     ) -> None:
         if len(rates_rps) != len(spec.sites):
             raise ConfigError("rates_rps", f"give one rate per site ({len(spec.sites)})")
@@ -72,6 +74,7 @@ class KurmaTestbedEnvironment:
         self.state_dir = Path(state_dir) if state_dir else None
         self.seed = seed
         self.request_timeout_s = request_timeout_s
+        self.server_choice = server_choice  # every client's, inside its chosen site
         self.testbed: Testbed | None = None
         self.clients: list[SiteClient] = []
         self.shed = np.zeros(len(spec.sites), dtype=np.int64)  # arrivals not issued
@@ -96,7 +99,7 @@ class KurmaTestbedEnvironment:
                 client = SiteClient(
                     self.testbed.client_endpoints(site, agent=False), self.testbed.workload,
                     "KurmaPerf", self.slo_ms, self.seed + 17 * k, self.request_timeout_s,
-                    self.base_rtt_window_s,
+                    self.base_rtt_window_s, self.server_choice,
                 )  # fmt: skip
                 self.clients.append(await client.start())
             for k in range(len(self.clients)):

@@ -39,6 +39,7 @@ class InstanceConfig:
     exchange_secret_file: str | None = None  # None: <state_dir>/kurma-exchange.key
     exchange_host: str | None = None  # where it accepts its peers (None: the site's address)
     metrics_host: str | None = None  # where it serves /metrics (None: the site's address)
+    server_choice: str | None = None  # the site's clients' (None: each keeps its own)
 
 
 def start_instance(config: InstanceConfig) -> ManagedProcess:
@@ -87,6 +88,7 @@ def agent_config(testbed: Testbed, config: InstanceConfig) -> str:
         "max_one_way_ms": testbed.max_one_way_ms(),
         "epoch_unix_s": testbed.epoch_unix_s,
         "log_dir": config.run_dir,
+        "server_choice": config.server_choice,
     }
     controller = {
         "objective": config.objective or "none",

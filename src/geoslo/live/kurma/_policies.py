@@ -16,6 +16,13 @@ and the sockets. The same policies run in the simulator's kernel (``geoslo.sim``
 * ``C3``: Suresh et al. (NSDI 2015), per client: replicas ranked by response time, queue and
   service time (the servers' feedback, ``_feedback``), each under a cubic rate limiter,
   with a backpressure queue when none has room.
+
+Every policy but C3 chooses a *site*; the *server* inside it is the policy's own (above)
+unless a :class:`ServerChoice` is set (``set_server_choice``): then the policy picks the
+site as before (LatencyAware and DynamicSnitch keep the site of the host they pick) and
+the server choice picks the server inside it, one of
+``geoslo.control.kurma.SERVER_CHOICES`` with the semantics written above that tuple
+(the simulator's kernel implements the same). C3 chooses both levels and takes none.
 """
 
 from __future__ import annotations
@@ -23,13 +30,22 @@ from __future__ import annotations
 import heapq
 import math
 import random
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 
-from geoslo.errors import InputError
+from geoslo.control.kurma import check_server_choice
+from geoslo.errors import ConfigError, InputError
 
 __all__ = [
     "AliasTable",
+    "C3Scores",
+    "ServerChoice",
+    "key_replicas",
+    "least_outstanding",
+    "power_of_two",
+    "round_robin",
+    "lowest_psi",
     "RoutingPolicy",
     "RatesPolicy",
     "GlobalRoundRobin",
@@ -51,6 +67,7 @@ class RoutingPolicy:
 
     follows_plan = False  # True: the site's agent sets the split every interval
     needs_feedback = False  # True: the servers' feedback (C3) reaches it through feedback()
+    server_choice: ServerChoice | None = None  # None: the policy's own server in the site
 
     def __init__(self, site: int, servers_per_site: list[int]) -> None:
         self.site = site
@@ -58,16 +75,37 @@ class RoutingPolicy:
         self.down_until_ms = {
             (j, s): -math.inf for j, n in enumerate(self.servers) for s in range(n)
         }
+        self.site_down_until_ms = [-math.inf] * len(self.servers)  # the latest mark of a site
 
     def mark_down(self, site: int, server: int, until_ms: float) -> None:
         self.down_until_ms[(site, server)] = until_ms
+        self.site_down_until_ms[site] = max(self.site_down_until_ms[site], until_ms)
 
     def is_up(self, site: int, server: int, now_ms: float) -> bool:
         return self.down_until_ms[(site, server)] <= now_ms
 
     def choose(self, rng: np.random.Generator, now_ms: float) -> tuple[int, int] | None:
-        """The host of the next request (None: hold it back until ``held_until_ms``)."""
+        """The host of the next request (None: hold it back until ``held_until_ms``): the
+        policy's own, or its site and the server choice's server in it."""
+        choice = self.server_choice
+        if choice is None:
+            return self.choose_host(rng, now_ms)
+        site = self.choose_site(rng, now_ms)
+        return site, choice.choose(site, rng, now_ms, self)
+
+    def choose_host(self, rng: np.random.Generator, now_ms: float) -> tuple[int, int]:
+        """The policy's own host (both levels)."""
         raise NotImplementedError
+
+    def choose_site(self, rng: np.random.Generator, now_ms: float) -> int:
+        """The site alone (the first level): the site of the policy's own host."""
+        return self.choose_host(rng, now_ms)[0]
+
+    def set_server_choice(self, choice: ServerChoice | None) -> None:
+        """Pick the server inside the chosen site by ``choice`` (None: the policy's own)."""
+        if choice is not None and choice.servers != self.servers:
+            raise ConfigError("server_choice", "its servers per site must be the policy's")
+        self.server_choice = choice
 
     def failed(self, site: int, server: int, until_ms: float) -> None:
         """A request to the host failed or timed out: skip the host until ``until_ms``."""
@@ -129,9 +167,10 @@ class RatesPolicy(RoutingPolicy):
     """Send a fraction ``row[j]`` of requests to site ``j`` (Kurma §6, enforcement).
 
     A remote site whose servers are all marked down gets nothing (its share stays local);
-    within a site the server is uniform over those that are up. Both are folded into one
-    alias table over hosts, rebuilt only when the row or the set of down hosts changes
-    (a host marked down, or a down mark expiring), so a choice costs O(1).
+    within a site the server is uniform over those that are up, or the server choice's.
+    Both are folded into one alias table over hosts (over sites with a server choice),
+    rebuilt only when the row, the server choice or the set of down hosts changes (a host
+    marked down, or a down mark expiring), so a choice costs O(1).
     """
 
     def __init__(self, site: int, servers_per_site: list[int], follows_plan: bool) -> None:
@@ -153,14 +192,33 @@ class RatesPolicy(RoutingPolicy):
         super().mark_down(site, server, until_ms)
         self._valid_until_ms = -math.inf
 
-    def host_weights(self, now_ms: float) -> dict[tuple[int, int], float]:
-        """The probability of each host at ``now_ms`` (what the alias table draws)."""
-        site_weights = [float(w) for w in self.row]
-        up = [[s for s in range(n) if self.is_up(j, s, now_ms)] for j, n in enumerate(self.servers)]
+    def set_server_choice(self, choice: ServerChoice | None) -> None:
+        super().set_server_choice(choice)
+        self._valid_until_ms = -math.inf  # the table's outcomes change: hosts or sites
+
+    def _site_weights(self, up: list[list[int]]) -> list[float]:
+        """The row, with a remote site that has no server up folded into this one's share."""
+        weights = [float(w) for w in self.row]
         for j in range(len(self.servers)):
             if j != self.site and not up[j]:
-                site_weights[self.site] += site_weights[j]  # unreachable: keep it local
-                site_weights[j] = 0.0
+                weights[self.site] += weights[j]  # unreachable: keep it local
+                weights[j] = 0.0
+        return weights
+
+    def _up(self, now_ms: float) -> list[list[int]]:
+        servers = enumerate(self.servers)
+        return [[s for s in range(n) if self.is_up(j, s, now_ms)] for j, n in servers]
+
+    def site_weights(self, now_ms: float) -> dict[int, float]:
+        """The probability of each site at ``now_ms`` (what the table draws with a server
+        choice)."""
+        weights = self._site_weights(self._up(now_ms))
+        return {j: w for j, w in enumerate(weights) if w > 0}
+
+    def host_weights(self, now_ms: float) -> dict[tuple[int, int], float]:
+        """The probability of each host at ``now_ms`` (what the alias table draws)."""
+        up = self._up(now_ms)
+        site_weights = self._site_weights(up)
         if not up[self.site]:
             up[self.site] = list(range(self.servers[self.site]))  # nowhere better to go
         return {
@@ -171,13 +229,21 @@ class RatesPolicy(RoutingPolicy):
         }
 
     def _rebuild(self, now_ms: float) -> None:
-        weights = self.host_weights(now_ms)
+        if self.server_choice is None:
+            weights: dict = self.host_weights(now_ms)
+        else:
+            weights = self.site_weights(now_ms)
         self.table = AliasTable(list(weights), list(weights.values()))
         self.rebuilds += 1
         later = [t for t in self.down_until_ms.values() if t > now_ms]
         self._built_ms, self._valid_until_ms = now_ms, min(later, default=math.inf)
 
-    def choose(self, rng: np.random.Generator, now_ms: float) -> tuple[int, int]:
+    def choose_host(self, rng: np.random.Generator, now_ms: float) -> tuple[int, int]:
+        if not self._built_ms <= now_ms < self._valid_until_ms:
+            self._rebuild(now_ms)
+        return self.table.draw(rng.random())
+
+    def choose_site(self, rng: np.random.Generator, now_ms: float) -> int:
         if not self._built_ms <= now_ms < self._valid_until_ms:
             self._rebuild(now_ms)
         return self.table.draw(rng.random())
@@ -191,7 +257,7 @@ class GlobalRoundRobin(RoutingPolicy):
         self.hosts = [(j, s) for j, n in enumerate(self.servers) for s in range(n)]
         self.next = 0
 
-    def choose(self, rng: np.random.Generator, now_ms: float) -> tuple[int, int]:
+    def choose_host(self, rng: np.random.Generator, now_ms: float) -> tuple[int, int]:
         for _ in range(len(self.hosts)):
             host = self.hosts[self.next % len(self.hosts)]
             self.next += 1
@@ -240,7 +306,7 @@ class LatencyAware(RoutingPolicy):
         ]
         return min(fresh) if fresh else None
 
-    def choose(self, rng: np.random.Generator, now_ms: float) -> tuple[int, int]:
+    def choose_host(self, rng: np.random.Generator, now_ms: float) -> tuple[int, int]:
         best = self._best_ms(now_ms)
         plan = [h for h in self._plan(rng) if self.is_up(*h, now_ms)] or [(self.site, 0)]
         for host in plan:
@@ -384,13 +450,193 @@ class DynamicSnitch(RoutingPolicy):
         threshold = 1.0 + self.badness_threshold
         return any(a > b * threshold for a, b in zip(scored, sorted(scored), strict=True))
 
-    def choose(self, rng: np.random.Generator, now_ms: float) -> tuple[int, int]:
+    def choose_host(self, rng: np.random.Generator, now_ms: float) -> tuple[int, int]:
         if now_ms >= self._next_score_ms:
             self._update(now_ms)
         hosts = self.replicas(rng.random())
         if self._is_bad(hosts):
             hosts = sorted(hosts, key=lambda h: self.scores.get(h, 0.0))  # stable
         return next((h for h in hosts if self.is_up(*h, now_ms)), hosts[0])
+
+
+class C3Scores:
+    """C3's view of every host from one client (§4.1), shared by the C3 policy and the
+    "c3" server choice: the response time R, the queue q and the service time 1/mu, each
+    an EWMA (alpha 0.9) updated when a response arrives, q and 1/mu from the server's
+    latest feedback (``_feedback``) from the host's first feedback on."""
+
+    ewma_alpha = 0.9
+
+    def __init__(self, hosts: list[tuple[int, int]]) -> None:
+        zero = dict.fromkeys(hosts, 0.0)
+        self.response_ms, self.queue, self.service_ms = dict(zero), dict(zero), dict(zero)
+        self.latest: dict[tuple[int, int], tuple[float, float]] = {}  # host -> (q, 1/mu ms)
+        self.fed: set[tuple[int, int]] = set()  # hosts whose feedback has counted once
+
+    def feedback(self, site: int, server: int, queue: float, service_ms: float) -> None:
+        """The server's latest feedback; it counts when one of its responses arrives."""
+        self.latest[(site, server)] = (queue, service_ms)
+
+    def observe(self, site: int, server: int, response_ms: float) -> None:
+        """One response from the host (``response_ms`` from when it was sent)."""
+        host, a = (site, server), self.ewma_alpha
+        self.response_ms[host] = a * self.response_ms[host] + (1 - a) * response_ms
+        queue, service_ms = self.latest.get(host, (0.0, 0.0))
+        if service_ms > 0:  # the server's feedback, once it has measured the server
+            if host in self.fed:
+                queue = a * self.queue[host] + (1 - a) * queue
+                service_ms = a * self.service_ms[host] + (1 - a) * service_ms
+            self.queue[host], self.service_ms[host] = queue, service_ms
+            self.fed.add(host)
+
+    def psi(self, host: tuple[int, int], outstanding: int, n_clients: int) -> float:
+        """psi = R - 1/mu + q_hat^3 / mu, q_hat = 1 + os * n + q (§4.1)."""
+        q_hat = 1.0 + outstanding * n_clients + self.queue[host]
+        service = self.service_ms[host]
+        return self.response_ms[host] - service + q_hat**3 * service
+
+
+# --- the server inside the chosen site (the second level) ----------------------------------
+
+
+def key_replicas(start: int, n: int, rf: int) -> tuple[int, ...]:
+    """A key's replicas in a site of ``n`` servers: ``rf`` consecutive from its start
+    (every server when ``rf >= n``), in ring order."""
+    return tuple((start + k) % n for k in range(min(rf, n)))
+
+
+def least_outstanding(candidates: Sequence[int], in_flight: list[int]) -> int:
+    """The candidate with the fewest requests in flight (ties: the first, in ring order)."""
+    best = candidates[0]
+    for server in candidates:
+        if in_flight[server] < in_flight[best]:
+            best = server
+    return best
+
+
+def power_of_two(
+    candidates: Sequence[int], in_flight: list[int], first: float, second: float
+) -> int:
+    """Two distinct candidates drawn uniformly by the uniforms ``first`` and ``second`` in
+    [0, 1), the one with fewer in flight (ties: the first drawn)."""
+    k = len(candidates)
+    if k == 1:
+        return candidates[0]
+    a = min(int(first * k), k - 1)
+    b = min(int(second * (k - 1)), k - 2)
+    b += b >= a  # the second draw is over the others
+    x, y = candidates[a], candidates[b]
+    return y if in_flight[y] < in_flight[x] else x
+
+
+def round_robin(candidates: Sequence[int], n: int, cursor: int) -> tuple[int, int]:
+    """The first candidate at or after ``cursor`` in the site's ring of ``n`` servers, and
+    the cursor past it."""
+    server, gap = candidates[0], n
+    for candidate in candidates:
+        if (candidate - cursor) % n < gap:
+            server, gap = candidate, (candidate - cursor) % n
+    return server, (server + 1) % n
+
+
+def lowest_psi(candidates: Sequence[int], psi: Mapping[int, float] | list[float]) -> int:
+    """The candidate of lowest ``psi[server]`` (ties: the first, in ring order)."""
+    best = candidates[0]
+    for server in candidates:
+        if psi[server] < psi[best]:
+            best = server
+    return best
+
+
+class ServerChoice:
+    """The server inside the chosen site, by one of ``SERVER_CHOICES`` (their semantics:
+    ``geoslo.control.kurma.types``), for one client.
+
+    A request's key is drawn uniformly (its start replica); its candidates are the key's
+    ``replicas_per_site`` replicas in the site that are up (none up: the site's servers
+    that are, from the key's start; none: the key's replicas). ``in_flight[site][server]``
+    counts this client's requests in flight (the client keeps it: one more when a request
+    is sent, one less on its reply, failure or timeout); pass the client's lists so every
+    request counts. "c3" ranks by :class:`C3Scores`, fed by the client from the servers'
+    feedback (``feedback``) and the responses (``observe``), without C3's rate limiter
+    and backpressure; ``n_clients`` is its n (0: one client per site)."""
+
+    replicas_per_site = 3  # Kurma section 7: RF 3 in each datacenter
+
+    def __init__(
+        self,
+        name: str,
+        servers_per_site: list[int],
+        in_flight: list[list[int]] | None = None,
+        n_clients: int = 0,
+    ) -> None:
+        self.name = check_server_choice(name)
+        self.servers = list(servers_per_site)
+        if in_flight is None:
+            in_flight = [[0] * n for n in self.servers]
+        if [len(counts) for counts in in_flight] != self.servers:
+            raise ConfigError("in_flight", "give one count per server of every site")
+        self.in_flight = in_flight
+        self.n_clients = n_clients or len(self.servers)
+        self.cursor = [0] * len(self.servers)  # round robin: one per site
+        self.needs_feedback = name == "c3"
+        self._hosts = [[(j, s) for s in range(n)] for j, n in enumerate(self.servers)]
+        self.scores = C3Scores([h for site in self._hosts for h in site]) if name == "c3" else None
+        rf = self.replicas_per_site
+        self._replicas = [[key_replicas(k, n, rf) for k in range(n)] for n in self.servers]
+        self._pick = getattr(self, f"_{name}")
+
+    def choose(self, site: int, rng, now_ms: float, hosts: RoutingPolicy) -> int:
+        """The server of the next request to ``site``; ``hosts`` (the policy) says which
+        are down until after ``now_ms`` (they are not candidates)."""
+        n = self.servers[site]
+        start = min(int(rng.random() * n), n - 1)
+        candidates = self._replicas[site][start]
+        if hosts.site_down_until_ms[site] > now_ms:  # a server of the site may be down
+            candidates = self._up(site, start, now_ms, hosts.down_until_ms)
+        return self._pick(site, candidates, rng)
+
+    def _up(self, site: int, start: int, now_ms: float, down_until_ms: dict) -> Sequence[int]:
+        """The key's replicas that are up, else the site's servers that are (from the key's
+        start), else the key's replicas (nowhere better to go)."""
+        replicas = self._replicas[site][start]
+        up = [s for s in replicas if down_until_ms[(site, s)] <= now_ms]
+        if not up:
+            ring = key_replicas(start, self.servers[site], self.servers[site])
+            up = [s for s in ring if down_until_ms[(site, s)] <= now_ms] or list(replicas)
+        return up
+
+    def _random(self, site: int, candidates: Sequence[int], rng) -> int:
+        return candidates[0]  # the key's start replica (or the first after it that is up)
+
+    def _round_robin(self, site: int, candidates: Sequence[int], rng) -> int:
+        server, self.cursor[site] = round_robin(candidates, self.servers[site], self.cursor[site])
+        return server
+
+    def _least_outstanding(self, site: int, candidates: Sequence[int], rng) -> int:
+        return least_outstanding(candidates, self.in_flight[site])
+
+    def _p2c(self, site: int, candidates: Sequence[int], rng) -> int:
+        if len(candidates) == 1:
+            return candidates[0]
+        return power_of_two(candidates, self.in_flight[site], rng.random(), rng.random())
+
+    def _c3(self, site: int, candidates: Sequence[int], rng) -> int:
+        counts, hosts, psi, n = (
+            self.in_flight[site],
+            self._hosts[site],
+            self.scores.psi,
+            self.n_clients,
+        )
+        return lowest_psi(candidates, {s: psi(hosts[s], counts[s], n) for s in candidates})
+
+    def feedback(self, site: int, server: int, queue: float, service_ms: float) -> None:
+        """A server's feedback ("c3" only)."""
+        self.scores.feedback(site, server, queue, service_ms)
+
+    def observe(self, site: int, server: int, response_ms: float) -> None:
+        """A response ("c3" only)."""
+        self.scores.observe(site, server, response_ms)
 
 
 class C3(RoutingPolicy):
@@ -412,7 +658,6 @@ class C3(RoutingPolicy):
     request in its backpressure queue, in order, until the next window."""
 
     needs_feedback = True
-    ewma_alpha = 0.9
     window_ms = 20.0
     beta = 0.2
     gamma = 2e-5
@@ -431,15 +676,19 @@ class C3(RoutingPolicy):
         self.n_clients = n_clients
         self.order = [site] + [j for j in proximity if j != site]  # this site first
         hosts = [(j, s) for j, n in enumerate(self.servers) for s in range(n)]
-        zero = dict.fromkeys(hosts, 0.0)
-        self.response_ms, self.queue, self.service_ms = dict(zero), dict(zero), dict(zero)
+        self.scores = C3Scores(hosts)
+        scores = self.scores  # the same dicts, under C3's names
+        self.response_ms, self.queue, self.service_ms = (
+            scores.response_ms,
+            scores.queue,
+            scores.service_ms,
+        )
+        self.latest, self.fed = scores.latest, scores.fed  # host -> (q, 1/mu ms); fed once
         self.outstanding = dict.fromkeys(hosts, 0)
         self.rate = dict.fromkeys(hosts, self.initial_rate)
         self.rate_before_cut = dict.fromkeys(hosts, self.initial_rate)
         self.cut_at_ms = dict.fromkeys(hosts, -math.inf)
         self.sent, self.received = dict.fromkeys(hosts, 0), dict.fromkeys(hosts, 0)
-        self.latest: dict[tuple[int, int], tuple[float, float]] = {}  # host -> (q, 1/mu ms)
-        self.fed: set[tuple[int, int]] = set()  # hosts whose feedback has counted once
         self.window_end_ms: float | None = None
 
     @property
@@ -448,9 +697,13 @@ class C3(RoutingPolicy):
         return self.window_end_ms if self.window_end_ms is not None else -math.inf
 
     def psi(self, host: tuple[int, int]) -> float:
-        q_hat = 1.0 + self.outstanding[host] * self.n_clients + self.queue[host]
-        service = self.service_ms[host]
-        return self.response_ms[host] - service + q_hat**3 * service
+        return self.scores.psi(host, self.outstanding[host], self.n_clients)
+
+    def set_server_choice(self, choice: ServerChoice | None) -> None:
+        if choice is not None:
+            raise ConfigError(
+                "server_choice", "C3 chooses the server itself (both levels): leave it unset"
+            )
 
     def choose(self, rng: np.random.Generator, now_ms: float) -> tuple[int, int] | None:
         self._close_windows(now_ms)
@@ -473,18 +726,11 @@ class C3(RoutingPolicy):
 
     def feedback(self, site: int, server: int, queue: float, service_ms: float) -> None:
         """The server's latest feedback; it counts when one of its responses arrives."""
-        self.latest[(site, server)] = (queue, service_ms)
+        self.scores.feedback(site, server, queue, service_ms)
 
     def observe(self, site: int, server: int, response_ms: float, now_ms: float) -> None:
-        host, a = (site, server), self.ewma_alpha
-        self.response_ms[host] = a * self.response_ms[host] + (1 - a) * response_ms
-        queue, service_ms = self.latest.get(host, (0.0, 0.0))
-        if service_ms > 0:  # the server's feedback, once it has measured the server
-            if host in self.fed:
-                queue = a * self.queue[host] + (1 - a) * queue
-                service_ms = a * self.service_ms[host] + (1 - a) * service_ms
-            self.queue[host], self.service_ms[host] = queue, service_ms
-            self.fed.add(host)
+        host = (site, server)
+        self.scores.observe(site, server, response_ms)
         self._settled(host)
         self.received[host] += 1
 
@@ -519,10 +765,23 @@ class C3(RoutingPolicy):
 
 
 def make_policy(
-    name: str, site: int, servers_per_site: list[int], proximity: list[int], n_clients: int = 0
+    name: str,
+    site: int,
+    servers_per_site: list[int],
+    proximity: list[int],
+    n_clients: int = 0,
+    server_choice: str | None = None,
 ):
     """A policy by its name in the paper (one of ``POLICY_NAMES``); ``n_clients`` is C3's
-    n, the clients sharing the servers (0: one per site)."""
+    n, the clients sharing the servers (0: one per site). ``server_choice`` (one of
+    ``SERVER_CHOICES``) picks the server inside the policy's site (None: its own)."""
+    policy = _policy(name, site, servers_per_site, proximity, n_clients)
+    if server_choice is not None:
+        policy.set_server_choice(ServerChoice(server_choice, servers_per_site, None, n_clients))
+    return policy
+
+
+def _policy(name: str, site: int, servers_per_site: list[int], proximity, n_clients: int):
     if name == "AllLocal":
         return RatesPolicy(site, servers_per_site, follows_plan=False)
     if name in ("KurmaPerf", "KurmaCost"):
