@@ -180,7 +180,8 @@ def serve_one_server(kern, arrival_ms, svc_ms, threads, stall_ms):
         fq, fb, fbi, np.zeros((1, 1, K.RING)), np.zeros((1, 1), dtype=np.int64),
         np.array([0, 1]), np.zeros(1), 30.0, 0, 0.0, np.zeros((1, 1), dtype=np.int64),
         np.zeros((1, 1), dtype=np.int64), np.zeros((1, 1)), np.full((1, 1, 1), np.inf),
-        np.zeros((1, 5)), np.zeros(1, dtype=np.int64), stall_ms, bq,
+        np.zeros((1, 5)), np.zeros(1, dtype=np.int64), np.zeros((1, K.NCS)), np.zeros(K.NPP),
+        np.array([1]), np.ones((1, 1)), stall_ms, bq,
     )  # fmt: skip
     return fb[:, K.FB_QLEN].tolist(), (fb[:, K.FB_RESP] + arrival_ms).tolist()
 
