@@ -42,3 +42,28 @@ def test_profile_site_is_reproducible_and_validates():
     assert np.array_equal(a, b) and a.min() >= BackendParams().overhead_ms
     with pytest.raises(ValueError, match="load_rps"):
         profile_site(BackendParams(), -1.0, 0.0, 1.0, seed=0)
+
+
+# Each tail's short re-measurement: the site stalls' anchors ask for rare long pauses (about
+# one every SITE_EVERY s), so their check needs longer runs to hold a few hundred of them.
+TAIL_CHECKS = {
+    # tail: (seconds per run, runs, tolerance as a fraction of the anchor)
+    "heavy_tail_threads": (60.0, 2, 0.06),
+    "site_stalls": (300.0, 4, 0.06),
+}
+
+
+@pytest.mark.parametrize("tail", sorted(TAIL_CHECKS))
+def test_each_calibrated_tail_meets_fig4_targets(tail):
+    duration_s, n_seeds, tolerance = TAIL_CHECKS[tail]
+    backend = BackendParams.for_tail(tail)
+    c = measure_crossings(
+        backend,
+        duration_s=duration_s,
+        seed=11,
+        n_seeds=n_seeds,
+        loads_rps=np.arange(34e3, 47.5e3, 1e3),
+    )
+    assert c.capacity_rps == pytest.approx(55e3, rel=1e-3)
+    assert c.local_rps == pytest.approx(43e3, rel=tolerance)
+    assert c.remote_rps == pytest.approx(36e3, rel=tolerance)

@@ -143,6 +143,7 @@ def test_named_backends_keep_the_capacity_anchor(tail):
         ({"tail": "site_stalls"}, "site_stall_rate_per_s"),
         ({"site_stall_rate_per_s": 1.0, "site_stall_mean_ms": 5.0}, "site_stall_rate_per_s"),
         ({"tail": "heavy_tail_threads"}, "read.lognormal_sigma"),
+        ({"site_stall_length_shape": 0.0}, "site_stall_length_shape"),
     ],
 )
 def test_bad_tails_name_the_field(kwargs, field):

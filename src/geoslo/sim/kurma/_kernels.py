@@ -8,7 +8,8 @@ Time advances in slices (default 10 ms). In a slice every source routes its
 arrivals and appends them to a pending buffer keyed by arrival time at the
 server; at the slice end the pending requests that reached their server before
 the slice end are sorted by (server arrival, sequence number) and run through
-the FCFS (Lindley) recursion of their server. Feedback to adaptive policies
+the FCFS (Lindley) recursion of their server (into its first free thread, on a clock
+that stops during the site's pauses: the backend's tails, `_params`). Feedback to adaptive policies
 (the response observed at the source) is applied at the first slice end after
 it reaches the source, in (feedback time, sequence number) order; responses in
 flight wait in a 4-ary min-heap on that key, so a slice costs O(log n) per

@@ -20,8 +20,11 @@ fitted to the same three Fig. 4 anchors:
 * ``"site_stalls"``: service time ``base_mean_ms * Exp(1)``; GC-like pauses freeze
   every server of the site at once, the requests in service and queued included.
   Pauses start as a Poisson process of rate ``site_stall_rate_per_s`` over the site's
-  running time (the clock that stops during a pause) and last
-  ``site_stall_mean_ms * Exp(1)``.
+  running time (the clock that stops during a pause) and last a gamma of mean
+  ``site_stall_mean_ms`` and shape ``site_stall_length_shape`` (4: a coefficient of
+  variation of 0.5, GC pauses varying less than exponentially; with exponential
+  lengths the few longest pauses of a run decide its crossings, which then move by
+  about 8% between runs of 20 minutes).
 * ``"heavy_tail_threads"``: no stalls; each server is a read stage of ``threads``
   threads fed FCFS from one queue, the next request going to the first free thread
   (Cassandra's ``concurrent_reads`` read stage). Service time =
@@ -108,15 +111,15 @@ _CALIBRATED_READ = ServiceParams(
 )
 
 
-# Site-wide stalls: a 52-ms pause (mean) about every 2.3 s of running time, freezing the
-# whole site (young-generation GC pauses of that order are common on JVM stores). Calibrated
-# by `calibrate_backend(tail="site_stalls", duration_s=300, seed=100, n_seeds=4)` (Nelder-Mead
-# on the violation fractions at 43k and 36k req/s over 4 x 300 s, 977 s; `benchmarks/
-# bench_sim.py --calibrate --tail site_stalls`): 5.06% local at 43k, 5.07% remote at 36k.
-# Crossings measured over 4 x 300 s on other seeds: see docs/kurma.md.
-_SITE_STALLS_READ = ServiceParams(base_mean_ms=0.08887883078102561)
-_SITE_STALL_RATE_PER_S = 0.43783529554568723
-_SITE_STALL_MEAN_MS = 52.17261249760605
+# Site-wide stalls: a 67-ms pause (mean; gamma lengths of shape 4) about every 3.4 s of
+# running time, freezing the whole site (GC pauses of that order are common on JVM stores).
+# Calibrated by `calibrate_backend(tail="site_stalls", duration_s=300, seed=100, n_seeds=4)`
+# (Nelder-Mead on the violation fractions at 43k and 36k req/s over 4 x 300 s, 994 s;
+# `benchmarks/bench_sim.py --calibrate --tail site_stalls`): 5.02% local at 43k, 5.00%
+# remote at 36k. Crossings measured over 4 x 300 s on other seeds: see docs/kurma.md.
+_SITE_STALLS_READ = ServiceParams(base_mean_ms=0.08915247151056188)
+_SITE_STALL_RATE_PER_S = 0.29563262203335106
+_SITE_STALL_MEAN_MS = 66.6487382162555
 
 # Heavy-tailed service on a read stage of _READ_STAGE_THREADS threads per server.
 # Cassandra's concurrent_reads is 32 (conf/cassandra.yaml, 2.x-3.x: "should be set to
@@ -161,6 +164,7 @@ class BackendParams:
     threads: int = 1  # threads per server, each serving one request at a time
     site_stall_rate_per_s: float = 0.0  # "site_stalls": pauses per second of running time
     site_stall_mean_ms: float = 0.0  # "site_stalls": mean pause length
+    site_stall_length_shape: float = 4.0  # "site_stalls": gamma shape of the pause lengths
 
     def __post_init__(self) -> None:
         if not (isinstance(self.servers, int | np.integer) and self.servers >= 1):
@@ -175,6 +179,10 @@ class BackendParams:
             raise ConfigError("threads", 'must be 1 unless tail is "heavy_tail_threads"')
         if not (self.site_stall_rate_per_s >= 0 and self.site_stall_mean_ms >= 0):
             raise ConfigError("site_stall_rate_per_s", "rate and mean must be >= 0")
+        if not self.site_stall_length_shape > 0:
+            raise ConfigError(
+                "site_stall_length_shape", f"must be > 0, got {self.site_stall_length_shape}"
+            )
         if self.tail == "site_stalls":
             if not (self.site_stall_rate_per_s > 0 and self.site_stall_mean_ms > 0):
                 raise ConfigError(

@@ -221,7 +221,7 @@ def measure_crossings(
 # the floor's share of the mean as they are).
 _SEARCH = {
     "server_stalls": ((np.log(8e-5), np.log(40.0)), (np.log(1e-6), np.log(2.0))),
-    "site_stalls": ((np.log(0.22), np.log(45.0)), (np.log(0.01), np.log(2.0))),
+    "site_stalls": ((np.log(0.35), np.log(60.0)), (np.log(0.01), np.log(2.0))),
     "heavy_tail_threads": ((2.2, 0.25), (0.5, 0.0)),
 }
 

@@ -3,13 +3,15 @@
 Each site with ``BackendParams.tail == "site_stalls"`` has its own random stream of
 pauses: the gap before a pause is exponential over the site's running time (the clock
 stops during a pause, so pauses never overlap) with mean ``1000 /
-site_stall_rate_per_s`` ms, and a pause lasts ``site_stall_mean_ms * Exp(1)``. The
+site_stall_rate_per_s`` ms, and a pause lasts a gamma of mean ``site_stall_mean_ms`` and
+shape ``site_stall_length_shape``. The
 timeline is drawn ahead of the simulated time into the kernel's arrays (``stall_ms``,
 ``bq``) and served exactly by the kernel's Lindley recursion (`_kernels._stall_finish`):
 a pause freezes every server of the site, its requests in service and queued included.
 
-Every pause is two standard exponentials drawn in a fixed order and then scaled, so the
-timelines of two parameter sets on one seed are common random numbers (calibration).
+Every pause is a standard exponential and a standard gamma drawn in a fixed order and then
+scaled, so the timelines of two rates or means on one seed are common random numbers
+(calibration).
 """
 
 from __future__ import annotations
@@ -42,6 +44,7 @@ class SiteStallTimeline:
             for b, on in zip(backends, self.active, strict=True)
         ]
         self._length_mean_ms = [b.site_stall_mean_ms for b in backends]
+        self._length_shape = [b.site_stall_length_shape for b in backends]
         self._rngs = [np.random.default_rng([seed, _STREAM, j]) for j in range(n)]
         self._next = np.full((n, 2), np.inf)  # the next pause not yet in the array
         for j in range(n):
@@ -50,7 +53,10 @@ class SiteStallTimeline:
         self.stall_ms = np.zeros((n, 64 if any(self.active) else 1, 2))
 
     def _draw(self, site: int, after_ms: float) -> tuple[float, float]:
-        gap, length = self._rngs[site].standard_exponential(2)
+        rng = self._rngs[site]
+        gap = rng.standard_exponential()
+        shape = self._length_shape[site]
+        length = rng.standard_gamma(shape) / shape
         start = after_ms + gap * self._gap_mean_ms[site]
         return start, start + length * self._length_mean_ms[site]
 
