@@ -45,7 +45,7 @@ def test_profile_site_is_reproducible_and_validates():
 
 
 # Each tail's short re-measurement: the site stalls' anchors ask for rare long pauses (about
-# one every SITE_EVERY s), so their check needs longer runs to hold a few hundred of them.
+# one every 3.4 s), so their check needs longer runs to hold a few hundred of them.
 TAIL_CHECKS = {
     # tail: (seconds per run, runs, tolerance as a fraction of the anchor)
     "heavy_tail_threads": (60.0, 2, 0.06),
