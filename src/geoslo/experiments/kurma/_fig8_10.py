@@ -15,7 +15,7 @@ from geoslo.experiments.kurma._grid import (
     grid_text,
     plot_grid,
 )
-from geoslo.experiments.kurma._runs import PolicyRun, cell_name, run_policy
+from geoslo.experiments.kurma._runs import PolicyRun, cell_name, run_cell
 from geoslo.experiments.kurma._scenario import RHO, Scenario, with_choice_surfaces
 from geoslo.experiments.kurma._traces import SiteTraces
 from geoslo.report import Report, paper_row
@@ -160,7 +160,7 @@ def section(
     jobs += [
         (scenario, p, None, trace2.rates_rps, FIG9_WRITE_FRACTION, seed) for p in FIG9_POLICIES
     ]
-    runs = run_jobs(_run_cell, jobs, scenario.settings.workers, "Fig. 8-10 grid")
+    runs = run_jobs(run_cell, jobs, scenario.settings.workers, "Fig. 8-10 grid")
     n8 = len(cells)
     fig8a, fig8b, fig9 = runs[:n8], runs[n8 : 2 * n8], runs[2 * n8 :]
     rows_a = _rename(policy_rows(fig8a), scenario.sites)
@@ -305,10 +305,6 @@ def section(
         "fig9": rows_9,
         "fig10": {k: v.tolist() for k, v in london.items()},
     }
-
-
-def _run_cell(scenario, policy, server_choice, traces, write_fraction, seed) -> PolicyRun:
-    return run_policy(scenario, policy, traces, write_fraction, seed, server_choice=server_choice)
 
 
 def _plot_fig10(series: dict[str, np.ndarray]):

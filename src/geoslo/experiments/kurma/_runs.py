@@ -16,7 +16,15 @@ from geoslo.control.kurma import IntervalMeasurements, KurmaConfig, KurmaControl
 from geoslo.experiments.kurma._scenario import SLO_MS, Scenario
 from geoslo.sim.kurma import RequestLevelSim, WanTruthParams, interval_measurements
 
-__all__ = ["PolicyRun", "run_policy", "cell_name", "POLICIES", "KERNEL_POLICIES", "WARMUP_S"]
+__all__ = [
+    "PolicyRun",
+    "run_policy",
+    "run_cell",
+    "cell_name",
+    "POLICIES",
+    "KERNEL_POLICIES",
+    "WARMUP_S",
+]
 
 KERNEL_POLICIES = {
     "AllLocal": "rates",
@@ -186,3 +194,8 @@ def run_policy(
         dict(controller.last_fit) if controller is not None else {},
         server_choice,
     )
+
+
+def run_cell(scenario, policy, server_choice, traces, write_fraction, seed) -> PolicyRun:
+    """One grid cell (a site choice with a server choice), as a :func:`run_jobs` job."""
+    return run_policy(scenario, policy, traces, write_fraction, seed, server_choice=server_choice)

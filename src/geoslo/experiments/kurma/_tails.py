@@ -14,7 +14,7 @@ from dataclasses import replace
 
 from geoslo.experiments._parallel import run_jobs
 from geoslo.experiments.kurma._grid import GEOSLO_BALANCER
-from geoslo.experiments.kurma._runs import PolicyRun, cell_name, run_policy
+from geoslo.experiments.kurma._runs import cell_name, run_cell
 from geoslo.experiments.kurma._scenario import Scenario, build_scenario, with_choice_surfaces
 from geoslo.experiments.kurma._traces import trace_pair
 from geoslo.report import Report
@@ -42,10 +42,6 @@ def tail_backends() -> dict[str, BackendParams]:
     }
 
 
-def _run_cell(scenario, policy, server_choice, traces, seed) -> PolicyRun:
-    return run_policy(scenario, policy, traces, 0.0, seed, server_choice=server_choice)
-
-
 def _tail_scenario(scenario: Scenario, backend: BackendParams, seed: int) -> Scenario:
     settings = replace(scenario.settings, write_fractions=(0.0,))  # reads only, as Fig. 8
     base = build_scenario(settings, seed, backend=backend)
@@ -69,9 +65,9 @@ def section(report: Report, scenario: Scenario, seed: int, ours: dict[str, dict]
         pair = trace_pair(sc.local_5pct_rps, settings.trace_minutes, capacity_rps=sc.saturation_rps)
         for trace in pair:
             for policy, choice in TAIL_CELLS:
-                jobs.append((sc, policy, choice, trace.rates_rps, seed))
+                jobs.append((sc, policy, choice, trace.rates_rps, 0.0, seed))
                 keys.append((name, trace.name, cell_name(policy, choice)))
-    runs = run_jobs(_run_cell, jobs, settings.workers, "Fig. 8 on other tails")
+    runs = run_jobs(run_cell, jobs, settings.workers, "Fig. 8 on other tails")
     for (tail, trace, cell), run in zip(keys, runs, strict=True):
         row = {
             "global_violations_pct": 100 * run.global_violation_fraction,
