@@ -1,5 +1,6 @@
-"""The backend's three tails (issue 37, item 4): kernel vs reference, what each tail
-does to the queues, and each calibrated backend's Fig. 4 anchors."""
+"""The backend's three tails (issue 37, item 4) and the measured CPU quota of the live twin
+(item 7): kernel vs reference, what each tail does to the queues, and each calibrated
+backend's Fig. 4 anchors."""
 
 from __future__ import annotations
 
@@ -16,7 +17,15 @@ from geoslo.sim.kurma._reference import reference_kernels
 
 RTT_MS = np.array([[0.0, 10.0, 12.0], [10.0, 0.0, 22.0], [12.0, 22.0, 0.0]])  # Table 2
 FRACTIONS = np.array([[0.8, 0.1, 0.1], [0.2, 0.7, 0.1], [0.0, 0.05, 0.95]])
-NEW_TAILS = ("site_stalls", "heavy_tail_threads")
+NEW_TAILS = ("site_stalls", "heavy_tail_threads", "cpu_quota")
+# The live testbed's server: ~0.33 ms of CPU a read, 10% of each 10-ms period (docs/live.md)
+LIVE_LIKE_CPU = ServiceParams(base_mean_ms=0.33, lognormal_sigma=0.2)
+
+
+def backend_of(tail, **overrides):
+    if tail == "cpu_quota":
+        return BackendParams.cpu_quota(LIVE_LIKE_CPU, 0.1, 10.0, **overrides)
+    return BackendParams.for_tail(tail, **overrides)
 
 
 def build_sim(backend, policy="rates", rate_rps=3000.0, n_sites=3, slo_ms=30.0, **params):
@@ -53,8 +62,9 @@ def test_kernel_equals_reference_exactly_for_each_tail(tail, policy):
     """Same inputs: compiled and interpreted kernels agree bit for bit on every tail
     (stalls busy enough to hit queued requests: 20 pauses/s of 5 ms)."""
     stressed = {"site_stall_rate_per_s": 20.0, "site_stall_mean_ms": 5.0}
-    backend = BackendParams.for_tail(tail, **(stressed if tail == "site_stalls" else {}))
+    backend = backend_of(tail, **(stressed if tail == "site_stalls" else {}))
     rate = 9000.0 if policy == "c3" else 3000.0
+    rate = 600.0 if tail == "cpu_quota" else rate  # the 5 servers' capacity: 1,515 req/s
     params = {"c3_initial_rate": 20.0} if policy == "c3" else {}
     compiled = build_sim(backend, policy, rate_rps=rate, **params)
     interpreted = build_sim(backend, policy, rate_rps=rate, **params)
@@ -75,7 +85,9 @@ def test_a_site_stall_freezes_every_server_with_its_queued_and_running_requests(
     arrival_ms = np.array([0.0, 0.2, 5.0, 20.0])
     server = np.array([0, 0, 1, 2])
     svc_ms = np.array([2.0, 1.0, 1.0, 1.0])
-    out = kern.profile_kernel(arrival_ms, server, svc_ms, 5, 0.0, 1, one_site_stall(1.0, 10.0))
+    out = kern.profile_kernel(
+        arrival_ms, server, svc_ms, 5, 0.0, 1, one_site_stall(1.0, 10.0), 0.0, 1.0
+    )
     finish_ms = out + arrival_ms
     # 1 ms done before the pause, 1 ms after it; the queued one after that
     assert finish_ms.tolist() == [12.0, 13.0, 12.0, 21.0]
@@ -103,10 +115,46 @@ def test_a_read_stage_of_t_threads_serves_t_long_requests_concurrently(kern):
     arrival_ms = np.array([0.0, 0.1, 0.2, 0.3, 0.4])
     svc_ms = np.full(5, 100.0)
     no_stalls = np.zeros((1, 0, 2))
-    out = kern.profile_kernel(arrival_ms, np.zeros(5, np.int64), svc_ms, 1, 0.0, threads, no_stalls)
+    out = kern.profile_kernel(
+        arrival_ms, np.zeros(5, np.int64), svc_ms, 1, 0.0, threads, no_stalls, 0.0, 1.0
+    )
     finish_ms = out + arrival_ms
     assert np.allclose(finish_ms[:threads], arrival_ms[:threads] + 100.0)  # side by side
     assert finish_ms[threads] == pytest.approx(200.0)  # into the first thread to free
+
+
+@pytest.mark.parametrize("kern", [K, reference_kernels()], ids=["kernel", "reference"])
+def test_a_server_under_a_cpu_quota_serves_in_bursts_at_each_period(kern):
+    """1 ms of CPU per 10-ms period (the golden-ratio phase of server 0 of site 0 is 0): an
+    idle server with quota left serves at CPU speed; one that spent it waits for the next
+    period, mid-request too; an unused quota is not carried over."""
+    arrival_ms = np.array([0.0, 0.1, 0.2, 35.0, 41.5])
+    svc_ms = np.array([0.4, 0.4, 0.4, 0.3, 0.3])
+    out = kern.profile_kernel(
+        arrival_ms, np.zeros(5, np.int64), svc_ms, 1, 0.0, 1, np.zeros((1, 0, 2)), 1.0, 10.0
+    )
+    finish_ms = out + arrival_ms
+    # 0.4 + 0.4 by 0.8 ms; the third has 0.2 ms left: throttled at 1.0, 0.2 more at 10.2;
+    # a new period at 30 (unused); 41.5 in the period from 40: fresh quota
+    assert finish_ms == pytest.approx([0.4, 0.8, 10.2, 35.3, 41.8])
+
+
+def test_a_cpu_quota_caps_a_servers_throughput_at_its_share_of_a_cpu():
+    """Saturated, a server under a 10% quota completes 1 ms of CPU a 10-ms period however
+    its requests' CPU times vary; below saturation the answers come in bursts (the response
+    times of a server at 60% of its capacity stay within a few periods)."""
+    backend = BackendParams.cpu_quota(LIVE_LIKE_CPU, 0.1, 10.0, servers=1, overhead_ms=0.0)
+    assert backend.read_capacity_rps == pytest.approx(1000.0 * 0.1 / 0.33)
+    assert backend.cpu_quota_us == (1000, 10000)
+    saturated = sim.profile_site(backend, 3.0 * backend.read_capacity_rps, 0.0, 20.0, seed=3)
+    assert saturated.max() > 5_000.0  # the queue grows: arrivals at 3x what the quota serves
+    moderate = sim.profile_site(backend, 0.6 * backend.read_capacity_rps, 0.0, 60.0, seed=3)
+    assert np.percentile(moderate, 50) < 10.0 and np.percentile(moderate, 99) < 60.0
+    exponential = BackendParams(
+        servers=1, read=ServiceParams(base_mean_ms=3.3), write=ServiceParams(base_mean_ms=3.3)
+    )
+    heavier = sim.profile_site(exponential, 0.6 * exponential.read_capacity_rps, 0.0, 60.0, seed=3)
+    assert np.percentile(heavier, 99) > 1.5 * np.percentile(moderate, 99)
 
 
 def test_heavy_tail_service_is_lognormal_above_its_floor():
@@ -144,6 +192,12 @@ def test_named_backends_keep_the_capacity_anchor(tail):
         ({"site_stall_rate_per_s": 1.0, "site_stall_mean_ms": 5.0}, "site_stall_rate_per_s"),
         ({"tail": "heavy_tail_threads"}, "read.lognormal_sigma"),
         ({"site_stall_length_shape": 0.0}, "site_stall_length_shape"),
+        ({"tail": "cpu_quota"}, "cpu_quota_fraction"),
+        ({"cpu_quota_fraction": 0.1, "cpu_quota_period_ms": 10.0}, "cpu_quota_fraction"),
+        (
+            {"tail": "cpu_quota", "cpu_quota_fraction": 1.5, "cpu_quota_period_ms": 10.0},
+            "cpu_quota_fraction",
+        ),
     ],
 )
 def test_bad_tails_name_the_field(kwargs, field):
@@ -175,7 +229,8 @@ def serve_one_server(kern, arrival_ms, svc_ms, threads, stall_ms):
     fq[[K.FQ_HEAD, K.FQ_TAIL]] = -1.0
     fq[K.FQ_T] = np.inf
     fb, fbi = np.zeros((n, K.NFB)), np.zeros((n, K.NFBI), dtype=np.int64)
-    bq = np.array([[0, stall_ms.shape[1], threads]], dtype=np.int64)
+    bq = np.zeros((1, K.NBQ), dtype=np.int64)
+    bq[0, [K.BQ_HI, K.BQ_THREADS]] = stall_ms.shape[1], threads
     kern._process_servers(
         1e9, True, True, pf, pi, st, np.full((1, 1, threads), -1e300), np.zeros((K.NFH, n)),
         fq, fb, fbi, np.zeros((1, 1, K.RING)), np.zeros((1, 1), dtype=np.int64),

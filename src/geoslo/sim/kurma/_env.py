@@ -292,9 +292,9 @@ class RequestLevelSim:
         self._overhead = np.array([b.overhead_ms for b in self.backends])
         self._slowdown = np.ones((n, m))
         threads = np.array([b.threads for b in self.backends], dtype=np.int64)
-        self._free = np.full((n, m, int(threads.max())), -1e300)  # per thread
-        self._bq = np.zeros((n, K.NBQ), dtype=np.int64)
-        self._bq[:, K.BQ_THREADS] = threads
+        self._bq = backend_state(self.backends)
+        # per thread; a server under a CPU quota keeps its used CPU in slot 1 (_quota_finish)
+        self._free = np.full((n, m, max(int(threads.max()), 2)), -1e300)
         self._pf = np.zeros((1024, K.NPF))
         self._pi = np.zeros((1024, K.NPI), dtype=np.int64)
         self._st = np.zeros(K.NST, dtype=np.int64)
@@ -688,6 +688,16 @@ class RequestLevelSim:
             sample_wan_ms=samples[:k, 3].copy(),
             sample_service_ms=samples[:k, 4].copy(),
         )
+
+
+def backend_state(backends: Sequence[BackendParams]) -> np.ndarray:
+    """The kernel's integer backend state ``bq`` of the sites: threads per server and CPU
+    quota (`_kernels.BQ_*`); the stall timeline's rows are filled by SiteStallTimeline."""
+    bq = np.zeros((len(backends), K.NBQ), dtype=np.int64)
+    for j, b in enumerate(backends):
+        bq[j, K.BQ_THREADS] = b.threads
+        bq[j, K.BQ_QUOTA_US], bq[j, K.BQ_PERIOD_US] = b.cpu_quota_us
+    return bq
 
 
 def _service_row(s) -> tuple[float, float, float]:

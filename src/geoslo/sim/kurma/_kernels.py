@@ -253,11 +253,15 @@ RING = 64  # finish (multi-threaded servers: start) times kept per server, for C
 # capacity, 2: start, end) holds its pauses in rows BQ_LO .. BQ_HI-1 (BQ_HI 0: the site
 # has no site-wide stalls), the last row a sentinel (start: the horizon drawn so far, end:
 # inf); BQ_THREADS: threads per server (`free_ms` (sites, servers, threads): each thread's
-# free time).
+# free time); BQ_QUOTA_US of every BQ_PERIOD_US: the CPU quota of each of the site's
+# servers (0: none; then `free_ms[site, srv, 1]` holds the CPU the server used in the
+# period of its last finish, see `_quota_finish`).
 BQ_LO = 0
 BQ_HI = 1
 BQ_THREADS = 2
-NBQ = 3
+BQ_QUOTA_US = 3
+BQ_PERIOD_US = 4
+NBQ = 5
 
 
 @_inline
@@ -336,13 +340,47 @@ def _stall_finish(stall_ms, site, k, start, work):
         k += 1
 
 
+_GOLDEN = 0.6180339887498949
+
+
+@_inline
+def _quota_finish(free_ms, site, srv, start, work, quota_ms, period_ms):
+    """When `work` ms of CPU begun at `start` ends on a server allowed quota_ms of CPU in
+    each period_ms (Linux CFS bandwidth control: the quota refills at each period's start;
+    a server that has spent it is throttled, mid-request too, until the next period).
+
+    free_ms[site, srv, 0] is the server's last finish and free_ms[site, srv, 1] the CPU it
+    had used by then in that period (updated here). Each server's periods start at a phase
+    of its own (the golden-ratio sequence), as each cgroup's period timer does."""
+    phase = period_ms * (((site * 64 + srv) * _GOLDEN) % 1.0)
+    p0 = phase + math.floor((start - phase) / period_ms) * period_ms
+    used = free_ms[site, srv, 1] if free_ms[site, srv, 0] >= p0 else 0.0
+    t = start
+    while True:
+        p1 = p0 + period_ms
+        run = min(work, quota_ms - used, p1 - t)
+        if run > 0.0:
+            t += run
+            work -= run
+            used += run
+        if work <= 0.0:
+            free_ms[site, srv, 1] = used
+            return t
+        t = p1  # throttled, or the period ended: the next one refills the quota
+        p0 = p1
+        used = 0.0
+
+
 @_jit
-def profile_kernel(arrival_ms, server, svc_ms, n_servers, overhead_ms, n_threads, stall_ms):
+def profile_kernel(
+    arrival_ms, server, svc_ms, n_servers, overhead_ms, n_threads, stall_ms, quota_ms, period_ms
+):
     """One site at a given arrival stream: response time (ms) of every request.
 
     Each server has n_threads threads fed FCFS; stall_ms (1, rows, 2) is the site's
-    stall timeline ending with its sentinel (no rows: no site-wide stalls)."""
-    free = np.full((1, n_servers, n_threads), -1e300)
+    stall timeline ending with its sentinel (no rows: no site-wide stalls); quota_ms > 0:
+    each server may use that much CPU per period_ms (`_quota_finish`)."""
+    free = np.full((1, n_servers, max(n_threads, 2)), -1e300)
     out = np.empty(arrival_ms.size)
     stalls = stall_ms.shape[1] > 0
     lo = 0
@@ -354,6 +392,8 @@ def profile_kernel(arrival_ms, server, svc_ms, n_servers, overhead_ms, n_threads
         if stalls:
             lo = _stall_cursor(stall_ms, 0, lo, arr)
             free[0, s, th] = _stall_finish(stall_ms, 0, lo, start, svc_ms[k])
+        elif quota_ms > 0.0:
+            free[0, s, th] = _quota_finish(free, 0, s, start, svc_ms[k], quota_ms, period_ms)
         else:
             free[0, s, th] = start + svc_ms[k]
         out[k] = free[0, s, th] - arr + overhead_ms
@@ -1304,7 +1344,8 @@ def _process_servers(
     whose site chooses its server (PI_SRV -1) gets it on arrival (:func:`_server_at_site`).
 
     A multi-threaded server sends each request to its first free thread; a site with
-    site-wide stalls serves on a clock that stops during each of its pauses."""
+    site-wide stalls serves on a clock that stops during each of its pauses; a server
+    under a CPU quota is throttled as `_quota_finish` says."""
     n = st[ST_NPEND]
     sel = np.empty(n, np.int64)
     m = 0
@@ -1366,6 +1407,11 @@ def _process_servers(
             lo = _stall_cursor(stall_ms, site, bq[site, BQ_LO], arr)
             bq[site, BQ_LO] = lo  # later arrivals at this site are all >= arr
             finish = _stall_finish(stall_ms, site, lo, start, pf[k, PF_SVC])
+        elif bq[site, BQ_QUOTA_US] > 0:
+            finish = _quota_finish(
+                free_ms, site, srv, start, pf[k, PF_SVC], bq[site, BQ_QUOTA_US] / 1000.0,
+                bq[site, BQ_PERIOD_US] / 1000.0,
+            )  # fmt: skip
         else:
             finish = start + pf[k, PF_SVC]
         free_ms[site, srv, th] = finish

@@ -29,6 +29,14 @@ fitted to the same three Fig. 4 anchors:
   threads fed FCFS from one queue, the next request going to the first free thread
   (Cassandra's ``concurrent_reads`` read stage). Service time =
   ``floor_ms + base_mean_ms * LogNormal(mean 1, log-sd lognormal_sigma)``.
+
+One more tail is not fitted to Fig. 4 but set from a measurement: ``"cpu_quota"``, a server
+under a CPU quota as Linux's CFS bandwidth control applies it (the live testbed's Redis
+servers, docs/live.md). The service time is the request's CPU time (the exponential or
+lognormal form above); a server may use ``cpu_quota_fraction`` of each period of
+``cpu_quota_period_ms`` and is throttled, mid-request too, once it has, until the next
+period refills it. So a request that finds its server idle with quota left takes its CPU
+time, and a busy server serves in bursts at the start of each period.
 """
 
 from __future__ import annotations
@@ -44,6 +52,7 @@ __all__ = [
     "ServiceParams",
     "BackendParams",
     "TAILS",
+    "TAIL_KINDS",
     "DEFAULT_RESIDUAL_WAN_MEAN_MS",
     "DEFAULT_RESIDUAL_WAN_SHAPE",
     "residual_wan_samples_ms",
@@ -57,6 +66,8 @@ DEFAULT_RESIDUAL_WAN_SHAPE = 2.0
 # The backend tails (issue 37, item 4): independent per-server stalls, site-wide stalls,
 # heavy-tailed service on a multi-threaded read stage.
 TAILS = ("server_stalls", "site_stalls", "heavy_tail_threads")
+# Every tail the simulator serves: the fitted ones and the measured CPU quota (the live twin).
+TAIL_KINDS = (*TAILS, "cpu_quota")
 
 
 @dataclass(frozen=True)
@@ -165,14 +176,16 @@ class BackendParams:
     site_stall_rate_per_s: float = 0.0  # "site_stalls": pauses per second of running time
     site_stall_mean_ms: float = 0.0  # "site_stalls": mean pause length
     site_stall_length_shape: float = 4.0  # "site_stalls": gamma shape of the pause lengths
+    cpu_quota_fraction: float = 0.0  # "cpu_quota": the CPU a server may use per period
+    cpu_quota_period_ms: float = 0.0  # "cpu_quota": the period (CFS's cpu.max, 100 ms default)
 
     def __post_init__(self) -> None:
         if not (isinstance(self.servers, int | np.integer) and self.servers >= 1):
             raise ConfigError("servers", f"must be an integer >= 1, got {self.servers!r}")
         if not self.overhead_ms >= 0:
             raise ConfigError("overhead_ms", f"must be >= 0, got {self.overhead_ms}")
-        if self.tail not in TAILS:
-            raise ConfigError("tail", f"must be one of {TAILS}, got {self.tail!r}")
+        if self.tail not in TAIL_KINDS:
+            raise ConfigError("tail", f"must be one of {TAIL_KINDS}, got {self.tail!r}")
         if not (isinstance(self.threads, int | np.integer) and self.threads >= 1):
             raise ConfigError("threads", f"must be an integer >= 1, got {self.threads!r}")
         if self.threads > 1 and self.tail != "heavy_tail_threads":
@@ -190,16 +203,48 @@ class BackendParams:
                 )
         elif self.site_stall_rate_per_s > 0:
             raise ConfigError("site_stall_rate_per_s", 'must be 0 unless tail is "site_stalls"')
+        self._check_cpu_quota()
         for name in ("read", "write"):
             svc = getattr(self, name)
-            heavy = svc.lognormal_sigma > 0
-            if heavy != (self.tail == "heavy_tail_threads"):
+            if self.tail != "cpu_quota" and (svc.lognormal_sigma > 0) != (
+                self.tail == "heavy_tail_threads"
+            ):
                 raise ConfigError(
                     f"{name}.lognormal_sigma",
-                    'must be > 0 exactly when tail is "heavy_tail_threads"',
+                    'must be > 0 exactly when tail is "heavy_tail_threads" (or any, "cpu_quota")',
                 )
             if self.tail == "site_stalls" and svc.stall_probability > 0:
                 raise ConfigError(f"{name}.stall_probability", 'must be 0 with tail "site_stalls"')
+
+    def _check_cpu_quota(self) -> None:
+        quota = (self.cpu_quota_fraction, self.cpu_quota_period_ms)
+        if self.tail != "cpu_quota":
+            if any(quota):
+                raise ConfigError("cpu_quota_fraction", 'must be 0 unless tail is "cpu_quota"')
+            return
+        if not (0 < self.cpu_quota_fraction <= 1 and self.cpu_quota_period_ms >= 0.001):
+            raise ConfigError(
+                "cpu_quota_fraction",
+                f'tail "cpu_quota" needs a fraction in (0, 1] and a period >= 0.001 ms, got '
+                f"{self.cpu_quota_fraction} of {self.cpu_quota_period_ms} ms",
+            )
+        if any(getattr(self, n).stall_probability > 0 for n in ("read", "write")):
+            raise ConfigError("read.stall_probability", 'must be 0 with tail "cpu_quota"')
+
+    @classmethod
+    def cpu_quota(
+        cls, cpu_ms: ServiceParams, fraction: float, period_ms: float, **overrides
+    ) -> BackendParams:
+        """Servers under a CFS CPU quota (``fraction`` of each ``period_ms``), each request
+        taking ``cpu_ms`` of CPU: a backend set from a measurement, not fitted."""
+        params = {
+            "read": cpu_ms,
+            "write": cpu_ms,
+            "tail": "cpu_quota",
+            "cpu_quota_fraction": fraction,
+            "cpu_quota_period_ms": period_ms,
+        }
+        return cls(**(params | overrides))
 
     @classmethod
     def server_stalls(cls, **overrides) -> BackendParams:
@@ -237,6 +282,15 @@ class BackendParams:
         return getattr(cls, tail)(**overrides)
 
     @property
+    def cpu_quota_us(self) -> tuple[int, int]:
+        """The CPU quota and its period in whole microseconds (cgroup v2's cpu.max; the
+        kernel's integer state), (0, 0) without a quota."""
+        if self.tail != "cpu_quota":
+            return 0, 0
+        period_us = round(1000.0 * self.cpu_quota_period_ms)
+        return max(round(self.cpu_quota_fraction * period_us), 1), period_us
+
+    @property
     def stalled_fraction(self) -> float:
         """Long-run fraction of time a site is frozen by site-wide stalls (0 otherwise)."""
         if self.tail != "site_stalls":
@@ -248,6 +302,8 @@ class BackendParams:
     def read_capacity_rps(self) -> float:
         """Mean service capacity for reads (req/s): where the queues stop being stable."""
         capacity_rps = self.servers * self.threads * 1000.0 / self.read.mean_ms
+        if self.tail == "cpu_quota":
+            capacity_rps *= self.cpu_quota_fraction
         return capacity_rps * (1.0 - self.stalled_fraction)
 
 

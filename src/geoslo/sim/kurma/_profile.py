@@ -100,9 +100,11 @@ def profile_site(
         svc = svc * factors[server]
     if backend.tail != "site_stalls":
         stall_ms = np.zeros((1, 0, 2))
+        quota_us, period_us = backend.cpu_quota_us
         return K.profile_kernel(
-            arrival_ms, server, svc, backend.servers, backend.overhead_ms, backend.threads, stall_ms
-        )
+            arrival_ms, server, svc, backend.servers, backend.overhead_ms, backend.threads,
+            stall_ms, quota_us / 1000.0, period_us / 1000.0,
+        )  # fmt: skip
     lookahead_ms = LOOKAHEAD_MS
     while True:  # the same pauses, drawn further ahead if the queues outgrow them
         timeline = SiteStallTimeline([backend], seed)
@@ -111,7 +113,7 @@ def profile_site(
         stall_ms = timeline.stall_ms[:, : bq[0, K.BQ_HI]]
         try:
             return K.profile_kernel(
-                arrival_ms, server, svc, backend.servers, backend.overhead_ms, 1, stall_ms
+                arrival_ms, server, svc, backend.servers, backend.overhead_ms, 1, stall_ms, 0.0, 1.0
             )
         except RuntimeError:
             lookahead_ms *= 4.0
