@@ -1,10 +1,13 @@
 """`geoslo reproduce kurma --live`: Trace-1 and Trace-2 on the live testbed, beside the
 simulation, and KurmaPerf through a failed server, a one-way cut and a failed agent.
 
-The simulated column runs the same traces on the request-level simulator with a backend
-of the testbed's shape (servers per site, exponential service of the same mean), profiled
-and modelled by the simulator's own pipeline, so the two columns differ only by what real
-processes add: scheduling jitter, the WAN emulator's timers, real queueing in Redis.
+The simulated column (the live run's twin) runs the same traces on the request-level
+simulator with a backend of the testbed's shape, profiled and modelled by the simulator's
+own pipeline: as many servers per site, each under the testbed's CPU quota (the
+``cpu_quota`` tail: CFS's bursts at each period) and taking the CPU per request that the
+measured saturation implies; on the loopback form, exponential service of the same mean (a
+DEBUG SLEEP). So the two columns differ only by what real processes add: scheduling jitter,
+the WAN emulator's timers, real queueing in Redis.
 """
 
 from __future__ import annotations
@@ -44,8 +47,8 @@ from geoslo.sim.kurma import BackendParams, ServiceParams
 
 __all__ = ["reproduce_live", "check_done", "LIVE_BUSIEST_OF_5PCT"]
 
-# The live backend's service times are exponential without the simulator's stalls, so its
-# tail is gentle: Trace-1's busiest site is scaled past its 5% point to make the imbalance
+# The live backend has no stalls (its servers' CPU quota bounds their waits), so its tail
+# is gentle: Trace-1's busiest site is scaled past its 5% point to make the imbalance
 # matter (the simulation's Trace-1 uses 0.85 of it, for a backend with bursty stalls).
 LIVE_BUSIEST_OF_5PCT = 1.12
 TRACE2_SLACK_PP = 0.5  # Trace-2 leaves little spare capacity: Kurma must at least not hurt
@@ -71,27 +74,59 @@ DIFFERENCES = """\
   every link) is not the one the injector was set to; Kurma's curves are built from the probes.
 * **Length.** Each policy replays {minutes:g} minutes (the paper's traces are 30 minutes).
 * **The simulated column** pools one residual over every link (the simulator has no per-pair
-  WAN) and serves requests in exponential time at the live site's measured saturation.
+  WAN) and serves requests at the live site's measured saturation: {twin}.
 """
 
 
-def _sim_backend(live: LiveModel, servers: int) -> BackendParams:
-    """FCFS servers with exponential service, as many per site as live, and the live
-    site's measured saturation as their capacity."""
-    mean_ms = 1000.0 * servers / live.saturation_rps
-    service = ServiceParams(base_mean_ms=mean_ms, stall_probability=0.0, stall_mean_ms=0.0)
-    return BackendParams(
-        servers=servers, read=service, write=service, overhead_ms=live.profile.min_service_ms
+# The spread of a read's CPU time on the twin's servers (lognormal log-sd): SORT_RO of a
+# list of fixed length does the same work each time; our assumption, not a measurement.
+TWIN_CPU_LOG_SD = 0.2
+
+
+def _sim_backend(live: LiveModel, spec, network: str) -> BackendParams:
+    """The live run's twin: as many FCFS servers per site as live, with the live site's
+    measured saturation as their capacity. In namespaces each server is under the testbed's
+    CPU quota, a read taking the CPU the saturation implies (quota x servers / saturation);
+    on loopback a server sleeps an exponential time (DEBUG SLEEP)."""
+    servers = spec.servers_per_site
+    if network != "namespaces":
+        mean_ms = 1000.0 * servers / live.saturation_rps
+        service = ServiceParams(base_mean_ms=mean_ms)
+        overhead_ms = live.profile.min_service_ms
+        return BackendParams(servers=servers, read=service, write=service, overhead_ms=overhead_ms)
+    fraction, period_ms = spec.server_cpu_fraction, spec.server_cpu_period_us / 1000.0
+    cpu_ms = fraction * 1000.0 * servers / live.saturation_rps
+    cpu = ServiceParams(base_mean_ms=cpu_ms, lognormal_sigma=TWIN_CPU_LOG_SD)
+    overhead_ms = max(0.0, live.profile.min_service_ms - cpu_ms)
+    return BackendParams.cpu_quota(
+        cpu, fraction, period_ms, servers=servers, overhead_ms=overhead_ms
     )
 
 
-def _simulate(live: LiveModel, spec, jobs: dict, settings: LiveSettings, seed: int, quick: bool):
-    """``jobs[name] = (traces, policies)``: each policy on its traces, simulated; the runs
-    by name and policy."""
+def twin_text(backend: BackendParams) -> str:
+    """The twin's servers, in words (the report's differences)."""
+    if backend.tail == "cpu_quota":
+        return (
+            f"each server under a {backend.cpu_quota_fraction:.0%} CPU quota of every "
+            f"{backend.cpu_quota_period_ms:g} ms, a read taking {backend.read.mean_ms:.3f} ms of "
+            f"CPU (lognormal, log-sd {backend.read.lognormal_sigma:g}, assumed)"
+        )
+    return f"exponential service of mean {backend.read.mean_ms:.2f} ms"
+
+
+def twin_agrees(live_pct: float, sim_pct: float) -> bool:
+    """Issue 37, item 7: within a factor of 2, or 0.5 points, whichever is larger."""
+    return abs(live_pct - sim_pct) <= 0.5 or 0.5 * sim_pct <= live_pct <= 2.0 * sim_pct
+
+
+def _simulate(live: LiveModel, spec, network: str, jobs: dict, settings, seed: int, quick: bool):
+    """``jobs[name] = (traces, policies)``: each policy on its traces, simulated on the
+    twin of the testbed's ``network`` form; the runs by name and policy."""
     sim_settings = Settings(
         profile_seconds=30.0 if quick else 120.0, profile_points=16, write_fractions=(0.0,)
     )
-    scenario = build_scenario(sim_settings, seed, backend=_sim_backend(live, spec.servers_per_site))
+    backend = _sim_backend(live, spec, network)
+    scenario = build_scenario(sim_settings, seed, backend=backend)
     scenario = replace(scenario, wan=spec.topology(scenario.saturation_rps))
     skip = int(RAMP_S // INTERVAL_S)  # the intervals of the ramp are not measured, as live
     # one client per site, as live: its DynamicSnitch or C3 state, and C3's n = the sites
@@ -263,12 +298,13 @@ def reproduce_live(
         "trace1": (trace1.rates_rps, settings.policies),
         "trace2": (trace2.rates_rps, tuple(trace2_runs)),
     }
-    simulated = _simulate(live, spec, jobs, settings, seed, quick)
+    simulated = _simulate(live, spec, testbed.network, jobs, settings, seed, quick)
     sim_runs = simulated["trace1"]
     results = _results(live, live_runs, sim_runs, settings, spec.sites, time.monotonic() - started)
     if trace2_runs:
         results["trace2"] = _rows(trace2_runs, simulated["trace2"], spec.sites)
     results["cpu"] = cpu_note
+    results["twin"] = twin_text(_sim_backend(live, spec, testbed.network))
     results["network"] = network
     if incidents is not None:
         results["incidents"] = incidents
@@ -365,7 +401,7 @@ def _write(out, live, live_runs, sim_runs, traces, settings, spec, quick, result
         DIFFERENCES.format(
             servers=spec.servers_per_site, saturation=live.saturation_rps,
             busiest=LIVE_BUSIEST_OF_5PCT, residual=float(np.mean(live.pooled_residual_ms)),
-            minutes=settings.trace_minutes,
+            minutes=settings.trace_minutes, twin=results.get("twin", "?"),
         )
     )  # fmt: skip
     report.checks(check_done(results), "The live run's qualitative results.")
@@ -466,6 +502,10 @@ def check_done(results: dict) -> dict[str, bool]:
     for site in results["sites"] if "KurmaCost" in rows else ():
         checks[f"KurmaCost keeps {site} within {bound_pct:g}% violations"] = (
             rows["KurmaCost"][f"live {site} %"] <= bound_pct
+        )
+    for row in results["policies"]:
+        checks[f"{row['policy']}: live and twin within 2x or 0.5 pp (Trace-1)"] = twin_agrees(
+            row["live global %"], row["sim global %"]
         )
     for row in results["estimate"]:
         checks[f"{row['policy']}: estimate for redirected requests within 1 pp"] = (
