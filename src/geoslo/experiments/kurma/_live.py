@@ -25,7 +25,7 @@ import numpy as np
 from geoslo.control.kurma import KurmaModel, save_model
 from geoslo.dist import LatencyDistribution
 from geoslo.errors import TestbedError
-from geoslo.experiments.kurma._runs import INTERVAL_S
+from geoslo.experiments.kurma._runs import INTERVAL_S, split_cell
 from geoslo.experiments.kurma._scenario import BASE_RTT_RANGE_MS, RHO, SLO_MS
 from geoslo.live import ManagedProcess, stop_pid
 from geoslo.live.kurma import (
@@ -74,8 +74,11 @@ class LiveSettings:
     profile_gap_s: float = 1.5  # idle between points: the queues drain
     write_fraction: float = 0.02  # writes reach every site (eventual consistency)
     warmup_s: float = 2.0  # between starting the processes and the first request
+    # site choices; "Policy+server_choice" a grid cell (geoslo's balancer: KurmaPerf's rates,
+    # least outstanding inside the site, each client counting its own requests in flight)
     policies: tuple[str, ...] = (
-        "AllLocal", "GlobalRR", "LatencyAware", "DynamicSnitch", "C3", "KurmaPerf", "KurmaCost"
+        "AllLocal", "GlobalRR", "LatencyAware", "DynamicSnitch", "C3", "KurmaPerf", "KurmaCost",
+        "KurmaPerf+least_outstanding",
     )  # fmt: skip
     trace2_policies: tuple[str, ...] = ("AllLocal", "KurmaPerf")  # Trace-2 leaves little spare
     incidents: bool = True  # a KurmaPerf replay with a failure and a partition (§9)
@@ -189,9 +192,11 @@ def _replay(
     write_fraction: float, warmup_s: float, model_path: Path | None, label: str | None = None,
     events: Sequence[Event] = (),
 ) -> LiveRun:  # fmt: skip
-    """Agents up, one generator per site, ``events`` on time, wait for the end, agents down."""
+    """Agents up, one generator per site, ``events`` on time, wait for the end, agents down;
+    ``policy`` a site choice or a grid cell ("KurmaPerf+least_outstanding")."""
     run_dir.mkdir(parents=True, exist_ok=True)
-    objective = OBJECTIVES[policy]
+    site_choice, server_choice = split_cell(policy)
+    objective = OBJECTIVES[site_choice]
     instances = [
         start_instance(
             InstanceConfig(
@@ -208,9 +213,9 @@ def _replay(
         generators += [
             start_loadgen(
                 LoadgenConfig(
-                    str(testbed.state_dir), site, policy, tuple(trace), start,
+                    str(testbed.state_dir), site, site_choice, tuple(trace), start,
                     str(run_dir / f"requests-{site.lower()}.npz"), write_fraction, SLO_MS,
-                    seed + 17 * k,
+                    seed + 17 * k, server_choice=server_choice,
                 ),
                 run_dir,
             )

@@ -37,7 +37,7 @@ from geoslo.experiments.kurma._live_incidents import (
     incident_events,
     incident_findings,
 )
-from geoslo.experiments.kurma._runs import PolicyRun, run_policy
+from geoslo.experiments.kurma._runs import PolicyRun, run_policy, split_cell
 from geoslo.experiments.kurma._scenario import RHO, build_scenario
 from geoslo.experiments.kurma._settings import Settings
 from geoslo.experiments.kurma._traces import trace_pair
@@ -127,7 +127,14 @@ def _simulate(live: LiveModel, spec, network: str, jobs: dict, settings, seed: i
     )
     backend = _sim_backend(live, spec, network)
     scenario = build_scenario(sim_settings, seed, backend=backend)
-    scenario = replace(scenario, wan=spec.topology(scenario.saturation_rps))
+    # live Kurma plans on the curves profiled with a random server (the testbed's profile),
+    # whatever its clients choose inside a site: so does the twin's
+    choices = {split_cell(p)[1] for _, policies in jobs.values() for p in policies} - {None}
+    scenario = replace(
+        scenario,
+        wan=spec.topology(scenario.saturation_rps),
+        choice_surfaces=dict.fromkeys(choices, scenario.surface),
+    )
     skip = int(RAMP_S // INTERVAL_S)  # the intervals of the ramp are not measured, as live
     # one client per site, as live: its DynamicSnitch or C3 state, and C3's n = the sites
     clients = {"coordinators_per_site": 1}
@@ -136,9 +143,11 @@ def _simulate(live: LiveModel, spec, network: str, jobs: dict, settings, seed: i
         ramped = [np.array(with_ramp(t)) for t in traces]
         runs[name] = {}
         for policy in policies:
+            site_choice, server_choice = split_cell(policy)
             run = run_policy(
-                scenario, policy, ramped, settings.write_fraction, seed, policy_params=clients
-            )
+                scenario, site_choice, ramped, settings.write_fraction, seed,
+                policy_params=clients, server_choice=server_choice, server_choice_at="client",
+            )  # fmt: skip
             runs[name][policy] = PolicyRun(
                 policy, run.requests[skip:], run.violations[skip:], run.served_rps[skip:], {}
             )

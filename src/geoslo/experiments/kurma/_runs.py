@@ -21,6 +21,7 @@ __all__ = [
     "run_policy",
     "run_cell",
     "cell_name",
+    "split_cell",
     "POLICIES",
     "KERNEL_POLICIES",
     "WARMUP_S",
@@ -91,6 +92,12 @@ def cell_name(policy: str, server_choice: str | None) -> str:
     return policy if server_choice is None else f"{policy}+{server_choice}"
 
 
+def split_cell(cell: str) -> tuple[str, str | None]:
+    """The inverse of :func:`cell_name`: (site choice, server choice or None)."""
+    policy, _, server_choice = cell.partition("+")
+    return policy, server_choice or None
+
+
 def kurma_model(
     scenario: Scenario, mmc: bool = False, server_choice: str | None = None
 ) -> KurmaModel:
@@ -132,6 +139,7 @@ def run_policy(
     policy_params: dict | None = None,
     wan_truth: WanTruthParams | None = None,
     server_choice: str | None = None,
+    server_choice_at: str | None = None,
 ) -> PolicyRun:
     """Simulate ``policy`` over per-second traces (one per site) in 2.5 s intervals.
 
@@ -139,7 +147,8 @@ def run_policy(
     ``events`` is a list of (time_s, callable(sim, controller)) applied when time passes,
     e.g. interference on some servers or an interference signal (§7.1.4);
     ``policy_params`` overrides the simulator's ``DEFAULT_POLICY_PARAMS``; ``wan_truth``
-    replaces the pooled residual WAN latency by the truth Kurma's model does not assume.
+    replaces the pooled residual WAN latency by the truth Kurma's model does not assume;
+    ``server_choice`` (at ``server_choice_at``) picks the server inside the site.
     """
     duration_s = min(len(t) for t in traces)
     warmup_s = int(WARMUP_S)
@@ -158,6 +167,7 @@ def run_policy(
         policy_params={**VARIANT_PARAMS.get(policy, {}), **(policy_params or {})} or None,
         wan_truth=wan_truth,
         server_choice=server_choice,
+        server_choice_at=server_choice_at,
     )
     controller = None
     if policy in MODEL_POLICIES:

@@ -41,6 +41,7 @@ class LoadgenConfig:
     slo_ms: float = 30.0
     seed: int = 0
     zipf_exponent: float = 0.99
+    server_choice: str | None = None  # inside the site (SERVER_CHOICES); None: the policy's
 
 
 async def replay(client: SiteClient, config: LoadgenConfig, keys: int) -> dict:
@@ -79,7 +80,7 @@ async def _run(config: LoadgenConfig) -> None:
         raise TestbedError(f"no testbed recorded in {config.state_dir}")
     client = SiteClient(
         testbed.client_endpoints(config.site), testbed.workload, config.policy,
-        config.slo_ms, config.seed,
+        config.slo_ms, config.seed, server_choice=config.server_choice,
     )  # fmt: skip
     await client.start()
     try:

@@ -1,0 +1,52 @@
+"""The live run's twin (issue 37, item 7): the testbed's servers under their CPU quota in
+the simulator, and the check that live and twin agree."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+
+from geoslo.experiments.kurma._live_report import _sim_backend, check_done, twin_agrees
+from geoslo.live.kurma import TestbedSpec
+
+LIVE = SimpleNamespace(saturation_rps=600.0, profile=SimpleNamespace(min_service_ms=0.4))
+
+
+@pytest.mark.parametrize(
+    ("live_pct", "sim_pct", "agree"),
+    [
+        (0.09, 0.0, True),  # within 0.5 points
+        (0.09, 5.16, False),  # the exponential twin against the reference live run
+        (33.0, 35.2, True),
+        (2.6, 5.1, True),  # within 2x
+        (2.0, 4.1, False),
+        (61.1, 35.2, True),
+        (80.0, 35.2, False),
+    ],
+)
+def test_live_and_twin_agree_within_2x_or_half_a_point(live_pct, sim_pct, agree):
+    assert twin_agrees(live_pct, sim_pct) is agree
+
+
+def test_the_twin_of_the_namespaces_form_serves_under_the_testbeds_cpu_quota():
+    spec = TestbedSpec()
+    backend = _sim_backend(LIVE, spec, "namespaces")
+    assert backend.tail == "cpu_quota" and backend.servers == spec.servers_per_site
+    assert backend.cpu_quota_fraction == spec.server_cpu_fraction
+    assert backend.cpu_quota_period_ms == spec.server_cpu_period_us / 1000.0
+    assert backend.read_capacity_rps == pytest.approx(LIVE.saturation_rps)
+    assert backend.overhead_ms == pytest.approx(0.4 - backend.read.mean_ms)
+    loopback = _sim_backend(LIVE, spec, "loopback")  # a DEBUG SLEEP: exponential service
+    assert loopback.tail == "server_stalls" and loopback.read.stall_probability == 0
+    assert loopback.read_capacity_rps == pytest.approx(LIVE.saturation_rps)
+
+
+def test_a_twin_that_disagrees_fails_its_check():
+    def results(sim_pct):
+        row = {"policy": "GlobalRR", "live global %": 0.09, "sim global %": sim_pct}
+        return {"policies": [row], "estimate": [], "sites": ()}
+
+    name = "GlobalRR: live and twin within 2x or 0.5 pp (Trace-1)"
+    assert check_done(results(0.3))[name] is True
+    assert check_done(results(5.16))[name] is False
