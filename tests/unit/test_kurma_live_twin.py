@@ -50,3 +50,26 @@ def test_a_twin_that_disagrees_fails_its_check():
     name = "GlobalRR: live and twin within 2x or 0.5 pp (Trace-1)"
     assert check_done(results(0.3))[name] is True
     assert check_done(results(5.16))[name] is False
+
+
+def test_the_live_goal_of_geoslos_balancer_is_written_from_the_live_column():
+    from geoslo.experiments.kurma._grid import grid_text
+    from geoslo.experiments.kurma._live_report import _goal_cells
+
+    def row(policy, pct, redirected, wan_mb):
+        return {
+            "policy": policy, "live global %": pct, "live redirected %": redirected,
+            "live WAN MB": wan_mb,
+        }  # fmt: skip
+
+    rows = [
+        row("AllLocal", 33.0, 0.0, 0.6), row("GlobalRR", 0.09, 66.7, 17.6),
+        row("C3", 0.05, 9.6, 3.2), row("KurmaPerf", 0.29, 20.2, 5.9),
+        row("KurmaPerf+least_outstanding", 0.12, 19.0, 5.5),
+    ]  # fmt: skip
+    text = grid_text({"Trace-1 live": _goal_cells(rows)})
+    assert "KurmaPerf+least_outstanding has 0.120% violations" in text
+    assert "Goal missed, fewer violations than every other cell: 0.120% against 0.050% (C3)" in text
+    assert "Goal met, less WAN traffic than GlobalRR" in text
+    assert "Goal missed, less WAN traffic than C3" in text
+    assert _goal_cells(rows[:-1]) is None  # no balancer, no goal

@@ -37,7 +37,8 @@ from geoslo.experiments.kurma._live_incidents import (
     incident_events,
     incident_findings,
 )
-from geoslo.experiments.kurma._runs import PolicyRun, run_policy, split_cell
+from geoslo.experiments.kurma._grid import GEOSLO_BALANCER, goal_rows, grid_text
+from geoslo.experiments.kurma._runs import PolicyRun, cell_name, run_policy, split_cell
 from geoslo.experiments.kurma._scenario import RHO, build_scenario
 from geoslo.experiments.kurma._settings import Settings
 from geoslo.experiments.kurma._traces import trace_pair
@@ -187,6 +188,23 @@ def _rows(live_runs: dict[str, LiveRun], sim_runs: dict[str, PolicyRun], sites) 
         row["requests"] = run.total()
         rows.append(row)
     return rows
+
+
+def _goal_cells(rows: list[dict]) -> dict[str, dict] | None:
+    """The live column as grid cells for the goal of geoslo's balancer (`_grid`), or None
+    when the run lacks the balancer, C3 or GlobalRR."""
+    cells = {
+        row["policy"]: {
+            "global_violations_pct": row["live global %"],
+            "redirected_pct": row["live redirected %"],
+            "wan_gb": row["live WAN MB"] / 1000.0,
+            "site_choice": split_cell(row["policy"])[0],
+            "server_choice": split_cell(row["policy"])[1],
+        }
+        for row in rows
+    }
+    needed = {cell_name(*GEOSLO_BALANCER), "C3", "GlobalRR", GEOSLO_BALANCER[0]}
+    return cells if needed <= set(cells) else None
 
 
 def _formats(rows: list[dict]) -> dict[str, str]:
@@ -388,6 +406,13 @@ def _write(out, live, live_runs, sim_runs, traces, settings, spec, quick, result
     rows = _rows(live_runs, sim_runs, sites)
     report.table("trace1_live", rows, formats=_formats(rows))
     report.figure("trace1_live", _plot(rows, live_runs, sites), "Global violations; redirect share")
+    cells = _goal_cells(rows)
+    if cells is not None:
+        report.text(
+            "geoslo's balancer (KurmaPerf's rates, least outstanding inside the site counted "
+            "by each client, on the curves profiled with a random server) against the others "
+            "on the testbed:\n\n" + grid_text({"Trace-1 live": cells})
+        )
     if "trace2" in results:
         report.section("Trace-2 on the testbed", trace2.description)
         rows2 = results["trace2"]
