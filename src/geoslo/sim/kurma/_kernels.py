@@ -907,10 +907,7 @@ def _route_c3(c, i, t_ms, u_server, self_os, gs, pp, allowed, site_off, n_server
         if not allowed[i, j]:
             continue
         n = n_servers[j]
-        rf_j = rf if rf < n else n
-        start = int(u_server * n)
-        if start >= n:
-            start = n - 1
+        start, rf_j = _key_replicas(u_server, n, rf)
         for k in range(-1, rf_j):
             if k < 0:  # c's own server first, if it is one of the key's replicas
                 if j != i or self_g < 0:
@@ -1200,10 +1197,7 @@ def _c3_read_repair(
         if not allowed[i, j]:
             continue
         n = n_servers[j]
-        rf_j = rf if rf < n else n
-        start = int(u_server * n)
-        if start >= n:
-            start = n - 1
+        start, rf_j = _key_replicas(u_server, n, rf)
         for k in range(-1, rf_j):
             if k < 0:
                 if j != i or self_g < 0:
