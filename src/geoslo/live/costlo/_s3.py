@@ -19,7 +19,11 @@ read-check-then-PUT: the safety tests show that this loses newer versions.
 aiobotocore (botocore's S3 on asyncio) rather than obstore: the client library must cancel
 the losing requests of a hedged GET, which asyncio cancellation does on an aiohttp request,
 and botocore's conditional-write parameters (``IfMatch``, ``IfNoneMatch``) are its
-documented API. botocore's own retries are off: CosTLO decides every extra request.
+documented API. botocore's own retries are off (``total_max_attempts`` 1: its
+``max_attempts`` counts retries, so 1 there is one retry, which hid a throttled GET's
+second request and its backoff from the budget): CosTLO decides every extra request. A
+throttled request (503 SlowDown, 429) raises :class:`S3Throttled`, for the caller to back
+off rather than send the same request again.
 """
 
 from __future__ import annotations
@@ -47,6 +51,7 @@ from geoslo.live.costlo._storage import GuardedWrites, WriteOutcome
 __all__ = [
     "S3RegionStore",
     "S3RequestError",
+    "S3Throttled",
     "VERSION_METADATA",
     "CONDITIONAL_PUTS",
     "ensure_bucket",
@@ -74,11 +79,16 @@ class S3RequestError(TestbedError):
     a missing bucket, a malformed request (HTTP 400 or 403, NoSuchBucket)."""
 
 
+class S3Throttled(TestbedError):
+    """The service asked this client to slow down (HTTP 503 SlowDown or 429): a request
+    sent again at once would be throttled too."""
+
+
 def _s3_client(url: str, access: S3Access):
     """An aiobotocore S3 client of one server (an async context manager)."""
     config = Config(
         s3={"addressing_style": "path"},
-        retries={"max_attempts": 1, "mode": "standard"},  # no botocore retries
+        retries={"total_max_attempts": 1, "mode": "standard"},  # no botocore retries
         connect_timeout=2.0,
         read_timeout=10.0,
         max_pool_connections=_POOL_CONNECTIONS,
@@ -240,7 +250,10 @@ class S3RegionStore(GuardedWrites):
 
 
 def _request_error(name: str, method: str, key: str, error: ClientError) -> TestbedError:
-    """What a refused request raises: S3RequestError when retrying cannot help."""
+    """What a refused request raises: S3RequestError when retrying cannot help, S3Throttled
+    when the service asks to slow down."""
+    if _status(error) == 429 or _code(error) in ("SlowDown", "Throttling", "TooManyRequests"):
+        return S3Throttled(f"{name}: {method} {key}: {error}")
     fatal = _status(error) in (400, 403) or _code(error) == "NoSuchBucket"
     return (S3RequestError if fatal else TestbedError)(f"{name}: {method} {key}: {error}")
 
