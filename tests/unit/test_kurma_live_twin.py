@@ -5,10 +5,18 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
+import numpy as np
 import pytest
 
-from geoslo.experiments.kurma._live_report import _sim_backend, check_done, twin_agrees
+from geoslo.experiments.kurma._live_report import (
+    _sim_backend,
+    check_done,
+    fit_twin_cpu_ms,
+    twin_agrees,
+)
 from geoslo.live.kurma import TestbedSpec
+from geoslo.models import SloCurve
+from geoslo.sim.kurma import profile_site
 
 LIVE = SimpleNamespace(saturation_rps=600.0, profile=SimpleNamespace(min_service_ms=0.4))
 
@@ -40,6 +48,24 @@ def test_the_twin_of_the_namespaces_form_serves_under_the_testbeds_cpu_quota():
     loopback = _sim_backend(LIVE, spec, "loopback")  # a DEBUG SLEEP: exponential service
     assert loopback.tail == "server_stalls" and loopback.read.stall_probability == 0
     assert loopback.read_capacity_rps == pytest.approx(LIVE.saturation_rps)
+
+
+def test_the_twins_cpu_per_read_is_fitted_to_the_live_curve():
+    """A live curve made by a twin of 0.31 ms a read (the saturation implying 0.333 ms):
+    the fit finds 0.31 ms within 2%. (The curve comes from the model being fitted, so this
+    checks the search, not the model.)"""
+    spec = TestbedSpec()
+    truth = _sim_backend(LIVE, spec, "namespaces", cpu_ms=0.31)
+    loads = np.linspace(400.0, 700.0, 31)
+    late = [(profile_site(truth, load, 0.02, 60.0, seed=7) > 30.0).mean() for load in loads]
+    curve = SloCurve(loads, np.maximum.accumulate(late))
+    live = SimpleNamespace(
+        saturation_rps=LIVE.saturation_rps,
+        profile=LIVE.profile,
+        surface=SimpleNamespace(curve=lambda base_rtt_ms, write_fraction: curve),
+    )
+    assert _sim_backend(LIVE, spec, "namespaces").read.mean_ms == pytest.approx(0.2 / 0.6)
+    assert fit_twin_cpu_ms(live, spec, 0.02) == pytest.approx(0.31, rel=0.02)
 
 
 def test_a_twin_that_disagrees_fails_its_check():

@@ -19,7 +19,9 @@ from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
+from scipy import optimize
 
+from geoslo.experiments.kurma._grid import GEOSLO_BALANCER, grid_text
 from geoslo.experiments.kurma._live import (
     INTERVAL_S,
     RAMP_S,
@@ -37,14 +39,13 @@ from geoslo.experiments.kurma._live_incidents import (
     incident_events,
     incident_findings,
 )
-from geoslo.experiments.kurma._grid import GEOSLO_BALANCER, goal_rows, grid_text
 from geoslo.experiments.kurma._runs import PolicyRun, cell_name, run_policy, split_cell
-from geoslo.experiments.kurma._scenario import RHO, build_scenario
+from geoslo.experiments.kurma._scenario import RHO, SLO_MS, build_scenario
 from geoslo.experiments.kurma._settings import Settings
 from geoslo.experiments.kurma._traces import trace_pair
 from geoslo.live._cgroup import cpu_priority
 from geoslo.report import Report
-from geoslo.sim.kurma import BackendParams, ServiceParams
+from geoslo.sim.kurma import BackendParams, ServiceParams, profile_site
 
 __all__ = ["reproduce_live", "check_done", "LIVE_BUSIEST_OF_5PCT"]
 
@@ -82,13 +83,24 @@ DIFFERENCES = """\
 # The spread of a read's CPU time on the twin's servers (lognormal log-sd): SORT_RO of a
 # list of fixed length does the same work each time; our assumption, not a measurement.
 TWIN_CPU_LOG_SD = 0.2
+# The twin's CPU per read is fitted to the live profile's local curve where its violation
+# fraction lies in this range (the loads a replay's overloaded site sees), within
+# TWIN_CPU_SEARCH of what the saturation implies.
+TWIN_FIT_RANGE = (0.005, 0.6)
+TWIN_CPU_SEARCH = 0.15
+_TWIN_FIT_SECONDS = 60.0  # simulated per load point and candidate
 
 
-def _sim_backend(live: LiveModel, spec, network: str) -> BackendParams:
-    """The live run's twin: as many FCFS servers per site as live, with the live site's
-    measured saturation as their capacity. In namespaces each server is under the testbed's
-    CPU quota, a read taking the CPU the saturation implies (quota x servers / saturation);
-    on loopback a server sleeps an exponential time (DEBUG SLEEP)."""
+def _implied_cpu_ms(live: LiveModel, spec) -> float:
+    """The CPU per read at which the quota serves the measured saturation."""
+    return spec.server_cpu_fraction * 1000.0 * spec.servers_per_site / live.saturation_rps
+
+
+def _sim_backend(live: LiveModel, spec, network: str, cpu_ms: float | None = None):
+    """The live run's twin: as many FCFS servers per site as live. In namespaces each server
+    is under the testbed's CPU quota, a read taking ``cpu_ms`` of CPU (None: what the
+    measured saturation implies); on loopback a server sleeps an exponential time (DEBUG
+    SLEEP) at the measured saturation."""
     servers = spec.servers_per_site
     if network != "namespaces":
         mean_ms = 1000.0 * servers / live.saturation_rps
@@ -96,12 +108,36 @@ def _sim_backend(live: LiveModel, spec, network: str) -> BackendParams:
         overhead_ms = live.profile.min_service_ms
         return BackendParams(servers=servers, read=service, write=service, overhead_ms=overhead_ms)
     fraction, period_ms = spec.server_cpu_fraction, spec.server_cpu_period_us / 1000.0
-    cpu_ms = fraction * 1000.0 * servers / live.saturation_rps
+    cpu_ms = _implied_cpu_ms(live, spec) if cpu_ms is None else cpu_ms
     cpu = ServiceParams(base_mean_ms=cpu_ms, lognormal_sigma=TWIN_CPU_LOG_SD)
     overhead_ms = max(0.0, live.profile.min_service_ms - cpu_ms)
     return BackendParams.cpu_quota(
         cpu, fraction, period_ms, servers=servers, overhead_ms=overhead_ms
     )
+
+
+def fit_twin_cpu_ms(live: LiveModel, spec, write_fraction: float) -> float:
+    """The CPU per read that brings the twin's local curve closest to the live profile's:
+    least squares on the log violation fractions at 10 loads spanning TWIN_FIT_RANGE of
+    the live curve (a bounded scalar search, common random numbers across candidates)."""
+    curve = live.surface.curve(0.0, write_fraction)
+    loads = np.linspace(*(curve.load_at(v) for v in TWIN_FIT_RANGE), 10)
+    target = np.log(np.asarray(curve(loads)) + 1e-3)
+
+    def error(cpu_ms: float) -> float:
+        backend = _sim_backend(live, spec, "namespaces", cpu_ms)
+        late = [
+            (profile_site(backend, load, write_fraction, _TWIN_FIT_SECONDS, seed=1) > SLO_MS).mean()
+            for load in loads
+        ]
+        return float(np.sum((np.log(np.array(late) + 1e-3) - target) ** 2))
+
+    implied = _implied_cpu_ms(live, spec)
+    bounds = ((1 - TWIN_CPU_SEARCH) * implied, (1 + TWIN_CPU_SEARCH) * implied)
+    found = optimize.minimize_scalar(
+        error, bounds=bounds, method="bounded", options={"xatol": 0.002 * implied}
+    )
+    return float(found.x)
 
 
 def twin_text(backend: BackendParams) -> str:
@@ -110,7 +146,8 @@ def twin_text(backend: BackendParams) -> str:
         return (
             f"each server under a {backend.cpu_quota_fraction:.0%} CPU quota of every "
             f"{backend.cpu_quota_period_ms:g} ms, a read taking {backend.read.mean_ms:.3f} ms of "
-            f"CPU (lognormal, log-sd {backend.read.lognormal_sigma:g}, assumed)"
+            f"CPU (lognormal, log-sd {backend.read.lognormal_sigma:g}, assumed; the mean fitted "
+            "to the live profile's local curve)"
         )
     return f"exponential service of mean {backend.read.mean_ms:.2f} ms"
 
@@ -126,7 +163,10 @@ def _simulate(live: LiveModel, spec, network: str, jobs: dict, settings, seed: i
     sim_settings = Settings(
         profile_seconds=30.0 if quick else 120.0, profile_points=16, write_fractions=(0.0,)
     )
-    backend = _sim_backend(live, spec, network)
+    cpu_ms = None
+    if network == "namespaces":
+        cpu_ms = fit_twin_cpu_ms(live, spec, settings.write_fraction)
+    backend = _sim_backend(live, spec, network, cpu_ms)
     scenario = build_scenario(sim_settings, seed, backend=backend)
     # live Kurma plans on the curves profiled with a random server (the testbed's profile),
     # whatever its clients choose inside a site: so does the twin's
@@ -152,7 +192,7 @@ def _simulate(live: LiveModel, spec, network: str, jobs: dict, settings, seed: i
             runs[name][policy] = PolicyRun(
                 policy, run.requests[skip:], run.violations[skip:], run.served_rps[skip:], {}
             )
-    return runs
+    return runs, backend
 
 
 def _residual_rows(live: LiveModel, spec) -> list[dict]:
@@ -325,13 +365,13 @@ def reproduce_live(
         "trace1": (trace1.rates_rps, settings.policies),
         "trace2": (trace2.rates_rps, tuple(trace2_runs)),
     }
-    simulated = _simulate(live, spec, testbed.network, jobs, settings, seed, quick)
+    simulated, twin = _simulate(live, spec, testbed.network, jobs, settings, seed, quick)
     sim_runs = simulated["trace1"]
     results = _results(live, live_runs, sim_runs, settings, spec.sites, time.monotonic() - started)
     if trace2_runs:
         results["trace2"] = _rows(trace2_runs, simulated["trace2"], spec.sites)
     results["cpu"] = cpu_note
-    results["twin"] = twin_text(_sim_backend(live, spec, testbed.network))
+    results["twin"] = twin_text(twin)
     results["network"] = network
     if incidents is not None:
         results["incidents"] = incidents

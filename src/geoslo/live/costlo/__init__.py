@@ -13,7 +13,7 @@ from geoslo.live.costlo._agent import (
     stall_region,
     stall_server,
 )
-from geoslo.live.costlo._client import CostloClient, GetRecord
+from geoslo.live.costlo._client import CostloClient, GetRecord, StoreUnavailable
 from geoslo.live.costlo._cluster import CostloCluster, region_rtts
 from geoslo.live.costlo._environment import CostloTestbedEnvironment
 from geoslo.live.costlo._locks import (
@@ -67,6 +67,7 @@ __all__ = [
     "ClientRequest",
     "CopyRef",
     "CostloClient",
+    "StoreUnavailable",
     "CostloCluster",
     "region_rtts",
     "CostloTestbedEnvironment",

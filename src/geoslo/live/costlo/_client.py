@@ -34,7 +34,7 @@ from geoslo.live.costlo._plan import (
 )
 from geoslo.live.costlo._storage import Store, region_store
 
-__all__ = ["CostloClient", "GetRecord"]
+__all__ = ["CostloClient", "GetRecord", "StoreUnavailable"]
 
 Found = tuple[int, bytes]
 
@@ -57,6 +57,11 @@ class GetRecord:
     budget_refused: bool = False
 
 
+class StoreUnavailable(TestbedError):
+    """A GET that no copy answered (every request failed or timed out): the key may exist.
+    Not the same as a key never written, which a GET answers with None."""
+
+
 class _Flights:
     """The requests of one GET in flight: each an asyncio task."""
 
@@ -65,6 +70,7 @@ class _Flights:
         self.requests: dict[asyncio.Task, ClientRequest] = {}
         self.pending: set[asyncio.Task] = set()
         self.errors = 0
+        self.answered = 0  # requests whose server replied (found or not)
 
     def issue(self, requests) -> None:
         for request in requests:
@@ -85,6 +91,7 @@ class _Flights:
             if task.exception() is not None:
                 self.errors += 1
             else:
+                self.answered += 1
                 out.append((self.requests[task], task.result()))
         return out
 
@@ -174,7 +181,9 @@ class CostloClient:
         return admitted, not admitted
 
     async def get(self, key: str) -> Found | None:
-        """``(version, payload)`` of ``key`` from the first found reply, or None."""
+        """``(version, payload)`` of ``key`` from the first found reply, or None when the
+        copies that answered hold none; :class:`StoreUnavailable` when none answered (the
+        GET is recorded either way)."""
         if self.quorum:
             return await self._quorum_get(key)
         loop = asyncio.get_running_loop()
@@ -213,6 +222,11 @@ class CostloClient:
             await flights.cancel_rest()
         name, version = (None, 0) if winner is None else (str(winner[0]), winner[1][0])
         self._record(key, started, flights, redundant, name, version, refused)
+        if winner is None and flights.answered == 0:
+            raise StoreUnavailable(
+                f"GET {key!r}: none of its {len(flights.requests)} requests answered "
+                f"({flights.errors} failed, the others not within {self.timeout_s:g} s)"
+            )
         return None if winner is None else winner[1]
 
     def _record(self, key, started, flights, redundant, winner, version, refused=False) -> None:
@@ -245,8 +259,10 @@ class CostloClient:
                 replies += [found for _, found in flights.results(done)]
         finally:
             await flights.cancel_rest()
-        if len(replies) < needed:
-            raise TestbedError(f"quorum GET of {key!r}: {len(replies)} of {needed} copies answered")
         best = max((f for f in replies if f is not None), default=None, key=lambda f: f[0])
         self._record(key, started, flights, False, None, 0 if best is None else best[0])
+        if len(replies) < needed:
+            raise StoreUnavailable(
+                f"quorum GET of {key!r}: {len(replies)} of {needed} copies answered"
+            )
         return best

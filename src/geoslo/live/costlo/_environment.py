@@ -58,6 +58,13 @@ PREFIX = "local"  # the testbed's one prefix: this machine's end-host
 
 
 @dataclass
+def _retrieved(task: asyncio.Task) -> None:
+    """A load GET's outcome is in its client's records: an unavailable store is counted
+    there (``GetRecord.errors``), not raised to nobody."""
+    if not task.cancelled():
+        task.exception()
+
+
 class CostloTestbedEnvironment:
     """The live deployment ``geoslo run`` drives. ``state_dir`` holds the processes' logs
     (a temporary directory, removed on close, when None)."""
@@ -248,6 +255,7 @@ class CostloTestbedEnvironment:
             tasks = self._inflight[client]
             tasks.add(task)
             task.add_done_callback(tasks.discard)
+            task.add_done_callback(_retrieved)
 
     def _take_records(self) -> list[GetRecord]:
         """The GETs completed since the last call, by every client (bounded by a call)."""
