@@ -57,7 +57,6 @@ __all__ = ["CostloTestbedEnvironment", "PREFIX"]
 PREFIX = "local"  # the testbed's one prefix: this machine's end-host
 
 
-@dataclass
 def _retrieved(task: asyncio.Task) -> None:
     """A load GET's outcome is in its client's records: an unavailable store is counted
     there (``GetRecord.errors``), not raised to nobody."""
@@ -65,6 +64,7 @@ def _retrieved(task: asyncio.Task) -> None:
         task.exception()
 
 
+@dataclass
 class CostloTestbedEnvironment:
     """The live deployment ``geoslo run`` drives. ``state_dir`` holds the processes' logs
     (a temporary directory, removed on close, when None)."""
