@@ -4,6 +4,7 @@ GET reaches the server (botocore retries nothing), and the caller learns it was 
 from __future__ import annotations
 
 import asyncio
+import time
 
 import pytest
 from aiohttp import web
@@ -17,12 +18,13 @@ SLOW_DOWN = (
 )
 
 
-async def _throttled_endpoint(seen: list[str]) -> web.AppRunner:
+async def _throttled_endpoint(seen: list[tuple[str, float]]) -> web.AppRunner:
     """A real HTTP server on loopback that answers every request 503 SlowDown, as S3 does
-    when a prefix's request rate is over its limit."""
+    when a prefix's request rate is over its limit; ``seen`` gets each request's method
+    and arrival (monotonic s)."""
 
     async def answer(request: web.Request) -> web.Response:
-        seen.append(request.method)
+        seen.append((request.method, time.monotonic()))
         return web.Response(status=503, body=SLOW_DOWN, content_type="application/xml")
 
     app = web.Application()
@@ -35,8 +37,8 @@ async def _throttled_endpoint(seen: list[str]) -> web.AppRunner:
 
 @pytest.mark.parametrize("method", ["GET", "PUT"])
 def test_a_throttled_request_is_sent_once_and_raises_s3_throttled(method):
-    async def scenario() -> list[str]:
-        seen: list[str] = []
+    async def scenario() -> list[tuple[str, float]]:
+        seen: list[tuple[str, float]] = []
         runner = await _throttled_endpoint(seen)
         port = runner.addresses[0][1]
         access = S3Access("bucket", access_key="test", secret_key="test")
@@ -55,4 +57,34 @@ def test_a_throttled_request_is_sent_once_and_raises_s3_throttled(method):
         return seen
 
     # a PUT's guard reads first: its GET is throttled, and no PUT follows
-    assert asyncio.run(scenario()) == ["GET"]
+    assert [method for method, _ in asyncio.run(scenario())] == ["GET"]
+
+
+def test_a_throttled_write_backs_off_exponentially_until_its_deadline():
+    """Sent again only after waits that double (50 ms, 100 ms, ... up to 1 s): within a 2-s
+    deadline the throttling server sees ~6 attempts, not the ~40 of a fixed 50-ms retry."""
+    from geoslo.errors import TestbedError
+
+    async def scenario() -> list[tuple[str, float]]:
+        seen: list[tuple[str, float]] = []
+        runner = await _throttled_endpoint(seen)
+        port = runner.addresses[0][1]
+        access = S3Access("bucket", access_key="test", secret_key="test")
+        store = S3RegionStore(RegionEndpoints((port,), None, "127.0.0.1", access))
+        try:
+            await store.open()
+            seen.clear()
+            with pytest.raises(TestbedError, match="cannot write"):
+                await store.write_retrying("k", 0, 1, b"payload", deadline_s=2.0)
+        finally:
+            await store.close()
+            await runner.cleanup()
+        return seen
+
+    seen = asyncio.run(scenario())
+    assert {method for method, _ in seen} == {"GET"}  # each attempt's guard read, throttled
+    times = [t for _, t in seen]
+    gaps = [b - a for a, b in zip(times, times[1:], strict=False)]
+    # a fixed 50-ms retry sends 15 or more in 2 s even at 80 ms a round trip; the waits grow
+    # past 0.4 s however slow the machine (each wait is at least its backoff)
+    assert 3 <= len(times) <= 8 and max(gaps) >= 0.4, gaps

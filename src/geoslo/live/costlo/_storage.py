@@ -100,6 +100,10 @@ def region_store(endpoints: RegionEndpoints, name: str = "region") -> Store:
     return RegionStore(endpoints.server_ports, name)
 
 
+RETRY_FIRST_S = 0.05  # a write's first wait before it is sent again, then doubled
+RETRY_MAX_S = 1.0  # up to this
+
+
 class GuardedWrites:
     """``write`` and ``write_retrying`` on top of a store's ``write_checked`` (the same
     for every engine); ``fatal_errors`` are replies that retrying cannot change."""
@@ -119,11 +123,14 @@ class GuardedWrites:
     async def write_retrying(
         self, key: str, copy: int, version: int, payload: bytes, deadline_s: float = 5.0
     ) -> WriteOutcome:
-        """:meth:`write_checked`, retried every 50 ms while the server is unreachable, up
+        """:meth:`write_checked`, retried while the server is unreachable or throttles, up
         to ``deadline_s`` (a server that does not answer counts as unreachable); then
-        TestbedError. A refusal is returned, not retried."""
+        TestbedError. A refusal is returned, not retried. The waits between attempts
+        double from RETRY_FIRST_S to RETRY_MAX_S (exponential backoff, as S3 asks of a
+        client it throttles)."""
         loop = asyncio.get_running_loop()
         give_up = loop.time() + deadline_s
+        wait_s = RETRY_FIRST_S
         while True:
             attempt = self.write_checked(key, copy, version, payload)
             try:
@@ -135,7 +142,8 @@ class GuardedWrites:
                     raise TestbedError(
                         f"{self.name}: cannot write {copy_key(key, copy)}: {error}"
                     ) from None
-                await asyncio.sleep(0.05)
+                await asyncio.sleep(min(wait_s, max(give_up - loop.time(), 0.0)))
+                wait_s = min(2.0 * wait_s, RETRY_MAX_S)
 
 
 class RegionStore(GuardedWrites):
