@@ -37,7 +37,7 @@ from geoslo.live.kurma import (
     start_instance,
     start_loadgen,
 )
-from geoslo.live.kurma._testbed import time_per_command_us
+from geoslo.live.kurma._testbed import cpu_per_command_us, time_per_command_us
 from geoslo.models import (
     ServiceProfile,
     SloSurface,
@@ -98,6 +98,7 @@ class LiveModel:
     saturation_rps: float
     model_path: Path
     nominal_rps: float  # per site, the testbed's own estimate before profiling
+    server_cpu_us_per_command: float = float("nan")  # the servers' CPU per command profiling
 
     @property
     def pooled_residual_ms(self) -> np.ndarray:
@@ -119,6 +120,7 @@ class LiveRun:
     start_unix_s: float  # when the generators started
     events: dict[str, float] = field(default_factory=dict)  # name -> when it happened (unix s)
     server_us_per_command: float = float("nan")  # the servers' own time per command (INFO)
+    server_cpu_us_per_command: float = float("nan")  # and their CPU per command (INFO cpu)
 
     def since(self, t_unix_s: float) -> LiveRun:
         """Only requests issued from ``t_unix_s`` on, and the rounds measuring after it."""
@@ -130,7 +132,7 @@ class LiveRun:
         rounds = [[rec for rec in log if rec["t_unix_s"] >= first_round_s] for log in self.rounds]
         return LiveRun(
             self.policy, requests, rounds, self.max_late_ms, t_unix_s, self.events,
-            self.server_us_per_command,
+            self.server_us_per_command, self.server_cpu_us_per_command,
         )  # fmt: skip
 
     def violated(self, i: int) -> np.ndarray:
@@ -249,6 +251,7 @@ def _replay(
         start,
         done,
         time_per_command_us(counters_before, counters_after),
+        cpu_per_command_us(counters_before, counters_after),
     )
 
 
@@ -372,7 +375,10 @@ def profile_testbed(
     )  # fmt: skip
     model_path = save_model(model, run_dir / "model.npz")
     samples = {f"{spec.sites[i]}>{spec.sites[j]}": r for (i, j), r in residuals.items()}
-    return LiveModel(profile, samples, surface, saturation, model_path, nominal_rps)
+    return LiveModel(
+        profile, samples, surface, saturation, model_path, nominal_rps,
+        run.server_cpu_us_per_command,
+    )  # fmt: skip
 
 
 def with_ramp(trace: np.ndarray) -> list[float]:

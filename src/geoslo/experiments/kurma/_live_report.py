@@ -147,7 +147,8 @@ def twin_text(backend: BackendParams) -> str:
             f"each server under a {backend.cpu_quota_fraction:.0%} CPU quota of every "
             f"{backend.cpu_quota_period_ms:g} ms, a read taking {backend.read.mean_ms:.3f} ms of "
             f"CPU (lognormal, log-sd {backend.read.lognormal_sigma:g}, assumed; the mean fitted "
-            "to the live profile's local curve)"
+            "to the live profile's local curve), scaled for each replay by its servers' CPU per "
+            "command against the profile's (the twin speed column)"
         )
     return f"exponential service of mean {backend.read.mean_ms:.2f} ms"
 
@@ -157,9 +158,30 @@ def twin_agrees(live_pct: float, sim_pct: float) -> bool:
     return abs(live_pct - sim_pct) <= 0.5 or 0.5 * sim_pct <= live_pct <= 2.0 * sim_pct
 
 
+def machine_factor(live: LiveModel, run: LiveRun | None) -> float:
+    """How much more CPU a command took the servers in ``run`` than while profiling (the
+    machine is shared: its speed drifts between the profile and a replay), in [0.5, 2];
+    1 when either was not measured."""
+    if run is None:
+        return 1.0
+    factor = run.server_cpu_us_per_command / live.server_cpu_us_per_command
+    return float(np.clip(factor, 0.5, 2.0)) if np.isfinite(factor) else 1.0
+
+
+def _at_speed(backend: BackendParams, factor: float) -> BackendParams:
+    """The backend with each request's CPU scaled by ``factor`` (CPU quota only: a DEBUG
+    SLEEP takes the same wall time on a slower machine)."""
+    if backend.tail != "cpu_quota" or factor == 1.0:
+        return backend
+    cpu = replace(backend.read, base_mean_ms=backend.read.base_mean_ms * factor)
+    return replace(backend, read=cpu, write=cpu)
+
+
 def _simulate(live: LiveModel, spec, network: str, jobs: dict, settings, seed: int, quick: bool):
-    """``jobs[name] = (traces, policies)``: each policy on its traces, simulated on the
-    twin of the testbed's ``network`` form; the runs by name and policy."""
+    """``jobs[name] = (traces, live runs by policy)``: each policy on its traces, simulated
+    on the twin of the testbed's ``network`` form, its servers at the speed they had in that
+    policy's live replay (`machine_factor`; Kurma plans on the profile's, as live); the
+    runs by name and policy, and the twin's backend at the profile's speed."""
     sim_settings = Settings(
         profile_seconds=30.0 if quick else 120.0, profile_points=16, write_fractions=(0.0,)
     )
@@ -170,7 +192,7 @@ def _simulate(live: LiveModel, spec, network: str, jobs: dict, settings, seed: i
     scenario = build_scenario(sim_settings, seed, backend=backend)
     # live Kurma plans on the curves profiled with a random server (the testbed's profile),
     # whatever its clients choose inside a site: so does the twin's
-    choices = {split_cell(p)[1] for _, policies in jobs.values() for p in policies} - {None}
+    choices = {split_cell(p)[1] for _, live_runs in jobs.values() for p in live_runs} - {None}
     scenario = replace(
         scenario,
         wan=spec.topology(scenario.saturation_rps),
@@ -180,13 +202,15 @@ def _simulate(live: LiveModel, spec, network: str, jobs: dict, settings, seed: i
     # one client per site, as live: its DynamicSnitch or C3 state, and C3's n = the sites
     clients = {"coordinators_per_site": 1}
     runs: dict[str, dict[str, PolicyRun]] = {}
-    for name, (traces, policies) in jobs.items():
+    for name, (traces, live_runs) in jobs.items():
         ramped = [np.array(with_ramp(t)) for t in traces]
         runs[name] = {}
-        for policy in policies:
+        for policy, live_run in live_runs.items():
             site_choice, server_choice = split_cell(policy)
+            factor = machine_factor(live, live_run)
+            at_speed = replace(scenario, backend=_at_speed(backend, factor))
             run = run_policy(
-                scenario, site_choice, ramped, settings.write_fraction, seed,
+                at_speed, site_choice, ramped, settings.write_fraction, seed,
                 policy_params=clients, server_choice=server_choice, server_choice_at="client",
             )  # fmt: skip
             runs[name][policy] = PolicyRun(
@@ -212,7 +236,7 @@ def _residual_rows(live: LiveModel, spec) -> list[dict]:
     return rows
 
 
-def _rows(live_runs: dict[str, LiveRun], sim_runs: dict[str, PolicyRun], sites) -> list[dict]:
+def _rows(live_runs: dict[str, LiveRun], sim_runs: dict[str, PolicyRun], sites, live) -> list:
     rows = []
     for policy, run in live_runs.items():
         sim = sim_runs[policy]
@@ -225,6 +249,8 @@ def _rows(live_runs: dict[str, LiveRun], sim_runs: dict[str, PolicyRun], sites) 
         row["sim redirected %"] = 100 * sim.redirected_requests() / max(sim.requests.sum(), 1)
         row["live WAN MB"] = run.wan_bytes() / 1e6
         row["server us/command"] = run.server_us_per_command
+        row["server CPU us/command"] = run.server_cpu_us_per_command
+        row["twin CPU x"] = machine_factor(live, run)
         row["requests"] = run.total()
         rows.append(row)
     return rows
@@ -249,7 +275,11 @@ def _goal_cells(rows: list[dict]) -> dict[str, dict] | None:
 
 def _formats(rows: list[dict]) -> dict[str, str]:
     formats = {k: ".2f" for k in rows[0] if k.endswith(("%", "MB"))}
-    return formats | {"server us/command": ".0f"}
+    return formats | {
+        "server us/command": ".0f",
+        "server CPU us/command": ".0f",
+        "twin CPU x": ".2f",
+    }
 
 
 def _machine_speed_text(rows: list[dict]) -> str:
@@ -361,15 +391,12 @@ def reproduce_live(
             testbed.down()
     progress("simulating the same setting")
     spec = testbed.spec
-    jobs = {
-        "trace1": (trace1.rates_rps, settings.policies),
-        "trace2": (trace2.rates_rps, tuple(trace2_runs)),
-    }
+    jobs = {"trace1": (trace1.rates_rps, live_runs), "trace2": (trace2.rates_rps, trace2_runs)}
     simulated, twin = _simulate(live, spec, testbed.network, jobs, settings, seed, quick)
     sim_runs = simulated["trace1"]
     results = _results(live, live_runs, sim_runs, settings, spec.sites, time.monotonic() - started)
     if trace2_runs:
-        results["trace2"] = _rows(trace2_runs, simulated["trace2"], spec.sites)
+        results["trace2"] = _rows(trace2_runs, simulated["trace2"], spec.sites, live)
     results["cpu"] = cpu_note
     results["twin"] = twin_text(twin)
     results["network"] = network
@@ -405,7 +432,8 @@ def _results(live, live_runs, sim_runs, settings, sites, elapsed_s) -> dict:
         "sites": list(sites),
         "saturation_rps": live.saturation_rps,
         "local_5pct_rps": live.local_5pct_rps,
-        "policies": _rows(live_runs, sim_runs, sites),
+        "policies": _rows(live_runs, sim_runs, sites, live),
+        "profile_cpu_us_per_command": live.server_cpu_us_per_command,
         "estimate": _estimate_rows(live_runs),
         "max_late_ms": max(run.max_late_ms for run in live_runs.values()),
         "elapsed_s": elapsed_s,
@@ -433,6 +461,10 @@ def _write(out, live, live_runs, sim_runs, traces, settings, spec, quick, result
                 "value": curve.curve(10).load_at(RHO),
             },
             {"quantity": "min response while profiling (ms)", "value": live.profile.min_service_ms},
+            {
+                "quantity": "servers' CPU per command while profiling (us)",
+                "value": live.server_cpu_us_per_command,
+            },
         ],  # fmt: skip
         formats={"value": ".4g"},
     )
@@ -443,7 +475,7 @@ def _write(out, live, live_runs, sim_runs, traces, settings, spec, quick, result
         formats={k: ".2f" for k in ("set mean (ms)", "probed mean (ms)", "probed p95 (ms)")},
     )
     report.section("Trace-1 on the testbed", trace1.description)
-    rows = _rows(live_runs, sim_runs, sites)
+    rows = results["policies"]
     report.table("trace1_live", rows, formats=_formats(rows))
     report.figure("trace1_live", _plot(rows, live_runs, sites), "Global violations; redirect share")
     cells = _goal_cells(rows)

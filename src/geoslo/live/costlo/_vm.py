@@ -27,6 +27,9 @@ draw left out, and the PUT's record says so.
 L_S is released, ``put`` returns when a majority of the copies hold v+1
 (``quorum_puts_done``) and ``all_puts_done`` is called when every copy does.
 ``recover`` finishes what a killed library left in its log; see docs/costlo-live.md.
+While the library runs, an operation that failed with its log entry unfinished (a copy's
+server down past ``write_deadline_s``) is finished the same way in the background, with
+backoff, so its copies do not stay stale until the next start.
 """
 
 from __future__ import annotations
@@ -54,6 +57,9 @@ from geoslo.live.costlo._storage import Store, region_store
 __all__ = ["VmLibrary", "PutRecord"]
 
 Callback = Callable[[int], object]
+
+REPAIR_FIRST_S = 0.5  # the background repair's first wait after a failed operation
+REPAIR_MAX_S = 5.0  # its wait doubles up to this while repairs keep failing
 
 
 @dataclass(frozen=True)
@@ -162,6 +168,9 @@ class VmLibrary:
         self._log: VmLog | None = None
         self._unfinished: list[LoggedOp] = []
         self._background: set[asyncio.Task] = set()
+        self._active_ops: set[str] = set()  # this boot's operations being worked on
+        self._repairer: asyncio.Task | None = None
+        self.repaired = 0  # operations the background repair finished
 
     # --- lifecycle ---------------------------------------------------------------------------
     async def start(self) -> VmLibrary:
@@ -178,7 +187,11 @@ class VmLibrary:
         return self
 
     async def close(self) -> None:
-        """Finish background work, then close every connection and the log."""
+        """Stop the repair (what it left stays in the log for :meth:`recover`), finish
+        background work, then close every connection and the log."""
+        if self._repairer is not None:
+            await _stop(self._repairer)
+            self._repairer = None
         await self.drain()
         for store in self._stores.values():
             await store.close()
@@ -281,11 +294,13 @@ class VmLibrary:
         granted in time, TestbedError if no request could complete."""
         started = time.perf_counter()  # the ack time counts the lock and the log too
         op = f"{self.owner_id}/{self._boot}/{next(self._op_ids)}"
+        self._active_ops.add(op)  # from its first log line on: the repair leaves it alone
         self.log.begin(op, key)
         try:
             grant = await self._grant("S", key, op)
         except BaseException:
             self.log.finished(op)  # nothing held, nothing written
+            self._active_ops.discard(op)
             raise
         renewal = self._keep_lease("S", key, op)
         try:
@@ -294,6 +309,7 @@ class VmLibrary:
             await _stop(renewal)
             await self._release("S", key, op)
             self.log.finished(op)
+            self._active_ops.discard(op)
             raise
         self.log.update(op, key, version, value, self.plan.requests)
         state = _Put(
@@ -309,8 +325,50 @@ class VmLibrary:
             started=started,
             renewal=renewal,
         )
-        self._spawn(self._synchronous(state))
+        self._spawn(self._tracked(op, self._synchronous(state)))
         return await state.acked
+
+    async def _tracked(self, op: str, work) -> None:
+        """Run the work of an operation the caller marked active, then mark it inactive; if
+        the work fails with the operation left unfinished in the log (a copy's server down
+        past ``write_deadline_s``), the repair takes it up."""
+        try:
+            await work
+        except Exception:
+            self._start_repair()
+            raise
+        finally:
+            self._active_ops.discard(op)
+
+    # --- background repair: a failed write's copy is re-driven while the VM runs ----------
+    def _start_repair(self) -> None:
+        if self._repairer is None or self._repairer.done():
+            self._repairer = asyncio.create_task(self._repair())
+
+    async def _repair(self) -> None:
+        """Every REPAIR_FIRST_S (doubling to REPAIR_MAX_S while repairs fail) finish this
+        boot's operations the log holds unfinished and nothing works on, as recovery would
+        after a restart; end when none is left. So a copy a failed write left stale is
+        written within about REPAIR_MAX_S + ``write_deadline_s`` of its server's return."""
+        wait_s = REPAIR_FIRST_S
+        while True:
+            await asyncio.sleep(wait_s)
+            mine = f"/{self._boot}/"
+            left = [
+                logged
+                for logged in replay_log(self.log_path)
+                if not logged.finished and mine in logged.op and logged.op not in self._active_ops
+            ]
+            if not left:
+                return
+            self._active_ops.update(logged.op for logged in left)
+            results = await asyncio.gather(
+                *(self._tracked(logged.op, self._recover_one(logged, False)) for logged in left),
+                return_exceptions=True,
+            )
+            failed = sum(isinstance(r, BaseException) for r in results)
+            self.repaired += len(left) - failed
+            wait_s = min(2.0 * wait_s, REPAIR_MAX_S) if failed else REPAIR_FIRST_S
 
     async def _next_version(self, key: str, grant: LockGrant) -> int:
         """v+1. If the service lost its state, v is learned from storage, plus one for a
@@ -464,7 +522,7 @@ class VmLibrary:
             raise TestbedError(f"recovery of {len(failures)} operations failed: {failures[0]}")
         return len(taken)
 
-    async def _recover_one(self, logged: LoggedOp) -> None:
+    async def _recover_one(self, logged: LoggedOp, background: bool = True) -> None:
         if logged.version is None:
             # L_S asked for, maybe given: take it (as its owner) and give it back.
             await self._grant("S", logged.key, logged.op)
@@ -474,7 +532,10 @@ class VmLibrary:
         state = self._recovered_state(logged)
         if not logged.released:
             await self._finish_synchronous(logged, state)
-        self._spawn(self._propagate(state))
+        if background:
+            self._spawn(self._propagate(state))
+        else:
+            await self._propagate(state)
 
     def _recovered_state(self, logged: LoggedOp) -> _Put:
         acked = asyncio.get_running_loop().create_future()

@@ -601,12 +601,13 @@ class Testbed:
             self._launch(name, python_module_command("geoslo.live", name, config),
                          record["port"], record.get("host", "127.0.0.1"))  # fmt: skip
 
-    def server_counters(self) -> dict[str, tuple[int, int]]:
-        """Per server that answers: the commands the clients sent it so far and its
-        microseconds running them (``INFO commandstats``). Two readings give the time per
-        command over a run (``time_per_command_us``)."""
+    def server_counters(self) -> dict[str, tuple[int, int, int]]:
+        """Per server that answers: the commands the clients sent it so far, its
+        microseconds running them (``INFO commandstats``) and the CPU it has used, user and
+        system (``INFO cpu``), in us. Two readings give the time and the CPU per command
+        over a run (``time_per_command_us``, ``cpu_per_command_us``)."""
 
-        async def read() -> dict[str, tuple[int, int]]:
+        async def read() -> dict[str, tuple[int, int, int]]:
             counters = {}
             for record in self.processes:
                 if not record["name"].startswith("redis-"):
@@ -617,8 +618,9 @@ class Testbed:
                     continue
                 try:
                     info = await asyncio.wait_for(connection.command(b"INFO", b"all"), 5.0)
-                    _, calls, usec = info_counters(info.decode())
-                    counters[record["name"]] = (calls, usec)
+                    text = info.decode()
+                    _, calls, usec = info_counters(text)
+                    counters[record["name"]] = (calls, usec, _cpu_us(text))
                 except (TimeoutError, TestbedError, ValueError):
                     pass
                 finally:
@@ -686,15 +688,35 @@ class Testbed:
         )
 
 
-def time_per_command_us(before: dict, after: dict) -> float:
+def time_per_command_us(before: dict, after: dict, measure: int = 1) -> float:
     """The servers' time per command between two ``server_counters`` readings, over the
-    servers read both times whose counters did not go back (a restarted server's did)."""
+    servers read both times whose counters did not go back (a restarted server's did);
+    ``measure`` 2: their CPU per command."""
     calls = usec = 0
-    for name, (calls_after, usec_after) in after.items():
-        calls_before, usec_before = before.get(name, (None, None))
-        if calls_before is not None and calls_after >= calls_before and usec_after >= usec_before:
+    for name, counters_after in after.items():
+        counters_before = before.get(name)
+        if counters_before is None:
+            continue
+        calls_after, usec_after = counters_after[0], counters_after[measure]
+        calls_before, usec_before = counters_before[0], counters_before[measure]
+        if calls_after >= calls_before and usec_after >= usec_before:
             calls, usec = calls + calls_after - calls_before, usec + usec_after - usec_before
     return usec / calls if calls else float("nan")
+
+
+def cpu_per_command_us(before: dict, after: dict) -> float:
+    """The servers' CPU (user + system) per command between two readings."""
+    return time_per_command_us(before, after, measure=2)
+
+
+def _cpu_us(info: str) -> int:
+    """used_cpu_user + used_cpu_sys from ``INFO`` text, in us."""
+    cpu_s = 0.0
+    for line in info.splitlines():
+        key, _, value = line.partition(":")
+        if key in ("used_cpu_user", "used_cpu_sys"):
+            cpu_s += float(value)
+    return round(cpu_s * 1e6)
 
 
 def _proxy_name(path_key: str) -> str:
