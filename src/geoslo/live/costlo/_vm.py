@@ -170,6 +170,7 @@ class VmLibrary:
         self._background: set[asyncio.Task] = set()
         self._active_ops: set[str] = set()  # this boot's operations being worked on
         self._repairer: asyncio.Task | None = None
+        self._closing = asyncio.Event()  # set by close(): the repair ends after its round
         self.repaired = 0  # operations the background repair finished
 
     # --- lifecycle ---------------------------------------------------------------------------
@@ -189,8 +190,9 @@ class VmLibrary:
     async def close(self) -> None:
         """Stop the repair (what it left stays in the log for :meth:`recover`), finish
         background work, then close every connection and the log."""
-        if self._repairer is not None:
-            await _stop(self._repairer)
+        self._closing.set()
+        if self._repairer is not None:  # its round ends (a lock it waits for is released)
+            await asyncio.gather(self._repairer, return_exceptions=True)
             self._repairer = None
         await self.drain()
         for store in self._stores.values():
@@ -348,11 +350,15 @@ class VmLibrary:
     async def _repair(self) -> None:
         """Every REPAIR_FIRST_S (doubling to REPAIR_MAX_S while repairs fail) finish this
         boot's operations the log holds unfinished and nothing works on, as recovery would
-        after a restart; end when none is left. So a copy a failed write left stale is
-        written within about REPAIR_MAX_S + ``write_deadline_s`` of its server's return."""
+        after a restart; end when none is left or the library closes. An operation is taken
+        up only when every copy it has left to write answers a read (no lock is held waiting
+        on a server that is still down). So a copy a failed write left stale is written
+        within about REPAIR_MAX_S + ``write_deadline_s`` of its server's return."""
         wait_s = REPAIR_FIRST_S
-        while True:
-            await asyncio.sleep(wait_s)
+        while not self._closing.is_set():
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._closing.wait(), wait_s)
+                return
             mine = f"/{self._boot}/"
             left = [
                 logged
@@ -361,15 +367,30 @@ class VmLibrary:
             ]
             if not left:
                 return
-            self._active_ops.update(logged.op for logged in left)
+            answers = await asyncio.gather(*(self._targets_answer(logged) for logged in left))
+            ready = [logged for logged, answered in zip(left, answers, strict=True) if answered]
+            self._active_ops.update(logged.op for logged in ready)
             results = await asyncio.gather(
-                *(self._tracked(logged.op, self._recover_one(logged, False)) for logged in left),
+                *(self._tracked(logged.op, self._recover_one(logged, False)) for logged in ready),
                 return_exceptions=True,
             )
-            failed = sum(isinstance(r, BaseException) for r in results)
+            failed = len(left) - len(ready) + sum(isinstance(r, BaseException) for r in results)
             self.repaired += len(left) - failed
             wait_s = min(2.0 * wait_s, REPAIR_MAX_S) if failed else REPAIR_FIRST_S
 
+    async def _targets_answer(self, logged: LoggedOp) -> bool:
+        """Whether every copy the operation has left to write answers a read in time."""
+        targets = propagation_targets(self.configuration, logged.written_copies)
+        reads = [
+            asyncio.wait_for(
+                self._stores[ref.region].read(logged.key, ref.copy), self.write_deadline_s
+            )
+            for ref in targets
+        ]
+        results = await asyncio.gather(*reads, return_exceptions=True)
+        return not any(isinstance(r, BaseException) for r in results)
+
+    # --- PUT internals -------------------------------------------------------------------------
     async def _next_version(self, key: str, grant: LockGrant) -> int:
         """v+1. If the service lost its state, v is learned from storage, plus one for a
         version the lost state may have given a PUT still in flight."""
