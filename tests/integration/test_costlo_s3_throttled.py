@@ -35,29 +35,36 @@ async def _throttled_endpoint(seen: list[tuple[str, float]]) -> web.AppRunner:
     return runner
 
 
+async def _against_throttling(request) -> list[tuple[str, float]]:
+    """``await request(store)`` on an S3 store whose one server throttles everything; the
+    requests the server saw after the store's warm-up HEAD."""
+    seen: list[tuple[str, float]] = []
+    runner = await _throttled_endpoint(seen)
+    port = runner.addresses[0][1]
+    access = S3Access("bucket", access_key="test", secret_key="test")
+    store = S3RegionStore(RegionEndpoints((port,), None, "127.0.0.1", access))
+    try:
+        await store.open()
+        seen.clear()  # the warm-up HEAD
+        await request(store)
+    finally:
+        await store.close()
+        await runner.cleanup()
+    return seen
+
+
 @pytest.mark.parametrize("method", ["GET", "PUT"])
 def test_a_throttled_request_is_sent_once_and_raises_s3_throttled(method):
-    async def scenario() -> list[tuple[str, float]]:
-        seen: list[tuple[str, float]] = []
-        runner = await _throttled_endpoint(seen)
-        port = runner.addresses[0][1]
-        access = S3Access("bucket", access_key="test", secret_key="test")
-        store = S3RegionStore(RegionEndpoints((port,), None, "127.0.0.1", access))
-        try:
-            await store.open()
-            seen.clear()  # the warm-up HEAD
-            with pytest.raises(S3Throttled, match="SlowDown"):
-                if method == "GET":
-                    await store.read("k", 0)
-                else:
-                    await store.write_checked("k", 0, 1, b"payload")
-        finally:
-            await store.close()
-            await runner.cleanup()
-        return seen
+    async def request(store) -> None:
+        with pytest.raises(S3Throttled, match="SlowDown"):
+            if method == "GET":
+                await store.read("k", 0)
+            else:
+                await store.write_checked("k", 0, 1, b"payload")
 
     # a PUT's guard reads first: its GET is throttled, and no PUT follows
-    assert [method for method, _ in asyncio.run(scenario())] == ["GET"]
+    seen = asyncio.run(_against_throttling(request))
+    assert [method for method, _ in seen] == ["GET"]
 
 
 def test_a_throttled_write_backs_off_exponentially_until_its_deadline():
@@ -65,23 +72,11 @@ def test_a_throttled_write_backs_off_exponentially_until_its_deadline():
     deadline the throttling server sees ~6 attempts, not the ~40 of a fixed 50-ms retry."""
     from geoslo.errors import TestbedError
 
-    async def scenario() -> list[tuple[str, float]]:
-        seen: list[tuple[str, float]] = []
-        runner = await _throttled_endpoint(seen)
-        port = runner.addresses[0][1]
-        access = S3Access("bucket", access_key="test", secret_key="test")
-        store = S3RegionStore(RegionEndpoints((port,), None, "127.0.0.1", access))
-        try:
-            await store.open()
-            seen.clear()
-            with pytest.raises(TestbedError, match="cannot write"):
-                await store.write_retrying("k", 0, 1, b"payload", deadline_s=2.0)
-        finally:
-            await store.close()
-            await runner.cleanup()
-        return seen
+    async def request(store) -> None:
+        with pytest.raises(TestbedError, match="cannot write"):
+            await store.write_retrying("k", 0, 1, b"payload", deadline_s=2.0)
 
-    seen = asyncio.run(scenario())
+    seen = asyncio.run(_against_throttling(request))
     assert {method for method, _ in seen} == {"GET"}  # each attempt's guard read, throttled
     times = [t for _, t in seen]
     gaps = [b - a for a, b in zip(times, times[1:], strict=False)]
