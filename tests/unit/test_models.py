@@ -125,6 +125,14 @@ def test_isotonic_fit_pools_adjacent_violators(values, expected):
     assert isotonic_increasing(np.array(values, float)) == pytest.approx(expected)
 
 
+def test_a_pooled_value_is_the_weighted_mean_of_its_points():
+    # a light first point (few responses, one stall) moves the pool a quarter as much
+    fitted = isotonic_increasing(np.array([3.0, 1.0, 4.0]), np.array([1.0, 3.0, 1.0]))
+    assert fitted == pytest.approx([1.5, 1.5, 4.0])
+    with pytest.raises(InputError):
+        isotonic_increasing(np.array([1.0, 2.0]), np.array([1.0, 0.0]))
+
+
 def test_surface_curves_never_decrease_with_load():
     means = {10.0: 8.0, 20.0: 4.0, 30.0: 9.0}  # a noisy profile: 20 looks better than 10
     surface = build_slo_surface(exponential_profile(list(means), lambda x, w: means[x]), 30.0)

@@ -218,7 +218,10 @@ def build_slo_surface(
     For base delay ``b`` > 0 the remote response is service + residual + b, so the violation
     fraction is ``P(service + residual > slo_ms - b)``: one convolution per profiled point,
     then one tail lookup per base delay. Base 0 means local requests (no WAN at all).
-    Curves are made non-decreasing in load by an isotonic (least-squares) fit.
+    Curves are made non-decreasing in load by an isotonic least-squares fit weighted by
+    load: every point is held for the same time, so a point's fraction rests on a number of
+    responses proportional to its load, and a light point's few late responses (one stall of
+    the machine delays every request in flight) weigh that much less.
     """
     bases = np.asarray(base_rtt_ms, dtype=float)
     if np.any(bases < 0) or np.any(np.diff(bases) <= 0):
@@ -233,21 +236,30 @@ def build_slo_surface(
             violation[bases == 0, w, k] = service.tail_probability(slo_ms)
     # More load never means fewer violations: an isotonic fit removes profiling noise
     # without the upward bias a running maximum would add.
-    violation = np.apply_along_axis(isotonic_increasing, 2, violation)
+    violation = np.apply_along_axis(isotonic_increasing, 2, violation, profile.load_rps)
     return SloSurface(bases, profile.write_fractions, profile.load_rps, violation)
 
 
-def isotonic_increasing(values: np.ndarray) -> np.ndarray:
-    """The non-decreasing sequence closest to ``values`` in least squares (PAVA)."""
+def isotonic_increasing(values: np.ndarray, weights: np.ndarray | None = None) -> np.ndarray:
+    """The non-decreasing sequence closest to ``values`` in least squares, each value's error
+    weighted by ``weights`` (default 1): pool adjacent violators (PAVA)."""
+    values = np.asarray(values, dtype=float)
+    weights = np.ones_like(values) if weights is None else np.asarray(weights, dtype=float)
+    if weights.shape != values.shape or np.any(weights <= 0):
+        raise InputError("weights", "one positive weight per value")
     means: list[float] = []
+    masses: list[float] = []
     sizes: list[int] = []
-    for value in np.asarray(values, dtype=float):
+    for value, weight in zip(values, weights, strict=True):
         means.append(float(value))
+        masses.append(float(weight))
         sizes.append(1)
         while len(means) > 1 and means[-2] > means[-1]:
-            size = sizes[-2] + sizes[-1]
-            means[-2] = (means[-2] * sizes[-2] + means[-1] * sizes[-1]) / size
-            sizes[-2] = size
+            mass = masses[-2] + masses[-1]
+            means[-2] = (means[-2] * masses[-2] + means[-1] * masses[-1]) / mass
+            masses[-2] = mass
+            sizes[-2] += sizes[-1]
             means.pop()
+            masses.pop()
             sizes.pop()
     return np.repeat(means, sizes)

@@ -59,6 +59,7 @@ __all__ = [
 OBJECTIVES = dict.fromkeys(("AllLocal", "GlobalRR", "LatencyAware", "DynamicSnitch", "C3"))
 OBJECTIVES.update(KurmaPerf="perf", KurmaCost="cost")
 PROBE_BLOCK_S = 5.0  # base RTT = min over blocks of 5 s of probes (75 per link)
+PROBES_PER_BLOCK = int(PROBE_BLOCK_S / 0.2) * 3  # a link's probes in a block (3 each 0.2 s)
 RESIDUAL_MAX_LOAD_FRACTION = 0.6  # of the nominal capacity (see profile_testbed)
 RAMP_S = 10  # before a replay, load ramps up to the trace's first second (not measured)
 # A block's base is its second-fastest probe: at a route change toxiproxy releases the chunk
@@ -121,6 +122,7 @@ class LiveRun:
     events: dict[str, float] = field(default_factory=dict)  # name -> when it happened (unix s)
     server_us_per_command: float = float("nan")  # the servers' own time per command (INFO)
     server_cpu_us_per_command: float = float("nan")  # and their CPU per command (INFO cpu)
+    probe_rtts_ms: dict[tuple[int, int], np.ndarray] = field(default_factory=dict)  # per link
 
     def since(self, t_unix_s: float) -> LiveRun:
         """Only requests issued from ``t_unix_s`` on, and the rounds measuring after it."""
@@ -132,7 +134,7 @@ class LiveRun:
         rounds = [[rec for rec in log if rec["t_unix_s"] >= first_round_s] for log in self.rounds]
         return LiveRun(
             self.policy, requests, rounds, self.max_late_ms, t_unix_s, self.events,
-            self.server_us_per_command, self.server_cpu_us_per_command,
+            self.server_us_per_command, self.server_cpu_us_per_command, self.probe_rtts_ms,
         )  # fmt: skip
 
     def violated(self, i: int) -> np.ndarray:
@@ -154,17 +156,6 @@ class LiveRun:
 
     def wan_bytes(self) -> float:
         return float(sum(sum(rec["report"]["wan_bytes"]) for log in self.rounds for rec in log))
-
-    def redirect_estimate(self) -> tuple[float, float, int]:
-        """(Kurma's expected violation fraction of redirected requests, measured, count)."""
-        expected = measured = count = 0.0
-        for i, log in enumerate(self.rounds):
-            for rec in log:
-                remote = np.arange(len(rec["report"]["requests"])) != i
-                count += np.asarray(rec["report"]["requests"])[remote].sum()
-                measured += np.asarray(rec["report"]["violations"])[remote].sum()
-                expected += rec["expected_redirect_violations"]
-        return expected / max(count, 1), measured / max(count, 1), int(count)
 
 
 def _stepped_trace(loads: np.ndarray, settings: LiveSettings) -> list[float]:
@@ -252,6 +243,7 @@ def _replay(
         done,
         time_per_command_us(counters_before, counters_after),
         cpu_per_command_us(counters_before, counters_after),
+        _read_probes(run_dir, testbed, lambda _: True),
     )
 
 
@@ -361,9 +353,8 @@ def profile_testbed(
     # that, not the WAN: the residual comes from the points below RESIDUAL_MAX_LOAD_FRACTION.
     calm_until = start + period * int(np.sum(loads <= RESIDUAL_MAX_LOAD_FRACTION * nominal_rps))
     probes = _read_probes(run_dir / "profile", testbed, lambda t: t < calm_until)
-    per_block = max(2, int(PROBE_BLOCK_S / 0.2) * 3)
     residuals = {
-        link: probe_residuals_ms([rtts], per_block, SKIP_LOWEST_PROBES)
+        link: probe_residuals_ms([rtts], PROBES_PER_BLOCK, SKIP_LOWEST_PROBES)
         for link, rtts in probes.items()
     }
     pooled = LatencyDistribution.from_samples(np.concatenate(list(residuals.values())), 0.1)

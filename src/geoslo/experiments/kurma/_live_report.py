@@ -33,6 +33,11 @@ from geoslo.experiments.kurma._live import (
     testbed_for_run,
     with_ramp,
 )
+from geoslo.experiments.kurma._live_estimate import (
+    estimate_checks,
+    estimate_rows,
+    estimate_text,
+)
 from geoslo.experiments.kurma._live_incidents import (
     choose_sites,
     incident_checks,
@@ -298,24 +303,6 @@ def _machine_speed_text(rows: list[dict]) -> str:
     )
 
 
-def _estimate_rows(live_runs: dict[str, LiveRun]) -> list[dict]:
-    rows = []
-    for policy, run in live_runs.items():
-        if not policy.startswith("Kurma"):
-            continue
-        expected, measured, count = run.redirect_estimate()
-        rows.append(
-            {
-                "policy": policy,
-                "redirected requests": count,
-                "Kurma's estimate %": 100 * expected,
-                "measured %": 100 * measured,
-                "difference pp": 100 * abs(expected - measured),
-            }
-        )
-    return rows
-
-
 def _plot(rows: list[dict], live_runs: dict[str, LiveRun], sites):
     import matplotlib.pyplot as plt
 
@@ -434,7 +421,7 @@ def _results(live, live_runs, sim_runs, settings, sites, elapsed_s) -> dict:
         "local_5pct_rps": live.local_5pct_rps,
         "policies": _rows(live_runs, sim_runs, sites, live),
         "profile_cpu_us_per_command": live.server_cpu_us_per_command,
-        "estimate": _estimate_rows(live_runs),
+        "estimate": estimate_rows(live_runs, live.model_path, settings.write_fraction),
         "max_late_ms": max(run.max_late_ms for run in live_runs.values()),
         "elapsed_s": elapsed_s,
     }
@@ -491,11 +478,12 @@ def _write(out, live, live_runs, sim_runs, traces, settings, spec, quick, result
         report.table("trace2_live", rows2, formats=_formats(rows2))
         report.text(_machine_speed_text(rows2))
     report.section("Kurma's estimate for redirected requests, measured live")
-    estimate = _estimate_rows(live_runs)
+    estimate = results["estimate"]
     if estimate:
         report.table(
             "estimate_live", estimate, formats={k: ".2f" for k in estimate[0] if k != "policy"}
         )
+        report.text(estimate_text(estimate))
     report.text(
         "The generators' largest lateness against their schedule was "
         f"{results['max_late_ms']:.1f} ms; the testbed ran {results['cpu']}."
@@ -613,10 +601,7 @@ def check_done(results: dict) -> dict[str, bool]:
         checks[f"{row['policy']}: live and twin within 2x or 0.5 pp (Trace-1)"] = twin_agrees(
             row["live global %"], row["sim global %"]
         )
-    for row in results["estimate"]:
-        checks[f"{row['policy']}: estimate for redirected requests within 1 pp"] = (
-            row["difference pp"] <= 1.0
-        )
+    checks.update(estimate_checks(results["estimate"]))
     if "trace2" in results:
         rows2 = {r["policy"]: r for r in results["trace2"]}
         if {"AllLocal", "KurmaPerf"} <= set(rows2):
