@@ -109,6 +109,10 @@ def test_metrics_are_scraped_during_a_run_and_sigterm_stops_it_cleanly(tmp_path)
         status, body = http_get(f"{base}/healthz")
         health = json.loads(body)
         assert status == 200 and health["status"] == "ok" and health["intervals"] > 0
+        status, body = http_get(f"{base}/plan")  # the plan in force, strict JSON
+        plan = json.loads(body, parse_constant=lambda c: pytest.fail(f"{c} is not JSON"))
+        assert status == 200 and plan["system"] == "replication" and not plan["dry_run"]
+        assert plan["interval"] >= 1 and "plan" in plan
         assert http_get(f"{base}/nothing-here")[0] == 404
         assert run.stop(signal.SIGTERM) == 0
         result = run.result()

@@ -23,6 +23,13 @@ from geoslo.runtime.costlo import (
 )
 from geoslo.sim.costlo import CostloSimEnvironment
 
+S3_REGION = (
+    '[[environment.regions]]\nname = "east"\nendpoint_url = "http://127.0.0.1:9000"\n'
+    'bucket = "photos"'
+)
+
+FTP_REGION = S3_REGION.replace("http://", "ftp://")
+
 
 def config(environment: str = 'kind = "simulator"', controller: str = "") -> dict:
     text = f'system = "costlo"\n[environment]\n{environment}\n[controller]\n{controller}\n'
@@ -48,12 +55,33 @@ def test_the_example_config_runs_the_simulator_weekly():
         ('kind = "testbed"\nservers_per_region = 1', "", "environment.servers_per_region"),
         ('kind = "testbed"\nworld_seed = 1', "", "environment.world_seed: unknown key"),
         ('kind = "cloud"', "", "environment.kind"),
+        ('kind = "s3"', "", "environment.regions"),
+        (
+            f'kind = "s3"\n{S3_REGION.replace("http://", "ftp://")}',
+            "",
+            "environment.regions[0].endpoint_url: 'ftp:",
+        ),
+        (
+            f'kind = "s3"\n{S3_REGION}\nsecret_key = "x"',
+            "",
+            "environment.regions[0].secret_key: unknown",
+        ),
     ],
 )
 def test_bad_tables_name_the_key(environment, controller, message):
     with pytest.raises(InputError) as caught:
         parse_config(config(environment, controller))
     assert str(caught.value).startswith(message), str(caught.value)
+
+
+def test_the_users_s3_is_chosen_for_without_relays_and_its_keys_named():
+    run = parse_config(config(f'kind = "s3"\nprefix = "office"\n{S3_REGION}'))
+    service = SYSTEM.build(run.controller, run.environment, 3600.0)
+    environment = service.controller.limits, service.environment
+    assert not environment[0].allow_relay  # the operator runs no relay VMs
+    (region,) = environment[1].regions
+    assert region.address == ("127.0.0.1", 9000) and region.endpoints.s3.access_key is None
+    assert environment[1].prefix == "office" and environment[1].probe_prefix == "geoslo-probe/"
 
 
 def test_the_testbed_search_holds_one_copy_per_server_at_most():

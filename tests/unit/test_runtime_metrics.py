@@ -6,7 +6,12 @@ from __future__ import annotations
 import io
 import json
 import time
+from urllib.error import HTTPError
+from urllib.request import urlopen
 
+import numpy as np
+
+from geoslo.live._metrics import _json_bytes, serve_metrics
 from geoslo.runtime import Metrics, ServiceLog
 from geoslo.runtime._metrics import DECISION_BUCKETS_S, Health
 
@@ -55,3 +60,25 @@ def test_log_lines_are_json_with_nan_as_null_or_one_plain_line():
     ServiceLog("director", text, "text").emit("interval", interval=3)
     assert text.getvalue().count("\n") == 1
     assert text.getvalue().endswith(' info interval system="director" interval=3\n')
+
+
+def test_plan_is_503_until_one_is_applied_then_strict_json_with_numpy_and_nan():
+    plan = {"status": 503, "body": {"plan": None}}
+    server = serve_metrics(
+        Metrics("costlo").registry, 0, plan=lambda: (plan["status"], plan["body"])
+    )
+    try:
+        url = f"http://127.0.0.1:{server.port}/plan"
+        try:
+            urlopen(url, timeout=5)
+            raise AssertionError("a 503 was expected")
+        except HTTPError as error:
+            assert error.code == 503
+        plan["status"] = 200
+        plan["body"] = {"rates": np.array([0.5, np.nan]), "n": np.int64(3), "x": [float("inf")]}
+        with urlopen(url, timeout=5) as reply:
+            body = json.loads(reply.read(), parse_constant=lambda c: 1 / 0)  # NaN is not JSON
+        assert body == {"rates": [0.5, None], "n": 3, "x": [None]}
+    finally:
+        server.close()
+    assert json.loads(_json_bytes({"deep": {"a": [float("nan")]}})) == {"deep": {"a": [None]}}

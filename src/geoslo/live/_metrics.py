@@ -4,8 +4,9 @@ controller").
 
 Metrics are prometheus-client objects registered in one ``CollectorRegistry`` per
 process or service; :func:`serve_metrics` answers ``GET /metrics`` with the registry in
-the format the scraper asks for and, when given a health check, ``GET /healthz`` with its
-JSON, on a threading HTTP server of its own (a scrape never waits for the controller's
+the format the scraper asks for and, when given them, ``GET /healthz`` with the health
+check's JSON and ``GET /plan`` with the plan in force (read-only JSON, for a client in any
+language), on a threading HTTP server of its own (a scrape never waits for the controller's
 event loop). It binds to loopback unless told otherwise; other paths get 404.
 """
 
@@ -23,19 +24,20 @@ from prometheus_client.exposition import choose_encoder
 
 from geoslo.errors import InputError
 
-__all__ = ["HealthCheck", "MetricsServer", "serve_metrics"]
+__all__ = ["HealthCheck", "JsonEndpoint", "MetricsServer", "serve_metrics", "json_line"]
 
-HealthCheck = Callable[[], tuple[int, dict[str, Any]]]  # (HTTP status, JSON body)
+JsonEndpoint = Callable[[], tuple[int, dict[str, Any]]]  # (HTTP status, JSON body)
+HealthCheck = JsonEndpoint
 
 
 class MetricsServer:
-    """A running ``/metrics`` (and ``/healthz``) endpoint; :meth:`close` stops it and frees
-    its port."""
+    """A running ``/metrics`` endpoint and JSON ones (path -> callable); :meth:`close` stops
+    it and frees its port."""
 
     def __init__(
-        self, host: str, port: int, registry: CollectorRegistry, health: HealthCheck | None
+        self, host: str, port: int, registry: CollectorRegistry, json: dict[str, JsonEndpoint]
     ) -> None:
-        self._server = ThreadingHTTPServer((host, port), _handler(registry, health))
+        self._server = ThreadingHTTPServer((host, port), _handler(registry, json))
         self._server.daemon_threads = True
         self._thread = threading.Thread(
             target=self._server.serve_forever, name="geoslo-metrics", daemon=True
@@ -62,20 +64,23 @@ def serve_metrics(
     port: int,
     host: str = "127.0.0.1",
     health: HealthCheck | None = None,
+    plan: JsonEndpoint | None = None,
 ) -> MetricsServer:
     """Serve ``registry`` at ``http://host:port/metrics`` (port 0: any free port), and
-    ``health`` at ``/healthz`` when given. OSError when the address cannot be bound."""
+    ``health`` at ``/healthz`` and ``plan`` at ``/plan`` when given. OSError when the address
+    cannot be bound."""
     if isinstance(port, bool) or not isinstance(port, int) or not 0 <= port <= 65535:
         raise InputError("port", f"must be an integer in 0..65535, got {port!r}")
     if not isinstance(registry, CollectorRegistry):
         raise InputError(
             "registry", f"must be a prometheus_client CollectorRegistry, got {registry!r}"
         )
-    return MetricsServer(host, port, registry, health)
+    json_paths = {"/healthz": health, "/plan": plan}
+    return MetricsServer(host, port, registry, {p: f for p, f in json_paths.items() if f})
 
 
 def _handler(
-    registry: CollectorRegistry, health: HealthCheck | None
+    registry: CollectorRegistry, json_paths: dict[str, JsonEndpoint]
 ) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
         def do_GET(self) -> None:  # noqa: N802 (the standard library's name)
@@ -83,11 +88,11 @@ def _handler(
             if path == "/metrics":  # the format the scraper asks for (Accept), as the library's
                 encode, content_type = choose_encoder(self.headers.get("Accept"))
                 self._send(200, content_type, encode(registry))
-            elif path == "/healthz" and health is not None:
-                status, body = health()
+            elif path in json_paths:
+                status, body = json_paths[path]()
                 self._send(status, "application/json", _json_bytes(body))
             else:
-                known = "/metrics or /healthz" if health is not None else "/metrics"
+                known = " or ".join(["/metrics", *json_paths])
                 self._send(404, "text/plain; charset=utf-8", f"not found: try {known}\n".encode())
 
         def _send(self, status: int, content_type: str, body: bytes) -> None:
@@ -104,7 +109,28 @@ def _handler(
 
 
 def _json_bytes(body: dict[str, Any]) -> bytes:
-    clean = {
-        k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in body.items()
-    }
-    return (json.dumps(clean) + "\n").encode()
+    return json_line(body).encode()
+
+
+def json_line(body: dict[str, Any]) -> str:
+    """``body`` as one line of strict JSON (non-finite floats as null, numpy as numbers)."""
+    return json.dumps(_finite(body), allow_nan=False, default=_plain) + "\n"
+
+
+def _plain(value: Any) -> Any:
+    """numpy scalars and arrays as Python numbers and lists; anything else as text."""
+    if hasattr(value, "tolist"):
+        return _finite(value.tolist())
+    return str(value)
+
+
+def _finite(value: Any) -> Any:
+    """``value`` with every non-finite float (nested too) as null: strict JSON, which
+    other languages' parsers read."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_finite(v) for v in value]
+    return value

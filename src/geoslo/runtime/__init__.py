@@ -3,7 +3,7 @@
 A :class:`Service` is one controller and one environment, as a system's module
 (``geoslo.runtime.<system>``) builds them from a validated configuration file. The loop
 observes, steps the controller off the event loop, applies the plan, and serves
-Prometheus metrics and ``/healthz``.
+Prometheus metrics, ``/healthz`` and the plan in force (``/plan``).
 """
 
 from geoslo.runtime._config import (

@@ -64,7 +64,8 @@ class ServiceSettings(BaseModel):
 
     listen: str = Field(
         DEFAULT_LISTEN,
-        description="HOST:PORT of /metrics and /healthz; loopback unless you mean otherwise; "
+        description="HOST:PORT of /metrics, /healthz and /plan; loopback unless you mean "
+        "otherwise; "
         "port 0 picks a free port (logged).",
     )
     intervals: int = Field(0, ge=0, description="Intervals to run; 0 = until SIGTERM/SIGINT.")
@@ -77,6 +78,10 @@ class ServiceSettings(BaseModel):
     log_format: Literal["json", "text"] = Field(
         "json", description="One JSON object per line on stderr, or one plain line."
     )
+    plan_file: str | None = Field(
+        None, description="Append each plan applied (what /plan answers) to this file as a "
+        "JSON line, for clients that read a file; none: /plan and the gauges only.",
+    )  # fmt: skip
 
     @field_validator("listen")
     @classmethod

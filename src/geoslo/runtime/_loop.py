@@ -17,11 +17,13 @@ import os
 import signal
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, TextIO
 
 from geoslo.control import Outcome
 from geoslo.errors import GeosloError
 from geoslo.live import MetricsServer, serve_metrics
+from geoslo.live._metrics import json_line
 from geoslo.runtime._config import RunConfig, ServiceSettings, is_loopback, parse_listen
 from geoslo.runtime._dryrun import DryRunEnvironment, is_self_paced
 from geoslo.runtime._log import ServiceLog
@@ -81,6 +83,9 @@ class ServiceLoop:
         self.health = Health(stale_after_s)
         self.interval = 0
         self.failed_intervals = 0  # intervals that counted at least one error
+        self.dry_run = dry_run
+        self.plan_file = None if settings.plan_file is None else Path(settings.plan_file)
+        self.plan_in_force: dict[str, Any] | None = None  # what /plan answers
         self._stopping = False
         self._wake: asyncio.Event | None = None
         self._event_loop: asyncio.AbstractEventLoop | None = None
@@ -237,6 +242,26 @@ class ServiceLoop:
             return
         report.applied = True
         self.metrics.set_plan(gauges)
+        self.plan_in_force = {
+            "system": self.service.system,
+            "interval": report.interval,
+            "applied_unix_s": time.time(),
+            "dry_run": self.dry_run,  # then logged, not applied
+            "plan": dict(self.service.plan_record(plan)),
+        }
+        if self.plan_file is not None:
+            try:
+                with self.plan_file.open("a") as out:
+                    out.write(json_line(self.plan_in_force))
+            except OSError as error:
+                self._error(report, "apply", f"plan_file {self.plan_file}: {error}")
+
+    def plan_report(self) -> tuple[int, dict[str, Any]]:
+        """The HTTP status and the JSON body of ``/plan``: the last plan applied (or, in a
+        dry run, logged), 503 before the first."""
+        if self.plan_in_force is None:
+            return 503, {"system": self.service.system, "plan": None, "reason": "no plan yet"}
+        return 200, self.plan_in_force
 
     def _error(self, report: IntervalReport, kind: str, message: str) -> None:
         report.errors.append(kind)
@@ -292,10 +317,12 @@ def serve(
 
 
 def _start_server(config: RunConfig, loop: ServiceLoop, log: ServiceLog) -> MetricsServer:
-    """/metrics and /healthz on ``service.listen``; a warning when beyond loopback."""
+    """/metrics, /healthz and /plan on ``service.listen``; a warning when beyond loopback."""
     host, port = parse_listen(config.service.listen)
     try:
-        server = serve_metrics(loop.metrics.registry, port, host, health=loop.health.report)
+        server = serve_metrics(
+            loop.metrics.registry, port, host, health=loop.health.report, plan=loop.plan_report
+        )
     except OSError as error:
         reason = error.strerror or error
         raise GeosloError(
@@ -306,7 +333,7 @@ def _start_server(config: RunConfig, loop: ServiceLoop, log: ServiceLog) -> Metr
             "listen_beyond_loopback",
             level="warning",
             address=f"{server.host}:{server.port}",
-            note="/metrics and /healthz are reachable from other machines",
+            note="/metrics, /healthz and /plan are reachable from other machines",
         )
     return server
 

@@ -4,12 +4,14 @@ re-select each prefix's configuration of redundant requests, hand it to the clie
 Environments: ``kind = "simulator"``, the simulated clouds of ``geoslo.sim.costlo`` (one
 epoch per observation); ``kind = "testbed"``, real Redis servers (or, ``engine = "s3"``,
 S3 gateways behind toxiproxy) with injected storage stalls and one end-host's client
-library on this machine (``geoslo.live.costlo``).
+library on this machine (``geoslo.live.costlo``); ``kind = "s3"``, the operator's own S3
+regions, measured from where the service runs, the plan published for their clients.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Literal
 
@@ -28,11 +30,13 @@ from geoslo.control.costlo import (
 )
 from geoslo.control.costlo.example import EXAMPLE_WORKLOAD
 from geoslo.control.costlo.validation import LIMITS_RANGES, MAX_SLO_MS
+from geoslo.errors import InputError
 from geoslo.live.costlo import CostloTestbedEnvironment, StallSettings, region_rtts
+from geoslo.live.costlo._s3_environment import CostloS3Environment, UserRegion
 from geoslo.runtime._service import Service, System
 from geoslo.sim.costlo import CostloSimEnvironment
 
-__all__ = ["SYSTEM", "CostloSettings", "SimulatorSettings", "TestbedSettings"]
+__all__ = ["SYSTEM", "CostloSettings", "SimulatorSettings", "TestbedSettings", "S3Settings"]
 
 DEFAULT_INTERVAL_S = 7 * 24 * 3600.0  # §5.2: one epoch is a week
 MAX_PREFIXES = 120  # the simulated clouds' client sites (§6: 120 PlanetLab nodes)
@@ -96,7 +100,26 @@ class CostloSettings(BaseModel):
 _W = EXAMPLE_WORKLOAD
 
 
-class SimulatorSettings(BaseModel):
+class WorkloadSettings(BaseModel):
+    """A prefix's workload (§5.2: from the provider's logs; the example's, illustrative)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    gets_per_month: float = Field(_W.gets_per_month, ge=0, le=1e16)
+    puts_per_month: float = Field(_W.puts_per_month, ge=0, le=1e16)
+    object_bytes: float = Field(_W.object_bytes, ge=0, le=5e12, description="§2: 1 KB.")
+    stored_gb: float = Field(_W.stored_gb, ge=0, le=1e9)
+    peak_get_rps: float = Field(_W.peak_get_rps, ge=0, le=1e9)
+    peak_put_rps: float = Field(_W.peak_put_rps, ge=0, le=1e9)
+
+    def workload(self) -> PrefixWorkload:
+        return PrefixWorkload(
+            self.gets_per_month, self.puts_per_month, self.object_bytes, self.stored_gb,
+            self.peak_get_rps, self.peak_put_rps,
+        )  # fmt: skip
+
+
+class SimulatorSettings(WorkloadSettings):
     """``[environment] kind = "simulator"``: the simulated clouds (§2, §6) and what the
     agents sample each epoch; one workload for every prefix (the example's, illustrative)."""
 
@@ -115,12 +138,6 @@ class SimulatorSettings(BaseModel):
     operations: int = Field(
         20_000, ge=100, le=1_000_000, description="GETs per prefix and epoch, measured."
     )
-    gets_per_month: float = Field(_W.gets_per_month, ge=0, le=1e16)
-    puts_per_month: float = Field(_W.puts_per_month, ge=0, le=1e16)
-    object_bytes: float = Field(_W.object_bytes, ge=0, le=5e12, description="§2: 1 KB.")
-    stored_gb: float = Field(_W.stored_gb, ge=0, le=1e9)
-    peak_get_rps: float = Field(_W.peak_get_rps, ge=0, le=1e9)
-    peak_put_rps: float = Field(_W.peak_put_rps, ge=0, le=1e9)
 
 
 class TestbedSettings(BaseModel):
@@ -157,17 +174,59 @@ class TestbedSettings(BaseModel):
         return regions
 
 
-def simulator(settings: SimulatorSettings, controller: CostloSettings) -> CostloSimEnvironment:
-    workload = PrefixWorkload(
-        settings.gets_per_month,
-        settings.puts_per_month,
-        settings.object_bytes,
-        settings.stored_gb,
-        settings.peak_get_rps,
-        settings.peak_put_rps,
+class S3RegionSettings(BaseModel):
+    """One ``[[environment.regions]]`` of ``kind = "s3"``: an S3 endpoint and its bucket."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: str = Field(min_length=1, max_length=64, description="The region's name.")
+    endpoint_url: str = Field(description="http(s)://host[:port] of its S3 service.")
+    bucket: str = Field(min_length=3, max_length=63, description="Its bucket of copies.")
+    signing_region: str = Field("us-east-1", description="The region SigV4 signs for.")
+
+    @field_validator("endpoint_url")
+    @classmethod
+    def _url(cls, value: str) -> str:
+        try:
+            UserRegion("check", value, "bucket").address  # noqa: B018 (said at the check)
+        except InputError as error:
+            raise ValueError(error.problem) from None
+        return value
+
+    def region(self) -> UserRegion:
+        return UserRegion(self.name, self.endpoint_url, self.bucket, self.signing_region)
+
+
+class S3Settings(WorkloadSettings):
+    """``[environment] kind = "s3"``: the operator's own S3 regions, measured from where the
+    service runs; credentials from botocore's chain (docs/costlo-live.md)."""
+
+    kind: Literal["s3"]
+    regions: list[S3RegionSettings] = Field(
+        min_length=1, max_length=20, description="The regions, the serving one first."
     )
+    prefix: str = Field("app", min_length=1, description="The name of this client site.")
+    probe_prefix: str = Field(
+        "geoslo-probe/", min_length=1, description="The only keys geoslo writes or reads."
+    )
+    probe_objects: int = Field(20, ge=2, le=10_000, description="Probe objects (2 copies each).")
+    agent_pairs: int = Field(200, ge=10, le=100_000, description="Pairs of each kind (§5.2).")
+    pairs_per_s: float = Field(20.0, gt=0, le=1_000, description="The agent's pace.")
+    pings: int = Field(50, ge=1, le=10_000, description="TCP handshakes per region.")
+    seed: int = Field(0, ge=0)
+
+
+def user_s3(settings: S3Settings) -> CostloS3Environment:
+    return CostloS3Environment(
+        tuple(r.region() for r in settings.regions), settings.workload(), settings.prefix,
+        settings.probe_prefix, settings.probe_objects, settings.agent_pairs,
+        settings.pairs_per_s, settings.pings, settings.seed,
+    )  # fmt: skip
+
+
+def simulator(settings: SimulatorSettings, controller: CostloSettings) -> CostloSimEnvironment:
     return CostloSimEnvironment(
-        workload,
+        settings.workload(),
         world_seed=settings.world_seed,
         prefixes=tuple(settings.prefixes),
         extra_candidates=settings.extra_candidates,
@@ -242,6 +301,9 @@ def build(controller: BaseModel, environment: BaseModel, interval_s: float) -> S
         copies = min(controller.max_copies, environment.servers_per_region)
         loop = CostloLoop(controller.slo(), controller.limits(copies))
         handle = testbed(environment, controller)
+    elif environment.kind == "s3":  # the operator runs no relay VMs
+        loop = CostloLoop(controller.slo(), replace(controller.limits(), allow_relay=False))
+        handle = user_s3(environment)
     else:
         loop = CostloLoop(controller.slo(), controller.limits())
         handle = simulator(environment, controller)
@@ -288,6 +350,19 @@ peak_put_rps = 0.1
 #   stall_median_ms = 20.0
 #   agent_pairs = 400          # pairs of each kind per epoch (§5.2)
 #   rate_rps = 100.0           # the end-host's open-loop GETs
+# On your own S3 regions (docs/costlo-live.md; credentials from botocore's chain), e.g.
+# with interval_s = 3600.0:
+#   kind = "s3"
+#   prefix = "office"          # the client site this service chooses for (run it there)
+#   [[environment.regions]]    # the serving region first; geoslo touches geoslo-probe/ only
+#   name = "us-east"
+#   endpoint_url = "https://s3.us-east-1.amazonaws.com"
+#   bucket = "photos-us-east"
+#   [[environment.regions]]
+#   name = "us-west"
+#   endpoint_url = "https://s3.us-west-2.amazonaws.com"
+#   bucket = "photos-us-west"
+#   signing_region = "us-west-2"
 
 [controller]
 get_slo_ms = 50.0              # p99 minus the baseline median of GETs, ms (§3; §6.1: 30-60)
@@ -306,7 +381,7 @@ slo_margin_ms = 0.0            # aim this far under the SLO (the paper aims at i
 # min_extra_per_s = 10.0       # a reserve for clients that send few requests
 
 [service]
-listen = "127.0.0.1:9464"      # /metrics and /healthz; port 0 picks a free one (logged)
+listen = "127.0.0.1:9464"      # /metrics, /healthz, /plan; port 0 picks a free one (logged)
 intervals = 4                  # four weekly epochs; 0 = until SIGTERM
 log_format = "json"            # one JSON object per line on stderr; or "text"
 """
@@ -315,7 +390,7 @@ SYSTEM = System(
     name="costlo",
     default_interval_s=DEFAULT_INTERVAL_S,
     controller_settings=CostloSettings,
-    environments={"simulator": SimulatorSettings, "testbed": TestbedSettings},
+    environments={"simulator": SimulatorSettings, "testbed": TestbedSettings, "s3": S3Settings},
     build=build,
     example_config=EXAMPLE_CONFIG,
 )

@@ -523,7 +523,7 @@ slo_percentile = 99.0
 # coefficients = [0.95, 0.0, 0.0, -4e-5, 0.0, -1e-4, 0.0]
 
 [service]
-listen = "127.0.0.1:9464"      # /metrics and /healthz; port 0 picks a free one (logged)
+listen = "127.0.0.1:9464"      # /metrics, /healthz, /plan; port 0 picks a free one (logged)
 intervals = 1800               # half an hour of ticks (the spike and more); 0 = until SIGTERM
 log_format = "json"
 """

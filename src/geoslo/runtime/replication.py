@@ -409,7 +409,7 @@ image_period_s = 600.0         # a copy starts every 10 minutes (§V-C)
 # static_shares = [0.6, 0.3, 0.1]   # policy = "static"; default: DRBD's 30% rule (§V-A)
 
 [service]
-listen = "127.0.0.1:9464"      # /metrics and /healthz; port 0 picks a free one (logged)
+listen = "127.0.0.1:9464"      # /metrics, /healthz, /plan; port 0 picks a free one (logged)
 intervals = 1080               # 3 simulated hours, as Experiment 1; 0 = until SIGTERM
 # observe_timeout_s = 10.0     # default: one interval
 # apply_timeout_s = 10.0       # default: one interval

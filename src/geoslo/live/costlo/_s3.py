@@ -2,9 +2,15 @@
 
 Each server of the region is one S3 endpoint (``http://host:port``) holding the copies
 that :func:`server_index` assigns to it, in the bucket the region's :class:`S3Access`
-names. A copy's body is ``b"<version>:<payload>"`` (as on Redis) and its version is also
-in the object's metadata (``x-amz-meta-geoslo-version``), so a HEAD or a listing tells
-versions apart. Because the version is in the body, two versions never share an ETag.
+names. A copy geoslo wrote has the body ``b"<version>:<payload>"`` (as on Redis) and its
+version also in the object's metadata (``x-amz-meta-geoslo-version``), so a HEAD or a
+listing tells versions apart. An object without that metadata (written by another client)
+reads as version 0 with its whole body, whatever the body starts with.
+
+The version stays in the body because the guard below compares ETags, and an ETag is the
+body's digest: with the version in metadata only, two versions with the same payload would
+share an ETag, and a writer holding an older version could overwrite the newer one whose
+ETag matched what it read (tests/integration/test_costlo_s3_objects.py shows the loss).
 
 The guard (§5.4; docs/costlo-live.md, "Consistency") is a compare-and-swap on the ETag:
 read the copy; if it holds this version or a newer one, answer ``present`` or ``refused``
@@ -37,7 +43,7 @@ from aiobotocore.session import get_session
 from botocore.config import Config
 from botocore.exceptions import BotoCoreError, ClientError
 
-from geoslo.errors import TestbedError
+from geoslo.errors import InputError, TestbedError
 from geoslo.live.costlo._objects import (
     RegionEndpoints,
     S3Access,
@@ -176,13 +182,14 @@ class S3RegionStore(GuardedWrites):
             raise TestbedError(f"{self.name}: the store was closed")
         return client
 
-    async def _get(self, key: str, copy: int) -> tuple[str, bytes] | None:
-        """``(etag, body)`` of a copy, or None if it does not exist."""
+    async def _get(self, key: str, copy: int) -> tuple[str, int, bytes] | None:
+        """``(etag, version, payload)`` of a copy, or None if it does not exist."""
         client = await self._client(key, copy)
         try:
             reply = await client.get_object(Bucket=self.access.bucket, Key=copy_key(key, copy))
             async with reply["Body"] as body:
-                return reply["ETag"], await body.read()
+                stored = await body.read()
+            return (reply["ETag"], *_decoded(self.name, key, reply.get("Metadata", {}), stored))
         except ClientError as error:
             if _code(error) == "NoSuchKey":
                 return None
@@ -202,7 +209,7 @@ class S3RegionStore(GuardedWrites):
         self._finishing.add(request)
         request.add_done_callback(self._finished)
         found = await asyncio.shield(request)
-        return None if found is None else decode_value(found[1])
+        return None if found is None else found[1:]
 
     def _finished(self, request: asyncio.Task) -> None:
         self._finishing.discard(request)
@@ -217,8 +224,8 @@ class S3RegionStore(GuardedWrites):
         for _ in range(_ATTEMPTS):
             found = await self._get(key, copy)
             if found is not None:
-                stored_version = decode_value(found[1])[0]
-                if found[1] == body:
+                _, stored_version, stored_payload = found
+                if (stored_version, stored_payload) == (version, payload):
                     return WriteOutcome("present", version)
                 if stored_version >= version:
                     return WriteOutcome("refused", stored_version)
@@ -247,6 +254,23 @@ class S3RegionStore(GuardedWrites):
             raise _request_error(self.name, "PUT", copy_key(key, copy), error) from None
         except (TimeoutError, BotoCoreError, OSError, aiohttp.ClientError) as error:
             raise TestbedError(f"{self.name}: PUT {copy_key(key, copy)}: {error}") from None
+
+
+def _decoded(name: str, key: str, metadata: dict, stored: bytes) -> tuple[int, bytes]:
+    """``(version, payload)`` of a stored body: geoslo's when its metadata names a version
+    (which must be the body's), else an object another client wrote, version 0."""
+    if VERSION_METADATA not in metadata:
+        return 0, stored
+    try:
+        version, payload = decode_value(stored)
+    except InputError:  # metadata copied onto a body that is not geoslo's
+        version, payload = -1, stored
+    if str(version) != metadata[VERSION_METADATA]:
+        raise TestbedError(
+            f"{name}: {key} says version {metadata[VERSION_METADATA]} in its metadata and "
+            f"{version} in its body: written by something other than geoslo"
+        )
+    return version, payload
 
 
 def _request_error(name: str, method: str, key: str, error: ClientError) -> TestbedError:
