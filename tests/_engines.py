@@ -34,6 +34,7 @@ def versitygw(root: Path, access_key: str, secret_key: str, buckets: tuple[str, 
     """One versitygw gateway on loopback serving ``root``, as a user starts one (outside
     geoslo's testbed), with ``buckets`` created; yields its URL, stops it by its PID."""
     skip_without_engine("s3")
+    root.mkdir(parents=True, exist_ok=True)
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]

@@ -24,7 +24,7 @@ def _config(urls: list[str], plan_file, intervals: int, listen: str = "127.0.0.1
         for (name, bucket), url in zip(REGIONS, urls, strict=True)
     )
     return f"""system = "costlo"
-interval_s = 1.0
+interval_s = 2.0
 
 [environment]
 kind = "s3"
@@ -42,6 +42,7 @@ get_slo_ms = 30.0
 [service]
 listen = "{listen}"
 intervals = {intervals}
+observe_timeout_s = 60.0
 plan_file = "{plan_file}"
 """
 
