@@ -83,3 +83,36 @@ def test_a_throttled_write_backs_off_exponentially_until_its_deadline():
     # a fixed 50-ms retry sends 15 or more in 2 s even at 80 ms a round trip; the waits grow
     # past 0.4 s however slow the machine (each wait is at least its backoff)
     assert 3 <= len(times) <= 8 and max(gaps) >= 0.4, gaps
+
+
+def test_a_get_sends_no_hedge_into_a_region_that_throttles():
+    """Two copies in the serving region, the redundant request at 5 ms or when the first
+    fails: a 503 puts the region in backoff, so the next GETs' redundant requests are not
+    sent (recorded as spared); without the backoff the server sees twice as many."""
+    from geoslo.control.costlo.types import Configuration, GetTuple
+    from geoslo.live.costlo import CostloClient, Regions, StoreUnavailable
+
+    configuration = Configuration(GetTuple(2, 1), get_timeout_ms=5.0, get_probability=1.0)
+    gets = 4
+
+    async def scenario(seen):
+        runner = await _throttled_endpoint(seen)
+        access = S3Access("bucket", access_key="test", secret_key="test")
+        serving = RegionEndpoints((runner.addresses[0][1],), None, "127.0.0.1", access)
+        try:
+            async with CostloClient(configuration, Regions(serving)) as client:
+                seen.clear()  # the warm-up HEAD
+                for _ in range(gets):
+                    with pytest.raises(StoreUnavailable):
+                        await client.get("k")
+                return client.records
+        finally:
+            await runner.cleanup()
+
+    seen: list[tuple[str, float]] = []
+    records = asyncio.run(scenario(seen))
+    # the first GET may hedge at its timeout before its 503 is back; none after it does
+    first, later = records[0], records[1:]
+    assert len(seen) == first.storage_requests + len(later)
+    assert all(r.storage_requests == 1 and r.throttle_skipped == 1 for r in later)
+    assert not any(r.redundant for r in later)

@@ -8,7 +8,10 @@ requests' tasks are cancelled and their pipelined replies discarded. A "not foun
 (a copy not written yet) or a failed request does not win: when the first request
 comes back that way, the redundant decision is taken at once rather than at the timeout.
 A configuration's hedge budget (``BudgetWindow``) is asked when the draw says yes: a
-redundant set the window cannot afford is not issued, and the GET's record says so.
+redundant set the window cannot afford is not issued, and the GET's record says so. A region
+that answered 503 SlowDown or 429 (``S3Throttled``) gets no redundant request until its
+backoff ends (50 ms, doubling with each throttled reply up to 1 s, reset by an answer): a
+hedge into a throttling service adds to what it throttles (the GET's record counts them).
 With ``quorum=True`` (strong consistency, §7) a GET asks every copy and returns the
 highest version among the replies of a majority of them.
 """
@@ -32,11 +35,14 @@ from geoslo.live.costlo._plan import (
     quorum_get_plan,
     storage_request_count,
 )
+from geoslo.live.costlo._s3 import S3Throttled
 from geoslo.live.costlo._storage import Store, region_store
 
 __all__ = ["CostloClient", "GetRecord", "StoreUnavailable"]
 
 Found = tuple[int, bytes]
+THROTTLE_FIRST_S = 0.05  # a throttled region's first backoff (no hedges into it), doubled
+THROTTLE_MAX_S = 1.0  # up to this (as a retried write's, _storage.RETRY_*)
 
 
 @dataclass(frozen=True)
@@ -55,6 +61,7 @@ class GetRecord:
     version: int
     errors: int
     budget_refused: bool = False
+    throttle_skipped: int = 0  # redundant requests not sent: their region was throttling
 
 
 class StoreUnavailable(TestbedError):
@@ -85,13 +92,18 @@ class _Flights:
         return done
 
     def results(self, done: set[asyncio.Task]) -> list[tuple[ClientRequest, Found | None]]:
-        """The replies of finished requests (None: not found); failures are counted."""
+        """The replies of finished requests (None: not found); failures are counted, and a
+        throttled one starts (or lengthens) its region's backoff."""
         out = []
         for task in done:
+            region = self.requests[task].region
             if task.exception() is not None:
                 self.errors += 1
+                if isinstance(task.exception(), S3Throttled):
+                    self.client.throttles.throttled(region)
             else:
                 self.answered += 1
+                self.client.throttles.answered(region)
                 out.append((self.requests[task], task.result()))
         return out
 
@@ -104,6 +116,27 @@ class _Flights:
     @property
     def storage_requests(self) -> int:
         return sum(len(r.storage) for r in self.requests.values())
+
+
+class Throttles:
+    """Per region, until when it gets no redundant request (loop time, s): set by a
+    throttled reply, the wait doubling with each one (THROTTLE_FIRST_S to THROTTLE_MAX_S),
+    back to the first after an answer."""
+
+    def __init__(self) -> None:
+        self.until_s: dict[str, float] = {}
+        self._wait_s: dict[str, float] = {}
+
+    def throttled(self, region: str) -> None:
+        wait_s = self._wait_s.get(region, THROTTLE_FIRST_S)
+        self.until_s[region] = asyncio.get_running_loop().time() + wait_s
+        self._wait_s[region] = min(2.0 * wait_s, THROTTLE_MAX_S)
+
+    def answered(self, region: str) -> None:
+        self._wait_s.pop(region, None)
+
+    def allows(self, region: str, now_s: float) -> bool:
+        return now_s >= self.until_s.get(region, 0.0)
 
 
 class CostloClient:
@@ -126,6 +159,7 @@ class CostloClient:
         self.budget = None if budget is None else BudgetWindow(budget)
         self.records: list[GetRecord] = []
         self._rng = random.Random(seed)
+        self.throttles = Throttles()
         self._stores: dict[str, Store] = {}
         self._relays: dict[str, JsonLineClient] = {}
 
@@ -170,15 +204,18 @@ class CostloClient:
             return None
         return int(reply["version"]), base64.b64decode(reply["value"])
 
-    def _draw_redundant(self, now_s: float) -> tuple[bool, bool]:
-        """(issue the redundant set, the budget refused it): the probability's draw, then
-        the hedge budget's window, if any."""
+    def _redundant(self, now_s: float) -> tuple[tuple[ClientRequest, ...], bool, int]:
+        """(the redundant requests to issue, whether the budget refused them, how many a
+        throttling region was spared): the probability's draw, the regions' backoff, then
+        the hedge budget's window, if any, for what is left."""
         if not self._rng.random() < self.configuration.get_probability:
-            return False, False
-        if self.budget is None:
-            return True, False
-        admitted = self.budget.try_extra(now_s, storage_request_count(self.plan.redundant))
-        return admitted, not admitted
+            return (), False, 0
+        allowed = tuple(r for r in self.plan.redundant if self.throttles.allows(r.region, now_s))
+        skipped = len(self.plan.redundant) - len(allowed)
+        if self.budget is None or not allowed:
+            return allowed, False, skipped
+        admitted = self.budget.try_extra(now_s, storage_request_count(allowed))
+        return (allowed if admitted else ()), not admitted, skipped
 
     async def get(self, key: str) -> Found | None:
         """``(version, payload)`` of ``key`` from the first found reply, or None when the
@@ -191,13 +228,16 @@ class CostloClient:
         timeout_at = start_s + self.configuration.get_timeout_ms / 1e3
         give_up_at = start_s + self.timeout_s
         flights = _Flights(self, key)
-        decided, redundant, refused = not self.plan.has_redundancy, False, False
+        decided, redundant, refused, skipped = not self.plan.has_redundancy, (), False, 0
         if self.budget is not None:
             self.budget.record_primary(start_s)
         if not decided and self.configuration.get_timeout_ms == 0:
             decided = True
-            redundant, refused = self._draw_redundant(start_s)
-        flights.issue(self.plan.together if redundant else (self.plan.first,))
+            redundant, refused, skipped = self._redundant(start_s)
+        if redundant and not skipped:
+            flights.issue(self.plan.together)  # a relayed serving tuple is one message
+        else:
+            flights.issue((self.plan.first, *redundant))
         winner: tuple[ClientRequest, Found] | None = None
         try:
             while flights.pending or not decided:
@@ -213,15 +253,14 @@ class CostloClient:
                 now = loop.time()
                 if not decided and (now >= timeout_at or not flights.pending):
                     decided = True
-                    redundant, refused = self._draw_redundant(now)
-                    if redundant:
-                        flights.issue(self.plan.redundant)
+                    redundant, refused, skipped = self._redundant(now)
+                    flights.issue(redundant)
                 elif now >= give_up_at:
                     break
         finally:
             await flights.cancel_rest()
         name, version = (None, 0) if winner is None else (str(winner[0]), winner[1][0])
-        self._record(key, started, flights, redundant, name, version, refused)
+        self._record(key, started, flights, bool(redundant), name, version, refused, skipped)
         if winner is None and flights.answered == 0:
             raise StoreUnavailable(
                 f"GET {key!r}: none of its {len(flights.requests)} requests answered "
@@ -229,7 +268,9 @@ class CostloClient:
             )
         return None if winner is None else winner[1]
 
-    def _record(self, key, started, flights, redundant, winner, version, refused=False) -> None:
+    def _record(
+        self, key, started, flights, redundant, winner, version, refused=False, skipped=0
+    ) -> None:
         self.records.append(
             GetRecord(
                 key,
@@ -241,6 +282,7 @@ class CostloClient:
                 version,
                 flights.errors,
                 refused,
+                skipped,
             )
         )
 
