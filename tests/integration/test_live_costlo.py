@@ -283,6 +283,30 @@ async def _converged(cluster, key, timeout_s=5.0, configuration=None) -> dict:
         await asyncio.sleep(0.05)
 
 
+def test_a_put_no_copy_took_raises_store_unavailable_and_can_be_put_again(cluster, tmp_path):
+    """The PUT's one copy's server stops past the write deadline: the PUT is not
+    acknowledged and raises StoreUnavailable (the GET's word for storage that does not
+    answer, issue 38 item 3); put again once the server is back, the value is stored."""
+    configuration = conf(put=(1, 1))
+    key, deadline_s, stalled_s = "unavailable:1", 0.5, 1.5
+
+    async def scenario():
+        async with VmLibrary(
+            configuration, cluster.regions(), cluster.lock_port(), tmp_path / "vm.log", "una",
+            write_deadline_s=deadline_s,
+        ) as vm:  # fmt: skip
+            stalled = await stall_copy_zero(cluster, key, stalled_s)
+            with pytest.raises(StoreUnavailable, match="put it again"):
+                await vm.put(key, b"not yet")
+            await stalled
+            version = await vm.put(key, b"again")
+            await vm.drain()
+            return version, await _converged(cluster, key, 1.0, configuration)
+
+    version, copies = asyncio.run(scenario())
+    assert set(copies.values()) == {(version, b"again")}, copies
+
+
 def test_a_copy_left_stale_by_a_failed_write_is_repaired_while_the_vm_runs(cluster, tmp_path):
     """Copy 1's server stops for 3x the write deadline while a PUT propagates to it: the
     propagation fails and the operation stays unfinished in the log. With the VM still

@@ -36,7 +36,7 @@ from geoslo.live.costlo._plan import (
     storage_request_count,
 )
 from geoslo.live.costlo._s3 import S3Throttled
-from geoslo.live.costlo._storage import Store, region_store
+from geoslo.live.costlo._storage import Store, StoreUnavailable, region_store
 
 __all__ = ["CostloClient", "GetRecord", "StoreUnavailable"]
 
@@ -62,11 +62,6 @@ class GetRecord:
     errors: int
     budget_refused: bool = False
     throttle_skipped: int = 0  # redundant requests not sent: their region was throttling
-
-
-class StoreUnavailable(TestbedError):
-    """A GET that no copy answered (every request failed or timed out): the key may exist.
-    Not the same as a key never written, which a GET answers with None."""
 
 
 class _Flights:

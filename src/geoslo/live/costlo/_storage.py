@@ -100,6 +100,14 @@ def region_store(endpoints: RegionEndpoints, name: str = "region") -> Store:
     return RegionStore(endpoints.server_ports, name)
 
 
+class StoreUnavailable(TestbedError):
+    """The storage did not answer: a GET that no copy answered (the key may exist: not the
+    same as a key never written, which a GET answers with None), or a PUT whose synchronous
+    requests failed (not acknowledged unless one of them completed first; what a copy took
+    is propagated and repaired, and a PUT that no copy took can be put again: a request
+    still in flight that lands later is overwritten by the newer version)."""
+
+
 RETRY_FIRST_S = 0.05  # a write's first wait before it is sent again, then doubled
 RETRY_MAX_S = 1.0  # up to this
 

@@ -52,7 +52,7 @@ from geoslo.live.costlo._log import LoggedOp, VmLog, replay_log
 from geoslo.live.costlo._objects import SECOND, SERVING, CopyRef, Regions, object_copies
 from geoslo.live.costlo._objects import quorum_size as majority
 from geoslo.live.costlo._plan import PutPlan, StorageRequest, propagation_targets, put_plan
-from geoslo.live.costlo._storage import Store, region_store
+from geoslo.live.costlo._storage import Store, StoreUnavailable, region_store
 
 __all__ = ["VmLibrary", "PutRecord"]
 
@@ -479,13 +479,21 @@ class VmLibrary:
         failures = [r for r in results if isinstance(r, BaseException)]
         if failures:
             refused = [f for f in failures if isinstance(f, WriteRefusedError)]
-            if refused:
-                raise refused[0]
-            raise TestbedError(f"PUT {state.op} of {state.key!r}: {failures[0]}; recover() later")
+            fatal = [f for f in failures if isinstance(f, self._fatal_errors())]
+            if refused or fatal:
+                raise (refused or fatal)[0]
+            raise StoreUnavailable(
+                f"PUT {state.op} of {state.key!r}: {failures[0]} (a copy it wrote is "
+                "propagated and repaired; if none, it was not acknowledged: put it again)"
+            )
         ack_ms = state.ack_ms if state.ack_ms is not None else float("nan")
         self.records.append(
             PutRecord(state.key, state.version, ack_ms, len(tasks), redundant, state.budget_refused)
         )
+
+    def _fatal_errors(self) -> tuple[type[BaseException], ...]:
+        """Replies that retrying cannot change, of every store (a refused request, say)."""
+        return tuple(e for store in self._stores.values() for e in store.fatal_errors)
 
     async def _gate(self, state: _Put, first: asyncio.Task) -> bool:
         """After ``put_timeout_ms`` without the first request's completion, issue the
