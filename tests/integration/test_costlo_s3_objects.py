@@ -75,3 +75,35 @@ def test_a_version_only_in_metadata_would_let_an_older_write_replace_a_newer_one
     stale_lost_seven, stale_refused, kept = asyncio.run(_with_store(endpoints, scenario))
     assert stale_lost_seven  # the loss the body's version prevents
     assert stale_refused and kept == (7, b"same")
+
+
+def test_a_write_skips_the_guards_read_only_while_the_copy_is_as_last_seen(endpoints):
+    """Writer A saw its own version 5; its version 6 goes out as one PUT with If-Match on
+    that ETag (no read). Once writer B has stored version 8, A's version 7 fails that
+    If-Match, falls back to the read and is refused: the copy keeps B's version."""
+
+    async def scenario(a):
+        b = S3RegionStore(endpoints, "writer-b")
+        await b.open()
+        reads = []
+        get = a._get
+
+        async def counted_get(*args):
+            reads.append(args)
+            return await get(*args)
+
+        a._get = counted_get
+        try:
+            await a.write_checked("seen", 0, 5, b"five")
+            reads.clear()
+            six = await a.write_checked("seen", 0, 6, b"six")
+            reads_for_six = len(reads)
+            await b.write_checked("seen", 0, 8, b"eight")
+            seven = await a.write_checked("seen", 0, 7, b"seven")
+            return six.status, reads_for_six, seven.status, await a.read("seen", 0)
+        finally:
+            await b.close()
+
+    six, reads_for_six, seven, kept = asyncio.run(_with_store(endpoints, scenario))
+    assert (six, reads_for_six) == ("written", 0)
+    assert seven == "refused" and kept == (8, b"eight")

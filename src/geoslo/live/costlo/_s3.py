@@ -20,7 +20,10 @@ older version never overwrites a newer one whatever the order of the requests, w
 any script on the server, provided the server evaluates the condition atomically with
 the write (versitygw v1.8.0 re-checks it under a per-object lock at commit; check it for
 any provider). ``CONDITIONAL_PUTS = False`` turns the guard into a plain
-read-check-then-PUT: the safety tests show that this loses newer versions.
+read-check-then-PUT: the safety tests show that this loses newer versions. The read is
+skipped when this store has seen the copy at an older version (read or written here): the
+PUT then carries ``If-Match`` on the ETag seen, which only that older version can match, and
+a 412 sends it back to the read (``SKIP_GUARD_READ``; benchmarks/bench_costlo_guard.py).
 
 aiobotocore (botocore's S3 on asyncio) rather than obstore: the client library must cancel
 the losing requests of a hedged GET, which asyncio cancellation does on an aiohttp request,
@@ -36,6 +39,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from collections import OrderedDict
 from typing import Any
 
 import aiohttp
@@ -65,6 +69,8 @@ __all__ = [
 
 VERSION_METADATA = "geoslo-version"  # sent as x-amz-meta-geoslo-version
 CONDITIONAL_PUTS = True  # the If-Match / If-None-Match guard (False only in safety tests)
+SKIP_GUARD_READ = True  # a write tries If-Match on the copy's last seen ETag before reading
+SEEN_COPIES = 10_000  # copies whose last seen ETag a store keeps (least recent dropped)
 _ATTEMPTS = 64  # compare-and-swap rounds before giving up (each lost round is another
 # writer's success, so this bounds only a livelock that cannot happen with few writers)
 _POOL_CONNECTIONS = 64  # per server: a hedged GET and a PUT's requests in flight at once
@@ -136,6 +142,9 @@ class S3RegionStore(GuardedWrites):
         self._opening = asyncio.Lock()
         self._stack: contextlib.AsyncExitStack | None = None
         self._finishing: set[asyncio.Task] = set()  # reads whose caller stopped waiting
+        # per copy, the (ETag, version) this store last read or wrote there: a write of a
+        # newer version is first tried with If-Match on it, without the guard's read
+        self._seen: OrderedDict[str, tuple[str, int]] = OrderedDict()
 
     async def open(self) -> None:
         """Create one S3 client per server and open a connection to each (see _warm)."""
@@ -189,7 +198,9 @@ class S3RegionStore(GuardedWrites):
             reply = await client.get_object(Bucket=self.access.bucket, Key=copy_key(key, copy))
             async with reply["Body"] as body:
                 stored = await body.read()
-            return (reply["ETag"], *_decoded(self.name, key, reply.get("Metadata", {}), stored))
+            found = (reply["ETag"], *_decoded(self.name, key, reply.get("Metadata", {}), stored))
+            self._saw(copy_key(key, copy), found[0], found[1])
+            return found
         except ClientError as error:
             if _code(error) == "NoSuchKey":
                 return None
@@ -211,6 +222,15 @@ class S3RegionStore(GuardedWrites):
         found = await asyncio.shield(request)
         return None if found is None else found[1:]
 
+    def _saw(self, stored_key: str, etag: str | None, version: int) -> None:
+        """Remember a copy's ETag and version (the newest SEEN_COPIES copies)."""
+        if etag is None:
+            return
+        self._seen[stored_key] = (etag, version)
+        self._seen.move_to_end(stored_key)
+        if len(self._seen) > SEEN_COPIES:
+            self._seen.popitem(last=False)
+
     def _finished(self, request: asyncio.Task) -> None:
         self._finishing.discard(request)
         if not request.cancelled():
@@ -219,8 +239,17 @@ class S3RegionStore(GuardedWrites):
     async def write_checked(
         self, key: str, copy: int, version: int, payload: bytes
     ) -> WriteOutcome:
-        """Write one version of a copy unless it holds that version or a newer one."""
+        """Write one version of a copy unless it holds that version or a newer one.
+
+        With ``SKIP_GUARD_READ``, a copy whose last seen version (read or written here) is
+        older is first written with ``If-Match`` on the ETag seen then, without reading it:
+        the PUT succeeds only if the copy still holds that older version (its ETag is
+        version-unique: the version is in the body), else the guard reads as usual."""
         body = encode_value(version, payload)
+        seen = self._seen.get(copy_key(key, copy)) if SKIP_GUARD_READ else None
+        if seen is not None and seen[1] < version and CONDITIONAL_PUTS:
+            if await self._put(key, copy, version, body, {"IfMatch": seen[0]}):
+                return WriteOutcome("written", version)
         for _ in range(_ATTEMPTS):
             found = await self._get(key, copy)
             if found is not None:
@@ -240,13 +269,14 @@ class S3RegionStore(GuardedWrites):
         """One PUT; False when its precondition failed (another writer got in between)."""
         client = await self._client(key, copy)
         try:
-            await client.put_object(
+            reply = await client.put_object(
                 Bucket=self.access.bucket,
                 Key=copy_key(key, copy),
                 Body=body,
                 Metadata={VERSION_METADATA: str(version)},
                 **condition,
             )
+            self._saw(copy_key(key, copy), reply.get("ETag"), version)
             return True
         except ClientError as error:
             if _status(error) in (409, 412):  # 409: a concurrent conditional write won
