@@ -10,6 +10,7 @@ import pytest
 
 from _cli import geoslo
 from geoslo.errors import InputError
+from geoslo.live._processes import is_loopback
 from geoslo.runtime import (
     SYSTEM_NAMES,
     config_schema,
@@ -17,7 +18,7 @@ from geoslo.runtime import (
     load_system,
     parse_config,
 )
-from geoslo.runtime._config import is_loopback, parse_listen
+from geoslo.runtime._config import parse_listen
 from geoslo.runtime.replication import EXAMPLE_CONFIG
 
 GOOD = """\

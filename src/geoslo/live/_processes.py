@@ -7,6 +7,7 @@ package that provides them; otherwise :class:`DependencyError` says what to inst
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import os
 import shutil
@@ -235,3 +236,13 @@ class JsonConfigFile:
     @classmethod
     def read(cls, path: Path):
         return cls(**json.loads(Path(path).read_text()))
+
+
+def is_loopback(host: str) -> bool:
+    """Whether ``host`` names this machine's loopback interface only."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False

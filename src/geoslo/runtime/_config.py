@@ -7,7 +7,6 @@ so that the command line exits 2. The same models give the file's JSON Schema.""
 from __future__ import annotations
 
 import importlib
-import ipaddress
 import tomllib
 from dataclasses import dataclass
 from pathlib import Path
@@ -45,16 +44,6 @@ def parse_listen(listen: str) -> tuple[str, int]:
             f"must be HOST:PORT with a port 0-65535 (0: any free port), not {listen!r}"
         )
     return host, int(port_text)
-
-
-def is_loopback(host: str) -> bool:
-    """Whether ``host`` names this machine's loopback interface only."""
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
 
 
 class ServiceSettings(BaseModel):

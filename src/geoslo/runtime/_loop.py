@@ -24,7 +24,8 @@ from geoslo.control import Outcome
 from geoslo.errors import GeosloError
 from geoslo.live import MetricsServer, serve_metrics
 from geoslo.live._metrics import json_line
-from geoslo.runtime._config import RunConfig, ServiceSettings, is_loopback, parse_listen
+from geoslo.live._processes import is_loopback
+from geoslo.runtime._config import RunConfig, ServiceSettings, parse_listen
 from geoslo.runtime._dryrun import DryRunEnvironment, is_self_paced
 from geoslo.runtime._log import ServiceLog
 from geoslo.runtime._metrics import Health, Metrics

@@ -18,6 +18,7 @@ from geoslo.live.costlo._cluster import CostloCluster, region_rtts
 from geoslo.live.costlo._environment import CostloTestbedEnvironment
 from geoslo.live.costlo._locks import (
     LockClient,
+    LockEndpoint,
     LockGrant,
     LockService,
     LockServiceConfig,
@@ -74,6 +75,7 @@ __all__ = [
     "GetPlan",
     "GetRecord",
     "LockClient",
+    "LockEndpoint",
     "LockGrant",
     "LockService",
     "LockServiceConfig",

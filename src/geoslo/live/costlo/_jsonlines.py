@@ -5,6 +5,13 @@ order (a lock request waits while a release on the same connection is answered).
 handler's :class:`~geoslo.errors.InputError` or :class:`~geoslo.errors.TestbedError`
 becomes ``{"id": ..., "error": "..."}``; the client raises it as a TestbedError. When a
 client disconnects, the server cancels its requests still in progress.
+
+With a shared secret (:class:`Sealing`) every request is sealed as the Kurma exchange seals
+its messages (``geoslo.live._exchange``: HMAC-SHA256 over an envelope with the service's
+name, the time and a nonce), and the server opens each one before handling it: a request
+that is not authentic, fresh, new and addressed to this service gets an ``error`` reply
+naming the reason (``rejected: unauthenticated``...) and its connection is closed.
+Replies are not sealed: they come back on the connection the client opened.
 """
 
 from __future__ import annotations
@@ -14,10 +21,22 @@ import contextlib
 import json
 import signal
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
 
 from geoslo.errors import InputError, TestbedError
+from geoslo.live._exchange import Opener, Rejected, seal
 
-__all__ = ["JsonLineClient", "serve_json_lines", "serve_until", "run_until_sigterm"]
+__all__ = ["JsonLineClient", "Sealing", "serve_json_lines", "serve_until", "run_until_sigterm"]
+
+
+@dataclass(frozen=True)
+class Sealing:
+    """The secret a service and its clients share, and the service's name (every request
+    is addressed to it, so a request for one service is refused by another)."""
+
+    secret: bytes = field(repr=False)
+    service: str
+
 
 LINE_LIMIT_BYTES = 1 << 24  # a relay's reply carries a whole value
 
@@ -27,29 +46,41 @@ Handler = Callable[[dict], Awaitable[dict]]
 class JsonLineClient:
     """One connection; :meth:`request` sends a message and waits for its reply."""
 
-    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, name: str):
+    def __init__(
+        self,
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+        name: str,
+        sealing: Sealing | None = None,
+    ):
         self._reader = reader
         self._writer = writer
         self._name = name
+        self._sealing = sealing
         self._next_id = 0
         self._waiting: dict[int, asyncio.Future] = {}
         self._reading = asyncio.get_running_loop().create_task(self._read_replies())
         self.closed = False
 
     @classmethod
-    async def open(cls, port: int, name: str = "service", timeout_s: float = 2.0):
-        """Connect to ``127.0.0.1:port`` or raise TestbedError naming ``name``. The
+    async def open(
+        cls,
+        port: int,
+        name: str = "service",
+        timeout_s: float = 2.0,
+        host: str = "127.0.0.1",
+        sealing: Sealing | None = None,
+    ):
+        """Connect to ``host:port`` or raise TestbedError naming ``name``. The
         deadline is ``asyncio.timeout``, not ``wait_for``: Python 3.11's ``wait_for`` can
         drop a connection that completes as it is cancelled, leaving its socket unclosed
         (a ResourceWarning once in CI, with the lock service killed mid-PUT)."""
         try:
             async with asyncio.timeout(timeout_s):
-                reader, writer = await asyncio.open_connection(
-                    "127.0.0.1", port, limit=LINE_LIMIT_BYTES
-                )
+                reader, writer = await asyncio.open_connection(host, port, limit=LINE_LIMIT_BYTES)
         except (TimeoutError, OSError) as error:
-            raise TestbedError(f"cannot connect to {name} at 127.0.0.1:{port}: {error}") from None
-        return cls(reader, writer, name)
+            raise TestbedError(f"cannot connect to {name} at {host}:{port}: {error}") from None
+        return cls(reader, writer, name, sealing)
 
     async def request(self, message: dict) -> dict:
         """Send ``message`` and wait for its reply; TestbedError if it failed."""
@@ -59,7 +90,12 @@ class JsonLineClient:
         request_id = self._next_id
         future = asyncio.get_running_loop().create_future()
         self._waiting[request_id] = future
-        self._writer.write(json.dumps(dict(message, id=request_id)).encode() + b"\n")
+        body = dict(message, id=request_id)
+        if self._sealing is None:
+            self._writer.write(json.dumps(body).encode() + b"\n")
+        else:
+            sealing = self._sealing
+            self._writer.write(seal(sealing.secret, "client", sealing.service, body))
         try:
             return await future
         finally:
@@ -69,6 +105,9 @@ class JsonLineClient:
         try:
             while line := await self._reader.readline():
                 reply = json.loads(line)
+                if reply.get("id") is None and "error" in reply:  # the service refused us
+                    self._fail_all(TestbedError(f"{self._name}: {reply['error']}"))
+                    return
                 future = self._waiting.pop(reply.pop("id", None), None)
                 if future is None or future.done():
                     continue  # its caller gave up (cancelled): the reply is discarded
@@ -81,9 +120,9 @@ class JsonLineClient:
         finally:
             self._fail_all()
 
-    def _fail_all(self) -> None:
+    def _fail_all(self, error: TestbedError | None = None) -> None:
         self.closed = True
-        error = TestbedError(f"connection to {self._name} lost")
+        error = error or TestbedError(f"connection to {self._name} lost")
         for future in self._waiting.values():
             if not future.done():
                 future.set_exception(error)
@@ -100,13 +139,24 @@ class JsonLineClient:
             await self._writer.wait_closed()
 
 
-async def serve_json_lines(handler: Handler, port: int, host: str = "127.0.0.1") -> asyncio.Server:
-    """Serve ``handler`` on ``host:port``; each request runs in its own task."""
+async def serve_json_lines(
+    handler: Handler, port: int, host: str = "127.0.0.1", sealing: Sealing | None = None
+) -> asyncio.Server:
+    """Serve ``handler`` on ``host:port``; each request runs in its own task. With
+    ``sealing``, only sealed requests addressed to ``sealing.service`` are handled."""
+    opener = None if sealing is None else Opener(sealing.secret, sealing.service)
 
     async def on_connection(reader: asyncio.StreamReader, writer: asyncio.StreamWriter):
         tasks: set[asyncio.Task] = set()
         try:
             while line := await reader.readline():
+                if opener is not None:
+                    try:
+                        line = json.dumps(opener.open(line).body).encode()
+                    except Rejected as rejected:
+                        refusal = {"id": None, "error": f"rejected: {rejected.reason}"}
+                        writer.write(json.dumps(refusal).encode() + b"\n")
+                        break
                 task = asyncio.create_task(_answer(handler, line, writer))
                 tasks.add(task)
                 task.add_done_callback(tasks.discard)
@@ -140,11 +190,16 @@ async def _answer(handler: Handler, line: bytes, writer: asyncio.StreamWriter) -
 
 
 async def serve_until(
-    handler: Handler, port: int, stop: asyncio.Event | None, cleanup, host: str = "127.0.0.1"
+    handler: Handler,
+    port: int,
+    stop: asyncio.Event | None,
+    cleanup,
+    host: str = "127.0.0.1",
+    sealing: Sealing | None = None,
 ) -> None:
     """Serve ``handler`` on ``host:port`` until ``stop`` is set; then close the server and
     await ``cleanup()`` (the service's own resources)."""
-    server = await serve_json_lines(handler, port, host)
+    server = await serve_json_lines(handler, port, host, sealing)
     stop = stop or asyncio.Event()
     try:
         await stop.wait()

@@ -17,6 +17,11 @@ Protocol (JSON lines, see ``_jsonlines``): ``acquire`` (kind, key, owner, lease_
 timeout_s) -> version, known (or timed_out, holder); ``renew`` (kind, key, owner,
 lease_s) -> held; ``release`` (kind, key, owner, version or null) -> version, held;
 ``version`` (key); ``holder`` (kind, key) -> owner.
+
+Where it listens is its configuration's ``host`` (loopback by default). With a
+``secret_file`` every request must be sealed with that secret and addressed to
+``SERVICE_NAME`` (``_jsonlines.Sealing``); other requests are refused and their connection
+closed. A service beyond loopback must have one: nobody else takes a lock or sets a version.
 """
 
 from __future__ import annotations
@@ -26,12 +31,18 @@ import json
 import os
 import time
 from collections import deque
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
-from geoslo.errors import InputError, LockTimeoutError, TestbedError
-from geoslo.live._processes import JsonConfigFile
-from geoslo.live.costlo._jsonlines import JsonLineClient, run_until_sigterm, serve_until
+from geoslo.errors import ConfigError, InputError, LockTimeoutError, TestbedError
+from geoslo.live._exchange import read_secret_file
+from geoslo.live._processes import JsonConfigFile, is_loopback
+from geoslo.live.costlo._jsonlines import (
+    JsonLineClient,
+    Sealing,
+    run_until_sigterm,
+    serve_until,
+)
 
 __all__ = [
     "LOCK_KINDS",
@@ -40,12 +51,14 @@ __all__ = [
     "LockClient",
     "LockGrant",
     "LockServiceConfig",
+    "LockEndpoint",
     "serve_lock_service",
     "run_lock_service",
     "read_json_lines",
     "initialise_backup",
 ]
 
+SERVICE_NAME = "costlo-locks"  # what a sealed request is addressed to
 LOCK_KINDS = ("S", "A")  # §5.4: L_S for synchronous PUTs, L_A for asynchronous ones
 DEFAULT_LEASE_S = 5.0  # ours: §5.4 assumes a dead VM restarts; a lease bounds the wait if not
 
@@ -343,6 +356,20 @@ class LockGrant:
     known: bool = True
 
 
+@dataclass(frozen=True)
+class LockEndpoint:
+    """Where a lock service listens, and the secret its requests are sealed with (None: a
+    service on loopback that takes plain requests)."""
+
+    port: int
+    host: str = "127.0.0.1"
+    secret: bytes | None = field(default=None, repr=False)
+
+    @property
+    def sealing(self) -> Sealing | None:
+        return None if self.secret is None else Sealing(self.secret, SERVICE_NAME)
+
+
 class LockClient:
     """A VM library's connection to its region's lock service (local: no WAN delay).
 
@@ -350,14 +377,23 @@ class LockClient:
     ``acquire`` asks again, as the same owner, until its timeout.
     """
 
-    def __init__(self, port: int, connection: JsonLineClient | None = None) -> None:
-        self.port = port
+    def __init__(self, where: int | LockEndpoint, connection: JsonLineClient | None = None) -> None:
+        self.endpoint = where if isinstance(where, LockEndpoint) else LockEndpoint(where)
+        self.port = self.endpoint.port
         self._connection = connection
         self._reconnecting = asyncio.Lock()
 
     @classmethod
-    async def open(cls, port: int) -> LockClient:
-        return cls(port, await JsonLineClient.open(port, "lock service"))
+    async def open(cls, where: int | LockEndpoint) -> LockClient:
+        client = cls(where)
+        await client._connected()
+        return client
+
+    async def _connect(self) -> JsonLineClient:
+        e = self.endpoint
+        return await JsonLineClient.open(
+            e.port, "lock service", host=e.host, sealing=e.sealing
+        )  # fmt: skip
 
     async def close(self) -> None:
         async with self._reconnecting:
@@ -376,7 +412,7 @@ class LockClient:
                 if self._connection is not None:
                     await self._connection.close()
                 self._connection = None
-                self._connection = await JsonLineClient.open(self.port, "lock service")
+                self._connection = await self._connect()
             return self._connection
 
     async def grant(
@@ -455,21 +491,37 @@ class LockClient:
 
 @dataclass(frozen=True)
 class LockServiceConfig(JsonConfigFile):
-    """``python -m geoslo.live costlo-locks CONFIG``: where to listen, where to back up."""
+    """``python -m geoslo.live costlo-locks CONFIG``: where to listen (``host``, ``port``),
+    where to back up, and the file of the secret requests are sealed with."""
 
     port: int
     backup_path: str
     lease_s: float = DEFAULT_LEASE_S
+    host: str = "127.0.0.1"
+    secret_file: str | None = None
+
+    def sealing(self) -> Sealing | None:
+        """The sealing requests need; ConfigError for a listener beyond loopback without
+        one (every listener authenticated) or an unreadable secret."""
+        if self.secret_file is None:
+            if not is_loopback(self.host):
+                raise ConfigError(
+                    "secret_file", f"a lock service on {self.host} needs a secret_file: "
+                    "anybody reaching it could take locks and set versions",
+                )  # fmt: skip
+            return None
+        return Sealing(read_secret_file(Path(self.secret_file), "secret_file"), SERVICE_NAME)
 
 
 async def serve_lock_service(config: LockServiceConfig, stop: asyncio.Event | None = None):
     """Serve until ``stop`` is set (or SIGTERM when run as a process)."""
+    sealing = config.sealing()
     service = LockService(Path(config.backup_path), config.lease_s)
 
     async def close() -> None:
         service.close()
 
-    await serve_until(service.handle, config.port, stop, close)
+    await serve_until(service.handle, config.port, stop, close, config.host, sealing)
 
 
 def run_lock_service(config_path: Path) -> None:

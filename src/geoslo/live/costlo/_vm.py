@@ -47,7 +47,7 @@ from pathlib import Path
 from geoslo.control.costlo.types import Configuration
 from geoslo.errors import TestbedError, WriteRefusedError
 from geoslo.live.costlo._budget import BudgetWindow
-from geoslo.live.costlo._locks import DEFAULT_LEASE_S, LockClient, LockGrant
+from geoslo.live.costlo._locks import DEFAULT_LEASE_S, LockClient, LockEndpoint, LockGrant
 from geoslo.live.costlo._log import LoggedOp, VmLog, replay_log
 from geoslo.live.costlo._objects import SECOND, SERVING, CopyRef, Regions, object_copies
 from geoslo.live.costlo._objects import quorum_size as majority
@@ -129,14 +129,15 @@ class VmLibrary:
     restarted VM takes its operations' locks back under the names in its log.
     ``lease_s`` is how long a lock outlives a holder that stops renewing it;
     ``lock_timeout_s`` how long a PUT waits for a lock; ``write_deadline_s`` how long a
-    request retries an unreachable storage server.
+    request retries an unreachable storage server. ``lock_port`` is the region's lock
+    service on loopback, or a :class:`LockEndpoint` (its host, port and secret).
     """
 
     def __init__(
         self,
         configuration: Configuration,
         regions: Regions,
-        lock_port: int,
+        lock_port: int | LockEndpoint,
         log_path: Path,
         owner_id: str,
         strong: bool = False,
