@@ -87,3 +87,39 @@ def test_without_a_budget_every_set_is_issued(cluster, tmp_path):
     records = asyncio.run(scenario())
     assert all(r.redundant and not r.budget_refused for r in records)
     assert sum(r.storage_requests - 1 for r in records) == 20  # 200% extra
+
+
+def test_clients_sharing_a_pool_stay_within_one_budget(cluster):
+    """Three end-hosts' clients, each wanting every redundant set: with one pool in the
+    lock service their extra requests together stay within one budget's reserve; each on
+    its own window, they take three reserves (issue 38, item 7)."""
+    budget = HedgeBudget(extra_fraction=0.0, window_s=10.0, min_extra_per_s=0.6)  # 6 extra
+    configuration = Configuration(GetTuple(2, 1), get_timeout_ms=0.0, hedge_budget=budget)
+    key, clients, gets = "fleet:k", 3, 8
+
+    async def extra(pool: str | None) -> int:
+        shared = {"budget_pool": pool, "budget_service": cluster.lock_port()} if pool else {}
+        hosts = [CostloClient(configuration, cluster.regions(), **shared) for _ in range(clients)]
+        for host in hosts:
+            await host.start()
+        try:
+            for _ in range(gets):
+                for host in hosts:
+                    await host.get(key)
+        finally:
+            for host in hosts:
+                await host.close()
+        return sum(r.storage_requests - 1 for h in hosts for r in h.records)
+
+    async def scenario():
+        async with VmLibrary(
+            Configuration(GetTuple(2, 1)), cluster.regions(), cluster.lock_port(),
+            cluster.state_dir / "fleet.log", "fleet",
+        ) as vm:  # fmt: skip
+            await vm.put(key, b"value")
+            await vm.drain()
+        return await extra("fleet-photos"), await extra(None)
+
+    shared, separate = asyncio.run(scenario())
+    assert shared <= budget.allowed_extra(0) < separate
+    assert separate == clients * budget.allowed_extra(0)

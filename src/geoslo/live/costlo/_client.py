@@ -7,8 +7,9 @@ tuple as one message to that region's relay. The first found value wins; the oth
 requests' tasks are cancelled and their pipelined replies discarded. A "not found" reply
 (a copy not written yet) or a failed request does not win: when the first request
 comes back that way, the redundant decision is taken at once rather than at the timeout.
-A configuration's hedge budget (``BudgetWindow``) is asked when the draw says yes: a
-redundant set the window cannot afford is not issued, and the GET's record says so. A region
+A configuration's hedge budget (this process's window, or with ``budget_pool`` the fleet's
+in the lock service: ``_budget``) is asked when the draw says yes: a redundant set the
+window cannot afford is not issued, and the GET's record says so. A region
 that answered 503 SlowDown or 429 (``S3Throttled``) gets no redundant request until its
 backoff ends (50 ms, doubling with each throttled reply up to 1 s, reset by an answer): a
 hedge into a throttling service adds to what it throttles (the GET's record counts them).
@@ -26,8 +27,9 @@ from dataclasses import dataclass
 
 from geoslo.control.costlo.types import Configuration
 from geoslo.errors import TestbedError
-from geoslo.live.costlo._budget import BudgetWindow
+from geoslo.live.costlo._budget import LocalBudget, SharedBudget
 from geoslo.live.costlo._jsonlines import JsonLineClient
+from geoslo.live.costlo._locks import LockClient, LockEndpoint
 from geoslo.live.costlo._objects import SECOND, SERVING, Regions, quorum_size
 from geoslo.live.costlo._plan import (
     ClientRequest,
@@ -144,6 +146,8 @@ class CostloClient:
         seed: int = 0,
         quorum: bool = False,
         timeout_s: float = 2.0,
+        budget_pool: str | None = None,
+        budget_service: int | LockEndpoint | None = None,
     ) -> None:
         self.configuration = configuration
         self.regions = regions
@@ -151,7 +155,11 @@ class CostloClient:
         self.timeout_s = timeout_s
         self.plan = get_plan(configuration)
         budget = configuration.hedge_budget
-        self.budget = None if budget is None else BudgetWindow(budget)
+        self.budget: LocalBudget | SharedBudget | None = (
+            None if budget is None else LocalBudget(budget)
+        )
+        self.budget_pool, self.budget_service = budget_pool, budget_service
+        self._budget_locks: LockClient | None = None
         self.records: list[GetRecord] = []
         self._rng = random.Random(seed)
         self.throttles = Throttles()
@@ -159,7 +167,14 @@ class CostloClient:
         self._relays: dict[str, JsonLineClient] = {}
 
     async def start(self) -> CostloClient:
-        """Connect to the storage servers (and relays) the configuration uses."""
+        """Connect to the storage servers (and relays) the configuration uses, and to the
+        lock service keeping ``budget_pool``'s shared hedge budget when one is named."""
+        budget = self.configuration.hedge_budget
+        if budget is not None and self.budget_pool is not None:
+            if self.budget_service is None:
+                raise TestbedError("a shared hedge budget (budget_pool) needs budget_service")
+            self._budget_locks = await LockClient.open(self.budget_service)
+            self.budget = SharedBudget(self._budget_locks, self.budget_pool, budget)
         used = {SERVING: self.configuration.serving}
         if self.configuration.second.copies > 0:
             used[SECOND] = self.configuration.second
@@ -180,7 +195,9 @@ class CostloClient:
             await store.close()
         for relay in self._relays.values():
             await relay.close()
-        self._stores, self._relays = {}, {}
+        if self._budget_locks is not None:
+            await self._budget_locks.close()
+        self._stores, self._relays, self._budget_locks = {}, {}, None
 
     async def __aenter__(self) -> CostloClient:
         return await self.start()
@@ -199,7 +216,7 @@ class CostloClient:
             return None
         return int(reply["version"]), base64.b64decode(reply["value"])
 
-    def _redundant(self, now_s: float) -> tuple[tuple[ClientRequest, ...], bool, int]:
+    async def _redundant(self, now_s: float) -> tuple[tuple[ClientRequest, ...], bool, int]:
         """(the redundant requests to issue, whether the budget refused them, how many a
         throttling region was spared): the probability's draw, the regions' backoff, then
         the hedge budget's window, if any, for what is left."""
@@ -209,7 +226,7 @@ class CostloClient:
         skipped = len(self.plan.redundant) - len(allowed)
         if self.budget is None or not allowed:
             return allowed, False, skipped
-        admitted = self.budget.try_extra(now_s, storage_request_count(allowed))
+        admitted = await self.budget.try_extra(now_s, storage_request_count(allowed))
         return (allowed if admitted else ()), not admitted, skipped
 
     async def get(self, key: str) -> Found | None:
@@ -228,7 +245,7 @@ class CostloClient:
             self.budget.record_primary(start_s)
         if not decided and self.configuration.get_timeout_ms == 0:
             decided = True
-            redundant, refused, skipped = self._redundant(start_s)
+            redundant, refused, skipped = await self._redundant(start_s)
         if redundant and not skipped:
             flights.issue(self.plan.together)  # a relayed serving tuple is one message
         else:
@@ -248,7 +265,7 @@ class CostloClient:
                 now = loop.time()
                 if not decided and (now >= timeout_at or not flights.pending):
                     decided = True
-                    redundant, refused, skipped = self._redundant(now)
+                    redundant, refused, skipped = await self._redundant(now)
                     flights.issue(redundant)
                 elif now >= give_up_at:
                     break

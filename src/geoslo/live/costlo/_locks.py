@@ -16,7 +16,8 @@ learns the version from storage.
 Protocol (JSON lines, see ``_jsonlines``): ``acquire`` (kind, key, owner, lease_s,
 timeout_s) -> version, known (or timed_out, holder); ``renew`` (kind, key, owner,
 lease_s) -> held; ``release`` (kind, key, owner, version or null) -> version, held;
-``version`` (key); ``holder`` (kind, key) -> owner.
+``version`` (key); ``holder`` (kind, key) -> owner; ``hedge`` (pool, budget, primaries,
+extra) -> admitted: a hedge budget shared by a fleet (:class:`FleetBudgets`).
 
 Where it listens is its configuration's ``host`` (loopback by default). With a
 ``secret_file`` every request must be sealed with that secret and addressed to
@@ -31,9 +32,11 @@ import json
 import os
 import time
 from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from geoslo.control.costlo._budget import BudgetWindow
+from geoslo.control.costlo.types import HedgeBudget
 from geoslo.errors import ConfigError, InputError, LockTimeoutError, TestbedError
 from geoslo.live._exchange import read_secret_file
 from geoslo.live._processes import JsonConfigFile, is_loopback
@@ -59,6 +62,7 @@ __all__ = [
 ]
 
 SERVICE_NAME = "costlo-locks"  # what a sealed request is addressed to
+MAX_POOLS = 1_000  # hedge budgets one service keeps (memory stays bounded)
 LOCK_KINDS = ("S", "A")  # §5.4: L_S for synchronous PUTs, L_A for asynchronous ones
 DEFAULT_LEASE_S = 5.0  # ours: §5.4 assumes a dead VM restarts; a lease bounds the wait if not
 
@@ -185,6 +189,34 @@ def initialise_backup(backup_path: Path) -> None:
         fsync_append(file, LockTable().snapshot())
 
 
+class FleetBudgets:
+    """Hedge budgets shared by many clients (issue 38, item 7): one ``BudgetWindow`` per
+    pool, on this service's clock. A request ``{"op": "hedge", "pool", "budget",
+    "primaries", "extra"}`` deposits the client's primaries since its last request, then
+    asks for ``extra`` requests (0: a deposit only). Kept in memory: a restarted service
+    starts every window empty (the budget is a load limit, not a safety property)."""
+
+    def __init__(self, max_pools: int = MAX_POOLS) -> None:
+        self.windows: dict[str, BudgetWindow] = {}
+        self.max_pools = max_pools
+
+    def ask(self, message: dict) -> bool:
+        pool, budget = str(message["pool"]), HedgeBudget(**message["budget"])
+        primaries, extra = int(message["primaries"]), int(message["extra"])
+        if primaries < 0 or extra < 0:
+            raise InputError("hedge", "primaries and extra must be >= 0")
+        window = self.windows.get(pool)
+        if window is None:
+            if len(self.windows) >= self.max_pools:
+                raise InputError("pool", f"this service holds {self.max_pools} pools already")
+            window = self.windows[pool] = BudgetWindow(budget)
+        elif window.budget != budget:
+            raise InputError("budget", f"pool {pool!r} has {window.budget}, not {budget}")
+        now_s = time.monotonic()
+        window.record_primary(now_s, primaries)
+        return extra == 0 or window.try_extra(now_s, extra)
+
+
 class LockService:
     """The in-memory service with its persistent backup (one per region).
 
@@ -193,6 +225,7 @@ class LockService:
     """
 
     def __init__(self, backup_path: Path, lease_s: float = DEFAULT_LEASE_S) -> None:
+        self.hedges = FleetBudgets()  # hedge budgets shared by a fleet's clients (op "hedge")
         self.backup_path = Path(backup_path)
         records = read_json_lines(self.backup_path)
         self.table = LockTable(complete=any(r.get("op") == "snapshot" for r in records))
@@ -339,6 +372,8 @@ class LockService:
             args = (message["kind"], message["key"], message["owner"], version)
             version, held = self.release(*args)
             return {"version": version, "held": held}
+        if op == "hedge":
+            return {"admitted": self.hedges.ask(message)}
         if op == "version":
             return {"version": self.table.version(message["key"])}
         if op == "holder":
@@ -480,6 +515,12 @@ class LockClient:
 
     async def release(self, kind: str, key: str, owner: str, version: int | None = None) -> int:
         return (await self.release_lock(kind, key, owner, version))[0]
+
+    async def hedge(self, pool: str, budget: HedgeBudget, primaries: int, extra: int) -> bool:
+        """Deposit ``primaries`` into the pool's shared budget and ask for ``extra``."""
+        message = {"op": "hedge", "pool": pool, "budget": asdict(budget)}
+        message.update(primaries=primaries, extra=extra)
+        return bool((await self._request(message))["admitted"])
 
     async def version(self, key: str) -> int:
         return int((await self._request({"op": "version", "key": key}))["version"])

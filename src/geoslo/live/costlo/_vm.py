@@ -46,7 +46,7 @@ from pathlib import Path
 
 from geoslo.control.costlo.types import Configuration
 from geoslo.errors import TestbedError, WriteRefusedError
-from geoslo.live.costlo._budget import BudgetWindow
+from geoslo.live.costlo._budget import LocalBudget, SharedBudget
 from geoslo.live.costlo._locks import DEFAULT_LEASE_S, LockClient, LockEndpoint, LockGrant
 from geoslo.live.costlo._log import LoggedOp, VmLog, replay_log
 from geoslo.live.costlo._objects import SECOND, SERVING, CopyRef, Regions, object_copies
@@ -130,7 +130,9 @@ class VmLibrary:
     ``lease_s`` is how long a lock outlives a holder that stops renewing it;
     ``lock_timeout_s`` how long a PUT waits for a lock; ``write_deadline_s`` how long a
     request retries an unreachable storage server. ``lock_port`` is the region's lock
-    service on loopback, or a :class:`LockEndpoint` (its host, port and secret).
+    service on loopback, or a :class:`LockEndpoint` (its host, port and secret). With
+    ``budget_pool``, the configuration's hedge budget is the pool's, shared by every
+    library and client that names it, in that lock service (``SharedBudget``).
     """
 
     def __init__(
@@ -145,6 +147,7 @@ class VmLibrary:
         write_deadline_s: float = 5.0,
         lease_s: float = DEFAULT_LEASE_S,
         lock_timeout_s: float = 15.0,
+        budget_pool: str | None = None,
     ) -> None:
         self.configuration = configuration
         self.regions = regions
@@ -157,7 +160,10 @@ class VmLibrary:
         self.lock_timeout_s = lock_timeout_s
         self.plan: PutPlan = put_plan(configuration, strong)
         budget = configuration.hedge_budget
-        self.budget = None if budget is None else BudgetWindow(budget)
+        self.budget: LocalBudget | SharedBudget | None = (
+            None if budget is None else LocalBudget(budget)
+        )
+        self.budget_pool = budget_pool
         self.copies = len(object_copies(configuration))
         self.records: list[PutRecord] = []
         self.errors: list[BaseException] = []
@@ -181,6 +187,9 @@ class VmLibrary:
         self._unfinished = [op for op in replay_log(self.log_path) if not op.finished]
         self._log = VmLog(self.log_path, {op.op for op in self._unfinished})
         self._locks = await LockClient.open(self.lock_port)
+        if self.configuration.hedge_budget is not None and self.budget_pool is not None:
+            budget = self.configuration.hedge_budget  # the fleet's, in the lock service
+            self.budget = SharedBudget(self._locks, self.budget_pool, budget)
         self._stores[SERVING] = region_store(self.regions.serving, SERVING)
         if self.configuration.second.copies > 0:
             self._stores[SECOND] = region_store(self.regions.region(SECOND), SECOND)
@@ -507,7 +516,7 @@ class VmLibrary:
         if not answered and self._rng.random() < self.configuration.put_probability:
             extra = len(self.plan.redundant)
             now_s = asyncio.get_running_loop().time()
-            if self.budget is None or self.budget.try_extra(now_s, extra):
+            if self.budget is None or await self.budget.try_extra(now_s, extra):
                 return True
             state.budget_refused = True
         self.log.skip(state.op, list(range(len(self.plan.first), len(self.plan.requests))))
