@@ -1,10 +1,11 @@
-"""The hedge budget on the S3 engine during a region-wide slowdown (issue 19).
+"""The hedge budget on the S3 engine during a region-wide and a store-wide slowdown
+(issues 19 and 38).
 
 Real versitygw gateways in two regions (their own network namespaces as root), every
 client path through toxiproxy. Three client libraries run the same open-loop GET load at
 the same time: without redundancy, hedging with the default budget (Finagle's: 20% of the
-primaries plus 10 a second over 10 s), and hedging without a budget. The serving region
-then gets 10x slower at the delay injector for 30 s. During it:
+primaries plus 10 a second over 10 s), and hedging without a budget. The serving region,
+or every region, then gets 10x slower at the delay injector for 30 s. During it:
 
 * the budgeted client's extra storage requests stay within the budget at every moment
   (``budget_excess``), while the unbudgeted client's multiply the load (the control:
@@ -80,7 +81,12 @@ def excess(gets: list) -> float:
     return budget_excess(started, requests, BUDGET, max(started))
 
 
-def test_a_region_wide_slowdown_keeps_hedges_within_the_budget(cluster, tmp_path):
+@pytest.mark.parametrize("slowed", ["serving", "every-region"])
+def test_a_slowdown_keeps_hedges_within_the_budget(cluster, tmp_path, slowed):
+    """``serving``: the serving region slows (the hedges to the second one help);
+    ``every-region``: the whole store slows (issue 38, item 7: hedges cannot help, and
+    within the budget they must not hurt either)."""
+
     async def scenario():
         regions = cluster.regions()
         async with VmLibrary(
@@ -103,12 +109,17 @@ def test_a_region_wide_slowdown_keeps_hedges_within_the_budget(cluster, tmp_path
             await asyncio.sleep(2.0)
             extra_ms = (SLOWDOWN_FACTOR - 1) * float(np.median(calm))
             slow_from = loop.time()
-            timer = await asyncio.to_thread(cluster.slow_region, SERVING, extra_ms, SLOWDOWN_S)
+            regions_slowed = [SERVING] if slowed == "serving" else list(cluster.rtts_ms)
+            timers = [
+                await asyncio.to_thread(cluster.slow_region, region, extra_ms, SLOWDOWN_S)
+                for region in regions_slowed
+            ]
             await asyncio.sleep(SLOWDOWN_S)
             slow_until = loop.time()
             stop.set()
             results = await asyncio.gather(*loads)
-            timer.join()
+            for timer in timers:
+                timer.join()
         finally:
             for client in clients:
                 await client.close()
