@@ -304,11 +304,12 @@ def test_sampled_statistics_estimate_the_offered_rates(tmp_path):
     # each sampled latency is a part of the load's own (measured around the client's get): the
     # p99 is in ms and within what the load saw, whatever the machine's load made of it
     slowest_get_ms = np.nanmax(result.latency_ms[~result.is_put])
-    # a period that began after the last answer (a late wake-up here) sampled nothing: no p99
-    sampled = [np.sum(p.get_rps) > 0 for p in periods]
-    busy = [p for p, any_get in zip(periods, sampled, strict=True) if any_get]
+    # a period that began after the last answer (a late wake-up here) had no get: no p99.
+    # (Judged by its own count of gets, not its sampled rate: a few gets can all miss the
+    # sample and still give the period a p99; that failed once on a busy machine.)
+    busy = [p for p in periods if np.sum(p.get_rps) > 0]
     assert len(busy) >= duration_s // config.period_s
-    assert all(np.isnan(p.get_p99_ms) for p, g in zip(periods, sampled, strict=True) if not g)
+    assert all(np.isnan(p.get_p99_ms) == (p.gets == 0) for p in periods)
     for period in busy:
         assert 0 < period.get_p99_ms <= slowest_get_ms
         assert period.failed_gets == 0
