@@ -25,7 +25,7 @@ MUST_HOLD = (
     "every GET found its object",
     "the slowdown slowed the baseline (p99 over 3x its calm median)",
     "with the budget, extra requests stay within it at every moment",
-    "... and its p99 is no worse than the baseline's (20% + 2 ms of noise)",
+    "... and its p99 is no worse than the baseline's (20% + 2 ms, 95% interval)",
 )
 
 

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 from geoslo.control.costlo import Configuration, GetTuple
-from geoslo.experiments.costlo._live import _sweep_checks, describe
+from geoslo.experiments.costlo._live import _sweep_checks, describe, p99_excess_interval_ms
 
 
 def point(slo_ms, measured_ms, estimated_requests, measured_requests) -> dict:
@@ -43,3 +44,15 @@ def test_describe_names_copies_requests_and_the_gate():
     gated = Configuration(serving=GetTuple(2, 1), get_timeout_ms=5.0, get_probability=0.7)
     assert describe(Configuration()) == "1x1 serving"
     assert describe(gated) == "2x1 serving, timeout 5 ms, p 70%"
+
+
+def test_the_budgeted_p99_check_reads_an_interval_and_can_fail():
+    """The S3 run's "no worse than the baseline's p99" check (issue 41, item 4): the 95%
+    bootstrap interval of p99(budgeted) - (1.2 p99(baseline) + 2 ms) must reach 0. The same
+    replay twice passes; one 50% slower fails; one 10% slower, inside the allowance, passes."""
+    rng = np.random.default_rng(3)
+    baseline = 100.0 + rng.exponential(10.0, 1_000)
+    same = p99_excess_interval_ms(baseline, baseline, seed=1, resamples=500)
+    assert same[0] <= 0.0 <= same[1] or same[1] < 0.0
+    assert p99_excess_interval_ms(1.5 * baseline, baseline, seed=1, resamples=500)[0] > 0.0
+    assert p99_excess_interval_ms(1.1 * baseline, baseline, seed=1, resamples=500)[0] <= 0.0

@@ -207,7 +207,39 @@ async def _run(cluster: CostloCluster, settings: LiveSettings, seed: int, progre
         "rows": [_row(name, run, baseline_ms, settings) for name, run in runs.items()],
         "estimated_inflation_ms": selection.get.inflation_ms,
         "sweep": [_sweep_row(point, runs[point["run"]], baseline_ms) for point in sweep],
-    }
+    } | _budget_p99_interval(runs, seed)
+
+
+P99_FACTOR, P99_SLACK_MS = 1.2, 2.0  # "no worse": at most 20% + 2 ms over the baseline's p99
+RESAMPLES = 2_000
+
+
+def p99_excess_interval_ms(
+    candidate_ms: np.ndarray, reference_ms: np.ndarray, seed: int, resamples: int = RESAMPLES
+) -> tuple[float, float]:
+    """95% bootstrap interval of p99(candidate) - (P99_FACTOR p99(reference) + P99_SLACK_MS),
+    each replay's GETs resampled: a p99 of ~1,000 GETs rests on its ten slowest, and one
+    replay's p99 moved by 15% between runs on the same code."""
+    rng = np.random.default_rng(seed)
+    candidate, reference = np.asarray(candidate_ms), np.asarray(reference_ms)
+
+    def p99s(values: np.ndarray) -> np.ndarray:
+        draws = rng.integers(0, values.size, size=(resamples, values.size))
+        return np.percentile(values[draws], 99, axis=1)
+
+    excess = p99s(candidate) - (P99_FACTOR * p99s(reference) + P99_SLACK_MS)
+    low, high = np.percentile(excess, [2.5, 97.5])
+    return float(low), float(high)
+
+
+def _budget_p99_interval(runs: dict, seed: int) -> dict:
+    """The budgeted slowed replay's p99 over the allowance, as an interval (S3 only)."""
+    if "costlo_budget_slowed" not in runs:
+        return {}
+    interval = p99_excess_interval_ms(
+        runs["costlo_budget_slowed"]["latency_ms"], runs["baseline_slowed"]["latency_ms"], seed
+    )
+    return {"budget_p99_excess_interval_ms": list(interval)}
 
 
 async def _observe(
@@ -557,8 +589,9 @@ def check_live(results: dict, settings: LiveSettings) -> dict[str, bool]:
             "with the budget, extra requests stay within it at every moment": (
                 bounded["budget_excess_requests"] <= margin
             ),
-            "... and its p99 is no worse than the baseline's (20% + 2 ms of noise)": (
-                bounded["p99_ms"] <= 1.2 * slowed["p99_ms"] + 2.0
+            # not confidently worse: the interval of its p99 over the allowance reaches 0
+            "... and its p99 is no worse than the baseline's (20% + 2 ms, 95% interval)": (
+                results["budget_p99_excess_interval_ms"][0] <= 0.0
             ),
         }
     return checks
