@@ -14,14 +14,10 @@ the ratio of the skipped read over the full guard (under 1: cheaper). The safety
 from __future__ import annotations
 
 import argparse
-import asyncio
-import tempfile
 import time
-from pathlib import Path
 
-import numpy as np
+from _gateway import medians, on_one_gateway
 
-from geoslo.errors import DependencyError
 from geoslo.live.costlo import CostloCluster, region_store
 from geoslo.live.costlo import _s3 as s3
 
@@ -83,26 +79,16 @@ def main() -> None:
     parser.add_argument("--puts", type=int, default=300)
     parser.add_argument("--rounds", type=int, default=3)
     args = parser.parse_args()
-    with tempfile.TemporaryDirectory(prefix="geoslo-bench-guard-") as folder:
-        try:
-            cluster = CostloCluster.up(
-                Path(folder), servers_per_region=1, engine="s3", network="loopback"
-            )
-        except DependencyError as error:
-            print(f"skipped: the s3 engine is not available: {error}")
-            return
-        try:
-            results = asyncio.run(run(cluster, args.puts, args.rounds))
-        finally:
-            cluster.down()
-    medians = {
-        name: {k: float(np.median([r[k] for r in rows])) for k in rows[0]}
-        for name, rows in results.items()
-    }
+    results = on_one_gateway(
+        "geoslo-bench-guard-", lambda cluster: run(cluster, args.puts, args.rounds)
+    )
+    if results is None:
+        return
+    figures = medians(results)
     print(f"S3 PUT of 1 KiB, one versitygw gateway, loopback; median of {args.rounds} rounds")
-    for name, figures in medians.items():
-        print(f"  {name:22s} " + "  ".join(f"{k} {v:.3f}" for k, v in figures.items()))
-    full, skipped = medians["read, then If-Match"], medians["If-Match on last seen"]
+    for name, row in figures.items():
+        print(f"  {name:22s} " + "  ".join(f"{k} {v:.3f}" for k, v in row.items()))
+    full, skipped = figures["read, then If-Match"], figures["If-Match on last seen"]
     print("  skipped read / full guard: " + "  ".join(
         f"{k} {skipped[k] / full[k]:.2f}x" for k in full
     ))  # fmt: skip

@@ -14,13 +14,11 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import tempfile
 import time
-from pathlib import Path
 
 import numpy as np
+from _gateway import medians, on_one_gateway
 
-from geoslo.errors import DependencyError
 from geoslo.live.costlo import CostloCluster, region_store
 
 KEY = "bench-object"
@@ -111,27 +109,17 @@ def main() -> None:
     parser.add_argument("--gets", type=int, default=600)
     parser.add_argument("--rounds", type=int, default=3)
     args = parser.parse_args()
-    with tempfile.TemporaryDirectory(prefix="geoslo-bench-s3-") as folder:
-        try:
-            cluster = CostloCluster.up(
-                Path(folder), servers_per_region=1, engine="s3", network="loopback"
-            )
-        except DependencyError as error:
-            print(f"skipped: the s3 engine is not available: {error}")
-            return
-        try:
-            results = asyncio.run(run(cluster, args.gets, args.rounds))
-        finally:
-            cluster.down()
-    medians = {
-        name: {k: float(np.median([r[k] for r in rows])) for k in rows[0]}
-        for name, rows in results.items()
-    }
+    results = on_one_gateway(
+        "geoslo-bench-s3-", lambda cluster: run(cluster, args.gets, args.rounds)
+    )
+    if results is None:
+        return
+    figures = medians(results)
     print(f"S3 GET of 1 KiB on one versitygw gateway, loopback; median of {args.rounds} rounds")
-    for name, figures in medians.items():
-        print(f"  {name:12s} " + "  ".join(f"{k} {v:.3f}" for k, v in figures.items()))
-    if "obstore" in medians:
-        ratios = {k: medians["obstore"][k] / medians["aiobotocore"][k] for k in medians["obstore"]}
+    for name, row in figures.items():
+        print(f"  {name:12s} " + "  ".join(f"{k} {v:.3f}" for k, v in row.items()))
+    if "obstore" in figures:
+        ratios = {k: figures["obstore"][k] / figures["aiobotocore"][k] for k in figures["obstore"]}
         print("  obstore / aiobotocore: " + "  ".join(f"{k} {v:.2f}x" for k, v in ratios.items()))
 
 
