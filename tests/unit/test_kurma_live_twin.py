@@ -12,6 +12,7 @@ from geoslo.experiments.kurma._live_report import (
     _sim_backend,
     check_done,
     fit_twin_cpu_ms,
+    trace2_speed_penalty_pp,
     twin_agrees,
 )
 from geoslo.live.kurma import TestbedSpec
@@ -35,6 +36,19 @@ LIVE = SimpleNamespace(saturation_rps=600.0, profile=SimpleNamespace(min_service
 )
 def test_live_and_twin_agree_within_2x_or_half_a_point(live_pct, sim_pct, agree):
     assert twin_agrees(live_pct, sim_pct) is agree
+
+
+@pytest.mark.parametrize(
+    ("live_pct", "sims", "agree"),
+    [
+        (2.54, (10.18, 1.65), True),  # KurmaCost of a quick run: between its two speeds
+        (2.54, (10.18,), False),  # at the replay's measured speed alone
+        (0.5, (10.18, 1.65), False),  # below half the lower end and 0.5 points under it
+        (21.0, (10.18, 1.65), False),  # above twice the upper end
+    ],
+)
+def test_live_agrees_with_the_twin_somewhere_in_its_speed_band(live_pct, sims, agree):
+    assert twin_agrees(live_pct, *sims) is agree
 
 
 def test_the_twin_of_the_namespaces_form_serves_under_the_testbeds_cpu_quota():
@@ -73,9 +87,29 @@ def test_a_twin_that_disagrees_fails_its_check():
         row = {"policy": "GlobalRR", "live global %": 0.09, "sim global %": sim_pct}
         return {"policies": [row], "estimate": [], "sites": ()}
 
-    name = "GlobalRR: live and twin within 2x or 0.5 pp (Trace-1)"
+    name = "GlobalRR: live and twin within 2x or 0.5 pp (Trace-1, speed band)"
     assert check_done(results(0.3))[name] is True
     assert check_done(results(5.16))[name] is False
+
+
+def test_trace2_forgives_kurma_only_what_the_speed_explains():
+    """KurmaPerf's live excess over AllLocal's on Trace-2 is allowed 0.5 points plus what
+    AllLocal's twin loses at KurmaPerf's replay speed, and no more."""
+
+    def results(kurma_live_pct, allocal_at_kurma_speed_pct):
+        local = {
+            "policy": "AllLocal", "live global %": 1.0, "sim global %": 1.5,
+            "sim at the other replay's speed %": allocal_at_kurma_speed_pct,
+        }  # fmt: skip
+        kurma = {"policy": "KurmaPerf", "live global %": kurma_live_pct}
+        return {"policies": [], "estimate": [], "sites": (), "trace2": [local, kurma]}
+
+    name = next(k for k in check_done(results(1.0, 1.5)) if k.startswith("Trace-2"))
+    assert trace2_speed_penalty_pp(results(0, 2.4)["trace2"]) == pytest.approx(0.9)
+    assert trace2_speed_penalty_pp(results(0, 1.2)["trace2"]) == 0.0  # never negative
+    assert check_done(results(2.3, 2.4))[name] is True  # 1.0 + 0.5 + 0.9
+    assert check_done(results(2.5, 2.4))[name] is False
+    assert check_done(results(1.6, 1.5))[name] is False  # same speed: 0.5 points only
 
 
 def test_the_live_goal_of_geoslos_balancer_is_written_from_the_live_column():
