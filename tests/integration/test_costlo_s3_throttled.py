@@ -85,6 +85,31 @@ def test_a_throttled_write_backs_off_exponentially_until_its_deadline():
     assert 3 <= len(times) <= 8 and max(gaps) >= 0.4, gaps
 
 
+@pytest.mark.parametrize("budget_admits", [True, False])
+def test_a_throttled_writes_retries_are_asked_of_the_hedge_budget(budget_admits):
+    """A retry is an extra storage request (issue 38, item 4): each one asks the budget
+    first. A budget that refuses them all leaves the throttling server one attempt within
+    the deadline; one that admits them, the ~6 of the backoff alone (the control)."""
+    from geoslo.errors import TestbedError
+
+    asked = []
+
+    async def may_retry() -> bool:
+        asked.append(time.monotonic())
+        return budget_admits
+
+    async def request(store) -> None:
+        with pytest.raises(TestbedError, match="cannot write"):
+            await store.write_retrying("k", 0, 1, b"payload", 2.0, may_retry)
+
+    seen = asyncio.run(_against_throttling(request))
+    assert len(asked) >= 3  # asked before every retry
+    if budget_admits:
+        assert len(seen) == len(asked) + 1
+    else:
+        assert len(seen) == 1, seen
+
+
 def test_a_get_sends_no_hedge_into_a_region_that_throttles():
     """Two copies in the serving region, the redundant request at 5 ms or when the first
     fails: a 503 puts the region in backoff, so the next GETs' redundant requests are not

@@ -443,3 +443,29 @@ def test_geoslo_run_settings_carry_the_budget():
     assert CostloSettings().limits().hedge_budget is None
     with pytest.raises(ValidationError, match="window_s"):
         CostloSettings(hedge_budget={"window_s": 0.0})
+
+
+def test_the_vm_librarys_write_retries_draw_on_its_hedge_budget(tmp_path):
+    """A PUT's retries are extra storage requests (issue 38, item 4): the library's retry
+    gate asks its budget for one each, so they exhaust the reserve like hedges do; without
+    a budget there is no gate."""
+    import asyncio
+
+    from geoslo.live.costlo import VmLibrary
+    from geoslo.live.costlo._objects import RegionEndpoints, Regions
+
+    budget = HedgeBudget(extra_fraction=0.0, window_s=1.0, min_extra_per_s=3.0)
+    regions = Regions(RegionEndpoints((1,), None))
+
+    def library(configuration):
+        return VmLibrary(configuration, regions, 1, tmp_path / "log", "vm")
+
+    assert library(Configuration())._retry_gate() is None
+    budgeted = library(Configuration(hedge_budget=budget))
+
+    async def ask(times: int) -> list[bool]:
+        gate = budgeted._retry_gate()
+        return [await gate() for _ in range(times)]
+
+    assert asyncio.run(ask(5)) == [True, True, True, False, False]  # the reserve of 3
+    assert budgeted.retries_refused == 2 and budgeted.budget.window.refused == 2

@@ -56,3 +56,41 @@ def test_the_budgeted_p99_check_reads_an_interval_and_can_fail():
     assert same[0] <= 0.0 <= same[1] or same[1] < 0.0
     assert p99_excess_interval_ms(1.5 * baseline, baseline, seed=1, resamples=500)[0] > 0.0
     assert p99_excess_interval_ms(1.1 * baseline, baseline, seed=1, resamples=500)[0] <= 0.0
+
+
+def test_each_slowdown_is_checked_and_a_store_wide_one_can_fail():
+    """The S3 run's slowdown checks (issue 38, item 7): one set for the serving region's
+    slowdown and one for every region's; a budgeted p99 confidently worse than the
+    baseline's during the store-wide slowdown, or a budget overrun there, fails its own."""
+    from types import SimpleNamespace
+
+    from geoslo.experiments.costlo._live import LiveSettings, _slowdown_checks
+
+    def row(name, p99_ms, excess=0.0):
+        return {"configuration": name, "p50_ms": 10.0, "p99_ms": p99_ms,
+                "budget_excess_requests": excess}  # fmt: skip
+
+    def results(store_p99_low_ms=-5.0, store_excess=0.0):
+        rows = [row("baseline", 30.0), row("baseline_slowed", 120.0),
+                row("costlo_budget_slowed", 110.0), row("baseline_store_slowed", 120.0),
+                row("costlo_budget_store_slowed", 130.0, store_excess)]  # fmt: skip
+        configuration = Configuration(serving=GetTuple(2, 1), get_timeout_ms=20.0)
+        return {
+            "rows": rows,
+            "selection": SimpleNamespace(configuration=configuration),
+            "budget_p99_excess_interval_ms": [-3.0, 4.0],
+            "store_budget_p99_excess_interval_ms": [store_p99_low_ms, 9.0],
+        }
+
+    settings = LiveSettings.quick("s3")
+    checks = _slowdown_checks(results(), settings)
+    assert len(checks) == 6 and all(checks.values())
+    worse = _slowdown_checks(results(store_p99_low_ms=2.0), settings)
+    assert [name for name, ok in worse.items() if not ok] == [
+        "every region slowed: ... and its p99 is no worse than the baseline's "
+        "(20% + 2 ms, 95% interval)"
+    ]
+    over = _slowdown_checks(results(store_excess=50.0), settings)
+    assert [name for name, ok in over.items() if not ok] == [
+        "every region slowed: with the budget, extra requests stay within it at every moment"
+    ]

@@ -13,6 +13,7 @@ request), or refused it; the VM library never counts a refusal as a completed PU
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -86,7 +87,13 @@ class Store(Protocol):
     ) -> WriteOutcome: ...
 
     async def write_retrying(
-        self, key: str, copy: int, version: int, payload: bytes, deadline_s: float = 5.0
+        self,
+        key: str,
+        copy: int,
+        version: int,
+        payload: bytes,
+        deadline_s: float = 5.0,
+        may_retry: RetryGate | None = None,
     ) -> WriteOutcome: ...
 
 
@@ -108,6 +115,8 @@ class StoreUnavailable(TestbedError):
     still in flight that lands later is overwritten by the newer version)."""
 
 
+# asked before a write is sent again: True to send it (the hedge budget's try_extra)
+RetryGate = Callable[[], Awaitable[bool]]
 RETRY_FIRST_S = 0.05  # a write's first wait before it is sent again, then doubled
 RETRY_MAX_S = 1.0  # up to this
 
@@ -129,29 +138,41 @@ class GuardedWrites:
         return (await self.write_checked(key, copy, version, payload)).status == "written"
 
     async def write_retrying(
-        self, key: str, copy: int, version: int, payload: bytes, deadline_s: float = 5.0
+        self,
+        key: str,
+        copy: int,
+        version: int,
+        payload: bytes,
+        deadline_s: float = 5.0,
+        may_retry: RetryGate | None = None,
     ) -> WriteOutcome:
         """:meth:`write_checked`, retried while the server is unreachable or throttles, up
         to ``deadline_s`` (a server that does not answer counts as unreachable); then
         TestbedError. A refusal is returned, not retried. The waits between attempts
         double from RETRY_FIRST_S to RETRY_MAX_S (exponential backoff, as S3 asks of a
-        client it throttles)."""
+        client it throttles). Each retry first asks ``may_retry`` (the hedge budget: a
+        retry is an extra storage request, issue 38, item 4); refused, it waits its turn
+        of the backoff and asks again."""
         loop = asyncio.get_running_loop()
         give_up = loop.time() + deadline_s
         wait_s = RETRY_FIRST_S
+        first = True
         while True:
-            attempt = self.write_checked(key, copy, version, payload)
-            try:
-                return await asyncio.wait_for(attempt, max(give_up - loop.time(), 0.05))
-            except self.fatal_errors:
-                raise
-            except (TestbedError, TimeoutError) as error:
-                if loop.time() >= give_up:
-                    raise TestbedError(
-                        f"{self.name}: cannot write {copy_key(key, copy)}: {error}"
-                    ) from None
-                await asyncio.sleep(min(wait_s, max(give_up - loop.time(), 0.0)))
-                wait_s = min(2.0 * wait_s, RETRY_MAX_S)
+            error: BaseException | None = None
+            if first or may_retry is None or await may_retry():
+                attempt = self.write_checked(key, copy, version, payload)
+                try:
+                    return await asyncio.wait_for(attempt, max(give_up - loop.time(), 0.05))
+                except self.fatal_errors:
+                    raise
+                except (TestbedError, TimeoutError) as failed:
+                    error = failed
+            first = False
+            if loop.time() >= give_up:
+                reason = error or "its retries were refused by the hedge budget"
+                raise TestbedError(f"{self.name}: cannot write {copy_key(key, copy)}: {reason}")
+            await asyncio.sleep(min(wait_s, max(give_up - loop.time(), 0.0)))
+            wait_s = min(2.0 * wait_s, RETRY_MAX_S)
 
 
 class RegionStore(GuardedWrites):

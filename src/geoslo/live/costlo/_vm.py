@@ -179,6 +179,7 @@ class VmLibrary:
         self._repairer: asyncio.Task | None = None
         self._closing = asyncio.Event()  # set by close(): the repair ends after its round
         self.repaired = 0  # operations the background repair finished
+        self.retries_refused = 0  # writes not sent again now: the hedge budget refused
 
     # --- lifecycle ---------------------------------------------------------------------------
     async def start(self) -> VmLibrary:
@@ -434,8 +435,9 @@ class VmLibrary:
         version with another value; propagation may find a newer version: that is fine."""
         store = self._stores[copy.region]
         outcome = await store.write_retrying(
-            state.key, copy.copy, state.version, state.value, self.write_deadline_s
-        )
+            state.key, copy.copy, state.version, state.value, self.write_deadline_s,
+            may_retry=self._retry_gate(),
+        )  # fmt: skip
         if outcome.accepted:
             state.on_written(copy)
             return
@@ -504,6 +506,20 @@ class VmLibrary:
     def _fatal_errors(self) -> tuple[type[BaseException], ...]:
         """Replies that retrying cannot change, of every store (a refused request, say)."""
         return tuple(e for store in self._stores.values() for e in store.fatal_errors)
+
+    def _retry_gate(self):
+        """What a write asks before it is sent again: the hedge budget, if any, for one
+        extra storage request (a retry is one, issue 38, item 4); None: no budget."""
+        if self.budget is None:
+            return None
+        budget = self.budget
+
+        async def may_retry() -> bool:
+            admitted = await budget.try_extra(asyncio.get_running_loop().time(), 1)
+            self.retries_refused += not admitted
+            return admitted
+
+        return may_retry
 
     async def _gate(self, state: _Put, first: asyncio.Task) -> bool:
         """After ``put_timeout_ms`` without the first request's completion, issue the
