@@ -99,3 +99,46 @@ def test_a_compressed_day_following_the_sun_moves_the_live_ensemble(testbed_ok, 
     per_second = run.per_second(settings.day_s)
     assert all(rows.size for rows in run.ops.values())
     assert (per_second[5:] > 0).mean() > 0.9  # served in nearly every second
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(420)
+def test_six_moves_on_three_ids_a_site_recycle_the_ids(testbed_ok, tmp_path):
+    """Issue 39, item 5, live: two sites of 3 ids each (6 in all) and the leader moved to
+    the other site six times (§5.2.2's 2-step each time). New ids above every id used so
+    far would have run out at the second move; recycled, each move ends with the
+    ensemble reporting the leader where the plan put it, on 3 members."""
+    from types import SimpleNamespace
+
+    from geoslo.control.supercloud import Migration, Node, Placement
+
+    settings = ZkLiveSettings(sites=("east", "west"), site_rtt_ms=((0.0, 20.0), (20.0, 0.0)))
+    env = SupercloudTestbedEnvironment(
+        settings, {"east": 1, "west": 1}, 2.0, tmp_path / "zk", ids_per_site=3,
+        start_sites=("east", "east", "west"),
+    )  # fmt: skip
+
+    async def scenario() -> list[tuple[str, tuple[int, ...]]]:
+        await env.start()
+        seen, found = await env.observe(), []
+        try:
+            for _ in range(6):
+                now = seen.current
+                leader = now.leader
+                there = next(s for s in env.sites if s != now.site_of(leader))
+                moved = tuple(
+                    Node(n.name, there if n.name == leader else n.site) for n in now.nodes
+                )
+                migration = Migration(leader, now.site_of(leader), there)
+                plan = SimpleNamespace(placement=Placement(moved, leader), migrations=(migration,))
+                await env.apply(plan)
+                seen = await settled(env, 150.0)
+                found.append((seen.current.site_of(seen.current.leader), env.members))
+                assert found[-1][0] == there, found
+        finally:
+            await env.close()
+        return found
+
+    found = asyncio.run(scenario())
+    assert [site for site, _ in found] == ["west", "east"] * 3
+    assert all(len(members) == 3 and max(members) <= 6 for _, members in found), found

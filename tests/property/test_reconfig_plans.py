@@ -19,13 +19,14 @@ SITES = ("virginia", "tokyo", "frankfurt", "sydney")
 
 
 class _FreshIds:
-    """New ids above every id used so far, in call order; remembers each one's site."""
+    """The lowest id above ``above`` not used in this plan (a member's or one given
+    before); remembers each one's site."""
 
     def __init__(self, members: dict[int, str]) -> None:
         self.sites = dict(members)
 
-    def __call__(self, site: str) -> int:
-        new = max(self.sites) + 1
+    def __call__(self, site: str, above: int) -> int:
+        new = next(i for i in range(above + 1, above + 2 + len(self.sites)) if i not in self.sites)
         self.sites[new] = site
         return new
 

@@ -15,6 +15,7 @@ from geoslo.control.supercloud.example import example_state
 from geoslo.control.supercloud.loop import PlacementLoop
 from geoslo.errors import InputError
 from geoslo.live.supercloud.zookeeper import PlanRefusedError, ReconfigStep, plan_steps
+from geoslo.live.supercloud.zookeeper._live_ensemble import LiveEnsemble
 from geoslo.live.supercloud.zookeeper._procedures import INITIAL_IDS, SERVERS, steps_of
 from geoslo.live.supercloud.zookeeper._reconfig_model import check_steps
 from geoslo.sim.supercloud import FollowTheSun, SupercloudSimEnvironment, follow_the_sun_rps
@@ -101,18 +102,20 @@ START = {1: A, 2: B, 3: A}  # §5.2.2: leader 3 and follower 1 in Virginia, foll
 
 
 class _FreshIds:
-    """The live environment's ids: odd in Virginia, even in Tokyo, each new one the next of
-    its site above every id used so far; remembers each new server's site."""
+    """The live environment's ids: odd in Virginia, even in Tokyo, each new one its site's
+    lowest above ``above`` that is neither a member nor given before; remembers each new
+    server's site."""
 
     def __init__(self, members: dict[int, str]) -> None:
         self.sites = dict(members)
-        self.highest = max(members)
+        self.given: list[int] = []
 
-    def __call__(self, site: str) -> int:
+    def __call__(self, site: str, above: int) -> int:
         parity = 1 if site == A else 0
-        self.highest = next(i for i in count(self.highest + 1) if i % 2 == parity)
-        self.sites[self.highest] = site
-        return self.highest
+        new = next(i for i in count(above + 1) if i % 2 == parity and i not in self.sites)
+        self.sites[new] = site
+        self.given.append(new)
+        return new
 
 
 def _steps(members, leader, moves, leader_site=None):
@@ -140,20 +143,20 @@ THREE_STEP = [("zk1", A, B), ("zk3", A, B), ("zk2", B, A)]  # 2 in Tokyo with th
             START, 3, THREE_STEP, None,
             (ReconfigStep("add 2 servers in tokyo", (4, 6)),
              ReconfigStep("remove every server in virginia", (), (1, 3)),
-             ReconfigStep("add a server in virginia, remove a follower in tokyo", (7,), (2,))),
+             ReconfigStep("add a server in virginia, remove a follower in tokyo", (5,), (2,))),
         ),
         (  # the 3-step's first two steps: every Virginia node moves
             START, 3, [("zk1", A, B), ("zk3", A, B)], None,
             (ReconfigStep("add 2 servers in tokyo", (4, 6)),
              ReconfigStep("remove every server in virginia", (), (1, 3))),
         ),
-        (  # the 3-step's last step: one follower moves
+        (  # the 3-step's last step: one follower moves (to Virginia's lowest free id)
             {2: B, 4: B, 6: B}, 6, [("zk4", B, A)], None,
-            (ReconfigStep("add a server in virginia, remove a follower in tokyo", (7,), (4,)),),
+            (ReconfigStep("add a server in virginia, remove a follower in tokyo", (1,), (4,)),),
         ),
         (  # a whole Tokyo ensemble back to Virginia
             {2: B, 4: B, 6: B}, 6, [("zk2", B, A), ("zk4", B, A), ("zk6", B, A)], None,
-            (ReconfigStep("add 3 servers in virginia", (7, 9, 11)),
+            (ReconfigStep("add 3 servers in virginia", (1, 3, 5)),
              ReconfigStep("remove every server in tokyo", (), (2, 4, 6))),
         ),
         (  # followers crossing both ways (refused before the general procedure)
@@ -161,9 +164,10 @@ THREE_STEP = [("zk1", A, B), ("zk3", A, B), ("zk2", B, A)]  # 2 in Tokyo with th
             (ReconfigStep("add a server in tokyo and a server in virginia, remove a follower "
                           "in virginia and a follower in tokyo", (4, 5), (1, 2)),),
         ),
-        (  # the leader and some, not all, of Virginia's nodes (refused before)
+        (  # the leader and some, not all, of Virginia's nodes: Tokyo's new ids are above
+            # the members that stay (1, 2), so 4 and 6, and 6 leads
             {1: A, 3: A, 5: A, 2: B}, 5, [("zk3", A, B), ("zk5", A, B)], None,
-            (ReconfigStep("add 2 servers in tokyo", (6, 8)),
+            (ReconfigStep("add 2 servers in tokyo", (4, 6)),
              ReconfigStep("remove the original leader and a follower in virginia", (), (3, 5))),
         ),
         (  # only the leadership moves: the leader and a Tokyo follower are replaced in place
@@ -250,7 +254,7 @@ def test_malformed_plans_are_refused_naming_why(members, leader, moves, leader_s
     with pytest.raises(PlanRefusedError, match=why) as refused:
         plan_steps(members, leader, tuple(Migration(*m) for m in moves), fresh, leader_site)
     assert "nothing changed" in str(refused.value)
-    assert fresh.highest == max(members)  # no id was taken
+    assert fresh.given == []  # no id was taken
 
 
 def test_the_start_placement_is_the_first_observed() -> None:
@@ -307,3 +311,67 @@ def test_start_ids_put_every_node_in_its_site_and_give_the_leader_the_highest(se
     ids = start_ids(sites, settings.site_of)
     assert [settings.site_of(i) for i in ids] == list(sites)
     assert len(set(ids)) == len(ids) and ids[0] == max(ids)
+
+
+class _Ids(LiveEnsemble):
+    """Only the live ensemble's choice of ids: the testbed's layout of ``per_site`` ids a
+    site, taking turns over the sites (``ZkLiveSettings.site_of``)."""
+
+    def __init__(self, sites: tuple[str, ...], per_site: int, members: tuple[int, ...]):
+        self.sites, self.pool = sites, range(1, len(sites) * per_site + 1)
+        self.members = members
+        self._drawn: set[int] = set()
+
+    def site_of(self, server_id: int) -> str:
+        return self.sites[(server_id - 1) % len(self.sites)]
+
+    def ids_of(self, site: str) -> list[int]:
+        return [i for i in self.pool if self.site_of(i) == site]
+
+
+def _follow_random_plans(ids: _Ids, leader: int, moves: int, seed: int) -> int:
+    """Random well-formed plans (any nodes to any other sites, any leader site) carried out
+    through ``plan_steps`` and ``check_steps``, as ``LiveEnsemble.apply`` does; the moves
+    made before one was refused (all of them when none was)."""
+    rng = np.random.default_rng(seed)
+    for made in range(moves):
+        layout = {i: ids.site_of(i) for i in ids.members}
+        moving = [i for i in layout if rng.random() < 0.4] or [int(rng.choice(list(layout)))]
+        migrations = tuple(
+            Migration(
+                f"zk{i}", layout[i], str(rng.choice([s for s in ids.sites if s != layout[i]]))
+            )
+            for i in moving
+        )
+        moved = {m.node: m.to_site for m in migrations}
+        final_sites = sorted({moved.get(f"zk{i}", s) for i, s in layout.items()})
+        target = str(rng.choice(final_sites))
+        ids._drawn = set()
+        try:
+            steps = plan_steps(layout, leader, migrations, ids._fresh_id, target)
+        except PlanRefusedError:
+            return made
+        final, leader = check_steps(layout, leader, steps, ids.site_of)
+        assert final[leader] == target  # the leadership went where the plan said
+        ids.members = tuple(sorted(final))
+    return moves
+
+
+def test_server_ids_are_recycled_and_never_run_out():
+    """Issue 39, item 5: from Virginia, Virginia, Tokyo with the testbed's 8 ids a site
+    (3 sites), 300 random plans all carry out, the leader always in the planned site. The
+    rule they replace (every new id above every id used so far) was refused at the 4th
+    move; here it is refused within a dozen."""
+    sites = ("virginia", "tokyo", "frankfurt")
+    start = (1, 4, 2)  # Virginia's 1 and 4, Tokyo's 2; the leader the highest
+    assert _follow_random_plans(_Ids(sites, 8, start), 4, 300, seed=7) == 300
+
+    class Monotonic(_Ids):
+        highest = 4
+
+        def _fresh_id(self, site: str, above: int) -> int:
+            chosen = super()._fresh_id(site, max(above, self.highest))
+            self.highest = chosen
+            return chosen
+
+    assert _follow_random_plans(Monotonic(sites, 8, start), 4, 300, seed=7) < 12

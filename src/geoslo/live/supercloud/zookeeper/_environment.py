@@ -148,7 +148,6 @@ class SupercloudTestbedEnvironment(LiveEnsemble):
         nodes = tuple(Node(node_name(i), self.site_of(i)) for i in self.members)
         self.start_placement = Placement(nodes, node_name(first[0]))
         self._started = _Started()
-        self._highest = max(first)
         self._probes: dict[tuple[str, str], socket.socket] = {}  # (from, to) -> echo link
         self._read_offsets: dict[str, int] = {}
         self.image_settings = images

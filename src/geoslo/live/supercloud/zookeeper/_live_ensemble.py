@@ -46,7 +46,7 @@ class LiveEnsemble:
         self.settings = settings
         self.interval_s = float(interval_s)
         self.members: tuple[int, ...] = ()
-        self._highest = 0  # the greatest server id used so far
+        self._drawn: set[int] = set()  # ids given to new servers by the plan being made
         self._lock = threading.Lock()
         self._cancel = threading.Event()
         self._worker: threading.Thread | None = None
@@ -165,19 +165,15 @@ class LiveEnsemble:
             raise PlanRefusedError("plan refused: the ensemble has no leader right now")
         with self._lock:
             self.members = members
-        self._highest = highest_before = max(self._highest, *members)
         layout = {i: self.site_of(i) for i in members}
         leader_site = plan.placement.site_of(plan.placement.leader)
-        try:  # a refused plan leaves the spare ids it drew for the next one
+        self._drawn = set()
+        try:
             steps = plan_steps(layout, leader, plan.migrations, self._fresh_id, leader_site)
             if steps:
                 check_steps(layout, leader, steps, self.site_of)
         except UnsafeStepsError as error:
-            self._highest = highest_before
             raise PlanRefusedError(f"plan refused, nothing changed: {error}") from None
-        except BaseException:
-            self._highest = highest_before
-            raise
         if not steps:
             return
         self.applied.append(tuple(step.name for step in steps))
@@ -186,16 +182,20 @@ class LiveEnsemble:
         )
         self._worker.start()
 
-    def _fresh_id(self, site: str) -> int:
-        """The next id of ``site`` above every id used so far (the election rule the steps
-        rely on needs a newcomer to hold the highest id); refused when none is left."""
-        above = [i for i in self.ids_of(site) if i > self._highest]
-        if not above:
-            raise PlanRefusedError(
-                f"plan refused: no server id above {self._highest} left in {site}"
-            )
-        self._highest = above[0]
-        return above[0]
+    def _fresh_id(self, site: str, above: int) -> int:
+        """The lowest id of ``site`` above ``above`` that is free: not a member and not
+        given to another new server of this plan. An id whose server left the ensemble
+        is free again (issue 39, item 5): the reconfig that removed it committed and its
+        server was stopped before this plan, so no quorum since counts on it, and it
+        rejoins as a new server does, from an empty data directory, synchronised by the
+        leader before the reconfig that adds it commits (ZooKeeper's reconfig, after
+        Shraer et al., USENIX ATC 2012). Refused when none is left."""
+        taken = set(self.members) | self._drawn
+        free = [i for i in self.ids_of(site) if i > above and i not in taken]
+        if not free:
+            raise PlanRefusedError(f"plan refused: no free server id above {above} in {site}")
+        self._drawn.add(free[0])
+        return free[0]
 
     def _carry_out(self, steps: tuple[ReconfigStep, ...]) -> None:
         record = {"start_unix_s": time.time(), "steps": len(steps), "ok": False}

@@ -220,7 +220,7 @@ class SupercloudEnsembleEnvironment(LiveEnsemble):
             raise TestbedError(f"no leader answers among the servers {sorted(self.servers)}")
         for m in members:
             self._listed(m)
-        self.members, self._highest = members, max(members)
+        self.members = members
         self._counted = await asyncio.to_thread(self.counters.read, self.sites)
         if not self._counted:
             c = self.counters

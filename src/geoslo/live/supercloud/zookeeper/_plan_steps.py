@@ -2,16 +2,17 @@
 SoCC 2016 §3's plans, §5.2.2's reconfigurations), for any well-formed plan.
 
 A node ``zk<N>`` is ZooKeeper server N; "moving" it to another site starts a new server
-there (a fresh id, above every id used so far) and removes N. Each step starts its
+there (a fresh id: one not in the ensemble) and removes N. Each step starts its
 ``joining`` servers, then one ``reconfig`` adds them and removes ``leaving``. The steps
 never let the membership fall below its size at the start, so every reconfig commits with
 as many failures as the ensemble tolerated before (``_reconfig_model.check_steps``).
 
 The rule the steps rely on to place the leader (§5.2.2): a leader that stays in a member
 is never moved; when a reconfig removes the leader, the member with the highest id leads
-(ZooKeeper's election prefers it among equally up-to-date servers), and fresh ids are the
-highest. So when the leadership must move to site L, in the general form of §5.2.2's
-procedures:
+(ZooKeeper's election prefers it among equally up-to-date servers), and the new servers of
+L take ids above every member that stays. Only they need high ids: every other new server
+takes its site's lowest free id, so ids are recycled and never run out (issue 39, item 5).
+So when the leadership must move to site L, in the general form of §5.2.2's procedures:
 
 1. add every new server of L (the 2-step's and the 3-step's first step);
 2. remove the leader with as many other leaving servers as step 1 added, those outside L
@@ -34,7 +35,9 @@ from dataclasses import dataclass
 from geoslo.control.supercloud import Migration
 from geoslo.errors import TestbedError
 
-__all__ = ["PlanRefusedError", "ReconfigStep", "node_name", "server_id_of", "plan_steps"]
+__all__ = [
+    "FreshId", "PlanRefusedError", "ReconfigStep", "node_name", "server_id_of", "plan_steps",
+]  # fmt: skip
 
 
 class PlanRefusedError(TestbedError):
@@ -138,13 +141,19 @@ def _leader_leaving_name(members: Mapping[int, str], leader_id: int, leaving: li
 # --- the steps --------------------------------------------------------------------------
 
 
+# fresh_id(site, above): a new server's id in ``site``, above ``above``, not in the ensemble
+# and not given before in this plan
+FreshId = Callable[[str, int], int]
+
+
 def _replace_step(
-    members: Mapping[int, str], replace: Mapping[int, str], fresh_id: Callable[[str], int]
+    members: Mapping[int, str], replace: Mapping[int, str], fresh_id: FreshId
 ) -> ReconfigStep:
-    """One reconfig that adds a new server for each replaced follower and removes them."""
+    """One reconfig that adds a new server for each replaced follower and removes them
+    (the leader stays: the new ids need not be high)."""
     leaving = sorted(replace)
     sites = [replace[i] for i in leaving]
-    joining = tuple(fresh_id(site) for site in sites)
+    joining = tuple(fresh_id(site, 0) for site in sites)
     name = f"add {_servers_in(sites, 'server')}, "
     name += f"remove {_servers_in([members[i] for i in leaving], 'follower')}"
     return ReconfigStep(name, joining, tuple(leaving))
@@ -164,12 +173,15 @@ def _moving_the_leader(
     leader_id: int,
     replace: Mapping[int, str],
     target: str,
-    fresh_id: Callable[[str], int],
+    fresh_id: FreshId,
 ) -> tuple[ReconfigStep, ...]:
-    """§5.2.2's procedures in general: add the new servers of ``target``; remove the
-    leader (the newest server, in ``target``, leads); replace the rest in one reconfig."""
-    joining = tuple(fresh_id(target) for site in replace.values() if site == target)
-    leaving = _hand_off_leaving(members, leader_id, replace, len(joining), target)
+    """§5.2.2's procedures in general: add the new servers of ``target``, their ids above
+    every member the hand-off leaves; remove the leader (the newest server, in ``target``,
+    leads); replace the rest in one reconfig."""
+    count = sum(site == target for site in replace.values())
+    leaving = _hand_off_leaving(members, leader_id, replace, count, target)
+    staying = max((i for i in members if i not in leaving), default=0)
+    joining = tuple(fresh_id(target, staying) for _ in range(count))
     grown = {**members, **dict.fromkeys(joining, target)}
     steps = [
         ReconfigStep(f"add {_servers_in([target] * len(joining), 'server')}", joining),
@@ -186,14 +198,15 @@ def plan_steps(
     members: Mapping[int, str],
     leader_id: int,
     migrations: tuple[Migration, ...],
-    fresh_id: Callable[[str], int],
+    fresh_id: FreshId,
     leader_site: str | None = None,
 ) -> tuple[ReconfigStep, ...]:
     """The reconfigurations for ``migrations`` from ``members`` (server id -> site) led by
     ``leader_id``, ending with the leader in ``leader_site`` (default: where the leader node
-    is after the plan). ``fresh_id(site)`` gives a new server's id in a site, above every
-    id used so far, in call order. Raises :class:`PlanRefusedError` only for a malformed
-    plan (see the module docstring for the procedure and the election rule it relies on)."""
+    is after the plan). ``fresh_id(site, above)`` gives a new server's id in a site above
+    ``above``, not a member and not given before in this plan. Raises
+    :class:`PlanRefusedError` only for a malformed plan (see the module docstring for the
+    procedure and the election rule it relies on)."""
     if leader_id not in members:
         raise _refuse(f"the leader {leader_id} is not a member of {sorted(members)}")
     moves = _moves(members, migrations)
