@@ -13,7 +13,8 @@ import pytest
 from geoslo.experiments.kurma import Settings, build_scenario, reproduce
 from geoslo.experiments.kurma._fig4_5 import accuracy_points
 
-pytestmark = pytest.mark.integration
+# the whole quick reproduction (~8 min): a long end-to-end run (issue 41)
+pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(1500)]
 
 
 @pytest.fixture(scope="module")

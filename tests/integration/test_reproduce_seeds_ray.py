@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-pytestmark = [pytest.mark.integration, pytest.mark.timeout(900)]
+pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(900)]
 
 
 def _reproduce(out, *extra: str) -> subprocess.CompletedProcess:

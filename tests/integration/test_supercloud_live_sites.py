@@ -80,6 +80,7 @@ def test_three_sites_rtts_are_measured_and_a_plan_moves_the_ensemble(testbed_ok,
     assert leader_site == plan.placement.site_of(plan.placement.leader)
 
 
+@pytest.mark.slow  # a whole compressed day, end to end
 @pytest.mark.timeout(300)
 def test_a_compressed_day_following_the_sun_moves_the_live_ensemble(testbed_ok, tmp_path):
     """A 60 s day over Washington DC and Tokyo (§5.1's regions, their measured RTT): the

@@ -12,7 +12,8 @@ import pytest
 
 import geoslo
 
-pytestmark = pytest.mark.integration
+# builds and installs the wheel in a new environment (~3 min): run with the long set
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 REPO = Path(__file__).resolve().parents[2]
 PIP_CACHE = REPO / ".cache" / "pip"  # downloads are reused between runs

@@ -2,9 +2,12 @@
 
 import json
 
+import pytest
+
 from geoslo.experiments.costlo import check_done, reproduce
 
 
+@pytest.mark.slow  # a whole quick reproduction (issue 41: none in the short suite)
 def test_quick_reproduction_writes_the_report_and_passes_every_check(tmp_path):
     index = reproduce(tmp_path, quick=True)
     assert index == tmp_path / "index.md"

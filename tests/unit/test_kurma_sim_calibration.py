@@ -53,7 +53,13 @@ TAIL_CHECKS = {
 }
 
 
-@pytest.mark.parametrize("tail", sorted(TAIL_CHECKS))
+@pytest.mark.parametrize(
+    "tail",
+    [  # site_stalls needs 4 runs of 300 s a load to meet its anchors: the long set
+        pytest.param(t, marks=pytest.mark.slow) if t == "site_stalls" else t
+        for t in sorted(TAIL_CHECKS)
+    ],
+)
 def test_each_calibrated_tail_meets_fig4_targets(tail):
     duration_s, n_seeds, tolerance = TAIL_CHECKS[tail]
     backend = BackendParams.for_tail(tail)

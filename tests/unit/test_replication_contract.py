@@ -109,6 +109,7 @@ def test_the_command_line_decides_and_reports_bad_input_with_status_2(tmp_path):
     assert runner.invoke(app, ["replication", "decide", "-i", str(state)]).exit_code == 2
 
 
+@pytest.mark.slow  # a whole quick reproduction (issue 41: none in the short suite)
 def test_the_quick_reproduction_shows_the_papers_pattern(tmp_path):
     from geoslo.experiments.replication import reproduce
 
