@@ -92,6 +92,18 @@ def test_a_twin_that_disagrees_fails_its_check():
     assert check_done(results(5.16))[name] is False
 
 
+def test_a_policy_whose_generators_ran_late_is_not_judged_against_its_twin():
+    """The twin models the servers, not the client: a replay whose load generators ran
+    later than the SLO (30 ms) against their schedule gets no verdict (None), however far
+    from the twin; on time, the same numbers fail."""
+    from geoslo.experiments.kurma._live_report import twin_verdict
+
+    row = {"policy": "C3", "live global %": 3.87, "sim global %": 0.0}
+    assert twin_verdict(row | {"generators late (ms)": 384.0}) is None
+    assert twin_verdict(row | {"generators late (ms)": 12.0}) is False
+    assert twin_verdict(row) is False
+
+
 def test_trace2_forgives_kurma_only_what_the_speed_explains():
     """KurmaPerf's live excess over AllLocal's on Trace-2 is allowed 0.5 points plus what
     AllLocal's twin loses at KurmaPerf's replay speed, and no more."""

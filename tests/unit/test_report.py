@@ -27,9 +27,11 @@ EVIL = "<script>alert('x')</script> & | *"
 def test_exported_names():
     assert sorted(report_pkg.__all__) == sorted(
         [
+            "INCONCLUSIVE",
             "Progress",
             "Report",
             "failed_checks",
+            "inconclusive_checks",
             "format_number",
             "load_paper_values",
             "paper_row",
@@ -397,3 +399,28 @@ def test_reproduce_exits_3_and_lists_each_failed_check(tmp_path, capsys):
     passing = Report("t")
     passing.checks({"holds": True})
     _finish_reproduction(passing.write(tmp_path / "ok"))  # no exit
+
+
+def test_reproduce_exits_4_when_no_check_failed_but_one_was_not_judged(tmp_path, capsys):
+    """A check the run could not judge (None: the machine too busy to measure it) is
+    written "inconclusive", is neither failed nor passed, and makes the run exit 4; a
+    failed check beside it still exits 3."""
+    import typer
+
+    from geoslo.cli._app import CHECK_INCONCLUSIVE_EXIT, _finish_reproduction
+    from geoslo.report import failed_checks, inconclusive_checks
+
+    report = Report("t")
+    report.checks({"holds": True, "not judged": None})
+    index = report.write(tmp_path)
+    assert failed_checks(tmp_path) == [] and inconclusive_checks(tmp_path) == ["not judged"]
+    assert "inconclusive" in (tmp_path / "checks.csv").read_text()
+    with pytest.raises(typer.Exit) as exit_info:
+        _finish_reproduction(index)
+    assert exit_info.value.exit_code == CHECK_INCONCLUSIVE_EXIT == 4
+    assert capsys.readouterr().err == "geoslo: acceptance check inconclusive: not judged\n"
+    both = Report("t")
+    both.checks({"misses": False, "not judged": None})
+    with pytest.raises(typer.Exit) as exit_info:
+        _finish_reproduction(both.write(tmp_path / "both"))
+    assert exit_info.value.exit_code == 3

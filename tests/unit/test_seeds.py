@@ -51,8 +51,9 @@ def test_comparison_and_wide_paper_tables_are_read_back_others_are_not():
     assert _comparison_rows(b"") == []
 
 
-def _run(seed: int, checks: dict[str, bool], error: str = "") -> SeedRun:
-    lines = "check,passed\n" + "".join(f"{k},{v}\n" for k, v in checks.items())
+def _run(seed: int, checks: dict[str, bool | None], error: str = "") -> SeedRun:
+    verdict = {True: "True", False: "False", None: "inconclusive"}
+    lines = "check,passed\n" + "".join(f"{k},{verdict[v]}\n" for k, v in checks.items())
     return SeedRun(seed, {"checks.csv": lines.encode()}, error, 1.0)
 
 
@@ -62,6 +63,8 @@ def _run(seed: int, checks: dict[str, bool], error: str = "") -> SeedRun:
         ([_run(1, {"a": True}), _run(2, {"a": True})], True),
         ([_run(1, {"a": True}), _run(2, {"a": False})], False),
         ([_run(1, {"a": True}), _run(2, {})], False),  # a seed that never checked it
+        ([_run(1, {"a": True}), _run(2, {"a": None})], None),  # one seed could not judge it
+        ([_run(1, {"a": False}), _run(2, {"a": None})], False),
     ],
 )
 def test_a_check_holds_over_seeds_only_if_it_held_on_every_seed(runs, holds):

@@ -350,6 +350,31 @@ def replication_example(output: OutputOption = None) -> None:
     write_json(state_to_dict(example_state()), output)
 
 
+@replication_app.command("restore-qdisc")
+@user_errors
+def replication_restore_qdisc(
+    interface: Annotated[str, typer.Option(help="The interface geoslo shaped.")],
+    namespace: Annotated[
+        str | None, typer.Option(help="Its network namespace, if it is in one.")
+    ] = None,
+    state_dir: Annotated[
+        Path | None,
+        typer.Option(help="The host environment's qdisc_state_dir [/run/geoslo]."),
+    ] = None,
+) -> None:
+    """Put back the interface's own qdisc that a `geoslo run` in host mode saved before it
+    shaped the interface, after that run died without restoring it (docs/replication-live.md).
+
+    Refused while the run that saved it is alive: SIGTERM makes it restore the qdisc itself."""
+    from geoslo.live.replication import DEFAULT_STATE_DIR, restore_saved, state_path
+
+    path = state_path(state_dir or DEFAULT_STATE_DIR, interface, namespace)
+    if not path.exists():
+        raise InputError("--interface", f"no qdisc of {interface} is saved ({path} is absent)")
+    saved = restore_saved(path)
+    typer.echo(f"restored the qdisc of {interface} saved by pid {saved.pid} ({path} removed)")
+
+
 @supercloud_app.command("decide")
 @user_errors
 def placement_decide(input: InputOption, output: OutputOption = None) -> None:
@@ -845,6 +870,8 @@ def testbed_build() -> None:
 
 
 CHECK_FAILED_EXIT = 3  # documented in the README: a reproduction ran but a check failed
+# ... or none failed but some could not be judged (the machine too busy to measure them)
+CHECK_INCONCLUSIVE_EXIT = 4
 
 
 def _reproduce_simulated(
@@ -873,15 +900,20 @@ def _one_live_seed(seeds: int, ray: str | None) -> None:
 
 
 def _finish_reproduction(index: Path) -> None:
-    """Say where the report is; list failed acceptance checks on stderr and exit 3."""
-    from geoslo.report import failed_checks
+    """Say where the report is; list failed acceptance checks on stderr and exit 3, else
+    the inconclusive ones and exit 4."""
+    from geoslo.report import failed_checks, inconclusive_checks
 
     typer.echo(f"report: {index}")
-    failed = failed_checks(index.parent)
+    failed, unjudged = failed_checks(index.parent), inconclusive_checks(index.parent)
     for check in failed:
         typer.echo(f"geoslo: acceptance check failed: {check}", err=True)
+    for check in unjudged:
+        typer.echo(f"geoslo: acceptance check inconclusive: {check}", err=True)
     if failed:
         raise typer.Exit(CHECK_FAILED_EXIT)
+    if unjudged:
+        raise typer.Exit(CHECK_INCONCLUSIVE_EXIT)
 
 
 def _print_status(testbed) -> None:

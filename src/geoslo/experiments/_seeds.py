@@ -161,7 +161,7 @@ def _seeds_section(report: Report, runs: Sequence[SeedRun]) -> None:
             {
                 "seed": run.seed,
                 "run_s": run.elapsed_s,
-                "checks_passed": f"{sum(checks.values())}/{len(checks)}",
+                "checks_passed": f"{sum(v is True for v in checks.values())}/{len(checks)}",
                 "error": run.error or "-",
             }
         )
@@ -231,16 +231,18 @@ def _spread_figure(values: dict[str, list[float]], paper: dict[str, float | None
     return fig
 
 
-def _checks_over_seeds(runs: Sequence[SeedRun]) -> dict[str, bool]:
-    held: dict[str, list[bool]] = {}
+def _checks_over_seeds(runs: Sequence[SeedRun]) -> dict[str, bool | None]:
+    """Each check over the seeds: failed if it failed on one (or is missing from one),
+    inconclusive (None) if not but one seed could not judge it."""
+    held: dict[str, list[bool | None]] = {}
     for run in runs:
         for check, passed in _checks(run.files).items():
             held.setdefault(check, []).append(passed)
-    out = {
-        f"{check} (held on {sum(passes)} of {len(runs)} seeds)": len(passes) == len(runs)
-        and all(passes)
-        for check, passes in held.items()
-    }
+    out: dict[str, bool | None] = {}
+    for check, passes in held.items():
+        verdict = len(passes) == len(runs) and False not in passes
+        name = f"{check} (held on {sum(p is True for p in passes)} of {len(runs)} seeds)"
+        out[name] = None if verdict and None in passes else verdict
     finished = sum(not run.error for run in runs)
     out[f"every seed's run finished ({finished} of {len(runs)})"] = finished == len(runs)
     return out
@@ -277,7 +279,7 @@ def _comparison_rows(content: bytes) -> list[dict]:
     ]
 
 
-def _checks(files: dict[str, bytes]) -> dict[str, bool]:
+def _checks(files: dict[str, bytes]) -> dict[str, bool | None]:
     content = files.get(f"{CHECKS}.csv")
     return {} if content is None else read_checks(content.decode("utf-8"))
 

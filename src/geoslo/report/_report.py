@@ -26,6 +26,9 @@ from ._render import to_html, to_markdown
 
 FIGURE_DPI = 110
 CHECKS = "checks"  # the table (and file stem) that holds a report's acceptance checks
+# A check's verdict when the run could not judge it (the machine too busy to measure what
+# it asks, say): neither passed nor failed; `geoslo reproduce` then exits 4
+INCONCLUSIVE = "inconclusive"
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$")
 _COMPARISON_KEYS = ("quantity", "ours", "paper", "unit", "where", "note")
 COMPARISON_CSV_COLUMNS = (
@@ -86,13 +89,19 @@ class Report:
         numeric = tuple(_all_numbers(values[j] for values in raw) for j in range(len(columns)))
         self._add_table(name, caption, tuple(columns), cells, numeric, tuple(columns), raw)
 
-    def checks(self, checks: dict[str, bool], text: str = "") -> None:
-        """An "Acceptance checks" section: one row per check, passed or not (``checks.csv``).
+    def checks(self, checks: dict[str, bool | None], text: str = "") -> None:
+        """An "Acceptance checks" section: one row per check, passed or not, or None for
+        one the run could not judge (written ``inconclusive``; ``checks.csv``).
 
-        ``geoslo reproduce`` reads the written ``checks.csv`` back (:func:`failed_checks`) and
-        exits non-zero when any check failed."""
+        ``geoslo reproduce`` reads the written ``checks.csv`` back (:func:`failed_checks`,
+        :func:`inconclusive_checks`) and exits non-zero when any check failed or was
+        inconclusive."""
         self.section("Acceptance checks", text)
-        self.table(CHECKS, [{"check": k, "passed": bool(v)} for k, v in checks.items()])
+        rows = [
+            {"check": k, "passed": INCONCLUSIVE if v is None else bool(v)}
+            for k, v in checks.items()
+        ]
+        self.table(CHECKS, rows)
 
     def comparison(self, name: str, rows: list[dict], caption: str = "") -> None:
         """Add our values beside the paper's, with a "difference" column.
@@ -203,16 +212,24 @@ class Report:
 def failed_checks(out_dir: str | Path) -> list[str]:
     """The acceptance checks that failed in the report written to ``out_dir`` (empty when
     every check passed or the report has none)."""
+    return [k for k, passed in _written_checks(out_dir).items() if passed is False]
+
+
+def inconclusive_checks(out_dir: str | Path) -> list[str]:
+    """The acceptance checks the run written to ``out_dir`` could not judge."""
+    return [k for k, passed in _written_checks(out_dir).items() if passed is None]
+
+
+def _written_checks(out_dir: str | Path) -> dict[str, bool | None]:
     path = Path(out_dir) / f"{CHECKS}.csv"
-    if not path.exists():
-        return []
-    return [k for k, passed in read_checks(path.read_text("utf-8")).items() if not passed]
+    return read_checks(path.read_text("utf-8")) if path.exists() else {}
 
 
-def read_checks(checks_csv: str) -> dict[str, bool]:
-    """A written ``checks.csv``'s text as {check: passed}."""
+def read_checks(checks_csv: str) -> dict[str, bool | None]:
+    """A written ``checks.csv``'s text as {check: passed} (None: inconclusive)."""
+    verdicts = {"True": True, INCONCLUSIVE: None}
     return {
-        row["check"]: row["passed"] == "True"
+        row["check"]: verdicts.get(row["passed"], False)
         for row in csv.DictReader(io.StringIO(checks_csv, newline=""))
     }
 
