@@ -99,3 +99,14 @@ def test_a_lock_service_beyond_loopback_needs_a_secret(tmp_path):
     with pytest.raises(ConfigError, match="needs a secret_file"):
         config.sealing()
     assert LockServiceConfig(1, str(tmp_path / "b.jsonl")).sealing() is None  # loopback
+
+
+def test_a_relay_beyond_loopback_needs_a_secret(tmp_path):
+    from geoslo.live.costlo import RelayConfig
+
+    with pytest.raises(ConfigError, match="needs a secret_file"):
+        RelayConfig(1, (2,), listen_host="10.0.0.1").sealing()
+    assert RelayConfig(1, (2,)).sealing() is None  # loopback
+    secret = create_secret_file(tmp_path / "relay.key")
+    sealed = RelayConfig(1, (2,), listen_host="10.0.0.1", secret_file=str(secret)).sealing()
+    assert sealed is not None and sealed.service == "costlo-relay"

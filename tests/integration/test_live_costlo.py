@@ -141,6 +141,41 @@ def test_relayed_tuples_cost_one_message_each(cluster, tmp_path):
     assert {r.winner for r in records} <= {"serving/relay", "second/relay"}
 
 
+def test_a_relay_answers_only_requests_sealed_with_the_clusters_secret(cluster):
+    """Every listener authenticated (issue 38): the relays read a region's objects for
+    whoever asks, so each takes only requests sealed with the cluster's relay secret; a
+    plain request and one sealed with another secret are refused, and their connection
+    closed. (The sealed path is what the relayed-tuples test above runs.)"""
+    from geoslo.live.costlo._jsonlines import JsonLineClient, Sealing
+    from geoslo.live.costlo._relay import RELAY_SERVICE, relay_sealing
+
+    endpoints = cluster.direct(SERVING)
+    request = {"key": "relay:k0", "requests": [[0, 0]]}
+
+    async def ask(sealing) -> str:
+        client = await JsonLineClient.open(
+            endpoints.relay_port, "relay", host=endpoints.host, sealing=sealing
+        )
+        try:
+            return "found" if "found" in await client.request(request) else "?"
+        except TestbedError as error:
+            return str(error)
+        finally:
+            await client.close()
+
+    async def scenario():
+        return [
+            await ask(relay_sealing(endpoints)),
+            await ask(None),
+            await ask(Sealing(b"x" * 32, RELAY_SERVICE)),
+        ]
+
+    sealed, plain, stranger = asyncio.run(scenario())
+    assert sealed == "found"
+    assert "rejected: malformed" in plain
+    assert "rejected: unauthenticated" in stranger
+
+
 @pytest.mark.parametrize(
     "gates, low, high",
     [

@@ -37,6 +37,7 @@ from geoslo.live.costlo._plan import (
     quorum_get_plan,
     storage_request_count,
 )
+from geoslo.live.costlo._relay import relay_sealing
 from geoslo.live.costlo._s3 import S3Throttled
 from geoslo.live.costlo._storage import Store, StoreUnavailable, region_store
 
@@ -186,7 +187,10 @@ class CostloClient:
                 if endpoints.relay_port is None:
                     raise TestbedError(f"the {name} tuple is relayed but no relay port is given")
                 self._relays[name] = await JsonLineClient.open(
-                    endpoints.relay_port, f"{name} relay"
+                    endpoints.relay_port,
+                    f"{name} relay",
+                    host=endpoints.host,
+                    sealing=relay_sealing(endpoints),
                 )
         return self
 

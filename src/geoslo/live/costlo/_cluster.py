@@ -30,6 +30,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from geoslo.errors import InputError, TestbedError
+from geoslo.live._exchange import create_secret_file
 from geoslo.live._gobuild import go_program
 from geoslo.live._processes import (
     ManagedProcess,
@@ -63,6 +64,7 @@ __all__ = ["CostloCluster", "ENGINES", "region_rtts"]
 
 ENGINES = ("redis", "s3")
 S3_BUCKET = "geoslo-costlo"
+RELAY_SECRET_FILE = "relay.key"  # the relays' requests are sealed with it
 MAX_REGIONS = 6  # each one is N gateways, a relay and a lock service on this machine
 _REGION_NAME = re.compile(r"^[a-z][a-z0-9-]{0,19}$")
 
@@ -121,7 +123,9 @@ class CostloCluster:
         self, ports: list[int], relay_port: int | None, host: str = "127.0.0.1"
     ) -> RegionEndpoints:
         access = None if self.s3 is None else S3Access(**self.s3)
-        return RegionEndpoints(tuple(ports), relay_port, host, access)
+        secret = self.state_dir / RELAY_SECRET_FILE
+        secret_file = str(secret) if secret.exists() else None  # none before relays sealed
+        return RegionEndpoints(tuple(ports), relay_port, host, access, secret_file)
 
     def reach(self, region: str) -> RegionEndpoints:
         """A region as a client or VM next to the serving region reaches it: through the
@@ -251,16 +255,14 @@ class CostloCluster:
         for region in self.rtts_ms:
             for k in range(len(self.servers[region])):
                 self._start_server(program, region, k)
+        relay_secret = create_secret_file(self.state_dir / RELAY_SECRET_FILE)
         for region in self.rtts_ms:
             locks = self._locks_config(region)
             self._launch_module("costlo-locks", f"locks-{region}", locks, locks.port)
             relay = RelayConfig(
-                self.relays[region],
-                tuple(self.servers[region]),
-                self.host(region),
-                self.s3,
-                self.host(region),
-            )
+                self.relays[region], tuple(self.servers[region]), self.host(region), self.s3,
+                self.host(region), str(relay_secret),
+            )  # fmt: skip
             self._launch_module("costlo-relay", f"relay-{region}", relay, relay.port, region)
         if self.engine == "redis":
             wan = self._wan_config(residual_rtt_mean_ms, seed)

@@ -22,11 +22,16 @@ import json
 import signal
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 
-from geoslo.errors import InputError, TestbedError
-from geoslo.live._exchange import Opener, Rejected, seal
+from geoslo.errors import ConfigError, InputError, TestbedError
+from geoslo.live._exchange import Opener, Rejected, read_secret_file, seal
+from geoslo.live._processes import is_loopback
 
-__all__ = ["JsonLineClient", "Sealing", "serve_json_lines", "serve_until", "run_until_sigterm"]
+__all__ = [
+    "JsonLineClient", "Sealing", "listener_sealing", "sealing_from_file", "serve_json_lines",
+    "serve_until", "run_until_sigterm",
+]  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -36,6 +41,24 @@ class Sealing:
 
     secret: bytes = field(repr=False)
     service: str
+
+
+def sealing_from_file(secret_file: str | None, service: str) -> Sealing | None:
+    """The sealing of ``service`` with the secret in ``secret_file`` (None: plain)."""
+    if secret_file is None:
+        return None
+    return Sealing(read_secret_file(Path(secret_file), "secret_file"), service)
+
+
+def listener_sealing(
+    host: str, secret_file: str | None, service: str, exposure: str
+) -> Sealing | None:
+    """The sealing a service listening on ``host`` takes requests with; ConfigError for a
+    listener beyond loopback without a secret (every listener authenticated: ``exposure``
+    says what anybody reaching it could do) or an unreadable secret."""
+    if secret_file is None and not is_loopback(host):
+        raise ConfigError("secret_file", f"a {service} on {host} needs a secret_file: {exposure}")
+    return sealing_from_file(secret_file, service)
 
 
 LINE_LIMIT_BYTES = 1 << 24  # a relay's reply carries a whole value

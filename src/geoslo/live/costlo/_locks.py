@@ -37,12 +37,12 @@ from pathlib import Path
 
 from geoslo.control.costlo._budget import BudgetWindow
 from geoslo.control.costlo.types import HedgeBudget
-from geoslo.errors import ConfigError, InputError, LockTimeoutError, TestbedError
-from geoslo.live._exchange import read_secret_file
-from geoslo.live._processes import JsonConfigFile, is_loopback
+from geoslo.errors import InputError, LockTimeoutError, TestbedError
+from geoslo.live._processes import JsonConfigFile
 from geoslo.live.costlo._jsonlines import (
     JsonLineClient,
     Sealing,
+    listener_sealing,
     run_until_sigterm,
     serve_until,
 )
@@ -542,16 +542,9 @@ class LockServiceConfig(JsonConfigFile):
     secret_file: str | None = None
 
     def sealing(self) -> Sealing | None:
-        """The sealing requests need; ConfigError for a listener beyond loopback without
-        one (every listener authenticated) or an unreadable secret."""
-        if self.secret_file is None:
-            if not is_loopback(self.host):
-                raise ConfigError(
-                    "secret_file", f"a lock service on {self.host} needs a secret_file: "
-                    "anybody reaching it could take locks and set versions",
-                )  # fmt: skip
-            return None
-        return Sealing(read_secret_file(Path(self.secret_file), "secret_file"), SERVICE_NAME)
+        """The sealing requests need (`listener_sealing`)."""
+        exposure = "anybody reaching it could take locks and set versions"
+        return listener_sealing(self.host, self.secret_file, SERVICE_NAME, exposure)
 
 
 async def serve_lock_service(config: LockServiceConfig, stop: asyncio.Event | None = None):

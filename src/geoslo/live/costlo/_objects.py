@@ -68,12 +68,14 @@ class S3Access:
 class RegionEndpoints:
     """How one process reaches one region: the ports of its storage servers on ``host``
     (direct when the region is local, delay-injector ports when it is remote) and of its
-    relay VM. With ``s3`` the servers speak S3 (http://host:port), otherwise Redis."""
+    relay VM, with the file of the secret the relay's requests are sealed with. With
+    ``s3`` the servers speak S3 (http://host:port), otherwise Redis."""
 
     server_ports: tuple[int, ...]
     relay_port: int | None = None
     host: str = "127.0.0.1"
     s3: S3Access | None = None
+    relay_secret_file: str | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "server_ports", tuple(int(p) for p in self.server_ports))
