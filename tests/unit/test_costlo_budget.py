@@ -265,6 +265,26 @@ def test_selected_configuration_stays_within_its_budget(problem, context):
     assert estimator.redundant_fraction(chosen) * extra <= budget.extra_fraction + 1e-9
 
 
+def test_the_clients_capacity_caps_the_requests_a_get_may_issue(problem, context):
+    """``max_requests_per_get`` (issue 41, item 3): a client that can afford fewer storage
+    requests than the free choice issues gets a choice within them; the cap carried in
+    the contract round-trips, and one below 1 is refused."""
+    from geoslo.control.costlo.search import expected_get_requests
+
+    free = decide(problem)
+    free_requests = expected_get_requests(context, free.configuration)
+    assert free_requests > 1.01, "the example's free choice must hedge for this test"
+    cap = 1.0 + (free_requests - 1.0) / 2.0
+    capped = decide(replace(problem, limits=replace(problem.limits, max_requests_per_get=cap)))
+    assert expected_get_requests(context, capped.configuration) <= cap + 1e-9
+    assert capped.configuration != free.configuration
+    limits = replace(problem.limits, max_requests_per_get=cap)
+    again = parse_problem(problem_to_dict(replace(problem, limits=limits)))
+    assert again.limits.max_requests_per_get == pytest.approx(cap)
+    with pytest.raises(ConfigError, match="max_requests_per_get"):
+        replace(problem.limits, max_requests_per_get=0.5)
+
+
 # ------------------------------------------------------------- the contract
 
 

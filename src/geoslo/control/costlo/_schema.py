@@ -66,6 +66,7 @@ LIMITS_RANGES: dict[str, tuple[float, float]] = {
     "slo_margin_ms": (0.0, MAX_SLO_MS),
 }
 MAX_TIMEOUT_PERCENTILES = 100
+MAX_REQUESTS_PER_GET = 50.0  # the largest space: 5 copies x 5 requests in two regions
 MAX_PROBLEMS = 1_000  # prefixes in one `costlo decide` (each under a minute)
 # The hedge budget: Finagle bounds its percentCanRetry to 1000% and its ttl to 1-60 s; we
 # allow extra requests up to 10 times the primaries and windows up to an hour.
@@ -135,6 +136,7 @@ class Limits(Contract):
     allow_second_region: Flag = True
     allow_timeout: Flag = True
     hedge_budget: HedgeBudgetInput | None = None
+    max_requests_per_get: Number(1.0, MAX_REQUESTS_PER_GET) | None = None
 
 
 class Prices(Contract):

@@ -466,6 +466,7 @@ def select_configuration(context: PrefixContext) -> Selection:
         _, _, state = heapq.heappop(pool)
         evaluated += 1
         config, meets = redundancy.solve(space.configuration(state))
+        meets = meets and _within_client_capacity(context, config)
         cost = context.cost(config).total_usd
         if best is None or cost < best[0]:
             # The estimate reported is the judge of "met": a tail computed at the threshold
@@ -476,7 +477,11 @@ def select_configuration(context: PrefixContext) -> Selection:
                 missed.append(config)
         for neighbour in space.neighbours(state):
             push(neighbour)
-    chosen = best[1] if best is not None else min(missed, key=redundancy.shortfall)
+    if best is None:  # the nearest miss, within the client's capacity where one is
+        within = [c for c in missed if _within_client_capacity(context, c)]
+        chosen = min(within or missed, key=redundancy.shortfall)
+    else:
+        chosen = best[1]
     get_estimate, put_estimate, excess_ms = _judge(context, chosen)
     cost = context.cost(chosen)
     decide_ms = (time.perf_counter() - started) * 1e3
@@ -492,6 +497,18 @@ def select_configuration(context: PrefixContext) -> Selection:
         second_region=context.readers[0].get.second.name if context.readers[0].get.second else "",
         outcome=search_outcome(excess_ms <= 0.0, ended, cost.total_usd, decide_ms),
     )
+
+
+def expected_get_requests(context: PrefixContext, c: Configuration) -> float:
+    """The storage requests a GET issues on average: the first, and the rest of its set
+    when the timeout and the probability send them."""
+    return 1.0 + context.readers[0].get.redundant_fraction(c) * (c.get_requests - 1)
+
+
+def _within_client_capacity(context: PrefixContext, c: Configuration) -> bool:
+    """Whether ``c``'s GETs stay within the client's capacity (``max_requests_per_get``)."""
+    cap = context.limits.max_requests_per_get
+    return cap is None or expected_get_requests(context, c) <= cap
 
 
 def search_outcome(met: bool, ended: str, cost_usd: float, decide_ms: float) -> Outcome:

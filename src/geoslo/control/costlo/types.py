@@ -318,12 +318,20 @@ class SearchLimits:
     # A load budget on redundant requests, carried in every configuration chosen (ours);
     # None: none, the paper's behaviour.
     hedge_budget: HedgeBudget | None = None
+    # The client's own capacity (ours; the paper's clients are not CPU-bound): a
+    # configuration whose expected storage requests per GET exceed this does not meet the
+    # SLO, however its estimate reads. None: no cap.
+    max_requests_per_get: float | None = None
 
     def __post_init__(self) -> None:
         _int_at_least(self.max_copies, 1, "max_copies")
         _int_at_least(self.max_requests_per_copy, 1, "max_requests_per_copy")
         _int_at_least(self.max_evaluations, 1, "max_evaluations")
         _non_negative(self.slo_margin_ms, "slo_margin_ms")
+        if self.max_requests_per_get is not None and not (
+            isinstance(self.max_requests_per_get, int | float) and self.max_requests_per_get >= 1
+        ):
+            raise ConfigError("max_requests_per_get", "must be a number >= 1, or None")
         if self.hedge_budget is not None and not isinstance(self.hedge_budget, HedgeBudget):
             raise ConfigError("hedge_budget", "must be a HedgeBudget or None")
         if not (isinstance(self.probability_step, int | float) and 0 < self.probability_step <= 1):

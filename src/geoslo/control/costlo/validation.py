@@ -318,7 +318,7 @@ def _limits_to_dict(limits: SearchLimits) -> dict:
         value = getattr(limits, key)
         if isinstance(value, HedgeBudget):
             value = dataclasses.asdict(value)
-        elif value is None and key == "hedge_budget":
+        elif value is None and key in ("hedge_budget", "max_requests_per_get"):
             continue
         out[key] = [float(x) for x in value] if isinstance(value, tuple) else value
     return out
