@@ -390,6 +390,7 @@ replica = {{ address = "{rx_ip}:6380", password_file = "{password}" }}
 spool_dir = "{spool}"
 image_destination = "{destination}"
 rsync_password_file = "{password}"
+qdisc_state_dir = "{state_dir}"
 [controller]
 policy = "static"
 static_shares = [0.6, 0.3, 0.1]
@@ -406,7 +407,7 @@ def test_geoslo_run_on_a_hosts_own_interface_shapes_it_and_reads_its_systems(tmp
     (``ip netns exec``), pointed at servers it did not start by address and password file:
     C read from the interface (an HTB root class at 20 Mbit/s, as an operator caps a
     link), the plan held by HTB while it runs, an image dropped in the spool copied to the
-    backup, the interface's qdisc taken off at the end."""
+    backup, the interface's own qdisc (the operator's HTB) put back at the end."""
     from geoslo.live._netns import RX_IP, TX_IP
 
     sites = TrafficSites.up(tmp_path / "sites", "geoslo-rhost")
@@ -417,11 +418,14 @@ def test_geoslo_run_on_a_hosts_own_interface_shapes_it_and_reads_its_systems(tmp
                         "handle", "1:", "htb"], check=True)  # fmt: skip
         subprocess.run(["ip", "netns", "exec", tx, tc, "class", "add", "dev", dev, "parent",
                         "1:", "classid", "1:1", "htb", "rate", "20mbit"], check=True)  # fmt: skip
+        operator = subprocess.run(["ip", "netns", "exec", tx, tc, "class", "show", "dev", dev],
+                                  capture_output=True, text=True, check=True).stdout  # fmt: skip
         sites.start_load((8.0,), (4.0,), 1.0, time.time())
         (sites.spool_dir / "image-a").write_bytes(os.urandom(1_000_000))
         text = HOST_CONFIG.format(
             dev=dev, tx_ip=TX_IP, rx_ip=RX_IP, password=sites.rsync_password_file,
             spool=sites.spool_dir, destination=sites.image_destination,
+            state_dir=tmp_path / "qdisc",
         )  # fmt: skip
         config = write_config(tmp_path, text, "host.toml")
         run = Running(config, prefix=["ip", "netns", "exec", tx])
@@ -438,9 +442,10 @@ def test_geoslo_run_on_a_hosts_own_interface_shapes_it_and_reads_its_systems(tmp
         rates = class_rates(shown.stdout)
         assert [rates[c][0] for c in CLASS_IDS] == pytest.approx([12e6, 6e6, 2e6], rel=0.01)
         assert (sites.backup_dir / "image-a").stat().st_size == 1_000_000
-        left = subprocess.run(["ip", "netns", "exec", tx, tc, "qdisc", "show", "dev", dev],
+        left = subprocess.run(["ip", "netns", "exec", tx, tc, "class", "show", "dev", dev],
                               capture_output=True, text=True, check=True).stdout  # fmt: skip
-        assert "htb" not in left
+        assert left == operator  # the operator's HTB, as it was
+        assert not list((tmp_path / "qdisc").glob("*.json"))
     finally:
         sites.down()
     assert not _left_behind("geoslo-rhost")

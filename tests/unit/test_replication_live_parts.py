@@ -32,12 +32,13 @@ DST = destination_ports((5001, 5002, 5003))  # the calibration link's three rece
 
 def test_setup_builds_one_class_per_stream_with_the_link_as_ceiling():
     lines = setup_lines("gtx1", 20e6, (0.5, 0.3, 0.2), DST)
-    assert lines[0] == "qdisc add dev gtx1 root handle 1: htb default 30"
-    assert "classid 1:1 htb rate 20000000bit ceil 20000000bit" in lines[1]
-    assert "classid 1:10 htb rate 10000000bit ceil 20000000bit" in lines[2]
-    assert "classid 1:30 htb rate 4000000bit ceil 20000000bit" in lines[4]
+    assert lines[0] == "qdisc add dev gtx1 root handle 1: htb default 0"  # the rest: direct
+    assert "parent 1: classid 1:1 htb rate 20000000bit ceil 20000000bit" in lines[1]
+    assert "parent 1:1 classid 1:10 htb rate 10000000bit ceil 20000000bit" in lines[2]
+    assert "parent 1:1 classid 1:30 htb rate 4000000bit ceil 20000000bit" in lines[4]
     assert lines[5].endswith("match ip dport 5001 0xffff flowid 1:10")
-    assert lines[7].endswith("match ip dport 5003 0xffff flowid 1:30")
+    assert lines[6].endswith("match ip6 dport 5001 0xffff flowid 1:10")
+    assert lines[9].endswith("match ip dport 5003 0xffff flowid 1:30")
 
 
 def test_a_zero_share_keeps_htbs_smallest_rate():
@@ -68,7 +69,7 @@ class htb 1:30 parent 1:1 leaf 30: prio 0 rate 8Kbit ceil 20Mbit burst 1600b cbu
 def test_priority_is_a_fresh_qdisc_with_the_classes_in_order():
     lines = rebuild_lines("gtx1", 20e6, (0, 0, 0), DST, order=(1, 0, 2))
     assert lines[0] == "qdisc del dev gtx1 root"
-    assert lines[1] == "qdisc add dev gtx1 root handle 1: htb default 30"
+    assert lines[1] == "qdisc add dev gtx1 root handle 1: htb default 0"
     assert lines[3].endswith("classid 1:20 htb rate 8000bit ceil 20000000bit prio 0 quantum 1514")
     assert lines[4].endswith("classid 1:10 htb rate 8000bit ceil 20000000bit prio 1 quantum 1514")
     assert lines[5].endswith("classid 1:30 htb rate 8000bit ceil 20000000bit prio 2 quantum 1514")
@@ -208,9 +209,9 @@ def test_acknowledged_bytes_add_up_over_sockets_that_come_and_go():
 
 def test_a_stream_is_matched_by_source_or_destination_port():
     lines = setup_lines("gtx1", 20e6, (0.5, 0.3, 0.2), STREAM_MATCHES)
-    assert lines[5].endswith("match ip sport 6379 0xffff flowid 1:10")
-    assert lines[6].endswith("match ip sport 6380 0xffff flowid 1:20")
-    assert lines[7].endswith("match ip dport 873 0xffff flowid 1:30")
+    assert lines[5].endswith("match ip protocol 6 0xff match ip sport 6379 0xffff flowid 1:10")
+    assert lines[7].endswith("match ip sport 6380 0xffff flowid 1:20")
+    assert lines[9].endswith("match ip dport 873 0xffff flowid 1:30")
     with pytest.raises(ConfigError, match="direction"):
         PortMatch("src", 80)
     with pytest.raises(ConfigError, match="port"):
@@ -243,7 +244,8 @@ def test_the_host_environment_takes_addresses_ports_and_the_spool(tmp_path):
     spec = env.spec
     assert (spec.dev, spec.capacity_mbps) == ("eth9", 50.0)
     assert (spec.application.host, spec.application.port) == ("10.0.0.5", 6379)
-    assert spec.matches[2] == PortMatch("dport", 22)
+    assert spec.matches[1] == PortMatch("sport", 6380, "10.1.0.7")  # the replica's address
+    assert spec.matches[2] == PortMatch("dport", 22, "10.1.0.7/32")  # the backup's
     assert spec.spool_dir == tmp_path
 
 

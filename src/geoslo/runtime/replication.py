@@ -13,8 +13,10 @@ and the FIFO, STATIC and PRIO baselines.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from ipaddress import ip_address
 from pathlib import Path
 from typing import Annotated, Any, Literal
+from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -32,13 +34,16 @@ from geoslo.control.replication import (
 )
 from geoslo.errors import ConfigError
 from geoslo.live.replication import (
+    DEFAULT_STATE_DIR,
     EgressEnvironment,
     EgressSpec,
     LinkSpec,
     PortMatch,
     RedisAddress,
     ReplicationTestbedEnvironment,
+    in_prefixes,
     interface_capacity_mbps,
+    parse_prefix,
 )
 from geoslo.models import ArrivalModel
 from geoslo.runtime._config import parse_listen
@@ -182,9 +187,12 @@ Port = Annotated[int, Field(ge=1, le=65535)]
 class HostSettings(BaseModel):
     """``[environment] kind = "host"``: one's own egress interface and the systems whose
     traffic crosses it (docs/replication-live.md; root for tc and ss). Each stream is
-    told apart by a TCP port, as the HTB filters and the socket counts see it. C is the
-    controller's ``capacity_mbps`` if the config sets it, else read from the interface
-    (``interface_capacity_mbps``: an HTB root class's rate, else the line rate)."""
+    told apart by a TCP port and the address or prefix its packets go to (IPv4 or IPv6),
+    as the HTB filters and the socket counts see it; nothing else is shaped, and traffic
+    to ``local_prefixes`` never is. C is the controller's ``capacity_mbps`` if the config
+    sets it, else read from the interface (``interface_capacity_mbps``: an HTB root
+    class's rate, else the line rate). The interface's qdisc is saved in
+    ``qdisc_state_dir`` and put back on stop."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -196,7 +204,24 @@ class HostSettings(BaseModel):
     replica: RedisSettings = Field(description="Its replica at the other site.")
     application_port: Port = Field(6379, description="Source port of the application's replies.")
     replication_port: Port = Field(6380, description="Source port of the master's stream.")
-    image_port: Port = Field(873, description="Destination port of the image copies (rsync).")
+    image_port: Port = Field(
+        873, description="Destination port of the image copies (873: rsync daemon; 22: SSH)."
+    )
+    application_peer: str | None = Field(
+        None, description="Address or prefix of the remote clients (default: any not local)."
+    )
+    replication_peer: str | None = Field(
+        None, description="Address or prefix the master's stream goes to (default: the replica's)."
+    )
+    image_peer: str | None = Field(
+        None, description="Address or prefix the images go to (default: image_destination's)."
+    )
+    local_prefixes: list[str] = Field(
+        [], description="Destinations this side of the WAN (data-centre prefixes): not shaped."
+    )
+    qdisc_state_dir: str = Field(
+        str(DEFAULT_STATE_DIR), description="Where the interface's own qdisc is saved."
+    )
     spool_dir: str = Field(description="Where VM images arrive; each is copied once, oldest first.")
     image_destination: str = Field(
         description="rsync's destination: rsync://user@host/module or host:dir."
@@ -279,6 +304,52 @@ def testbed(settings: TestbedSettings, config: ReplicationConfig) -> Replication
     return ReplicationTestbedEnvironment(spec)
 
 
+def _peer(given: str | None, host: str | None, field_name: str) -> str | None:
+    """A stream's destination: the one given, else ``host`` if it is an IP address."""
+    if given is not None:
+        return str(parse_prefix(given, f"environment.{field_name}"))
+    try:
+        return str(ip_address((host or "").strip("[]")))
+    except ValueError:
+        return None  # a host name or nothing: the port alone tells the stream
+
+
+def _destination_host(destination: str) -> str:
+    """The host of rsync's destination (``rsync://user@host[:port]/module``,
+    ``[user@]host:dir``)."""
+    if destination.startswith("rsync://"):
+        return urlsplit(destination).hostname or ""
+    head = destination.rsplit("@", 1)[-1]
+    if head.startswith("["):
+        return head[1 : head.find("]")]
+    return head.split(":", 1)[0]
+
+
+def _matches(settings: HostSettings, replica_host: str) -> tuple[PortMatch, PortMatch, PortMatch]:
+    """The three streams as the filters and the socket counts tell them apart."""
+    image_host = _destination_host(settings.image_destination)
+    application = _peer(settings.application_peer, None, "application_peer")
+    replication = _peer(settings.replication_peer, replica_host, "replication_peer")
+    image = _peer(settings.image_peer, image_host, "image_peer")
+    return (
+        PortMatch("sport", settings.application_port, application),
+        PortMatch("sport", settings.replication_port, replication),
+        PortMatch("dport", settings.image_port, image),
+    )
+
+
+def _refuse_local_peers(matches, local_prefixes: tuple[str, ...]) -> None:
+    """A stream whose peer is local would never be shaped nor counted: a config error."""
+    for name, match in zip(("application", "replication", "image"), matches, strict=True):
+        peer = match.destination
+        if peer is not None and in_prefixes(peer.split("/")[0], local_prefixes):
+            raise ConfigError(
+                "environment.local_prefixes",
+                f"holds the {name} stream's peer {peer}: traffic to it would never be shaped; "
+                f"set {name}_peer or leave its prefix out",
+            )
+
+
 def host(settings: HostSettings, config: ReplicationConfig) -> EgressEnvironment:
     spool = Path(settings.spool_dir)
     if not spool.is_dir():
@@ -286,21 +357,26 @@ def host(settings: HostSettings, config: ReplicationConfig) -> EgressEnvironment
     password_file = settings.rsync_password_file
     if password_file is not None:
         _read_secret(password_file, "environment.rsync_password_file")
+    replica = settings.replica.redis_address("replica")
+    local = tuple(
+        str(parse_prefix(p, f"environment.local_prefixes[{i}]"))
+        for i, p in enumerate(settings.local_prefixes)
+    )
+    matches = _matches(settings, replica.host)
+    _refuse_local_peers(matches, local)
     spec = EgressSpec(
         dev=settings.interface,
         application=settings.application.redis_address("application"),
         master=settings.master.redis_address("master"),
-        replica=settings.replica.redis_address("replica"),
+        replica=replica,
         spool_dir=spool,
         image_destination=settings.image_destination,
-        matches=(
-            PortMatch("sport", settings.application_port),
-            PortMatch("sport", settings.replication_port),
-            PortMatch("dport", settings.image_port),
-        ),
+        matches=matches,
         capacity_mbps=config.capacity_mbps,
         namespace=settings.namespace,
         rsync_password_file=None if password_file is None else Path(password_file),
+        local_prefixes=local,
+        qdisc_state_dir=Path(settings.qdisc_state_dir),
     )
     return EgressEnvironment(spec, act_at_start=False)  # a dry run changes nothing
 
@@ -395,6 +471,10 @@ step_s = 0.1                   # the link's time step; must divide interval_s
 #   replica = { address = "10.1.0.7:6380", password_file = "/etc/geoslo/app.pass" }
 #   spool_dir = "/var/lib/images/outgoing"
 #   image_destination = "rsync://backup@10.1.0.7/images"
+#   local_prefixes = ["10.0.0.0/16"]    # this side of the WAN: never shaped
+#   # only the three streams are shaped (by port and destination); the interface's own
+#   # qdisc is saved in /run/geoslo and put back on stop (after a crash:
+#   # geoslo replication restore-qdisc --interface eth0)
 
 [controller]
 policy = "mpc"                 # mpc (§IV) | fifo | static | prio (the baselines of §V-A)

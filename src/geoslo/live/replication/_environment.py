@@ -36,7 +36,8 @@ from geoslo.errors import ConfigError, TestbedError
 from geoslo.live._netns import cannot_run_reason, run_in
 from geoslo.live._processes import find_program
 from geoslo.live.replication._capacity import full_link_goodput_mbps
-from geoslo.live.replication._htb import PortMatch
+from geoslo.live.replication._htb import PortMatch, in_prefixes
+from geoslo.live.replication._qdisc import state_path
 from geoslo.live.replication._schedule import images_started
 from geoslo.live.replication._shaper import HtbShaper
 from geoslo.live.replication._sockets import AckedBytes, read_sockets, stream_of
@@ -77,6 +78,8 @@ class EgressSpec:
     namespace: str | None = None  # the interface's and the sockets' network namespace
     rsync_password_file: Path | None = None
     initial_shares: tuple[float, float, float] = (1 / 3, 1 / 3, 1 / 3)
+    local_prefixes: tuple[str, ...] = ()  # destinations this side of the WAN: never shaped
+    qdisc_state_dir: Path | None = None  # where the interface's qdisc is saved (None: memory)
 
 
 def interface_capacity_mbps(dev: str, namespace: str | None = None) -> float:
@@ -187,7 +190,13 @@ class EgressEnvironment:
         start, or (``act_at_start`` False: one's own host) at the first plan applied, so
         that a dry run changes nothing."""
         spec = self.spec
-        shaper = HtbShaper(spec.dev, self.capacity_mbps * 1e6, spec.matches, spec.namespace)
+        saved_to = None
+        if spec.qdisc_state_dir is not None:
+            saved_to = state_path(spec.qdisc_state_dir, spec.dev, spec.namespace)
+        shaper = HtbShaper(
+            spec.dev, self.capacity_mbps * 1e6, spec.matches, spec.namespace,
+            spec.local_prefixes, saved_to,
+        )  # fmt: skip
         await asyncio.to_thread(shaper.install, spec.initial_shares)
         self._shaper = shaper
         self.copier.start()
@@ -254,11 +263,16 @@ class EgressEnvironment:
         return self._shaper.class_rates() if self._shaper else {}
 
     def _read(self) -> _Reading:
-        """Every counter once: the sockets, the two Redis stores, the image spool (one
-        reading at a time: an abandoned one must not race the next)."""
+        """Every counter once: the sockets (but those to local prefixes, which do not cross
+        the WAN), the two Redis stores, the image spool (one reading at a time: an
+        abandoned one must not race the next)."""
         with self._reading:
             with self.copier.lock:  # the images against the sockets, at one moment
-                sockets = read_sockets(self.spec.namespace)
+                sockets = [
+                    s
+                    for s in read_sockets(self.spec.namespace)
+                    if not in_prefixes(s.peer_ip, self.spec.local_prefixes)
+                ]
                 arrived_images, copied = self.copier.account(self._stream_sum(sockets, VM_IMAGE))
             acked = self._acked.update(sockets, self.spec.matches)
             in_sockets = self._stream_sum(sockets, APPLICATION, "send_queue_bytes")

@@ -14,12 +14,13 @@ import numpy as np
 
 from geoslo.live._netns import run_in
 from geoslo.live._processes import find_program
-from geoslo.live.replication._htb import PortMatch
+from geoslo.live.replication._htb import PortMatch, in_prefixes
 
 __all__ = ["TcpSocket", "parse_ss", "read_sockets", "AckedBytes", "stream_of", "crosses"]
 
 _SOCKET = re.compile(r"^(\d+)\s+(\d+)\s+(\S+):(\d+)\s+(\S+):(\d+)")
 _ACKED = re.compile(r"\bbytes_acked:(\d+)")
+_LOOPBACK = ("127.0.0.0/8", "::1/128")
 
 
 @dataclass(frozen=True)
@@ -39,9 +40,9 @@ class TcpSocket:
 
 
 def crosses(local_ip: str, peer_ip: str) -> bool:
-    """Whether a connection's peer is another host (not loopback, not this host's own
-    address): only then does its traffic cross the link."""
-    return not peer_ip.startswith("127.") and peer_ip != local_ip
+    """Whether a connection's peer is another host (not loopback, IPv4 or IPv6, not this
+    host's own address): only then does its traffic cross the link."""
+    return not (in_prefixes(peer_ip, _LOOPBACK) or peer_ip == local_ip)
 
 
 def address_ip(text: str) -> str:
@@ -68,10 +69,10 @@ def parse_ss(text: str) -> list[TcpSocket]:
 
 
 def stream_of(sock: TcpSocket, matches: tuple[PortMatch, ...]) -> int | None:
-    """The stream whose match the socket meets (as the HTB filters classify), or None."""
+    """The stream whose match the socket meets (as the HTB filters classify: port and,
+    where the match names one, destination), or None."""
     for i, match in enumerate(matches):
-        port = sock.local_port if match.direction == "sport" else sock.peer_port
-        if port == match.port:
+        if match.meets(sock.local_port, sock.peer_ip, sock.peer_port):
             return i
     return None
 
