@@ -557,6 +557,12 @@ def _client_text(results: dict, settings: LiveSettings) -> str:
         f"request on the baseline replay: at {settings.rate_rps:g} GETs/s, "
         f"{CLIENT_CPU_SHARE:.0%} of a core affords "
         + (f"{cap:.2f} requests per GET, ConfSelector's cap." if cap < 1e3 else "any number.")
+        + (
+            f" Below {JUDGED_FROM_REQUESTS:g} the machine is too busy for the client to afford "
+            "redundancy: the choice's checks are inconclusive."
+            if cap < JUDGED_FROM_REQUESTS
+            else ""
+        )
     )
 
 
