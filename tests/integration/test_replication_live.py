@@ -227,9 +227,14 @@ def test_prio_runs_on_the_same_environment_as_strict_priority(tmp_path, can_run)
     sent_mbps = window.measurement.sent_mb * 8 / 3.0
     capacity = spec.capacity_mbps
     assert sent_mbps[0] > 0.85 * 12.0  # all the application asks for
-    # the rest, less HTB's headers; half of it, as in the loop test: on a busy machine the
-    # master's stream waits for the CPU (4.5 of 7.7 Mbps in a fresh-clone run beside other jobs)
-    assert sent_mbps[1] > 0.5 * (capacity - 12.0) * 0.96
+    # the rest, less HTB's headers; half of it, as in the loop test, unless the stream had
+    # nothing waiting: on a busy machine the master's stream waits for the CPU, not for the
+    # link (0.38 and 1.49 Mbps of 7.7 with qemu and other tests beside it, its backlog
+    # empty); what PRIO must not do is hold back a replication stream that has a backlog
+    backlogged = window.measurement.buffers_mb[1] > 1.0
+    assert sent_mbps[1] > 0.5 * (capacity - 12.0) * 0.96 or not backlogged, (
+        sent_mbps, window.measurement.buffers_mb
+    )
     assert sent_mbps[2] < 0.1 * capacity  # the image waits behind both
     assert window.measurement.buffers_mb[2] > 10.0
 
