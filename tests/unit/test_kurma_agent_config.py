@@ -3,6 +3,7 @@ file it is pointed at, the addresses it is given, and the file the testbed write
 
 from __future__ import annotations
 
+import asyncio
 import os
 
 import numpy as np
@@ -136,3 +137,18 @@ def test_the_spec_refuses_what_the_settings_cannot_see():
     with pytest.raises(ConfigError, match="at least one"):
         AgentSpec(SITES, "Toronto", {"Montreal": ("a", 1), "Washington-DC": ("b", 1)},
                   ("a", 1), ("a", 2), (), "secret")  # fmt: skip
+
+
+def test_a_log_folder_that_cannot_be_made_is_refused_naming_the_key_and_path(tmp_path):
+    """A missing log folder is created (tests/integration/test_kurma_agent_lifecycle.py);
+    one that cannot be (here under a regular file) stops the start with the key and path."""
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    log_dir = blocker / "logs"
+    table = AgentSettings.model_validate(
+        agent_table(tmp_path, model_file=None, log_dir=str(log_dir))
+    )
+    environment = SYSTEM.build(ControllerSettings(objective="none"), table, 2.5).environment
+    with pytest.raises(ConfigError, match="environment.log_dir") as refused:
+        asyncio.run(environment.start())
+    assert str(log_dir) in str(refused.value)

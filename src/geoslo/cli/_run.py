@@ -41,7 +41,7 @@ def register_run(
 
         Prometheus metrics on /metrics, liveness on /healthz (loopback by default).
 
-        One JSON line per interval on stderr; SIGTERM or SIGINT stops after the interval.
+        One JSON line per interval on stderr; SIGTERM, SIGINT or SIGHUP stops after the interval.
 
         Exit status: 0 stopped cleanly, 1 environment or internal error, 2 bad config.
 

@@ -34,7 +34,7 @@ from geoslo.runtime._service import Service
 __all__ = ["IntervalReport", "ServiceLoop", "serve", "ONCE_FAILED_EXIT"]
 
 ONCE_FAILED_EXIT = 3  # `geoslo run --once`: the one interval counted an error
-STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)  # SIGHUP: its terminal closed
 _FAILED = object()  # an observation that did not come
 _STOPPED = object()  # a self-paced observation given up at stop()
 
@@ -289,7 +289,8 @@ def serve(
 ) -> int:
     """Run ``config``'s service with its HTTP endpoints until it stops; the exit status
     (0: stopped cleanly; ``ONCE_FAILED_EXIT``: ``--once`` and its interval had an error).
-    SIGTERM or SIGINT stops it after the current interval; a second one exits at once."""
+    SIGTERM, SIGINT or SIGHUP stops it after the current interval; a second one exits at
+    once."""
     system = config.system.name
     log = ServiceLog(system, log_stream, config.service.log_format)
     service = config.system.build(config.controller, config.environment, config.interval_s)
@@ -340,7 +341,8 @@ def _start_server(config: RunConfig, loop: ServiceLoop, log: ServiceLog) -> Metr
 
 
 async def _run_with_signals(loop: ServiceLoop, log: ServiceLog) -> None:
-    """SIGTERM and SIGINT stop the loop after its current interval; a second one exits."""
+    """SIGTERM, SIGINT and SIGHUP stop the loop after its current interval; a second one
+    exits."""
     event_loop = asyncio.get_running_loop()
     for signum in STOP_SIGNALS:
         event_loop.add_signal_handler(signum, _on_signal, loop, log, signum)

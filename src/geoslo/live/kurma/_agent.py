@@ -39,6 +39,7 @@ import contextlib
 import json
 import math
 import multiprocessing
+import os
 import signal
 import time
 from collections.abc import Mapping, Sequence
@@ -61,7 +62,7 @@ from geoslo.control.kurma import (
     decide,
     dissemination_offset_s,
 )
-from geoslo.errors import ConfigError, TestbedError
+from geoslo.errors import ConfigError, GeosloError, TestbedError
 from geoslo.live._exchange import (
     MAX_MESSAGE_BYTES,
     REJECT_REASONS,
@@ -249,14 +250,19 @@ class _SolverProcess:
         )
         self._process.start()
         child.close()
+        self._ready = False  # its "ready" not yet read
 
     def wait_ready(self) -> None:
         """Block until the worker has loaded the solver (raises ``EOFError`` if it died)."""
-        self._conn.recv()
+        if not self._ready:
+            self._conn.recv()  # the worker's "ready", sent once
+            self._ready = True
 
     def step(self, m: IntervalMeasurements, me: int) -> _Solved:
-        """The worker's step; raises ``TestbedError`` if it failed, ``EOFError`` (or
-        ``OSError``) if the worker died."""
+        """The worker's step (after its "ready": a restarted worker's first step waits for
+        it); raises ``TestbedError`` if it failed, ``EOFError`` (or ``OSError``) if the
+        worker died."""
+        self.wait_ready()
         self._conn.send((m, me))
         ok, value = self._conn.recv()
         if not ok:
@@ -399,24 +405,45 @@ class KurmaAgentEnvironment:
         """Open the logs, listen for peers, wait for the solver, then listen for clients
         (whoever waits for the clients' port finds everything answering)."""
         if self.spec.log_dir is not None:
-            stem = Path(self.spec.log_dir) / f"kurma-{self.spec.site.lower()}"
-            self._round_log = open(f"{stem}-rounds.jsonl", "a")  # noqa: SIM115
-            self._probe_log = open(f"{stem}-probes.csv", "a")  # noqa: SIM115
-        try:
-            host, port = self.spec.exchange_listen
-            self._servers.append(
-                await asyncio.start_server(self._on_peer, host, port, limit=MAX_MESSAGE_BYTES)
-            )
-            if self.solver is not None:
-                await asyncio.to_thread(self.solver.wait_ready)
-            host, port = self.spec.clients_listen
-            self._servers.append(await asyncio.start_server(self._on_client, host, port))
-        except OSError as error:
-            await self.close()
-            raise ConfigError("listen", f"cannot listen: {error.strerror or error}") from None
+            self._open_logs(Path(self.spec.log_dir))
+        await self._listen("exchange_listen", self._on_peer, limit=MAX_MESSAGE_BYTES)
+        if self.solver is not None:
+            await asyncio.to_thread(self.solver.wait_ready)
+        await self._listen("clients_listen", self._on_client)
         loop = asyncio.get_running_loop()
         self._tasks = [loop.create_task(self._link(j)) for j in range(self.n) if j != self.me]
         self._tasks += [loop.create_task(self._probe_loop()), loop.create_task(self._rounds())]
+
+    def _open_logs(self, log_dir: Path) -> None:
+        """The round log and the probe log in ``log_dir`` (created if missing), appended to."""
+        stem = log_dir / f"kurma-{self.spec.site.lower()}"
+        try:
+            log_dir.mkdir(parents=True, exist_ok=True)
+            self._round_log = open(f"{stem}-rounds.jsonl", "a")  # noqa: SIM115
+            self._probe_log = open(f"{stem}-probes.csv", "a")  # noqa: SIM115
+        except OSError as error:
+            for log in (self._round_log, self._probe_log):
+                if log is not None:
+                    log.close()
+            self._round_log = self._probe_log = None
+            reason = error.strerror or error
+            raise ConfigError(
+                "environment.log_dir", f"cannot write the logs in {log_dir}: {reason}"
+            ) from None
+
+    async def _listen(self, key: str, on_connect, **options) -> None:
+        """Serve ``on_connect`` at the spec's address ``key``. An address that cannot be
+        bound (in use, not this machine's) is the machine's state, not the file's: a
+        ``GeosloError`` naming the key (exit 1, as for ``[service] listen``)."""
+        host, port = getattr(self.spec, key)
+        try:
+            self._servers.append(await asyncio.start_server(on_connect, host, port, **options))
+        except OSError as error:
+            await self.close()
+            reason = os.strerror(error.errno) if error.errno else error  # asyncio's is long
+            raise GeosloError(
+                f"environment.{key}: cannot listen on {host}:{port}: {reason}"
+            ) from None
 
     async def close(self) -> None:
         await cancel_and_wait(self._tasks)
