@@ -359,7 +359,8 @@ def test_geoslo_run_gives_a_hot_bin_a_redis_replica(tmp_path):
     config = tmp_path / "hot.toml"
     config.write_text(text)
     result = run_service(config, timeout_s=120)
-    assert not any(t["errors"] for t in result.events("interval"))
+    errors = [(t.get("interval"), t["errors"]) for t in result.events("interval") if t["errors"]]
+    assert not errors, (errors, [r for r in result.records if r.get("level") != "info"][:5])
     journal = _journal(tmp_path / "state")
     copies = [a for a in journal if a["kind"] == "copy" and a["ok"]]
     assert copies, [(a["kind"], a["ok"], a["detail"][:80]) for a in journal]
