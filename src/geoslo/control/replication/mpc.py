@@ -64,6 +64,7 @@ OSQP_SETTINGS = {
     "warm_starting": True,
     "polishing": True,  # the active set's exact solution once ADMM has found it
     "polish_refine_iter": 10,
+    "rho": 0.1,  # ADMM's first step size (OSQP's default), adapted as it goes
     "adaptive_rho": True,
     # every 25 iterations, not OSQP's default (0: an interval from the measured setup
     # time), which made a solve's path depend on the machine's load: one degenerate plan
@@ -75,6 +76,11 @@ OSQP_SETTINGS = {
     "eps_dual_inf": 1e-7,
     "max_iter": 100_000,  # ~0.4 s here at worst; near-degenerate plans took 23,000
 }
+# ADMM's first step size when a solve ends without a solution: one cold re-solve from 0.01
+# (the setting above). A plan with a whole link's backlog beside a 2e-5 MB arrival ended
+# "solved inaccurate" after 100,000 iterations at 0.1 and solved in 300 at 0.01; of 301
+# random plans 1 failed at 0.1, none at 0.01 (tests/unit/test_replication_control.py).
+RETRY_RHO = 0.01
 
 
 @dataclass(frozen=True)
@@ -129,6 +135,7 @@ class ShareMpc:
         self._scale = max(*weights.buffer, *weights.moves, weights.integral, 1e-12)
         self._p = self._cost_matrix()
         self._a, self._lower, self._upper = self._constraints()
+        self._rho = OSQP_SETTINGS["rho"]
         self._solver = osqp.OSQP()
         self._solver.setup(
             sp.triu(self._p, format="csc"),
@@ -235,21 +242,33 @@ class ShareMpc:
             q[self._s(0, 0) :] = SLACK_LINEAR * max(self.config.weights.buffer) / self._scale
         self._solver.update(q=q, l=lower, u=upper)
         started = time.perf_counter()
-        result = self._solver.solve(raise_error=False)
+        result, solved = self._admm()
+        if not solved:  # a cold re-solve from another step size
+            self._cold_start()
+            self._solver.update_settings(rho=RETRY_RHO)
+            result, solved = self._admm()
+            self._solver.update_settings(rho=self._rho)
         solve_ms = (time.perf_counter() - started) * 1e3
         z = result.x
-        solved = SolverStatus(result.info.status_val) == SolverStatus.OSQP_SOLVED
-        solved = solved and z is not None and bool(np.all(np.isfinite(z)))
         if solved:
             self._solver.warm_start(x=self._shifted(z), y=result.y)
             shares, buffers = self._plan(z)
         else:  # no plan: start the next solve afresh
-            self._solver.warm_start(x=np.zeros(self._n), y=np.zeros(len(self._lower)))
+            self._cold_start()
             shares, buffers = self._hold(previous_shares, buffers_mb, arrivals)
         objective = plan_cost(self.config, shares, buffers, previous_shares, integral_mb)
         status = "optimal" if solved else "failed"
         outcome = Outcome(status, str(result.info.status), objective, solve_ms)
         return MpcSolution(shares, buffers, outcome)
+
+    def _admm(self):
+        """OSQP's result and whether it holds a finite solution."""
+        result = self._solver.solve(raise_error=False)
+        solved = SolverStatus(result.info.status_val) == SolverStatus.OSQP_SOLVED
+        return result, solved and result.x is not None and bool(np.all(np.isfinite(result.x)))
+
+    def _cold_start(self) -> None:
+        self._solver.warm_start(x=np.zeros(self._n), y=np.zeros(len(self._lower)))
 
     def _plan(self, z: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Shares and buffers (MB) from OSQP's solution."""
