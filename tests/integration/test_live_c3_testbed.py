@@ -128,7 +128,7 @@ def test_c3_moves_its_requests_off_a_busy_server(testbed):
 
     async def scenario() -> Counter:
         endpoints = testbed.client_endpoints(SITES[0], agent=False)
-        policy = CountingC3(0, [2, 2, 2], endpoints.nearest_first, n_clients=3)
+        policy = CountingC3(0, [2, 2, 2], endpoints.nearest_first)
         policy.chosen = Counter()
         client = await SiteClient(endpoints, testbed.workload, policy, seed=1).start()
 
@@ -170,24 +170,25 @@ def test_every_replicas_feedback_reaches_the_client_through_the_wan(testbed):
         return client.policy
 
     policy = asyncio.run(scenario())
-    measured = {host for host, (_, service_ms) in policy.latest.items() if service_ms > 0}
-    assert {site for site, _ in measured} == {0, 1, 2}, policy.latest  # every site's arrived
-    assert policy.fed and all(policy.service_ms[host] > 0 for host in policy.fed)
-    assert policy.fed <= {host for host, r in policy.response_ms.items() if r > 0}
+    scores = policy.scores
+    measured = {host for host, (_, service_ms) in scores.latest.items() if service_ms > 0}
+    assert {site for site, _ in measured} == {0, 1, 2}, scores.latest  # every site's arrived
+    assert scores.fed and all(scores.service_ms[host] > 0 for host in scores.fed)
+    assert scores.fed <= scores.known  # fed by the responses of hosts it sent to
 
 
 class HeldC3(C3):
     """C3 whose hosts never have room: every request waits in the backpressure queue."""
 
     def choose(self, rng, now_ms):
-        self._close_windows(now_ms)
+        self.held_until_ms = now_ms + self.interval_ms
         return None
 
 
 def test_requests_held_at_close_fail_instead_of_waiting_forever(testbed):
     async def scenario():
         endpoints = testbed.client_endpoints(SITES[0], agent=False)
-        policy = HeldC3(0, [2, 2, 2], endpoints.nearest_first, n_clients=3)
+        policy = HeldC3(0, [2, 2, 2], endpoints.nearest_first)
         client = SiteClient(endpoints, testbed.workload, policy, seed=3, request_timeout_s=30.0)
         await client.start()
         gets = [asyncio.ensure_future(client.get(b"k:5")) for _ in range(5)]

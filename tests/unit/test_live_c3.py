@@ -10,17 +10,16 @@ import struct
 import numpy as np
 import pytest
 
-from geoslo.errors import InputError
 from geoslo.live._sockdiag import parse_dump
 from geoslo.live.kurma._feedback import ServerCounters, info_counters
-from geoslo.live.kurma._policies import C3, make_policy
+from geoslo.live.kurma._policies import C3, C3Scores
 
 SERVERS = [2, 2, 2]
 NEAREST = [0, 1, 2]
 
 
-def c3(site=0, servers=SERVERS, n_clients=3) -> C3:
-    return C3(site, list(servers), NEAREST, n_clients)
+def c3(site=0, servers=SERVERS) -> C3:
+    return C3(site, list(servers), NEAREST)
 
 
 def answer(policy: C3, host, response_ms: float, queue: float, service_ms: float, now_ms=0.0):
@@ -28,20 +27,22 @@ def answer(policy: C3, host, response_ms: float, queue: float, service_ms: float
     policy.observe(*host, response_ms, now_ms)
 
 
-def test_psi_is_the_papers_ranking_function():
+def test_the_score_is_the_authors_score_trackers():
     policy = c3()
     host = (1, 0)
-    policy.response_ms[host], policy.queue[host], policy.service_ms[host] = 12.0, 4.0, 0.5
+    scores = policy.scores
+    scores.net_response_ms[host], scores.queue[host], scores.service_ms[host] = 11.5, 4.0, 0.5
     policy.outstanding[host] = 2
-    q_hat = 1 + 2 * 3 + 4.0
-    assert policy.psi(host) == pytest.approx(12.0 - 0.5 + q_hat**3 * 0.5)
+    scores.known |= {(0, 0), (1, 0), (2, 0)}  # n: the hosts it has sent to
+    q_hat = 1 + 4.0 + 3 * 2
+    assert policy.score(host) == pytest.approx(11.5 + q_hat**3 * 0.5)
 
 
 def test_with_nothing_known_it_stays_at_its_own_site():
-    policy = c3(site=1, n_clients=3)
+    policy = c3(site=1)
     policy.order = [1, 0, 2]
     rng = np.random.default_rng(0)
-    assert policy.choose(rng, 0.0)[0] == 1  # every psi is 0: ties go to the nearer
+    assert policy.choose(rng, 0.0)[0] == 1  # every score is 0: ties go to the nearer
 
 
 def test_a_long_queue_at_home_sends_requests_to_a_remote_replica():
@@ -55,21 +56,22 @@ def test_a_long_queue_at_home_sends_requests_to_a_remote_replica():
         answer(policy, (2, 0), 20.0, 0.0, 0.4)
         answer(policy, (2, 1), 20.0, 0.0, 0.4)
     chosen = policy.choose(rng, 1.0)
-    assert chosen[0] == 1  # psi 3 - 0.4 + 21^3 * 0.4 at home against 14 - 0.4 + 0.4 remote
+    assert chosen[0] == 1  # 2.6 + 21^3 x 0.4 at home against 13.6 + 0.4 remote
 
 
 def test_feedback_counts_only_when_a_response_of_that_server_arrives():
     policy = c3()
+    scores = policy.scores
     policy.feedback(0, 0, 50.0, 1.0)
-    assert policy.queue[(0, 0)] == 0.0  # nothing arrived: piggybacking carries nothing yet
+    assert scores.queue[(0, 0)] == 0.0  # nothing arrived: piggybacking carries nothing yet
     policy.observe(0, 0, 2.0, 0.0)
-    assert policy.queue[(0, 0)] == 50.0  # a host's first feedback is taken as it is
-    assert policy.service_ms[(0, 0)] == 1.0
-    assert policy.response_ms[(0, 0)] == pytest.approx(0.1 * 2.0)  # EWMA alpha 0.9 from 0
+    assert scores.queue[(0, 0)] == pytest.approx(0.9 * 50.0)  # the new sample's weight 0.9
+    assert scores.service_ms[(0, 0)] == pytest.approx(0.9)
+    assert scores.net_response_ms[(0, 0)] == pytest.approx(0.9 * (2.0 - 1.0))
     policy.feedback(0, 0, 10.0, 3.0)
     policy.observe(0, 0, 2.0, 1.0)
-    assert policy.queue[(0, 0)] == pytest.approx(0.9 * 50.0 + 0.1 * 10.0)
-    assert policy.service_ms[(0, 0)] == pytest.approx(0.9 * 1.0 + 0.1 * 3.0)
+    assert scores.queue[(0, 0)] == pytest.approx(0.1 * 45.0 + 0.9 * 10.0)
+    assert scores.service_ms[(0, 0)] == pytest.approx(0.1 * 0.9 + 0.9 * 3.0)
 
 
 def test_outstanding_requests_rise_on_choice_and_fall_on_answer_or_failure():
@@ -85,59 +87,61 @@ def test_outstanding_requests_rise_on_choice_and_fall_on_answer_or_failure():
     assert not policy.is_up(*second, 100.0)
 
 
-def test_a_host_without_room_in_its_window_is_skipped_and_none_holds_the_request():
+def test_a_host_without_a_token_is_skipped_and_none_holds_the_request_until_one():
     policy = c3(servers=[1, 1, 1])
     rng = np.random.default_rng(3)
-    for host in policy.rate:
-        policy.rate[host] = 2.0
+    for host in policy.tokens:
+        policy.tokens[host] = 2.0  # and 1 token a rate interval (the initial rate)
     chosen = [policy.choose(rng, 0.0) for _ in range(7)]
-    assert chosen[-1] is None  # 3 hosts x 2 a window
+    assert chosen[-1] is None  # 3 hosts x 2 tokens
     assert sum(h is not None for h in chosen) == 6
-    assert policy.held_until_ms == pytest.approx(C3.window_ms)
-    assert policy.choose(rng, C3.window_ms) is not None  # the next window has room
+    assert policy.held_until_ms == pytest.approx(C3.interval_ms)  # one token's refill
+    assert policy.choose(rng, C3.interval_ms) is not None
 
 
 def test_rate_control_follows_the_simulators_kernel():
-    """The same sends and answers per window through the live C3 and the simulator's
-    _c3_window: the same rates, window after window."""
+    """The same acquires and responses through the live C3 and the simulator's C3 rules
+    (_c3_tokens, _c3_receive_tick, _c3_cubic, the authors' RateController): the same
+    tokens, receive rates and sending rates, response after response."""
     from geoslo.sim.kurma import _kernels as K
-    from geoslo.sim.kurma._env import C3_PAPER_TEXT_PARAMS, DEFAULT_POLICY_PARAMS
+    from geoslo.sim.kurma._env import DEFAULT_POLICY_PARAMS as defaults
 
-    defaults = {**DEFAULT_POLICY_PARAMS, **C3_PAPER_TEXT_PARAMS}  # the live client's variant
-
-    params = np.zeros(K.NPP)
-    for attribute, column in (
-        ("beta", K.PP_C3_BETA), ("gamma", K.PP_C3_GAMMA), ("smax", K.PP_C3_SMAX),
-        ("hysteresis_ms", K.PP_C3_HYST_MS), ("min_rate", K.PP_C3_MIN_RATE),
+    for attribute in (
+        "beta", "gamma", "smax", "hysteresis_ms", "min_rate", "max_tokens", "initial_rate",
+        "initial_receive_rate", "receive_alpha", "replicas_per_site",
     ):  # fmt: skip
-        params[column] = defaults[f"c3_{attribute}"]
-        assert getattr(C3, attribute) == params[column]  # the same defaults as the simulator
+        assert getattr(C3, attribute) == defaults[f"c3_{attribute}"]  # the simulator's
+    assert C3.interval_ms == defaults["c3_window_ms"]
+    assert C3Scores.ewma_alpha == defaults["c3_ewma_alpha"]
     policy = c3(servers=[1, 1, 1])
-    gs = np.zeros((1, 3, K.NGS))
-    gs[0, :, K.GS_C3_RATE] = gs[0, :, K.GS_C3_R0] = C3.initial_rate
-    gs[0, :, K.GS_C3_TDEC] = -1e9
+    host = (1, 0)
+    interval, p = C3.interval_ms, defaults
+    tokens, last, rate = C3.max_tokens, 0.0, C3.initial_rate
+    rrate, rslot, rcount = C3.initial_receive_rate, -1e12, 0.0
+    tinc, tdec, rmax = -1e12, -1e12, 0.0
     rng = np.random.default_rng(4)
-    hosts = [(0, 0), (1, 0), (2, 0)]
-    policy.choose(rng, 0.0)  # opens the first window at 0
-    policy.sent[(0, 0)] -= 1
-    policy.outstanding[(0, 0)] -= 1
-    for window in range(1, 60):
-        t = window * C3.window_ms
-        for g, host in enumerate(hosts):
-            sent, received = rng.integers(0, 40), rng.integers(0, 40)
-            policy.sent[host], policy.received[host] = int(sent), int(received)
-            gs[0, g, K.GS_C3_SENT], gs[0, g, K.GS_C3_RECV] = sent, received
-        policy._close_windows(t)
-        K._c3_window(gs, t, params)
-        for g, host in enumerate(hosts):
-            assert policy.rate[host] == pytest.approx(gs[0, g, K.GS_C3_RATE], rel=1e-9)
-
-
-def test_make_policy_gives_c3_one_client_per_site_by_default():
-    assert make_policy("C3", 0, SERVERS, NEAREST).n_clients == 3
-    assert make_policy("C3", 0, SERVERS, NEAREST, n_clients=12).n_clients == 12
-    with pytest.raises(InputError):
-        C3(0, SERVERS, NEAREST, 0)
+    t, rates = 0.0, []
+    for _ in range(3000):
+        t += float(rng.exponential(3.0))
+        if rng.random() < 0.5:  # an acquire, when the bucket has a token
+            have = K._c3_tokens(tokens, last, rate, t, interval, p["c3_max_tokens"])
+            assert policy.tokens_at(host, t) == pytest.approx(have, rel=1e-9)
+            if have >= 1.0:
+                tokens, last = have - 1.0, t
+                policy.tokens[host], policy.token_ms[host] = tokens, t
+        else:  # a response
+            rrate, rslot, rcount = K._c3_receive_tick(
+                rrate, rslot, rcount, math.floor(t / interval), 1.0, p["c3_receive_alpha"]
+            )
+            rate, rmax, tdec, tinc = K._c3_cubic(
+                rate, rrate, math.floor(t), tinc, tdec, rmax, p["c3_beta"], p["c3_gamma"],
+                p["c3_smax"], p["c3_hysteresis_ms"], p["c3_min_rate"],
+            )  # fmt: skip
+            policy._update_rate(host, t)
+            assert policy.receive[host][0] == pytest.approx(rrate, rel=1e-9)
+            assert policy.rate[host] == pytest.approx(rate, rel=1e-9)
+            rates.append(rate)
+    assert min(rates) < C3.initial_rate < max(rates)  # cut and grown
 
 
 # --- the servers' feedback -----------------------------------------------------------------
@@ -200,9 +204,11 @@ def test_server_counters_give_request_size_and_service_time_between_polls():
 
 def test_feedback_from_a_server_not_measured_yet_is_not_taken():
     policy = c3()
+    scores = policy.scores
     policy.feedback(0, 0, 0.0, 0.0)  # the feedback process has not timed the server yet
     policy.observe(0, 0, 2.0, 0.0)
-    assert (0, 0) not in policy.fed
+    assert (0, 0) not in scores.fed and scores.service_ms[(0, 0)] == 0.0
     policy.feedback(0, 0, 4.0, 0.5)
     policy.observe(0, 0, 2.0, 1.0)
-    assert policy.queue[(0, 0)] == 4.0 and policy.service_ms[(0, 0)] == 0.5
+    assert scores.queue[(0, 0)] == pytest.approx(3.6)
+    assert scores.service_ms[(0, 0)] == pytest.approx(0.45)

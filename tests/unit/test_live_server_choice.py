@@ -147,23 +147,24 @@ def test_lowest_psi_ties_first_in_ring_order(psi, chosen):
     assert lowest_psi([0, 1, 2], psi) == chosen
 
 
-def test_c3_ranks_by_psi_from_this_clients_ewmas_and_in_flight():
-    """psi = R - 1/mu + (1 + os * n + q)^3 / mu (C3 §4.1): a server with a long queue
-    loses to one with a short one, and enough of this client's requests in flight turn
-    the ranking around."""
-    choice = ServerChoice("c3", [3], n_clients=2)
+def test_c3_ranks_by_score_from_this_clients_ewmas_and_in_flight():
+    """C3's score R' + (1 + q + n os)^3 / mu (the authors' ScoreTracker): a server with a
+    long queue loses to one with a short one, and enough of this client's requests in
+    flight turn the ranking around."""
+    choice = ServerChoice("c3", [3])
     for server, (response_ms, queue, service_ms) in enumerate(
         [(4.0, 6.0, 1.0), (4.0, 1.0, 1.0), (2.0, 3.0, 1.0)]
     ):
         choice.feedback(0, server, queue, service_ms)
-        choice.observe(0, server, response_ms)  # the first feedback is taken as it is
+        choice.observe(0, server, response_ms)  # the new sample weighs 0.9, from 0
     scores = choice.scores
-    psi = {s: scores.psi((0, s), 0, 2) for s in range(3)}
-    assert psi[1] == pytest.approx(0.1 * 4.0 - 1.0 + 2.0**3 * 1.0)
-    assert sorted(psi, key=psi.get) == [1, 2, 0]
+    score = {s: scores.score((0, s), 0) for s in range(3)}
+    assert score[1] == pytest.approx(0.9 * (4.0 - 1.0) + (1 + 0.9 * 1.0) ** 3 * 0.9)
+    assert sorted(score, key=score.get) == [1, 2, 0]
     down = up_everywhere([3])
     assert choice.choose(0, Scripted(0.0), 0.0, down) == 1
-    choice.in_flight[0][1] = 2  # q_hat 1 + 2 * 2 + 1 = 6: psi 216 - 0.6 > server 2's
+    assert scores.known == {(0, 1)}  # n: the hosts this client has sent to
+    choice.in_flight[0][1] = 2  # q_hat 1 + 0.9 + 1 * 2: 3.9^3 x 0.9 > server 2's
     assert choice.choose(0, Scripted(0.0), 0.0, down) == 2
 
 
@@ -176,7 +177,7 @@ def test_c3_scores_are_the_c3_policys():
         scores.feedback(0, 1, queue, service_ms)
         policy.observe(0, 1, response_ms, 0.0)
         scores.observe(0, 1, response_ms)
-    assert policy.psi((0, 1)) == pytest.approx(scores.psi((0, 1), 0, policy.n_clients))
+    assert policy.score((0, 1)) == pytest.approx(scores.score((0, 1), 0))
 
 
 @pytest.mark.parametrize("name", SERVER_CHOICES)

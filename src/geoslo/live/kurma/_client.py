@@ -35,16 +35,18 @@ import time
 import weakref
 from collections import deque
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 
 from geoslo.errors import ConfigError, TestbedError
 from geoslo.live._backend import Workload, reply_bytes
+from geoslo.live._exchange import read_secret_file, seal
 from geoslo.live._resp import RedisConnection
 from geoslo.live.kurma._client_metrics import ClientMetrics, ClientTotals
 from geoslo.live.kurma._policies import RoutingPolicy, ServerChoice, make_policy
 
-__all__ = ["SiteClient", "StoreEndpoints", "RequestLog"]
+__all__ = ["SiteClient", "StoreEndpoints", "RequestLog", "agent_clients_name"]
 
 DOWN_BACKOFF_MS = 500.0  # a host that refused a connection is skipped this long
 REPLY_OVERHEAD_BYTES = 16  # RESP framing of a reply, for the WAN byte count
@@ -52,6 +54,12 @@ WATCHDOG_FRACTION = 0.1  # deadlines are checked every 10% of the request timeou
 MAX_LOGGED_SITES = (1 << 13) - 1  # a site index fits an int16 beside two flag bits
 DRAW_BLOCK = 1024  # random numbers drawn from numpy at a time (_Draws)
 HELD_TOO_LONG = -1  # the server of a request that timed out in the backpressure queue
+
+
+def agent_clients_name(site: str) -> str:
+    """The name a client's sealed reports are addressed to: the clients' port of ``site``'s
+    agent (a report sealed for one site's agent, or for the exchange, is refused by another)."""
+    return f"kurma-agent-clients:{site}"
 
 
 def _stream(draw):
@@ -198,7 +206,10 @@ class StoreEndpoints:
     plan-following policy stays all-local); ``feedback[j]`` is where site j's feedback
     process is reached from this site (C3 needs them). ``password`` is sent with AUTH and ``tls``
     wraps every connection, when given. ``base_rtt_ms`` (from this site to each) orders
-    the sites nearest first for the policies that need it (None: in the given order)."""
+    the sites nearest first for the policies that need it (None: in the given order).
+    ``agent_secret_file``: the secret the agent's clients port takes (its
+    ``clients_secret_file``): every report is sealed with it (None: sent plain, which an
+    agent with a secret refuses)."""
 
     sites: tuple[str, ...]
     site: str
@@ -208,6 +219,7 @@ class StoreEndpoints:
     tls: ssl.SSLContext | None = None
     base_rtt_ms: tuple[float, ...] | None = None
     feedback: tuple[tuple[str, int], ...] | None = None
+    agent_secret_file: str | None = None
 
     def __post_init__(self) -> None:
         if self.site not in self.sites:
@@ -263,6 +275,11 @@ class SiteClient:
         self._taken = ClientTotals.zero(len(self.sites))  # the totals take_interval last saw
         self._min_by_second: dict[int, list[float]] = {}  # Unix second -> min per destination
         self._reported = False  # an agent has read this client's metrics
+        self._agent_secret = (
+            None
+            if endpoints.agent_secret_file is None
+            else read_secret_file(Path(endpoints.agent_secret_file), "agent_secret_file")
+        )
         self.plans_received = 0
         self._connections: dict[tuple[int, int], RedisConnection] = {}
         self._opening: dict[tuple[int, int], asyncio.Future] = {}  # connections being opened
@@ -295,7 +312,7 @@ class SiteClient:
             raise ConfigError(
                 "feedback", 'server choice "c3" needs every site\'s feedback process, as C3 does'
             )
-        choice = ServerChoice(name, self.policy.servers, self.in_flight, len(self.sites))
+        choice = ServerChoice(name, self.policy.servers, self.in_flight)
         self.policy.set_server_choice(choice)
         self.server_choice = choice
         if choice.needs_feedback and self._started:
@@ -638,6 +655,9 @@ class SiteClient:
             "min_response_ms": [None if not np.isfinite(m) else float(m) for m in mins],
         }
         self._reported = True
+        if self._agent_secret is not None:
+            src = f"client:{self.endpoints.site}"
+            return seal(self._agent_secret, src, agent_clients_name(self.endpoints.site), report)
         return json.dumps(report).encode() + b"\n"
 
     def _lost_agent(self) -> None:

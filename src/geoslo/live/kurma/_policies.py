@@ -13,9 +13,10 @@ and the sockets. The same policies run in the simulator's kernel (``geoslo.sim``
 * ``DynamicSnitch``: Cassandra's DynamicEndpointSnitch (3.x defaults), per client and per
   host, fed by the reads' responses from every replica the client reads from (the
   simulator's ``dynamic_snitch``).
-* ``C3``: Suresh et al. (NSDI 2015), per client: replicas ranked by response time, queue and
-  service time (the servers' feedback, ``_feedback``), each under a cubic rate limiter,
-  with a backpressure queue when none has room.
+* ``C3``: Suresh et al. (NSDI 2015) as its authors' code has it, per client: replicas
+  ranked by response time, queue and service time (the servers' feedback, ``_feedback``),
+  each under a token bucket whose rate follows the cubic rule, with a backpressure queue
+  when none has a token.
 
 Every policy but C3 chooses a *site*; the *server* inside it is the policy's own (above)
 unless a :class:`ServerChoice` is set (``set_server_choice``): then the policy picks the
@@ -460,40 +461,46 @@ class DynamicSnitch(RoutingPolicy):
 
 
 class C3Scores:
-    """C3's view of every host from one client (§4.1), shared by the C3 policy and the
-    "c3" server choice: the response time R, the queue q and the service time 1/mu, each
-    an EWMA (alpha 0.9) updated when a response arrives, q and 1/mu from the server's
-    latest feedback (``_feedback``) from the host's first feedback on."""
+    """C3's view of every host from one client, as the authors' ScoreTracker has it
+    (github.com/lalithsuresh/cassandra-c3; NSDI 2015 §4.1; the simulator's
+    ``_c3_score``): per host, EWMAs (the new sample's weight ``ewma_alpha``) of the
+    response time less the service time R', the queue q and the service time 1/mu, updated
+    when a response arrives, q and 1/mu from the server's latest feedback once it has
+    measured the server; n is the hosts this client has sent a request to."""
 
-    ewma_alpha = 0.9
+    ewma_alpha = 0.9  # ScoreTracker.ALPHA
 
     def __init__(self, hosts: list[tuple[int, int]]) -> None:
         zero = dict.fromkeys(hosts, 0.0)
-        self.response_ms, self.queue, self.service_ms = dict(zero), dict(zero), dict(zero)
+        self.net_response_ms, self.queue, self.service_ms = dict(zero), dict(zero), dict(zero)
         self.latest: dict[tuple[int, int], tuple[float, float]] = {}  # host -> (q, 1/mu ms)
-        self.fed: set[tuple[int, int]] = set()  # hosts whose feedback has counted once
+        self.fed: set[tuple[int, int]] = set()  # hosts whose feedback has counted
+        self.known: set[tuple[int, int]] = set()  # hosts sent a request: C3's n
 
     def feedback(self, site: int, server: int, queue: float, service_ms: float) -> None:
         """The server's latest feedback; it counts when one of its responses arrives."""
         self.latest[(site, server)] = (queue, service_ms)
 
+    def sent(self, host: tuple[int, int]) -> None:
+        """A request went to ``host`` (the first one adds it to n)."""
+        self.known.add(host)
+
     def observe(self, site: int, server: int, response_ms: float) -> None:
         """One response from the host (``response_ms`` from when it was sent)."""
         host, a = (site, server), self.ewma_alpha
-        self.response_ms[host] = a * self.response_ms[host] + (1 - a) * response_ms
         queue, service_ms = self.latest.get(host, (0.0, 0.0))
+        net = response_ms - service_ms
+        self.net_response_ms[host] = a * net + (1 - a) * self.net_response_ms[host]
         if service_ms > 0:  # the server's feedback, once it has measured the server
-            if host in self.fed:
-                queue = a * self.queue[host] + (1 - a) * queue
-                service_ms = a * self.service_ms[host] + (1 - a) * service_ms
-            self.queue[host], self.service_ms[host] = queue, service_ms
+            self.queue[host] = a * queue + (1 - a) * self.queue[host]
+            self.service_ms[host] = a * service_ms + (1 - a) * self.service_ms[host]
             self.fed.add(host)
 
-    def psi(self, host: tuple[int, int], outstanding: int, n_clients: int) -> float:
-        """psi = R - 1/mu + q_hat^3 / mu, q_hat = 1 + os * n + q (§4.1)."""
-        q_hat = 1.0 + outstanding * n_clients + self.queue[host]
-        service = self.service_ms[host]
-        return self.response_ms[host] - service + q_hat**3 * service
+    def score(self, host: tuple[int, int], outstanding: int) -> float:
+        """ScoreTracker.getScore: R' + (1 + q + n os)^3 / mu, os this client's requests
+        in flight at the host."""
+        q_hat = 1.0 + self.queue[host] + max(len(self.known), 1) * outstanding
+        return self.net_response_ms[host] + q_hat**3 * self.service_ms[host]
 
 
 # --- the server inside the chosen site (the second level) ----------------------------------
@@ -559,7 +566,7 @@ class ServerChoice:
     is sent, one less on its reply, failure or timeout); pass the client's lists so every
     request counts. "c3" ranks by :class:`C3Scores`, fed by the client from the servers'
     feedback (``feedback``) and the responses (``observe``), without C3's rate limiter
-    and backpressure; ``n_clients`` is its n (0: one client per site)."""
+    and backpressure."""
 
     replicas_per_site = 3  # Kurma section 7: RF 3 in each datacenter
 
@@ -568,7 +575,6 @@ class ServerChoice:
         name: str,
         servers_per_site: list[int],
         in_flight: list[list[int]] | None = None,
-        n_clients: int = 0,
     ) -> None:
         self.name = check_server_choice(name)
         self.servers = list(servers_per_site)
@@ -577,7 +583,6 @@ class ServerChoice:
         if [len(counts) for counts in in_flight] != self.servers:
             raise ConfigError("in_flight", "give one count per server of every site")
         self.in_flight = in_flight
-        self.n_clients = n_clients or len(self.servers)
         self.cursor = [0] * len(self.servers)  # round robin: one per site
         self.needs_feedback = name == "c3"
         self._hosts = [[(j, s) for s in range(n)] for j, n in enumerate(self.servers)]
@@ -622,13 +627,10 @@ class ServerChoice:
         return power_of_two(candidates, self.in_flight[site], rng.random(), rng.random())
 
     def _c3(self, site: int, candidates: Sequence[int], rng) -> int:
-        counts, hosts, psi, n = (
-            self.in_flight[site],
-            self._hosts[site],
-            self.scores.psi,
-            self.n_clients,
-        )
-        return lowest_psi(candidates, {s: psi(hosts[s], counts[s], n) for s in candidates})
+        counts, hosts, score = self.in_flight[site], self._hosts[site], self.scores.score
+        server = lowest_psi(candidates, {s: score(hosts[s], counts[s]) for s in candidates})
+        self.scores.sent(hosts[server])
+        return server
 
     def feedback(self, site: int, server: int, queue: float, service_ms: float) -> None:
         """A server's feedback ("c3" only)."""
@@ -640,64 +642,51 @@ class ServerChoice:
 
 
 class C3(RoutingPolicy):
-    """C3 (Suresh et al., NSDI 2015), one per client as the original, with the simulator's
-    parameters (``geoslo.sim.kurma``, ``c3_*``).
+    """C3 (Suresh et al., NSDI 2015), one per client, as the authors' Cassandra 2.0.12 code
+    has it (github.com/lalithsuresh/cassandra-c3, package org.apache.cassandra.c3), with the
+    simulator's rules and defaults (``geoslo.sim.kurma``, ``c3_*``; docs/kurma.md).
 
-    §4.1, replica ranking: every host's response time R, queue q and service time 1/mu
-    are exponentially weighted (alpha 0.9) from each response and the server's feedback
-    it carries (q and 1/mu start at a host's first feedback: the simulator starts 1/mu at
-    the backend's known mean, which a live client does not know); a request goes to the
-    lowest psi = R - 1/mu + q_hat^3 / mu with q_hat = 1 + os * n + q (os: this client's
-    requests outstanding at the host, n: the clients) among the key's replicas:
-    ``replicas_per_site`` consecutive servers of every site from a random start (every
-    site's, nearest first, ties to the nearer; the simulator's go to the lower index).
-    §4.3, rate control: per host at most ``rate`` requests a 20 ms window; at a window's
-    end, a host that returned fewer than it was sent has its rate cut by beta (at most
-    once per hysteresis), otherwise it grows on the cubic gamma (t - T - K)^3 + R0 by at
-    most smax. When no replica has room, ``choose`` returns None: the client holds the
-    request in its backpressure queue, in order, until the next window."""
+    Replica ranking (§4.1, ScoreTracker): the lowest :class:`C3Scores` score among the
+    key's replicas, ``replicas_per_site`` consecutive servers of every site from a random
+    start, this site's first (ties to the earlier). Rate control (§4.3, RateController),
+    per host: a token bucket (``max_tokens``) refilled at ``rate`` tokens a rate interval;
+    on every response a slotted receive rate (the interval's count, weight
+    ``receive_alpha``) and the cubic update: a sending rate above the receive rate is cut
+    to ``beta`` x rate unless it rose within ``hysteresis_ms``, one below moves up the cubic
+    by at most ``smax``. A replica without a token is skipped; when none has one,
+    ``choose`` returns None and the client holds the request in its backpressure queue, in
+    order, until ``held_until_ms`` (the first of those replicas' next token)."""
 
     needs_feedback = True
-    window_ms = 20.0
-    beta = 0.2
-    gamma = 2e-5
-    smax = 10.0
-    hysteresis_ms = 40.0
-    replicas_per_site = 3
-    initial_rate = 1000.0
-    min_rate = 1.0
+    interval_ms = 20.0  # Config.c3_rate_interval_ms
+    beta = 0.2  # RateController.CUBIC_BETA
+    gamma = 4e-6  # RateController.CUBIC_C, per ms^3
+    smax = 10.0  # RateController.CUBIC_SMAX, tokens a rate interval
+    hysteresis_ms = 80.0  # CUBIC_HYSTERISIS_FACTOR 4 x the interval
+    replicas_per_site = 3  # Kurma section 7: RF 3 in each datacenter
+    initial_rate = 1.0  # new SimpleRateLimiter(1, ...): tokens a rate interval
+    min_rate = 0.1  # updateCubicSendingRate: Math.max(rate * CUBIC_BETA, 0.1)
+    max_tokens = 200.0  # Config.c3_rate_limiter_max_tokens
+    initial_receive_rate = 100.0  # RateController.RECEIVE_RATE_INITIAL, a rate interval
+    receive_alpha = 0.9  # SlottedRateTracker.ALPHA, the closed slot's count's weight
 
-    def __init__(
-        self, site: int, servers_per_site: list[int], proximity: list[int], n_clients: int
-    ) -> None:
+    def __init__(self, site: int, servers_per_site: list[int], proximity: list[int]) -> None:
         super().__init__(site, servers_per_site)
-        if n_clients < 1:
-            raise InputError("n_clients", f"must be >= 1, got {n_clients}")
-        self.n_clients = n_clients
         self.order = [site] + [j for j in proximity if j != site]  # this site first
         hosts = [(j, s) for j, n in enumerate(self.servers) for s in range(n)]
         self.scores = C3Scores(hosts)
-        scores = self.scores  # the same dicts, under C3's names
-        self.response_ms, self.queue, self.service_ms = (
-            scores.response_ms,
-            scores.queue,
-            scores.service_ms,
-        )
-        self.latest, self.fed = scores.latest, scores.fed  # host -> (q, 1/mu ms); fed once
         self.outstanding = dict.fromkeys(hosts, 0)
         self.rate = dict.fromkeys(hosts, self.initial_rate)
-        self.rate_before_cut = dict.fromkeys(hosts, self.initial_rate)
-        self.cut_at_ms = dict.fromkeys(hosts, -math.inf)
-        self.sent, self.received = dict.fromkeys(hosts, 0), dict.fromkeys(hosts, 0)
-        self.window_end_ms: float | None = None
+        self.tokens = dict.fromkeys(hosts, self.max_tokens)
+        self.token_ms = dict.fromkeys(hosts, 0.0)  # the last acquire
+        self.receive = {h: (self.initial_receive_rate, -math.inf, 0.0) for h in hosts}
+        self.rmax = dict.fromkeys(hosts, 0.0)  # the rate before the last cut
+        self.cut_ms = dict.fromkeys(hosts, -math.inf)
+        self.rise_ms = dict.fromkeys(hosts, -math.inf)
+        self.held_until_ms = -math.inf
 
-    @property
-    def held_until_ms(self) -> float:
-        """When a held request may be tried again: the current window's end."""
-        return self.window_end_ms if self.window_end_ms is not None else -math.inf
-
-    def psi(self, host: tuple[int, int]) -> float:
-        return self.scores.psi(host, self.outstanding[host], self.n_clients)
+    def score(self, host: tuple[int, int]) -> float:
+        return self.scores.score(host, self.outstanding[host])
 
     def set_server_choice(self, choice: ServerChoice | None) -> None:
         if choice is not None:
@@ -705,23 +694,37 @@ class C3(RoutingPolicy):
                 "server_choice", "C3 chooses the server itself (both levels): leave it unset"
             )
 
+    def tokens_at(self, host: tuple[int, int], now_ms: float) -> float:
+        """SimpleRateLimiter's tokens at ``now_ms``: refilled at the rate in force."""
+        refilled = self.tokens[host] + self.rate[host] / self.interval_ms * (
+            now_ms - self.token_ms[host]
+        )
+        return min(refilled, self.max_tokens)
+
     def choose(self, rng: np.random.Generator, now_ms: float) -> tuple[int, int] | None:
-        self._close_windows(now_ms)
         start = rng.random()
-        best, best_psi = None, math.inf
+        best, best_score, waits = None, math.inf, []
         for j in self.order:
             n = self.servers[j]
             first = min(int(start * n), n - 1)
             for k in range(min(self.replicas_per_site, n)):
                 host = (j, (first + k) % n)
-                if not self.is_up(*host, now_ms) or self.sent[host] >= self.rate[host]:
+                if not self.is_up(*host, now_ms):
                     continue
-                psi = self.psi(host)
-                if psi < best_psi:
-                    best, best_psi = host, psi
-        if best is not None:
-            self.sent[best] += 1
-            self.outstanding[best] += 1
+                tokens = self.tokens_at(host, now_ms)
+                if tokens < 1.0:
+                    waits.append((1.0 - tokens) * self.interval_ms / self.rate[host])
+                    continue
+                score = self.score(host)
+                if score < best_score:
+                    best, best_score = host, score
+        if best is None:
+            self.held_until_ms = now_ms + min(waits, default=self.interval_ms)
+            return None
+        self.tokens[best] = self.tokens_at(best, now_ms) - 1.0
+        self.token_ms[best] = now_ms
+        self.outstanding[best] += 1
+        self.scores.sent(best)
         return best
 
     def feedback(self, site: int, server: int, queue: float, service_ms: float) -> None:
@@ -732,7 +735,30 @@ class C3(RoutingPolicy):
         host = (site, server)
         self.scores.observe(site, server, response_ms)
         self._settled(host)
-        self.received[host] += 1
+        self._update_rate(host, now_ms)
+
+    def _update_rate(self, host: tuple[int, int], now_ms: float) -> None:
+        """RateController.updateMetrics on a response: the receive rate's slot, then the
+        cubic update of the sending rate against it."""
+        rate, slot, count = self.receive[host]
+        now_slot = math.floor(now_ms / self.interval_ms)
+        count += 1.0 if now_slot - slot < 2 else 0.0  # after a gap the response is not counted
+        if now_slot > slot:
+            rate, slot, count = (
+                self.receive_alpha * count + (1 - self.receive_alpha) * rate,
+                now_slot,
+                0.0,
+            )
+        self.receive[host] = (rate, slot, count)
+        send, t_ms = self.rate[host], math.floor(now_ms)
+        if send > rate and t_ms - self.rise_ms[host] > self.hysteresis_ms:
+            self.rate[host] = max(send * self.beta, self.min_rate)
+            self.rmax[host], self.cut_ms[host] = send, t_ms
+        elif send < rate:
+            k = (self.rmax[host] * self.beta / self.gamma) ** (1 / 3)
+            cubic = self.gamma * (t_ms - self.cut_ms[host] - k) ** 3 + self.rmax[host]
+            self.rate[host] = min(cubic, send + self.smax)
+            self.rise_ms[host] = t_ms
 
     def failed(self, site: int, server: int, until_ms: float) -> None:
         super().failed(site, server, until_ms)
@@ -741,47 +767,23 @@ class C3(RoutingPolicy):
     def _settled(self, host: tuple[int, int]) -> None:
         self.outstanding[host] = max(self.outstanding[host] - 1, 0)
 
-    def _close_windows(self, now_ms: float) -> None:
-        """The cubic rate update at every window's end (§4.3), the counts then reset."""
-        if self.window_end_ms is None:
-            self.window_end_ms = now_ms + self.window_ms
-        if now_ms < self.window_end_ms:
-            return
-        for host, rate in self.rate.items():
-            if self.sent[host] > self.received[host]:
-                if now_ms - self.cut_at_ms[host] >= self.hysteresis_ms:
-                    self.rate_before_cut[host] = rate
-                    self.rate[host] = max(rate * (1 - self.beta), self.min_rate)
-                    self.cut_at_ms[host] = now_ms
-            else:
-                r0 = self.rate_before_cut[host]
-                k = (self.beta * r0 / self.gamma) ** (1 / 3)
-                target = self.gamma * (now_ms - self.cut_at_ms[host] - k) ** 3 + r0
-                if target > rate:
-                    self.rate[host] = rate + min(target - rate, self.smax)
-            self.sent[host] = self.received[host] = 0
-        while self.window_end_ms <= now_ms:
-            self.window_end_ms += self.window_ms
-
 
 def make_policy(
     name: str,
     site: int,
     servers_per_site: list[int],
     proximity: list[int],
-    n_clients: int = 0,
     server_choice: str | None = None,
 ):
-    """A policy by its name in the paper (one of ``POLICY_NAMES``); ``n_clients`` is C3's
-    n, the clients sharing the servers (0: one per site). ``server_choice`` (one of
-    ``SERVER_CHOICES``) picks the server inside the policy's site (None: its own)."""
-    policy = _policy(name, site, servers_per_site, proximity, n_clients)
+    """A policy by its name in the paper (one of ``POLICY_NAMES``); ``server_choice`` (one
+    of ``SERVER_CHOICES``) picks the server inside the policy's site (None: its own)."""
+    policy = _policy(name, site, servers_per_site, proximity)
     if server_choice is not None:
-        policy.set_server_choice(ServerChoice(server_choice, servers_per_site, None, n_clients))
+        policy.set_server_choice(ServerChoice(server_choice, servers_per_site))
     return policy
 
 
-def _policy(name: str, site: int, servers_per_site: list[int], proximity, n_clients: int):
+def _policy(name: str, site: int, servers_per_site: list[int], proximity):
     if name == "AllLocal":
         return RatesPolicy(site, servers_per_site, follows_plan=False)
     if name in ("KurmaPerf", "KurmaCost"):
@@ -793,5 +795,5 @@ def _policy(name: str, site: int, servers_per_site: list[int], proximity, n_clie
     if name == "DynamicSnitch":
         return DynamicSnitch(site, servers_per_site, proximity, seed=site)
     if name == "C3":
-        return C3(site, servers_per_site, proximity, n_clients or len(servers_per_site))
+        return C3(site, servers_per_site, proximity)
     raise InputError("policy", f"unknown policy {name!r}; use one of {', '.join(POLICY_NAMES)}")
