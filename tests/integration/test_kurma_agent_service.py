@@ -90,6 +90,8 @@ peers = {{ {peer} = "127.0.0.1:{ports[peer]["exchange"]}" }}
 exchange_listen = "127.0.0.1:{ports[site]["exchange"]}"
 clients_listen = "127.0.0.1:{ports[site]["clients"]}"
 servers = ["127.0.0.1:{ports[site]["redis"]}"]
+servers_password_file = "{files["password"]}"
+servers_tls_ca_file = "{files["ca"]}"
 secret_file = "{files["secret"]}"
 model_file = "{files["model"]}"
 max_one_way_ms = 5
@@ -115,7 +117,16 @@ def test_agents_from_their_own_configs_steer_clients_of_stores_they_did_not_star
     secret.chmod(0o600)
     logs = tmp_path / "logs"
     logs.mkdir()
-    files = {"secret": secret, "model": mm1_model(tmp_path / "model.npz"), "logs": logs}
+    password = tmp_path / "redis.password"
+    password.write_text(PASSWORD + "\n")
+    password.chmod(0o600)
+    files = {
+        "secret": secret,
+        "model": mm1_model(tmp_path / "model.npz"),
+        "logs": logs,
+        "password": password,
+        "ca": cert,
+    }
     started: list[ManagedProcess] = []
     try:
         for site in SITES:
@@ -148,6 +159,8 @@ def test_agents_from_their_own_configs_steer_clients_of_stores_they_did_not_star
         assert sum(since) >= 0.75 * len(since), rounds
         counted = metrics[site]
         assert counted[("geoslo_intervals_total", (("system", "kurma"),))] >= 2  # the runtime's
+        # the clients' counts were checked against the stores' INFO, read over TLS with AUTH
+        assert counted[("geoslo_kurma_reports_checked", ())] == 1.0
         served = counted[("geoslo_kurma_requests_total", (("dst", site),))]  # the agent's
         assert served > 0
         # the agent reads its client's cumulative histograms and counts each request once

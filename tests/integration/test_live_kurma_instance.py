@@ -23,6 +23,7 @@ from geoslo.control.kurma import KurmaModel, save_model
 from geoslo.dist import LatencyDistribution
 from geoslo.live._exchange import MAX_MESSAGE_BYTES, read_secret_file, seal
 from geoslo.live.kurma import InstanceConfig, Testbed, TestbedSpec, start_instance
+from geoslo.live.kurma._client import agent_clients_name
 from geoslo.live.kurma._client_metrics import ClientMetrics
 from geoslo.live.kurma._instance import SECRET_FILE
 from geoslo.models import SloSurface, mmc_violation_surface
@@ -131,9 +132,10 @@ class Peer:
         await asyncio.gather(self._reading, self.writer.wait_closed(), return_exceptions=True)
 
 
-async def local_client(port: int) -> None:
+async def local_client(port: int, secret: bytes) -> None:
     """London's client: answers each collection with its Prometheus metrics, London's
-    demand for one more interval served locally within the SLO."""
+    demand for one more interval served locally within the SLO (sealed with the testbed's
+    clients key, as the testbed's clients seal theirs)."""
     reader, writer = await asyncio.open_connection("127.0.0.1", port)
     metrics = ClientMetrics(SITES, slo_ms=30.0)
     first = True
@@ -150,7 +152,7 @@ async def local_client(port: int) -> None:
                     "metrics": metrics.exposition(), "min_response_ms": [1.0, None, None],
                 }  # fmt: skip
                 first = False
-                writer.write(json.dumps(answer).encode() + b"\n")
+                writer.write(seal(secret, "client:London", agent_clients_name("London"), answer))
     finally:
         writer.close()
 
@@ -271,6 +273,7 @@ def test_exchange_and_metrics_answer_during_a_slow_solve(testbed, tmp_path):
         interval_s=INTERVAL_S, quantum_fraction=2e-5, solve_time_limit_s=5.0,
     )  # fmt: skip
     ends = testbed.sites["London"]
+    clients_secret = read_secret_file(Path(testbed.clients_secret_file()))
     log_path = run_dir / "kurma-london-rounds.jsonl"
     scrapes: list[tuple[float, float]] = []  # (unix s sent, seconds to answer)
     stop_scraping = threading.Event()
@@ -293,7 +296,9 @@ def test_exchange_and_metrics_answer_during_a_slow_solve(testbed, tmp_path):
 
     async def main() -> tuple[dict, Peer]:
         backend = await asyncio.start_server(lambda r, w: w.close(), "127.0.0.1", ends.servers[0])
-        client = asyncio.get_running_loop().create_task(local_client(ends.agent_local_port))
+        client = asyncio.get_running_loop().create_task(
+            local_client(ends.agent_local_port, clients_secret)
+        )
         states = {site: await Peer(secret, site).connect(ends.agent_port) for site in SITES[1:]}
         prober = await Peer(secret, "Ireland").connect(ends.agent_port)
         deadline = time.monotonic() + 90

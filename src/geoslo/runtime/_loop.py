@@ -6,7 +6,9 @@ Failure semantics: an observation that raises or outlasts ``observe_timeout_s``,
 that raises or ends ``failed``, and an apply that raises or outlasts ``apply_timeout_s``
 each keep the plan in force, count ``geoslo_errors_total{kind}`` and log one line; the
 loop goes on. A step cannot be cancelled (it runs in a thread), so it is not timed out:
-``/healthz`` turns 503 when no interval completes for three intervals plus the timeouts.
+``/healthz`` turns 503 when no interval completes for three intervals plus the timeouts,
+and while the environment says it is degraded (an optional ``degraded_reasons()``: the
+reasons are logged as a warning when they change, and ``--once`` exits 5).
 """
 
 from __future__ import annotations
@@ -31,9 +33,10 @@ from geoslo.runtime._log import ServiceLog
 from geoslo.runtime._metrics import Health, Metrics
 from geoslo.runtime._service import Service
 
-__all__ = ["IntervalReport", "ServiceLoop", "serve", "ONCE_FAILED_EXIT"]
+__all__ = ["IntervalReport", "ServiceLoop", "serve", "ONCE_DEGRADED_EXIT", "ONCE_FAILED_EXIT"]
 
 ONCE_FAILED_EXIT = 3  # `geoslo run --once`: the one interval counted an error
+ONCE_DEGRADED_EXIT = 5  # `geoslo run --once`: no error, but the environment was degraded
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)  # SIGHUP: its terminal closed
 _FAILED = object()  # an observation that did not come
 _STOPPED = object()  # a self-paced observation given up at stop()
@@ -50,6 +53,7 @@ class IntervalReport:
     applied: bool = False
     objective: float | None = None
     errors: list[str] = field(default_factory=list)
+    degraded: list[str] = field(default_factory=list)  # the environment's reasons
 
 
 class ServiceLoop:
@@ -84,6 +88,8 @@ class ServiceLoop:
         self.health = Health(stale_after_s)
         self.interval = 0
         self.failed_intervals = 0  # intervals that counted at least one error
+        self.degraded_intervals = 0  # intervals whose environment reported a degradation
+        self._degraded: list[str] = []  # the last interval's reasons (logged on change)
         self.dry_run = dry_run
         self.plan_file = None if settings.plan_file is None else Path(settings.plan_file)
         self.plan_in_force: dict[str, Any] | None = None  # what /plan answers
@@ -154,7 +160,10 @@ class ServiceLoop:
                 await self._apply(plan, report)
         self.metrics.intervals.labels(self.service.system).inc()
         self.failed_intervals += bool(report.errors)
-        self.health.completed(report.status)
+        report.degraded = self._degraded_reasons()
+        self.degraded_intervals += bool(report.degraded)
+        self.health.completed(report.status, report.degraded)
+        extra = {"degraded": report.degraded} if report.degraded else {}
         self.log.emit(
             "interval",
             interval=report.interval,
@@ -163,8 +172,27 @@ class ServiceLoop:
             decide_ms=report.decide_ms,
             objective=report.objective,
             errors=report.errors,
+            **extra,
         )
+        if report.degraded != self._degraded:
+            if report.degraded:
+                self.log.emit(
+                    "degraded", level="warning", interval=report.interval, reasons=report.degraded
+                )
+            else:
+                self.log.emit("recovered", interval=report.interval)
+            self._degraded = report.degraded
         return report
+
+    def _degraded_reasons(self) -> list[str]:
+        """What the environment (``degraded_reasons()``, optional) says is wrong now."""
+        reasons = getattr(self.service.environment, "degraded_reasons", None)
+        if reasons is None:
+            return []
+        try:
+            return [str(reason) for reason in reasons()]
+        except Exception as error:  # the health check must not end the loop
+            return [f"degraded_reasons() failed: {_describe(error)}"]
 
     async def _observe(self, report: IntervalReport) -> Any:
         try:
@@ -288,7 +316,8 @@ def serve(
     log_stream: TextIO | None = None,
 ) -> int:
     """Run ``config``'s service with its HTTP endpoints until it stops; the exit status
-    (0: stopped cleanly; ``ONCE_FAILED_EXIT``: ``--once`` and its interval had an error).
+    (0: stopped cleanly; ``ONCE_FAILED_EXIT``: ``--once`` and its interval had an error;
+    ``ONCE_DEGRADED_EXIT``: ``--once`` and its environment reported a degradation).
     SIGTERM, SIGINT or SIGHUP stops it after the current interval; a second one exits at
     once."""
     system = config.system.name
@@ -312,10 +341,17 @@ def serve(
             asyncio.run(_run_with_signals(loop, log))
         finally:
             server.close()
-            log.emit("stopped", intervals=loop.interval, failed_intervals=loop.failed_intervals)
+            log.emit(
+                "stopped",
+                intervals=loop.interval,
+                failed_intervals=loop.failed_intervals,
+                degraded_intervals=loop.degraded_intervals,
+            )
     finally:
         bridge.close()
-    return ONCE_FAILED_EXIT if once and loop.failed_intervals else 0
+    if once and loop.failed_intervals:
+        return ONCE_FAILED_EXIT
+    return ONCE_DEGRADED_EXIT if once and loop.degraded_intervals else 0
 
 
 def _start_server(config: RunConfig, loop: ServiceLoop, log: ServiceLog) -> MetricsServer:

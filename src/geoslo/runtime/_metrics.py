@@ -99,22 +99,30 @@ class Health:
         self.stale_after_s = stale_after_s
         self.intervals = 0
         self.last_status = "starting"
+        self.degraded: list[str] = []
         self._last_s = time.monotonic()  # the start counts as the first mark
 
-    def completed(self, status: str) -> None:
+    def completed(self, status: str, degraded: list[str] | None = None) -> None:
+        """An interval completed with ``status``; ``degraded``: what its environment found
+        wrong (empty or None: nothing)."""
         self.intervals += 1
         self.last_status = status
+        self.degraded = list(degraded or ())
         self._last_s = time.monotonic()
 
     def report(self) -> tuple[int, dict[str, Any]]:
-        """The HTTP status and the JSON body of ``/healthz``."""
+        """The HTTP status and the JSON body of ``/healthz``: 503 when stale, or when the
+        last interval was degraded (the reasons in ``degraded``)."""
         age_s = time.monotonic() - self._last_s
-        ok = age_s <= self.stale_after_s
+        fresh = age_s <= self.stale_after_s
+        status = "ok" if fresh and not self.degraded else ("degraded" if fresh else "stale")
         body = {
-            "status": "ok" if ok else "stale",
+            "status": status,
             "intervals": self.intervals,
             "last_interval_age_s": round(age_s, 3),
             "last_status": self.last_status,
             "stale_after_s": self.stale_after_s,
         }
-        return (200 if ok else 503), body
+        if self.degraded:
+            body["degraded"] = list(self.degraded)
+        return (200 if status == "ok" else 503), body

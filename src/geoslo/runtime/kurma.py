@@ -198,6 +198,20 @@ class AgentSettings(BaseModel):
         None,
         description=SERVER_CHOICE_HELP + " Sent to every client of the site as it connects.",
     )
+    clients_secret_file: str | None = Field(
+        None,
+        description="The secret the site's clients seal their reports with (32+ bytes, "
+        "owner-only; may be secret_file itself); required when clients_listen is beyond "
+        "loopback. None: plain reports, loopback only.",
+    )
+    servers_password_file: str | None = Field(
+        None,
+        description="The stores' AUTH password (owner-only file): the agent reads their INFO "
+        "to check the clients' counts.",
+    )
+    servers_tls_ca_file: str | None = Field(
+        None, description="The CA of the stores' TLS certificates: INFO is read over TLS."
+    )
 
 
 # --- the model -------------------------------------------------------------------------------
@@ -334,6 +348,9 @@ def _agent(c: ControllerSettings, e: AgentSettings, interval_s: float):
         log_dir=e.log_dir,
         slo_ms=c.slo_ms,
         server_choice=e.server_choice,
+        clients_secret_file=e.clients_secret_file,
+        servers_password_file=e.servers_password_file,
+        servers_tls_ca_file=e.servers_tls_ca_file,
     )
     if c.objective == "none":
         return None, KurmaAgentEnvironment(spec)
@@ -363,9 +380,32 @@ def _build_agent(c: ControllerSettings, e: AgentSettings, interval_s: float) -> 
             f"redirect_fraction:{e.site}->{dst}": float(plan.row[j]) for j, dst in enumerate(sites)
         },
         observation_gauges=lambda r: _observation_gauges(sites, r.measurements),
-        plan_record=lambda plan: {"sites": list(sites), "row": plan.row.round(6).tolist()},
+        plan_record=lambda plan: agent_plan_record(sites, e.site, interval_s, e.epoch_unix_s, plan),
         collectors=(environment.metrics.registry,),
     )
+
+
+def agent_plan_record(
+    sites: tuple[str, ...], site: str, interval_s: float, epoch_unix_s: float, plan
+) -> dict[str, Any]:
+    """An agent's plan for ``/plan``, the log and the dry run: this site's row (``row[j]``:
+    the share of its requests sent to ``sites[j]``), the round it is for and that round's
+    time (§6: ``epoch + round * interval``), its status and where it came from (``source``:
+    solve, views_disagree or failover)."""
+    source = "failover" if plan.failover else "solve"
+    if plan.views_disagree is not None:
+        source = "views_disagree"
+    k = plan.round
+    return {
+        "sites": list(sites),
+        "site": site,
+        "row": plan.row.round(6).tolist(),
+        "round": k,
+        "round_unix_s": None if k is None else epoch_unix_s + k * interval_s,
+        "status": plan.outcome.status,
+        "solver_status": plan.outcome.solver_status,
+        "source": source,
+    }
 
 
 class _MeasureOnly:

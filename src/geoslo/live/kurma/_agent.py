@@ -37,10 +37,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import logging
 import math
 import multiprocessing
 import os
 import signal
+import ssl
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -72,7 +74,10 @@ from geoslo.live._exchange import (
     read_secret_file,
     seal,
 )
+from geoslo.live._processes import is_loopback
+from geoslo.live._resp import RedisConnection
 from geoslo.live._tasks import cancel_and_wait
+from geoslo.live.kurma._client import agent_clients_name
 from geoslo.live.kurma._client_metrics import ClientTotals, read_exposition
 
 __all__ = [
@@ -81,6 +86,8 @@ __all__ = [
     "AgentSpec",
     "KurmaAgentController",
     "KurmaAgentEnvironment",
+    "checked_scale",
+    "failover_row",
     "measurements_from_states",
     "views_agree",
 ]
@@ -91,6 +98,11 @@ COLLECT_TIMEOUT_S = 0.015  # clients are local: their reports come back within t
 HEALTH_TIMEOUT_S = 0.2
 STALE_ROUNDS = 1  # a state from the previous round still counts (late by < one interval)
 SKIPPED = "the previous round's solve still runs"
+SILENT_ROUNDS = 2  # a client that answered none of this many collections is reported
+COUNT_SLACK_FRACTION = 0.1  # client counts may exceed the stores' by this much (timing)
+COUNT_SLACK_REQUESTS = 20.0  # and by this many (the agent's own INFO and AUTH, skew)
+MIN_CHECKED_SHARE = 0.05  # a local share below this bounds the demand too loosely to check
+_log = logging.getLogger("geoslo.kurma.agent")
 
 
 @dataclass(frozen=True)
@@ -114,6 +126,9 @@ class AgentSpec:
     log_dir: str | None = None  # round log and probe log (None: none written)
     slo_ms: float = 30.0
     server_choice: str | None = None  # what the clients are told (None: they keep their own)
+    clients_secret_file: str | None = None  # reports sealed with it (None: plain, loopback)
+    servers_password_file: str | None = None  # AUTH for INFO on this site's stores
+    servers_tls_ca_file: str | None = None  # TLS to this site's stores, verified by this CA
 
     def __post_init__(self) -> None:
         if self.server_choice is not None:
@@ -125,6 +140,13 @@ class AgentSpec:
             raise ConfigError("peers", f"give the address of every other site: {sorted(others)}")
         if not self.servers:
             raise ConfigError("servers", "give at least one of this site's servers")
+        host = self.clients_listen[0]
+        if self.clients_secret_file is None and not is_loopback(host):
+            raise ConfigError(
+                "clients_secret_file",
+                f"clients_listen on {host} (beyond loopback) needs a clients_secret_file: "
+                "anybody reaching it could report demand and move every site's plan",
+            )
 
 
 class _Metrics:
@@ -188,6 +210,20 @@ class _Metrics:
         )
         self.states_received = counter(
             "states_received", "State messages received from each site", ("site",)
+        )
+        self.clients_rejected = counter(
+            "clients_rejected", "Client reports refused (their connection closed)", ("reason",)
+        )
+        for reason in REJECT_REASONS:
+            self.clients_rejected.labels(reason=reason)
+        self.report_scale = gauge(
+            "report_scale",
+            "Factor the last round's client counts were scaled by to what the stores executed",
+        )
+        self.report_scale.set(1.0)
+        self.reports_checked = gauge(
+            "reports_checked",
+            "1 if the last round's client counts were checked against the stores' INFO",
         )
         self.exchange_rejected = Counter(
             "geoslo_exchange_rejected",
@@ -314,17 +350,21 @@ class AgentRound:
     agreed: bool
     views: dict[int, list[bool] | None]
     record: dict[str, Any] = field(default_factory=dict)
+    own_requests: np.ndarray | None = None  # this site's clients' requests by destination
 
 
 @dataclass(frozen=True)
 class AgentPlan:
     """What this site's clients are told: its row of the routing, and where it came from
-    (a solve, or the all-local row of a round whose views disagreed)."""
+    (a solve, the all-local row of a round whose views disagreed, or the failover row of a
+    round that found this site's own stores down), and the round it is for."""
 
     row: np.ndarray
     outcome: Outcome
     solved: _Solved | None = None
     views_disagree: dict[int, list[bool] | None] | None = None
+    round: int | None = None
+    failover: bool = False
 
 
 class KurmaAgentController:
@@ -344,11 +384,22 @@ class KurmaAgentController:
     def step(self, observation: AgentRound) -> AgentPlan:
         """The plan of one round: all-local if the views disagree (the partition rule),
         else a solve; a failed solve raises (the runtime keeps the plan in force), and a
-        dead solver process is replaced (its controller's history is lost)."""
+        dead solver process is replaced (its controller's history is lost). A round that
+        found this site's own stores down sends its clients elsewhere (:func:`failover_row`),
+        whatever the views: all-local would fail every request."""
+        m, k = observation.measurements, observation.round
+        if not m.available[self.me]:
+            served_rps = np.asarray(m.requests, dtype=float).sum(axis=0) / m.duration_s
+            if observation.own_requests is not None:  # our clients' failover traffic
+                served_rps += np.asarray(observation.own_requests, dtype=float) / m.duration_s
+            capacity = np.asarray(self.model.capacity_rps, dtype=float) * m.capacity_share
+            row = failover_row(self.me, m.available, capacity, served_rps)
+            outcome = Outcome("feasible", "local stores down: failover")
+            return AgentPlan(row, outcome, round=k, failover=True)
         if not observation.agreed:
             row = np.eye(len(self.model.sites))[self.me]
             outcome = Outcome("feasible", "views disagree: all local")
-            return AgentPlan(row, outcome, views_disagree=observation.views)
+            return AgentPlan(row, outcome, views_disagree=observation.views, round=k)
         try:
             solved = self._solver.step(observation.measurements, self.me)
         except (EOFError, OSError) as error:
@@ -358,7 +409,7 @@ class KurmaAgentController:
                 f"the solver process ended ({type(error).__name__}); restarted"
             ) from None
         outcome = Outcome(solved.status, solved.status, None, solved.solve_s * 1e3)
-        return AgentPlan(solved.fractions_row, outcome, solved)
+        return AgentPlan(solved.fractions_row, outcome, solved, round=k)
 
     def close(self) -> None:
         self._solver.close()
@@ -381,6 +432,28 @@ class KurmaAgentEnvironment:
         self.offset_s = dissemination_offset_s(np.array([spec.max_one_way_ms]))
         self.secret = read_secret_file(Path(spec.secret_file), "secret_file")
         self.opener = Opener(self.secret, spec.site)
+        self.clients_opener = (
+            None
+            if spec.clients_secret_file is None
+            else Opener(
+                read_secret_file(Path(spec.clients_secret_file), "clients_secret_file"),
+                agent_clients_name(spec.site),
+            )
+        )
+        self.servers_password = (
+            None
+            if spec.servers_password_file is None
+            else _read_password(Path(spec.servers_password_file))
+        )
+        self.servers_tls = (
+            None
+            if spec.servers_tls_ca_file is None
+            else ssl.create_default_context(cafile=spec.servers_tls_ca_file)
+        )
+        self._store_connections: dict[int, RedisConnection] = {}
+        self._executed_before: list[float | None] = [None] * len(spec.servers)
+        self._share_min: float | None = None  # the least local share in force this interval
+        self._clients_rejected_since: dict[str, int] = {}
         self.metrics = _Metrics()
         self.clients: dict[asyncio.StreamWriter, asyncio.Queue] = {}
         self.leftover_reports: list[dict] = []
@@ -392,6 +465,14 @@ class KurmaAgentEnvironment:
         self.view: list[bool] | None = None  # the sites available in the last round
         self.estimate_row = np.zeros(self.n)  # Omega_ij at the planned loads, own row
         self.last_expected = 0.0  # Kurma's expected violations of the last interval's redirects
+        self.problems: list[str] = []  # what degraded the last round (degraded_reasons)
+        self._store_problems: list[str] = []
+        self._count_problems: list[str] = []
+        self._last_scale = 1.0
+        self._current_share: float | None = None  # this site's local share in force
+        self._client_problems: list[str] = []
+        self._rejected_since: dict[str, int] = {}  # exchange rejections since the last round
+        self._client_rounds: dict[asyncio.StreamWriter, list[int]] = {}  # [joined, answered]
         self._ready: AgentRound | None = None  # a round not yet observed
         self._unlogged: AgentRound | None = None  # observed, its plan not applied yet
         self._round_done = asyncio.Event()
@@ -410,6 +491,11 @@ class KurmaAgentEnvironment:
         if self.solver is not None:
             await asyncio.to_thread(self.solver.wait_ready)
         await self._listen("clients_listen", self._on_client)
+        warning = clients_listen_warning(
+            self.spec.clients_listen[0], self.clients_opener is not None
+        )
+        if warning is not None:
+            _log.warning(warning)
         loop = asyncio.get_running_loop()
         self._tasks = [loop.create_task(self._link(j)) for j in range(self.n) if j != self.me]
         self._tasks += [loop.create_task(self._probe_loop()), loop.create_task(self._rounds())]
@@ -452,6 +538,9 @@ class KurmaAgentEnvironment:
         self._servers.clear()
         for writer in [*self.peers.values(), *self.clients]:
             writer.close()
+        for connection in self._store_connections.values():
+            await connection.close()
+        self._store_connections.clear()
         if self.solver is not None:
             self.solver.close()  # a solve still running ends with its process
         self._flush_unlogged()
@@ -463,6 +552,7 @@ class KurmaAgentEnvironment:
     # --- peers -------------------------------------------------------------------------------
     def _reject(self, reason: str) -> None:
         self.metrics.exchange_rejected.labels(reason=reason).inc()
+        self._rejected_since[reason] = self._rejected_since.get(reason, 0) + 1
 
     async def _on_peer(self, reader, writer) -> None:
         """Messages from other instances: their state, or a probe to echo. A message that
@@ -574,20 +664,37 @@ class KurmaAgentEnvironment:
             site = {"type": "site", "server_choice": self.spec.server_choice}
             writer.write(json.dumps(site).encode() + b"\n")
         self.clients[writer] = replies
+        self._client_rounds[writer] = [self._round_now(), -1]
         zero = ClientTotals.zero(self.n)
         last: ClientTotals | None = None
         with contextlib.suppress(OSError, ValueError, KeyError, TypeError, asyncio.CancelledError):
             while line := await reader.readline():
-                report = json.loads(line)
+                report = self._open_report(line)
+                if report is None:
+                    break
                 totals = read_exposition(report["metrics"], self.sites, self.spec.slo_ms)
                 earlier = last if last is not None else (zero if report["first"] else totals)
                 report["counts"], last = totals - earlier, totals
                 await replies.put(report)
         self.clients.pop(writer, None)
         self.client_demand.pop(writer, None)
+        self._client_rounds.pop(writer, None)
         while not replies.empty():  # a closing client's last report: counted next round
             self.leftover_reports.append(replies.get_nowait())
         writer.close()
+
+    def _open_report(self, line: bytes) -> dict | None:
+        """A client's report: the line itself, or with a clients secret the body of a line
+        sealed with it and addressed to this agent's clients port (None: refused, counted)."""
+        if self.clients_opener is None:
+            return json.loads(line)
+        try:
+            return self.clients_opener.open(line).body
+        except Rejected as rejected:
+            self.metrics.clients_rejected.labels(reason=rejected.reason).inc()
+            since = self._clients_rejected_since
+            since[rejected.reason] = since.get(rejected.reason, 0) + 1
+            return None
 
     async def _collect(self, k: int) -> dict:
         """Ask every local client for its counts of the interval; sum what comes back."""
@@ -596,11 +703,22 @@ class KurmaAgentEnvironment:
             writer.write(message)
         reports, self.leftover_reports = self.leftover_reports, []
         demand = np.zeros(2)
+        silent = 0
         for writer, replies in list(self.clients.items()):
             answered = await _reports_until(replies, k, COLLECT_TIMEOUT_S)
             reports += answered
             self.client_demand[writer] = client_demand(answered, k, self.client_demand.get(writer))
             demand += self.client_demand[writer]
+            rounds = self._client_rounds.get(writer)
+            if rounds is not None:
+                if any(report.get("round") == k for report in answered):
+                    rounds[1] = k
+                silent += client_silent(rounds[0], rounds[1], k)
+        self._client_problems = (
+            [f"{silent} registered client(s) sent no report for {SILENT_ROUNDS} rounds or more"]
+            if silent
+            else []
+        )
         counts, mins = ClientTotals.zero(self.n), np.full(self.n, np.inf)
         for report in reports:
             counts = counts + report["counts"]
@@ -615,13 +733,73 @@ class KurmaAgentEnvironment:
             "min_response_ms": mins,
         }
 
-    async def _servers_up(self) -> int:
-        """How many local servers accept a connection. A liveness check, not a PING: an
+    async def _servers_up(self) -> list[bool]:
+        """Whether each local server accepts a connection. A liveness check, not a PING: an
         overloaded server answers a PING only after its queue, which is not a failure."""
         up = await asyncio.gather(*(_accepts(host, port) for host, port in self.spec.servers))
-        return sum(up)
+        return list(up)
+
+    async def _executed_commands(self) -> float | None:
+        """Commands this site's stores executed since the last round (``INFO stats``'
+        ``total_commands_processed``, a restarted store's from zero), or None when a
+        store's could not be read now or then (the reports are not checked this round)."""
+        counts = await asyncio.gather(*(self._commands(i) for i in range(len(self.spec.servers))))
+        total: float | None = 0.0
+        for i, count in enumerate(counts):
+            before, self._executed_before[i] = self._executed_before[i], count
+            if count is None or before is None or total is None:
+                total = None
+                continue
+            total += count - before if count >= before else count
+        return total
+
+    async def _commands(self, i: int) -> float | None:
+        host, port = self.spec.servers[i]
+        try:
+            connection = self._store_connections.get(i)
+            if connection is None or connection.closed:
+                connection = await RedisConnection.open(
+                    port, host, HEALTH_TIMEOUT_S, password=self.servers_password,
+                    tls=self.servers_tls,
+                )  # fmt: skip
+                self._store_connections[i] = connection
+            async with asyncio.timeout(HEALTH_TIMEOUT_S):
+                info = await connection.command(b"INFO", b"stats")
+            return _info_field(info, "total_commands_processed")
+        except (TimeoutError, OSError, TestbedError, ValueError):
+            connection = self._store_connections.pop(i, None)
+            if connection is not None:
+                await connection.close()
+            return None
+
+    def _checked(self, report: dict, executed: float | None, all_up: bool) -> dict:
+        """The round's client counts, scaled down to what the stores executed when they
+        claim more (:func:`checked_scale`): a client may lie, the stores' counters do not."""
+        share, self._share_min = self._share_min, self._current_share
+        local = float(report["requests"][self.me] - report["errors"][self.me])
+        scale = checked_scale(report["arrivals"], local, executed, share if all_up else None)
+        self._count_problems = []
+        self._last_scale = scale
+        self.metrics.report_scale.set(scale)
+        self.metrics.reports_checked.set(float(executed is not None))
+        if scale >= 1.0:
+            return report
+        self._count_problems = [
+            f"client reports exceed what the local stores executed ({report['arrivals']:.0f} "
+            f"arrivals and {local:.0f} local requests claimed, {executed:.0f} commands "
+            f"executed): counts scaled by {scale:.3f}"
+        ]
+        checked = dict(report)
+        for key in ("arrivals", "writes", "requests", "violations", "errors", "wan_bytes"):
+            checked[key] = report[key] * scale
+        return checked
 
     # --- rounds ------------------------------------------------------------------------------
+    def _round_now(self) -> int:
+        """The round whose collection comes next."""
+        interval, epoch = self.spec.interval_s, self.spec.epoch_unix_s
+        return int((time.time() + self.offset_s - epoch) // interval) + 1
+
     async def _rounds(self) -> None:
         interval, epoch = self.spec.interval_s, self.spec.epoch_unix_s
         k = int((time.time() + self.offset_s - epoch) // interval) + 1
@@ -634,7 +812,16 @@ class KurmaAgentEnvironment:
             k = max(k + 1, int((time.time() + self.offset_s - epoch) // interval) + 1)
 
     async def _disseminate(self, k: int) -> dict:
-        report, servers_up = await asyncio.gather(self._collect(k), self._servers_up())
+        report, up, executed = await asyncio.gather(
+            self._collect(k), self._servers_up(), self._executed_commands()
+        )
+        servers_up = sum(up)
+        report = self._checked(report, executed, all(up))
+        self._store_problems = [
+            f"local store {host}:{port} does not accept connections"
+            for (host, port), ok in zip(self.spec.servers, up, strict=True)
+            if not ok
+        ]
         state = {
             "type": "state",
             "site": self.me,
@@ -678,6 +865,16 @@ class KurmaAgentEnvironment:
         m = measurements_from_states(self.states, k, self.n, self.spec.interval_s)
         agreed, views = views_agree(self.states, m.available, self.view, self.me)
         self.view = m.available.tolist()
+        rejected, self._rejected_since = self._rejected_since, {}
+        refused, self._clients_rejected_since = self._clients_rejected_since, {}
+        self.problems = [
+            *self._store_problems,
+            *peer_problems(self.states, k, self.sites, self.me),
+            *([f"exchange: rejected {_counts(rejected)} since the last round"] if rejected else []),
+            *([f"clients: refused {_counts(refused)} since the last round"] if refused else []),
+            *self._client_problems,
+            *self._count_problems,
+        ]
         record = {
             "round": k,
             "t_unix_s": time.time(),
@@ -689,6 +886,10 @@ class KurmaAgentEnvironment:
             },
             "expected_redirect_violations": self.last_expected,
         }
+        if self._last_scale < 1.0:
+            record["report_scale"] = self._last_scale
+        if self.problems:
+            record["degraded"] = list(self.problems)
         for j, site in enumerate(self.sites):
             self.metrics.site_available.labels(site=site).set(float(m.available[j]))
             self.metrics.demand_rps.labels(site=site).set(m.arrivals[j] / m.duration_s)
@@ -697,10 +898,17 @@ class KurmaAgentEnvironment:
             self._ready.record["skipped"] = SKIPPED
             self.metrics.solves_skipped.inc()
             self._log(self._ready.record)
-        self._ready = AgentRound(k, m, agreed, views, record)
+        own_requests = np.asarray(own["requests"], dtype=float)
+        self._ready = AgentRound(k, m, agreed, views, record, own_requests)
         self._round_done.set()
 
     # --- the runtime's contract ----------------------------------------------------------------
+    def degraded_reasons(self) -> list[str]:
+        """What is wrong as of the last round (empty: nothing): a local store that does not
+        accept connections, a peer unavailable, exchange messages rejected, a registered
+        client that reports nothing. The runtime turns ``/healthz`` 503 while any holds."""
+        return list(self.problems)
+
     async def observe(self) -> AgentRound:
         """The newest round not yet observed (waiting for the next one if none is)."""
         self._flush_unlogged()
@@ -719,6 +927,9 @@ class KurmaAgentEnvironment:
         message = json.dumps({"type": "plan", "fractions": row.tolist()}).encode() + b"\n"
         for writer in list(self.clients):
             writer.write(message)
+        self._current_share = float(row[self.me]) / max(float(row.sum()), 1e-12)
+        share = self._current_share
+        self._share_min = share if self._share_min is None else min(self._share_min, share)
         for j, site in enumerate(self.sites):
             self.metrics.redirect_fraction.labels(dst=site).set(float(row[j]))
         entry = {"fractions": row.tolist(), "enforced_unix_s": time.time()}
@@ -726,6 +937,8 @@ class KurmaAgentEnvironment:
             self.metrics.view_disagreements.inc()
             self.estimate_row = np.zeros(self.n)
             entry["views_disagree"] = {self.sites[j]: v for j, v in plan.views_disagree.items()}
+        if plan.failover:
+            entry["failover"] = "local stores down"
         if plan.solved is not None:
             entry.update(self._publish(plan.solved))
         if self._unlogged is not None:
@@ -812,6 +1025,114 @@ def views_agree(
         if j != me and now[j]:
             views[j] = state.get("view")
     return all(view == now for view in views.values()), views
+
+
+def failover_row(
+    me: int, available: np.ndarray, capacity_rps: np.ndarray, served_rps: np.ndarray
+) -> np.ndarray:
+    """This site's row when its own stores are down (§9 keeps a failed site out of the
+    plan, but its clients live on): nothing local; each available other site in proportion
+    to its room, its capacity (``capacity_rps``, already scaled by its servers up) less what
+    it served in the last interval (``served_rps``); by capacity if none has room left (a
+    slow answer beats a failed one). All-local only when no other site is available."""
+    n = len(available)
+    others = np.asarray(available, dtype=bool).copy()
+    others[me] = False
+    if not others.any():
+        return np.eye(n)[me]
+    capacity = np.where(others, np.asarray(capacity_rps, dtype=float), 0.0)
+    room = np.maximum(capacity - np.asarray(served_rps, dtype=float), 0.0)
+    weights = room if room.sum() > 0 else capacity
+    if weights.sum() <= 0:  # no capacity known: evenly
+        weights = others.astype(float)
+    return weights / weights.sum()
+
+
+def peer_problems(states: dict[int, dict], k: int, sites: Sequence[str], me: int) -> list[str]:
+    """Why each other site is unavailable in round ``k`` (:func:`measurements_from_states`'s
+    rule), one line each: nothing heard, nothing since an old round, or its stores down."""
+    problems = []
+    for j, site in enumerate(sites):
+        if j == me:
+            continue
+        state = states.get(j)
+        if state is None:
+            problems.append(f"peer {site}: no state received (unreachable, or another key)")
+        elif state["round"] < k - STALE_ROUNDS:
+            problems.append(f"peer {site}: no state since round {state['round']}")
+        elif not state["backend_up"]:
+            problems.append(f"peer {site}: its stores are down")
+    return problems
+
+
+def checked_scale(
+    arrivals: float, local_requests: float, executed: float | None, local_share: float | None
+) -> float:
+    """The factor (at most 1) a round's client counts are scaled by so that they claim no
+    more than this site's stores executed (``executed`` commands; None: unknown, no check).
+    A request served locally is at least one command: ``local_requests`` (answered ones)
+    may not exceed ``executed``. With a row in force whose local share was at least
+    ``local_share`` all interval (None: no row, or a store down), the clients sent that
+    share of their arrivals locally: ``arrivals`` may not exceed ``executed / local_share``.
+    Both with :data:`COUNT_SLACK_FRACTION` and :data:`COUNT_SLACK_REQUESTS` of slack.
+    ``executed`` also counts other sites' propagated writes: a bound, not a measurement."""
+    if executed is None:
+        return 1.0
+
+    def allowed(bound: float) -> float:
+        return bound * (1.0 + COUNT_SLACK_FRACTION) + COUNT_SLACK_REQUESTS
+
+    scale = 1.0
+    if local_requests > allowed(executed):
+        scale = min(scale, executed / local_requests)
+    if local_share is not None and local_share >= MIN_CHECKED_SHARE:
+        bound = executed / local_share
+        if arrivals > allowed(bound):
+            scale = min(scale, bound / arrivals)
+    return max(scale, 0.0)
+
+
+def clients_listen_warning(host: str, sealed: bool) -> str | None:
+    """The warning an agent logs for its clients' port (None: loopback, nothing to say)."""
+    if is_loopback(host):
+        return None
+    how = "sealed reports only (clients_secret_file)" if sealed else "UNSEALED reports"
+    return f"clients_listen on {host} is reachable beyond loopback: it takes {how}"
+
+
+def _read_password(path: Path) -> str:
+    """The stores' AUTH password: the first line of an owner-only file."""
+    try:
+        mode, text = path.stat().st_mode, path.read_text()
+    except OSError as error:
+        raise ConfigError(
+            "servers_password_file", f"cannot read {path}: {error.strerror}"
+        ) from None
+    if mode & 0o077:
+        raise ConfigError("servers_password_file", f"{path} is readable by others; chmod 600")
+    return text.strip()
+
+
+def _info_field(info: object, name: str) -> float:
+    """One numeric field of an ``INFO`` reply (ValueError if it is not there)."""
+    text = info.decode() if isinstance(info, bytes) else str(info)
+    for line in text.splitlines():
+        key, _, value = line.partition(":")
+        if key == name:
+            return float(value)
+    raise ValueError(f"INFO has no {name}")
+
+
+def client_silent(joined_round: int, answered_round: int, k: int) -> bool:
+    """Whether a client registered before round ``joined_round`` (its first collection) has
+    answered none of the last :data:`SILENT_ROUNDS` collections up to round ``k`` (one late
+    answer on a busy machine is not silence)."""
+    last = max(answered_round, joined_round - 1)
+    return k - last >= SILENT_ROUNDS
+
+
+def _counts(rejected: dict[str, int]) -> str:
+    return ", ".join(f"{count} {reason}" for reason, count in sorted(rejected.items()))
 
 
 def _is_count(value: object) -> bool:

@@ -84,6 +84,7 @@ def agent_config(testbed: Testbed, config: InstanceConfig) -> str:
         "clients_listen": f"{host}:{ends.agent_local_port}",
         "servers": [f"{host}:{port}" for port in ends.servers],
         "secret_file": config.exchange_secret_file,
+        "clients_secret_file": testbed.clients_secret_file(),
         "model_file": config.model_path,
         "max_one_way_ms": testbed.max_one_way_ms(),
         "epoch_unix_s": testbed.epoch_unix_s,

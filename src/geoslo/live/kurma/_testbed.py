@@ -38,6 +38,7 @@ import numpy as np
 from geoslo.errors import ConfigError, DependencyError, TestbedError
 from geoslo.live._backend import QueryWork, SleepWork, Workload
 from geoslo.live._cgroup import cpu_limit_reason, limit_cpu, remove_group
+from geoslo.live._exchange import create_secret_file
 from geoslo.live._gobuild import go_program
 from geoslo.live._processes import (
     ManagedProcess,
@@ -77,6 +78,7 @@ __all__ = [
 DEFAULT_SITES = ("Toronto", "Montreal", "Washington-DC")
 KURMA_SITES = ("London", "Ireland", "Frankfurt")  # Kurma §7, Table 2 base RTT ranges
 AUTH_CONFIG = "redis-auth.conf"  # the servers' requirepass (namespaces form)
+CLIENTS_SECRET_FILE = "kurma-clients.key"  # the clients' reports to their agent are sealed
 # A server's group is weighted as the live experiment's (cpu_priority): its quota, not the
 # machine's other work, sets its capacity.
 SERVER_CPU_WEIGHT = 8
@@ -281,7 +283,13 @@ class Testbed:
             None,
             tuple(float(x) for x in self.base_rtt_ms(time.time())[sites.index(site)]),
             self._feedback_addresses(site),
+            agent_secret_file=self.clients_secret_file() if agent else None,
         )
+
+    def clients_secret_file(self) -> str:
+        """The secret the testbed's clients seal their reports to their agent with (made
+        on first use, in the state folder; the agents' ``clients_secret_file``)."""
+        return str(create_secret_file(self.state_dir / CLIENTS_SECRET_FILE))
 
     def _feedback_addresses(self, src: str) -> tuple[tuple[str, int], ...] | None:
         """Where a client at ``src`` reaches every site's feedback process (WAN if remote)."""
