@@ -357,6 +357,7 @@ async def add_and_remove_under_load(testbed) -> tuple[list[str], list]:
     return await workload.violations(), [*added, *removed]
 
 
+@pytest.mark.slow  # a master added and one drained under load (the kill tests beside it stay short)
 def test_no_acked_write_is_lost_while_a_master_is_added_and_one_removed(tmp_path):
     with cluster_of(tmp_path) as testbed:
         violations, results = asyncio.run(add_and_remove_under_load(testbed))

@@ -50,6 +50,8 @@ def test_after_a_close_an_open_anywhere_reads_the_latest_blocks(policy, tmp_path
     assert all(results)
 
 
+# a migration with each propagation mode end to end (the writers' tests cover the store)
+@pytest.mark.slow
 def test_proactive_propagation_is_faster_after_migration_and_on_demand_moves_less(
     tmp_path,
 ) -> None:

@@ -226,7 +226,10 @@ def test_bad_peers_are_dropped_and_counted_and_good_peers_still_get_in(testbed, 
     [
         ({}, "127.0.0.1", "127.0.0.1"),
         ({"exchange_host": "127.0.0.2"}, "127.0.0.2", "127.0.0.1"),
-        ({"metrics_host": "127.0.0.3"}, "127.0.0.1", "127.0.0.3"),
+        # the metrics listener moved alone (the runtime binds it as every service's): slow set
+        pytest.param(
+            {"metrics_host": "127.0.0.3"}, "127.0.0.1", "127.0.0.3", marks=pytest.mark.slow
+        ),
     ],
 )
 def test_the_instance_listens_on_loopback_unless_configured(
@@ -263,6 +266,7 @@ RESPONSIVE_FRACTION = 0.1  # answers within 10% of the solve's own duration (mea
 # whose compiled kernels hold the interpreter lock, stalls it for 40%)
 
 
+@pytest.mark.slow  # waits for a solve of seconds, several times
 def test_exchange_and_metrics_answer_during_a_slow_solve(testbed, tmp_path):
     """A 3-site problem at a 0.002% quantum takes seconds to solve; meanwhile probes are
     echoed and /metrics answers, each within a fraction of that solve's duration."""

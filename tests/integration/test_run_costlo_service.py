@@ -98,8 +98,11 @@ def _recorded_pids(state_dir: Path) -> list[int]:
 
 @pytest.mark.parametrize(
     "engine, flags",
-    [("redis", ()), ("redis", ("--dry-run",)), ("s3", ())],
-    ids=["apply", "dry-run", "s3-apply"],
+    [  # a dry run on the testbed: the slow set (test_run_on_the_simulator has one)
+        pytest.param("redis", (), id="apply"),
+        pytest.param("redis", ("--dry-run",), id="dry-run", marks=pytest.mark.slow),
+        pytest.param("s3", (), id="s3-apply"),
+    ],
 )
 def test_run_on_the_testbed_stops_everything_it_started(tmp_path, needs_redis, engine, flags):
     skip_without_engine(engine)
@@ -155,6 +158,9 @@ def test_the_client_library_issues_the_plans_configuration(tmp_path, needs_redis
     assert pids and not any(process_alive(pid) for pid in pids)  # close() waited for them
 
 
+# the S3 engine's whole testbed under geoslo run (test_cli_testbed and test_costlo_user_s3
+# cover the engine briefly)
+@pytest.mark.slow
 def test_the_s3_testbed_observes_every_region_and_serves_the_plans_second(tmp_path):
     """On S3 every region's agent measures pairs and pings, the loop takes the closest
     other region as the second (§5.2), and the client reaches the plan's second region:

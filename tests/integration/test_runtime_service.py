@@ -173,6 +173,7 @@ class _Sink:
         pass
 
 
+@pytest.mark.slow  # thousands of intervals
 def test_memory_stays_bounded_over_thousands_of_intervals():
     """2,500 intervals of the MPC on the simulated link (7 simulated hours): after a warm-up
     the traced memory grows by less than 100 bytes an interval (keeping each interval's

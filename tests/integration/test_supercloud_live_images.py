@@ -74,6 +74,7 @@ def move_the_ensemble(policy: str, state_dir) -> tuple[list, list]:
     return asyncio.run(scenario())
 
 
+@pytest.mark.slow  # a follow-the-sun day of image moves
 @pytest.mark.timeout(600)
 def test_each_image_follows_its_node_and_proactive_propagation_serves_it_there(
     testbed_ok, tmp_path

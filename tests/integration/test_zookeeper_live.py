@@ -37,6 +37,9 @@ def _served_in_both_sites(run, start_s: float, end_s: float) -> bool:
     return all(sum(run.throughput_ops_per_s[site][window]) > 0 for site in (SITE_A, SITE_B))
 
 
+# three reconfigurations across the emulated WAN (the own-ensemble and run tests move
+# ensembles briefly)
+@pytest.mark.slow
 @pytest.mark.integration
 @pytest.mark.timeout(150)
 def test_3_step_moves_the_leader_to_tokyo(can_run, tmp_path) -> None:

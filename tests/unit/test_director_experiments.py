@@ -119,6 +119,7 @@ def test_the_units_check_counts_as_the_paper_does_under_one_name_on_every_seed()
     assert list(check_done({**summary, "serving_over_ideal": 1.1})) == list(checks)
 
 
+@pytest.mark.slow  # reruns the whole quick reproduction
 def test_the_quick_reproduction_writes_its_report(tmp_path):
     index = reproduce(tmp_path, quick=True, workers=1)
     text = index.read_text()
