@@ -143,7 +143,9 @@ def test_peers_lost_or_rejected_and_silent_clients_show_and_clear(tmp_path):
     said = [reason for r in warnings for reason in r["reasons"]]
     for text in ("sent no report", "peer West: no state since", "unauthenticated"):
         assert any(text in reason for reason in said), (text, said)
-    assert len([r for r in records if r["event"] == "recovered"]) >= 3
+    # recovered once the client left and once West came back (the start may or may not be
+    # degraded: West's first state can arrive before East's first round ends)
+    assert len([r for r in records if r["event"] == "recovered"]) >= 2
 
 
 def test_once_exits_5_on_a_degraded_interval_naming_the_store(tmp_path):
