@@ -188,8 +188,13 @@ def test_the_library_loop_drives_the_live_link_from_its_measurements(tmp_path, c
     # close() took down what start() brought up; the reader's requests were answered
     assert not {pair.tx, pair.rx} & namespaces()
     assert env.sites is None and env.egress is not None
+    # over its one connection the reader's replies come in order: the unanswered requests
+    # are the last ones, still queued behind the application's share when the load stopped
+    # (a fifth of them on a machine at load 8), never one in the middle
     waits = [w for _, w in env.request_logs["reader"]]
-    assert len(waits) > 100 and sum(w is not None for w in waits) > 0.9 * len(waits)
+    answered = [w is not None for w in waits]
+    assert sum(answered) > 100, len(waits)
+    assert answered == sorted(answered, reverse=True), answered
 
 
 def test_prio_runs_on_the_same_environment_as_strict_priority(tmp_path, can_run):
@@ -224,16 +229,22 @@ def test_prio_runs_on_the_same_environment_as_strict_priority(tmp_path, can_run)
     decision, rates, window = asyncio.run(run())
     assert decision.allocation.mode == "priority" and decision.outcome.status == "feasible"
     assert [rates[c][1] for c in CLASS_IDS] == [0, 1, 2]
-    sent_mbps = window.measurement.sent_mb * 8 / 3.0
-    capacity = spec.capacity_mbps
-    assert sent_mbps[0] > 0.85 * 12.0  # all the application asks for
-    # the rest, less HTB's headers; half of it, as in the loop test, unless the stream had
+    measured = window.measurement
+    sent_mbps, asked_mbps = measured.sent_mb * 8 / 3.0, measured.arrived_mb * 8 / 3.0
+    capacity = spec.capacity_mbps * 0.96  # less HTB's headers
+    # all the application asked for in the window (its reader's requests as they fell due:
+    # 12 Mbps, or less when the reader waited for the CPU: at load 8 the application once
+    # sent nothing in the window), and more while it caught up
+    assert sent_mbps[0] >= 0.85 * min(asked_mbps[0], capacity), (sent_mbps, asked_mbps)
+    # replication: half of what the application left, as in the loop test, unless it had
     # nothing waiting: on a busy machine the master's stream waits for the CPU, not for the
     # link (0.38 and 1.49 Mbps of 7.7 with qemu and other tests beside it, its backlog
     # empty); what PRIO must not do is hold back a replication stream that has a backlog
-    backlogged = window.measurement.buffers_mb[1] > 1.0
-    assert sent_mbps[1] > 0.5 * (capacity - 12.0) * 0.96 or not backlogged, (
-        sent_mbps, window.measurement.buffers_mb
+    # (the application catching up once took 19.3 Mbps of the 20, and replication nothing)
+    backlogged = measured.buffers_mb[1] > 1.0
+    assert sent_mbps[1] > 0.5 * (capacity - sent_mbps[0]) or not backlogged, (
+        sent_mbps,
+        measured.buffers_mb,
     )
     assert sent_mbps[2] < 0.1 * capacity  # the image waits behind both
     assert window.measurement.buffers_mb[2] > 10.0
