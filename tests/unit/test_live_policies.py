@@ -94,6 +94,25 @@ def test_all_zero_row_routes_everything_local(site):
     assert {s for s, _ in hosts} == {site}
 
 
+@pytest.mark.parametrize(
+    ("row", "expected"),
+    [([0.5, 0.3, 0.2], [0.0, 0.6, 0.4]), ([1.0, 0.0, 0.0], [0.0, 0.5, 0.5])],
+)
+def test_a_plan_follower_whose_own_servers_are_down_sends_its_share_to_the_remote_sites(
+    row, expected
+):
+    """Until its agent's next row (issue 42): by the row's remote weights, else evenly."""
+    policy = rates(row=row)
+    for server in range(SERVERS[0]):
+        policy.mark_down(0, server, 1_000.0)
+    split = site_split(draw_hosts(policy, 20_000, now_ms=500.0, seed=5), 3)
+    np.testing.assert_allclose(split, expected, atol=0.015)
+    all_local = make_policy("AllLocal", 0, SERVERS, [0, 1, 2])  # a baseline keeps its rule
+    for server in range(SERVERS[0]):
+        all_local.mark_down(0, server, 1_000.0)
+    assert {s for s, _ in draw_hosts(all_local, 500, now_ms=500.0)} == {0}
+
+
 def test_remote_site_whose_servers_are_all_down_gets_nothing_and_its_share_goes_local():
     policy = rates(row=[0.5, 0.3, 0.2])
     until_ms = 1_000.0

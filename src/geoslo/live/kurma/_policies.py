@@ -198,12 +198,24 @@ class RatesPolicy(RoutingPolicy):
         self._valid_until_ms = -math.inf  # the table's outcomes change: hosts or sites
 
     def _site_weights(self, up: list[list[int]]) -> list[float]:
-        """The row, with a remote site that has no server up folded into this one's share."""
+        """The row, with a remote site that has no server up folded into this one's share;
+        when this site has none up, a plan-following client sends its share to the remote
+        sites that have, by the row's weights (evenly if the row sends them nothing), until
+        its agent's next row (issue 42: the agent's failover row follows an interval later).
+        """
         weights = [float(w) for w in self.row]
         for j in range(len(self.servers)):
             if j != self.site and not up[j]:
                 weights[self.site] += weights[j]  # unreachable: keep it local
                 weights[j] = 0.0
+        remote = [j for j in range(len(self.servers)) if j != self.site and up[j]]
+        if self.follows_plan and not up[self.site] and remote:
+            spare = sum(weights[j] for j in remote)
+            for j in remote:
+                weights[j] += weights[self.site] * (
+                    weights[j] / spare if spare else 1 / len(remote)
+                )
+            weights[self.site] = 0.0
         return weights
 
     def _up(self, now_ms: float) -> list[list[int]]:
