@@ -365,6 +365,9 @@ def test_the_testbeds_agent_file_names_the_server_choice(tmp_path):
         def max_one_way_ms(self):
             return 5.0
 
+        def clients_secret_file(self):
+            return str(tmp_path / "kurma-clients.key")
+
     config = InstanceConfig(str(tmp_path), "A", str(tmp_path), server_choice="p2c")
     assert 'server_choice = "p2c"' in agent_config(Bed(), config)
     assert "server_choice" not in agent_config(Bed(), InstanceConfig(str(tmp_path), "A", "r"))
