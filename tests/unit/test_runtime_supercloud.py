@@ -32,7 +32,7 @@ def test_the_example_config_is_the_papers_defaults() -> None:
         kind="simulator"
     )
     assert ControllerSettings.model_validate(EXAMPLE["controller"]) == ControllerSettings()
-    assert set(SYSTEM.environments) == {"simulator", "testbed", "ensemble"}
+    assert set(SYSTEM.environments) == {"simulator", "testbed", "ensemble", "vm"}
 
 
 @pytest.mark.parametrize(

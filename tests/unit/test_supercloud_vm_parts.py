@@ -223,8 +223,8 @@ def test_the_package_exports_what_it_means_to() -> None:
 
     assert set(vm.__all__) == {
         "GuestImage", "MigrationRun", "MigrationSettings", "QmpClient", "QmpError",
-        "VmSettings", "build_guest", "cannot_run_reason", "choose_accel",
-        "kvm_unusable_reason", "run_migration",
+        "SiteWan", "SupercloudVmEnvironment", "VmSettings", "build_guest", "cannot_run_reason",
+        "choose_accel", "kvm_unusable_reason", "run_migration",
     }  # fmt: skip
     assert all(hasattr(vm, name) for name in vm.__all__)
 

@@ -1,8 +1,9 @@
 """The Supercloud scheduler as ``geoslo run`` drives it (Shen et al., SoCC 2016): the
 placement loop of §5.1 on the simulated ensemble under a follow-the-sun workload
 (``kind = "simulator"``), on §5.2.2's live ZooKeeper ensemble, moved by dynamic
-reconfiguration (``kind = "testbed"``, root), or on one's own ensemble (``kind =
-"ensemble"``, docs/placement.md)."""
+reconfiguration (``kind = "testbed"``, root), on one's own ensemble (``kind =
+"ensemble"``, docs/placement.md), or on QEMU guests moved by live migration (``kind =
+"vm"``, root and QEMU)."""
 
 from __future__ import annotations
 
@@ -25,6 +26,7 @@ __all__ = [
     "EnsembleSettings",
     "SimulatorSettings",
     "TestbedSettings",
+    "VmEnvironmentSettings",
 ]
 
 _FROZEN = ConfigDict(extra="forbid", frozen=True)
@@ -116,6 +118,54 @@ class TestbedSettings(BaseModel):
     state_dir: str | None = Field(None, description="Logs and data; default a temporary folder.")
 
 
+class VmEnvironmentSettings(BaseModel):
+    """``kind = "vm"``: each node a QEMU guest in its site's namespace (root, QEMU), the
+    plan's moves live migrations across the emulated WAN (§2); the load is §5.1's
+    follow-the-sun trace, as the simulator's, over a day of ``day_s``."""
+
+    model_config = _FROZEN
+
+    kind: Literal["vm"]
+    sites: tuple[str, ...] = Field(
+        ("Washington DC", "Tokyo"),
+        min_length=2,
+        max_length=5,
+        description="IBM Cloud regions, each pair apart by its measured RTT.",
+    )
+    start_sites: tuple[str, ...] = Field(
+        ("Washington DC",),
+        min_length=1,
+        max_length=5,
+        description="Each node's (VM's) first site, the leader's first.",
+    )
+    memory_mib: int = Field(128, ge=64, le=4096, description="Each guest's memory.")
+    working_set_mib: int = Field(32, ge=0, le=4096, description="The memory it keeps dirtying.")
+    dirty_bytes_per_s: float = Field(1e6, ge=0, le=1e9, description="How fast it dirties it.")
+    bandwidth_bytes_per_s: float = Field(
+        25e6, ge=0, le=1e10, description="Each site's link (HTB; 0: no cap)."
+    )
+    downtime_limit_ms: int = Field(300, ge=1, le=60_000, description="QEMU's downtime limit.")
+    converge_timeout_s: float = Field(
+        60.0, gt=0, le=3600, description="A migration still running then stops and copies."
+    )
+    accel: Literal["auto", "kvm", "tcg"] = Field("auto", description="KVM where usable.")
+    day_s: float = Field(
+        86_400.0, gt=0, le=86_400 * 7, description="Wall seconds of one day of the trace."
+    )
+    peak_rps: float = Field(1000.0, ge=0, le=1e9, description="Each site's peak load.")
+    read_fraction: float = Field(0.9, ge=0, le=1, description="Reads per request (§5.1: 9:1).")
+    state_dir: str | None = Field(None, description="Logs and sockets; default a temporary folder.")
+
+    @model_validator(mode="after")
+    def _consistent(self) -> VmEnvironmentSettings:
+        unknown = sorted(set(self.start_sites) - set(self.sites))
+        if unknown:
+            raise ValueError(f"start_sites: {unknown} are not among sites {list(self.sites)}")
+        if self.working_set_mib > self.memory_mib:
+            raise ValueError("working_set_mib must be at most memory_mib")
+        return self
+
+
 class EnsembleServerSettings(BaseModel):
     """One ``[[environment.servers]]`` entry of one's own ensemble (docs/placement.md)."""
 
@@ -197,6 +247,8 @@ def _environment(e: BaseModel, interval_s: float):
         return SupercloudSimEnvironment(e.sites, e.start_sites, interval_s, workload, seed=e.seed)
     if isinstance(e, EnsembleSettings):
         return _own_ensemble(e, interval_s)
+    if isinstance(e, VmEnvironmentSettings):
+        return _vm_environment(e, interval_s)
     from geoslo.live.supercloud.zookeeper import SupercloudTestbedEnvironment, ZkLiveSettings
 
     state_dir = Path(e.state_dir) if e.state_dir else None
@@ -224,6 +276,28 @@ def _environment(e: BaseModel, interval_s: float):
     )  # fmt: skip
 
 
+def _vm_environment(e: VmEnvironmentSettings, interval_s: float):
+    from geoslo.live.supercloud.vm import MigrationSettings, SupercloudVmEnvironment, VmSettings
+    from geoslo.sim.supercloud import FollowTheSun, site_rtt_ms
+    from geoslo.sim.supercloud._environment import follow_the_sun_rps
+
+    workload = FollowTheSun(peak_rps=e.peak_rps, read_fraction=e.read_fraction)
+    speedup = 86_400.0 / e.day_s
+
+    def rates(t_s: float):  # the trace's minute at t_s, its day compressed into day_s
+        return follow_the_sun_rps(workload, max(t_s, 0.0) * speedup, 60.0, len(e.sites))
+
+    vm = VmSettings(e.memory_mib, e.working_set_mib, e.dirty_bytes_per_s, accel=e.accel)
+    link = MigrationSettings(
+        bandwidth_bytes_per_s=e.bandwidth_bytes_per_s, downtime_limit_ms=e.downtime_limit_ms,
+        converge_timeout_s=e.converge_timeout_s,
+    )  # fmt: skip
+    return SupercloudVmEnvironment(
+        e.sites, site_rtt_ms(e.sites), e.start_sites, interval_s, rates, vm, link,
+        e.read_fraction, Path(e.state_dir) if e.state_dir else None,
+    )  # fmt: skip
+
+
 def _own_ensemble(e: EnsembleSettings, interval_s: float):
     from geoslo.live.supercloud.zookeeper import (
         EnsembleServer,
@@ -248,7 +322,7 @@ def _own_ensemble(e: EnsembleSettings, interval_s: float):
 def build(controller: BaseModel, environment: BaseModel, interval_s: float) -> Service:
     """The placement loop and its environment (nothing started yet)."""
     assert isinstance(controller, ControllerSettings)
-    if controller.evaluation == "single_vm" and environment.kind != "simulator":
+    if controller.evaluation == "single_vm" and environment.kind not in ("simulator", "vm"):
         raise ConfigError(
             "controller.evaluation", "the live ensemble needs zookeeper, not single_vm"
         )
@@ -333,6 +407,12 @@ seed = 0
 # start = "ssh zk-tk-4 sudo /usr/local/bin/zk-join"  # a spare: GEOSLO_ZK_* in its environment
 # stop = "ssh zk-tk-4 sudo systemctl stop zookeeper"
 # (and digest_file = "/etc/geoslo/zk-super" under [environment]: user:password, chmod 600)
+# For kind = "vm", each node a QEMU guest moved by live migration (root, QEMU):
+# sites = ["Washington DC", "Tokyo"]
+# start_sites = ["Washington DC"]   # one VM (evaluation = "single_vm"), or three (zookeeper)
+# memory_mib = 128               # each guest; it dirties working_set_mib at dirty_bytes_per_s
+# bandwidth_bytes_per_s = 25e6   # each site's link (HTB)
+# day_s = 86400.0                # a day of the follow-the-sun trace in wall seconds
 
 [controller]
 evaluation = "zookeeper"       # f of §3.2 (or "single_vm", §3.1, with one start site)
@@ -352,6 +432,7 @@ SYSTEM = System(
         "simulator": SimulatorSettings,
         "testbed": TestbedSettings,
         "ensemble": EnsembleSettings,
+        "vm": VmEnvironmentSettings,
     },
     build=build,
     example_config=EXAMPLE_CONFIG,

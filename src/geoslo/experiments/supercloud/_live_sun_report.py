@@ -1,5 +1,6 @@
 """`geoslo reproduce supercloud --live`: follow the sun against a fixed US and a fixed global
-ensemble, on a live ZooKeeper ensemble over IBM Cloud sites (``_live_sun``)."""
+ensemble, on a live ZooKeeper ensemble over IBM Cloud sites (``_live_sun``); with ``--vm``
+the same day on live-migrated VMs beside §5.2.2's reconfigurations (``_live_vm_sun``)."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from pathlib import Path
 import matplotlib.pyplot as plt
 import numpy as np
 
-from geoslo.errors import TestbedError
+from geoslo.errors import GeosloError, TestbedError
 from geoslo.experiments.supercloud._live_sun import (
     ENSEMBLES,
     FIXED_GLOBAL,
@@ -44,9 +45,11 @@ INTRO = (
 
 
 def reproduce_live_sun(
-    out_dir: str | Path, quick: bool = False, seed: int = 0, progress=print
+    out_dir: str | Path, quick: bool = False, seed: int = 0, progress=print, vm: bool = False
 ) -> Path:
-    """Run the three ensembles one after the other and write the report."""
+    """Run the three ensembles one after the other and write the report; with ``vm``,
+    then the same schedule on live-migrated VMs beside §5.2.2's reconfigurations
+    (``_live_vm_sun``)."""
     from geoslo.live.supercloud.zookeeper import cannot_run_reason
 
     reason = cannot_run_reason()
@@ -69,10 +72,43 @@ def reproduce_live_sun(
     results["elapsed_s"] = time.monotonic() - started
     report = Report("Supercloud: follow the sun, live" + (" (quick)" if quick else ""), INTRO)
     _write(report, runs, settings, results)
-    report.checks(check_live_sun(results))
+    checks = check_live_sun(results)
+    if vm:
+        checks |= _vm_section(report, settings, run_dir, runs, results, progress)
+    report.checks(checks)
     index = report.write(out)
     (out / "results.json").write_text(json.dumps(results, indent=1, default=float))
     return index
+
+
+def _vm_section(report, settings: LiveSunSettings, run_dir: Path, runs, results, progress):
+    """The same schedule on live-migrated VMs (``_live_vm_sun``); its checks."""
+    from geoslo.experiments.supercloud._live_vm_sun import (
+        VmSunSettings,
+        check_vm_sun,
+        measure_vm_sun,
+        vm_sun_section,
+    )
+    from geoslo.experiments.supercloud._report import PAPER_VALUES
+    from geoslo.report import load_paper_values
+
+    vm_settings = VmSunSettings(sun=settings)
+    started = time.monotonic()
+    progress(f"supercloud live: the same day on live-migrated VMs ({settings.day_s / 60:.0f} min)")
+    try:
+        vm = measure_vm_sun(
+            vm_settings, run_dir / "vms",
+            runs[FOLLOW].reconfigurations if FOLLOW in runs else None, progress,
+        )  # fmt: skip
+    except GeosloError as error:  # the ensembles' report stands; the section says why not
+        report.section("Follow the sun by live VM migration (§5.2, Figs. 6-7)")
+        report.text(f"The VMs' day could not run: {error}.")
+        return {"live VMs: the same day by live migration": None}
+    vm_sun_section(report, vm, vm_settings, load_paper_values(PAPER_VALUES))
+    report.text(f"This section added {time.monotonic() - started:.0f} s to the run.")
+    results["vm"] = vm
+    results["vm_elapsed_s"] = time.monotonic() - started
+    return check_vm_sun(vm)
 
 
 def live_sun_results(runs: dict[str, LiveSunRun], settings: LiveSunSettings) -> dict:

@@ -24,7 +24,7 @@ from geoslo.live.supercloud.zookeeper._proxy import ProxyRoute, write_routes
 from geoslo.live.supercloud.zookeeper._settings import server_address
 from geoslo.live.supercloud.zookeeper._sites import SiteNamespaces
 
-__all__ = ["ADDRESS", "PORT", "WanLink", "htb_lines"]
+__all__ = ["ADDRESS", "PORT", "SiteWan", "WanLink", "htb_lines", "incoming_address"]
 
 _VM_ID = 200  # the VM's address among the testbed's 10.78.0.N (ZooKeeper's ids stay low)
 ADDRESS = server_address(_VM_ID)
@@ -93,6 +93,86 @@ class WanLink:
         ready.unlink(missing_ok=True)
         command = python_module_command("geoslo.live", "zk-proxy", str(config))
         self.proxy = ManagedProcess("vm-wan-proxy", command, self.state_dir / "vm-proxy.log")
+        self.proxy.start()
+        deadline = time.monotonic() + 30.0
+        while not ready.exists():
+            if not self.proxy.alive or time.monotonic() > deadline:
+                raise TestbedError(f"the delay proxy did not start; see {self.proxy.log_path}")
+            time.sleep(0.05)
+
+    def close(self) -> None:
+        """Stop the proxy and delete the namespaces (their qdiscs go with them); idempotent."""
+        if self.proxy is not None:
+            self.proxy.stop()
+            self.proxy = None
+        if self.namespaces is not None:
+            self.namespaces.delete()
+            self.namespaces = None
+
+
+def incoming_address(site_index: int) -> str:
+    """Where site ``site_index``'s incoming migrations arrive (10.78.0.200 + index)."""
+    return server_address(_VM_ID + site_index)
+
+
+@dataclass
+class SiteWan:
+    """Any number of sites for VMs that move between them: site k receives migrations on
+    ``incoming_address(k)``, port ``PORT + slot`` (one slot per VM, so that VMs move at
+    once), and every other site reaches that address through the delay proxy, each pair
+    ``rtt_ms[i][j]`` apart. With ``bandwidth_bytes_per_s`` every site's loopback is
+    capped by HTB: what a site sends into the proxy and what the proxy delivers there
+    share one cap, the site's link (the proxy buffers without limit, so the cap sits
+    where the stream enters it, as in ``WanLink``)."""
+
+    state_dir: Path
+    sites: tuple[str, ...]
+    rtt_ms: tuple[tuple[float, ...], ...]
+    slots: int = 1
+    bandwidth_bytes_per_s: float = 0.0
+    namespaces: SiteNamespaces | None = None
+    proxy: ManagedProcess | None = field(default=None, repr=False)
+
+    def open(self) -> SiteWan:
+        """Create the namespaces, start the proxy, set the caps; undone on failure."""
+        ids = [_VM_ID + k for k in range(len(self.sites))]
+        try:
+            self.namespaces = SiteNamespaces.create(self.state_dir, ids, self.sites)
+            self._start_proxy()
+            if self.bandwidth_bytes_per_s > 0:
+                tc = find_program("tc", "iproute2")
+                batch = "\n".join(htb_lines("lo", self.bandwidth_bytes_per_s)) + "\n"
+                for site in self.sites:
+                    run_in(self.namespace(site), [tc, "-batch", "-"], stdin=batch)
+        except BaseException:
+            self.close()
+            raise
+        return self
+
+    def namespace(self, site: str) -> str:
+        if self.namespaces is None:
+            raise TestbedError("the WAN between the sites is not open")
+        return self.namespaces.of(site)
+
+    def incoming_uri(self, site: str, slot: int) -> str:
+        """QEMU's ``-incoming`` (and the source's ``migrate``) URI for a VM's slot."""
+        return f"tcp:{incoming_address(self.sites.index(site))}:{PORT + slot}"
+
+    def _start_proxy(self) -> None:
+        routes = [
+            ProxyRoute(self.namespace(src), self.namespace(dst), incoming_address(j),
+                       PORT + slot, float(self.rtt_ms[i][j]))
+            for j, dst in enumerate(self.sites)
+            for i, src in enumerate(self.sites)
+            if src != dst
+            for slot in range(self.slots)
+        ]  # fmt: skip
+        config = self.state_dir / "vm-wan-proxy.json"
+        write_routes(config, routes)
+        ready = config.with_suffix(".ready")
+        ready.unlink(missing_ok=True)
+        command = python_module_command("geoslo.live", "zk-proxy", str(config))
+        self.proxy = ManagedProcess("vm-wan-proxy", command, self.state_dir / "vm-wan-proxy.log")
         self.proxy.start()
         deadline = time.monotonic() + 30.0
         while not ready.exists():
