@@ -61,7 +61,7 @@ def test_the_run_leaves_no_namespace(report):
 
 def test_sigterm_takes_every_policys_testbed_down_at_the_next_interval(tmp_path):
     """The policies run at once, one thread each: SIGTERM must stop them all at their next
-    interval (each taking its testbed down), not after the rest of the run (72 s here)."""
+    interval (each taking its testbed down), not after the rest of the run (108 s here)."""
     reason = cannot_run_reason()
     if reason:
         pytest.skip(reason)
