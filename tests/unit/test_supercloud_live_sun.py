@@ -15,7 +15,7 @@ from geoslo.experiments.supercloud._live_sun import (
     LiveSunSettings,
     think_schedule_ms,
 )
-from geoslo.experiments.supercloud._live_sun_report import check_live_sun
+from geoslo.experiments.supercloud._live_sun_report import check_live_sun, paired_verdict
 from geoslo.live.supercloud.zookeeper._client import ClientConfig, think_ms_at
 
 
@@ -65,11 +65,14 @@ def results(
     follow_fast=(90.0, 80.0), follow_ops=50.0, leaders=2, failed=0, image_local=(0.9, 1.0)
 ) -> dict:
     def row(name, fast, ops, leader_sites=1, reconfigurations=0):
+        wobble = np.sin(np.arange(23))  # hour to hour, the same for every ensemble
         return {
             "ensemble": name,
             "reads within 15 ms %": fast[0],
             "writes within 15 ms %": fast[1],
+            "within 15 ms % per hour": list(sum(fast) / 2 + wobble),
             "ops/s": ops,
+            "ops/s per hour": list(ops + wobble),
             "leader sites": leader_sites,
             "reconfigurations": reconfigurations,
             "failed reconfigurations": failed,
@@ -103,3 +106,18 @@ def test_the_checks_pass_when_following_the_sun_wins_and_fail_otherwise() -> Non
     assert not no_move["follow the sun: the images followed, their first reads 75% local"]
     for name, case in failing.items():
         assert not check_live_sun(case)[name], name
+
+
+def test_a_comparison_inside_the_runs_own_spread_is_inconclusive() -> None:
+    """Hour by hour: above zero passes, below fails, a gap the hours' noise covers is
+    neither (the ops/s check once hinged on a 0.7% gap)."""
+    rng = np.random.default_rng(0)
+    theirs = 100 + 10 * np.sin(np.arange(23))
+    noise = rng.normal(0, 3.0, 23)
+    assert paired_verdict(theirs + 5 + noise, theirs) is True
+    assert paired_verdict(theirs - 5 + noise, theirs) is False
+    assert paired_verdict(theirs + 0.3 + noise, theirs) is None
+    assert paired_verdict([1.0], [0.0]) is False  # nothing to judge on
+    inside = results(follow_ops=40.3)  # the fixed US ensemble's 40, hour by hour
+    inside["ensembles"][0]["ops/s per hour"] = list(40.3 + noise)
+    assert check_live_sun(inside)["follow the sun: more operations/s than fixed US"] is None

@@ -108,6 +108,21 @@ class LiveSunRun:
         kind = rows[rows[:, 1] == float(reads)]
         return float(np.mean((kind[:, 3] > 0) & (kind[:, 2] <= bound_ms))) if kind.size else 0.0
 
+    def hourly_within(self, bound_ms: float, hour_s: float, hours: int) -> list[float]:
+        """Per compressed hour, the share (%) of its reads and writes (together) that
+        succeeded within ``bound_ms``."""
+        rows = np.concatenate([o for o in self.ops.values() if o.size]) if self.ops else None
+        shares = []
+        for k in range(hours):
+            if rows is None:
+                shares.append(float("nan"))
+                continue
+            t = rows[:, 0] - self.start_unix_s
+            hour = rows[(t >= k * hour_s) & (t < (k + 1) * hour_s)]
+            fast = (hour[:, 3] > 0) & (hour[:, 2] <= bound_ms)
+            shares.append(100 * float(fast.mean()) if hour.size else float("nan"))
+        return shares
+
     def per_second(self, day_s: float) -> np.ndarray:
         """Successful operations in each second of the day, all sites together."""
         counts = np.zeros(int(day_s))
