@@ -8,19 +8,16 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import shutil
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-import numpy as np
+import _kurma_agents as shared
 import pytest
 
 from _metrics import scrape
 from _run import http_get
-from geoslo.control.kurma import KurmaModel, save_model
-from geoslo.dist import LatencyDistribution
 from geoslo.live._backend import GetSetWork, key_name
 from geoslo.live._exchange import seal
 from geoslo.live._processes import (
@@ -41,7 +38,6 @@ from geoslo.live.kurma import (
 from geoslo.live.kurma._client import agent_clients_name
 from geoslo.live.kurma._client_metrics import ClientMetrics
 from geoslo.live.kurma._instance import AGENT_START_TIMEOUT_S
-from geoslo.models import SloSurface, mmc_violation_surface
 
 pytestmark = [
     pytest.mark.integration,
@@ -49,54 +45,18 @@ pytestmark = [
     pytest.mark.skipif(not shutil.which("redis-server"), reason="redis-server is not installed"),
 ]
 
-SITES = ("East", "West")
+SITES = shared.SITES
 INTERVAL_S = 1.0
-CAPACITY_RPS = 1000.0
 LIE_RPS = 950.0  # what the lying client claims, on top of the site's real demand
 WAIT_S = 90.0
 
 
-def mm1_model(path: Path) -> Path:
-    loads = np.linspace(10, 0.98 * CAPACITY_RPS, 40)
-    bases = np.arange(0, 41)
-    violation = mmc_violation_surface(
-        1, CAPACITY_RPS, loads, 30.0, bases, LatencyDistribution.point(1.0)
-    )
-    surface = SloSurface(bases, np.array([0.0]), loads, violation[:, None, :])
-    return save_model(KurmaModel(SITES, np.full(2, CAPACITY_RPS), (surface,) * 2, 0.1), path)
-
-
-def secret_file(path: Path) -> Path:
-    path.write_bytes(os.urandom(32).hex().encode())
-    path.chmod(0o600)
-    return path
-
-
 def agent_toml(site: str, ports: dict, files: dict) -> str:
-    peer = next(s for s in SITES if s != site)
-    return f"""\
-system = "kurma"
-interval_s = {INTERVAL_S}
-
-[environment]
-kind = "agent"
-site = "{site}"
-sites = {json.dumps(list(SITES))}
-peers = {{ {peer} = "127.0.0.1:{ports[peer]["exchange"]}" }}
-exchange_listen = "127.0.0.1:{ports[site]["exchange"]}"
-clients_listen = "127.0.0.1:{ports[site]["clients"]}"
-clients_secret_file = "{files["clients"]}"
-servers = ["127.0.0.1:{ports[site]["redis"]}"]
-secret_file = "{files["exchange"]}"
-model_file = "{files["model"]}"
-max_one_way_ms = 5
-
-[controller]
-objective = "perf"
-
-[service]
-listen = "127.0.0.1:{ports[site]["metrics"]}"
-"""
+    environment = {"clients_secret_file": str(files["clients"]), "model_file": str(files["model"])}
+    redis_address = f"127.0.0.1:{ports[site]['redis']}"
+    return shared.agent_toml(
+        site, ports, [redis_address], files["exchange"], INTERVAL_S, "perf", environment
+    )
 
 
 def test_only_sealed_reports_count_and_a_lying_client_cannot_move_the_plan(tmp_path):
@@ -105,10 +65,10 @@ def test_only_sealed_reports_count_and_a_lying_client_cannot_move_the_plan(tmp_p
         s: {k: next(numbers) for k in ("redis", "exchange", "clients", "metrics")} for s in SITES
     }
     files = {
-        "exchange": secret_file(tmp_path / "exchange.key"),
-        "clients": secret_file(tmp_path / "clients.key"),
-        "other": secret_file(tmp_path / "other.key"),
-        "model": mm1_model(tmp_path / "model.npz"),
+        "exchange": shared.write_secret(tmp_path / "exchange.key"),
+        "clients": shared.write_secret(tmp_path / "clients.key"),
+        "other": shared.write_secret(tmp_path / "other.key"),
+        "model": shared.mm1_model_file(tmp_path / "model.npz"),
     }
     started: list[ManagedProcess] = []
     try:

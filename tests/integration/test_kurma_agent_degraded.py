@@ -8,12 +8,12 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 import socket
 import threading
 import time
 from pathlib import Path
 
+import _kurma_agents as shared
 import pytest
 
 from _run import Running, http_get, run_service, write_config
@@ -22,45 +22,15 @@ from geoslo.runtime._loop import ONCE_DEGRADED_EXIT
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
 
-SITES = ("East", "West")
+SITES = shared.SITES
 INTERVAL_S = 0.5
 WAIT_S = 90.0  # a bound on a broken run only; what is asserted is counted in intervals
 
 
-def write_secret(path: Path) -> Path:
-    path.write_bytes(os.urandom(32).hex().encode())
-    path.chmod(0o600)
-    return path
-
-
 def agent_config(tmp_path: Path, site: str, ports: dict, secret: Path, store: int) -> Path:
     """An agent that only measures; its store is ``store`` (a port that accepts)."""
-    peer = next(s for s in SITES if s != site)
-    return write_config(
-        tmp_path,
-        f"""\
-system = "kurma"
-interval_s = {INTERVAL_S}
-
-[environment]
-kind = "agent"
-site = "{site}"
-sites = {json.dumps(list(SITES))}
-peers = {{ {peer} = "127.0.0.1:{ports[peer]["exchange"]}" }}
-exchange_listen = "127.0.0.1:{ports[site]["exchange"]}"
-clients_listen = "127.0.0.1:{ports[site]["clients"]}"
-servers = ["127.0.0.1:{store}"]
-secret_file = "{secret}"
-max_one_way_ms = 5
-
-[controller]
-objective = "none"
-
-[service]
-listen = "127.0.0.1:{ports[site]["metrics"]}"
-""",
-        name=f"agent-{site}-{secret.stem}.toml",
-    )
+    text = shared.agent_toml(site, ports, [f"127.0.0.1:{store}"], secret, INTERVAL_S, "none")
+    return write_config(tmp_path, text, name=f"agent-{site}-{secret.stem}.toml")
 
 
 def accept_and_close(listener: socket.socket) -> None:
@@ -98,8 +68,8 @@ def naming(text: str):
 def test_peers_lost_or_rejected_and_silent_clients_show_and_clear(tmp_path):
     numbers = iter(free_ports(3 * len(SITES)))
     ports = {s: {k: next(numbers) for k in ("exchange", "clients", "metrics")} for s in SITES}
-    secret = write_secret(tmp_path / "exchange.key")
-    other_key = write_secret(tmp_path / "other.key")
+    secret = shared.write_secret(tmp_path / "exchange.key")
+    other_key = shared.write_secret(tmp_path / "other.key")
     east_port = ports["East"]["metrics"]
     with socket.create_server(("127.0.0.1", 0)) as store:  # accepts: the liveness check passes
         store_port = store.getsockname()[1]
@@ -151,7 +121,7 @@ def test_peers_lost_or_rejected_and_silent_clients_show_and_clear(tmp_path):
 def test_once_exits_5_on_a_degraded_interval_naming_the_store(tmp_path):
     """Nobody listens at the agent's store or at its peer: the one interval is degraded."""
     exchange, clients, peer, store = free_ports(4)
-    secret = write_secret(tmp_path / "exchange.key")
+    secret = shared.write_secret(tmp_path / "exchange.key")
     ports = {
         "East": {"exchange": exchange, "clients": clients, "metrics": 0},
         "West": {"exchange": peer},

@@ -8,18 +8,15 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import shutil
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-import numpy as np
+import _kurma_agents as shared
 import pytest
 
 from _run import http_get, parse_log
-from geoslo.control.kurma import KurmaModel, save_model
-from geoslo.dist import LatencyDistribution
 from geoslo.live._backend import GetSetWork, key_name
 from geoslo.live._processes import (
     ManagedProcess,
@@ -29,7 +26,6 @@ from geoslo.live._processes import (
 )
 from geoslo.live.kurma import SiteClient, StoreEndpoints
 from geoslo.live.kurma._instance import AGENT_START_TIMEOUT_S
-from geoslo.models import SloSurface, mmc_violation_surface
 
 pytestmark = [
     pytest.mark.integration,
@@ -37,46 +33,15 @@ pytestmark = [
     pytest.mark.skipif(not shutil.which("redis-server"), reason="redis-server is not installed"),
 ]
 
-SITES = ("East", "West")
+SITES = shared.SITES
 INTERVAL_S = 1.0
-CAPACITY_RPS = 1000.0
 WAIT_S = 90.0  # a bound on a broken run only; what is asserted is counted in intervals
 
 
-def mm1_model(path: Path) -> Path:
-    loads = np.linspace(10, 0.98 * CAPACITY_RPS, 40)
-    bases = np.arange(0, 41)
-    violation = mmc_violation_surface(
-        1, CAPACITY_RPS, loads, 30.0, bases, LatencyDistribution.point(1.0)
-    )
-    surface = SloSurface(bases, np.array([0.0]), loads, violation[:, None, :])
-    return save_model(KurmaModel(SITES, np.full(2, CAPACITY_RPS), (surface,) * 2, 0.1), path)
-
-
 def agent_toml(site: str, ports: dict, secret: Path, model: Path) -> str:
-    peer = next(s for s in SITES if s != site)
-    return f"""\
-system = "kurma"
-interval_s = {INTERVAL_S}
-
-[environment]
-kind = "agent"
-site = "{site}"
-sites = {json.dumps(list(SITES))}
-peers = {{ {peer} = "127.0.0.1:{ports[peer]["exchange"]}" }}
-exchange_listen = "127.0.0.1:{ports[site]["exchange"]}"
-clients_listen = "127.0.0.1:{ports[site]["clients"]}"
-servers = ["127.0.0.1:{ports[site]["redis"]}"]
-secret_file = "{secret}"
-model_file = "{model}"
-max_one_way_ms = 5
-
-[controller]
-objective = "perf"
-
-[service]
-listen = "127.0.0.1:{ports[site]["metrics"]}"
-"""
+    redis_address = f"127.0.0.1:{ports[site]['redis']}"
+    files = {"model_file": str(model)}
+    return shared.agent_toml(site, ports, [redis_address], secret, INTERVAL_S, "perf", files)
 
 
 def get_json(port: int, path: str) -> tuple[int, dict]:
@@ -94,10 +59,8 @@ def test_a_dead_local_redis_shows_fails_over_and_recovers(tmp_path):
     ports = {
         s: {k: next(numbers) for k in ("redis", "exchange", "clients", "metrics")} for s in SITES
     }
-    secret = tmp_path / "exchange.key"
-    secret.write_bytes(os.urandom(32).hex().encode())
-    secret.chmod(0o600)
-    model = mm1_model(tmp_path / "model.npz")
+    secret = shared.write_secret(tmp_path / "exchange.key")
+    model = shared.mm1_model_file(tmp_path / "model.npz")
     servers = {site: redis(tmp_path, site, ports[site]["redis"]).start() for site in SITES}
     agents: list[ManagedProcess] = []
     try:

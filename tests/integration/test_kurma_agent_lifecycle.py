@@ -11,32 +11,18 @@ import signal
 import socket
 from pathlib import Path
 
+import _kurma_agents as shared
 import numpy as np
 import pytest
 
 from _run import Running, run_service, write_config
-from geoslo.control.kurma import IntervalMeasurements, KurmaConfig, KurmaModel
-from geoslo.dist import LatencyDistribution
+from geoslo.control.kurma import IntervalMeasurements, KurmaConfig
 from geoslo.errors import TestbedError
 from geoslo.live._processes import free_ports
 from geoslo.live.kurma import AgentRound, KurmaAgentController
-from geoslo.models import SloSurface, mmc_violation_surface
 from geoslo.runtime._loop import ONCE_DEGRADED_EXIT
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
-
-SITES = ("East", "West")
-CAPACITY_RPS = 1000.0
-
-
-def mm1_model() -> KurmaModel:
-    loads = np.linspace(10, 0.98 * CAPACITY_RPS, 40)
-    bases = np.arange(0, 41)
-    violation = mmc_violation_surface(
-        1, CAPACITY_RPS, loads, 30.0, bases, LatencyDistribution.point(1.0)
-    )
-    surface = SloSurface(bases, np.array([0.0]), loads, violation[:, None, :])
-    return KurmaModel(SITES, np.full(2, CAPACITY_RPS), (surface,) * 2, 0.1)
 
 
 def both_up_round(k: int, east_rps: float, interval_s: float = 1.0) -> AgentRound:
@@ -54,7 +40,7 @@ def both_up_round(k: int, east_rps: float, interval_s: float = 1.0) -> AgentRoun
 def test_a_killed_solver_is_replaced_and_the_round_after_is_planned():
     """The interval that finds the solver dead fails (and restarts it); the next one waits
     for the new solver's "ready" and plans, rather than reading it as a plan."""
-    controller = KurmaAgentController(mm1_model(), KurmaConfig(interval_s=1.0), "East")
+    controller = KurmaAgentController(shared.mm1_model(), KurmaConfig(interval_s=1.0), "East")
     try:
         controller.wait_ready()
         assert controller.step(both_up_round(1, 200.0)).outcome.applicable
@@ -85,7 +71,7 @@ interval_s = 0.5
 [environment]
 kind = "agent"
 site = "East"
-sites = {json.dumps(list(SITES))}
+sites = {json.dumps(list(shared.SITES))}
 peers = {{ West = "127.0.0.1:{peer}" }}
 exchange_listen = "127.0.0.1:{exchange_port or exchange}"
 clients_listen = "127.0.0.1:{clients}"

@@ -14,24 +14,20 @@ import subprocess
 import time
 from pathlib import Path
 
-import numpy as np
+import _kurma_agents as shared
 import pytest
 
 from _metrics import scrape
-from geoslo.control.kurma import KurmaModel, save_model
-from geoslo.dist import LatencyDistribution
 from geoslo.live._backend import GetSetWork, key_name
 from geoslo.live._processes import ManagedProcess, free_ports, python_module_command
 from geoslo.live.kurma import SiteClient, StoreEndpoints
 from geoslo.live.kurma._instance import AGENT_START_TIMEOUT_S
-from geoslo.models import SloSurface, mmc_violation_surface
 
 pytestmark = pytest.mark.integration
 
-SITES = ("East", "West")
+SITES = shared.SITES
 SERVER_CHOICE = {"East": "least_outstanding"}  # West's agent names none: its clients keep theirs
 INTERVAL_S = 1.0
-CAPACITY_RPS = 1000.0
 PASSWORD = "agent-test-password"
 
 needs = [
@@ -65,45 +61,18 @@ def start_redis(folder: Path, name: str, port: int, key: Path, cert: Path) -> Ma
     return ManagedProcess(name, command, folder / f"{name}.log", port).start()
 
 
-def mm1_model(path: Path) -> Path:
-    loads = np.linspace(10, 0.98 * CAPACITY_RPS, 40)
-    bases = np.arange(0, 41)
-    violation = mmc_violation_surface(
-        1, CAPACITY_RPS, loads, 30.0, bases, LatencyDistribution.point(1.0)
-    )
-    surface = SloSurface(bases, np.array([0.0]), loads, violation[:, None, :])
-    return save_model(KurmaModel(SITES, np.full(2, CAPACITY_RPS), (surface,) * 2, 0.1), path)
-
-
 def agent_toml(site: str, ports: dict, files: dict) -> str:
     """What an operator writes for one site's agent (every address named)."""
-    peer = next(s for s in SITES if s != site)
-    return f"""\
-system = "kurma"
-interval_s = {INTERVAL_S}
-
-[environment]
-kind = "agent"
-site = "{site}"
-sites = {json.dumps(list(SITES))}
-peers = {{ {peer} = "127.0.0.1:{ports[peer]["exchange"]}" }}
-exchange_listen = "127.0.0.1:{ports[site]["exchange"]}"
-clients_listen = "127.0.0.1:{ports[site]["clients"]}"
-servers = ["127.0.0.1:{ports[site]["redis"]}"]
-servers_password_file = "{files["password"]}"
-servers_tls_ca_file = "{files["ca"]}"
-secret_file = "{files["secret"]}"
-model_file = "{files["model"]}"
-max_one_way_ms = 5
-log_dir = "{files["logs"]}"
-{f'server_choice = "{SERVER_CHOICE[site]}"' if site in SERVER_CHOICE else ""}
-
-[controller]
-objective = "perf"
-
-[service]
-listen = "127.0.0.1:{ports[site]["metrics"]}"
-"""
+    environment = {
+        "servers_password_file": str(files["password"]),
+        "servers_tls_ca_file": str(files["ca"]),
+        "model_file": str(files["model"]),
+        "log_dir": str(files["logs"]),
+    }
+    if site in SERVER_CHOICE:
+        environment["server_choice"] = SERVER_CHOICE[site]
+    servers = [f"127.0.0.1:{ports[site]['redis']}"]
+    return shared.agent_toml(site, ports, servers, files["secret"], INTERVAL_S, "perf", environment)
 
 
 def test_agents_from_their_own_configs_steer_clients_of_stores_they_did_not_start(tmp_path):
@@ -122,7 +91,7 @@ def test_agents_from_their_own_configs_steer_clients_of_stores_they_did_not_star
     password.chmod(0o600)
     files = {
         "secret": secret,
-        "model": mm1_model(tmp_path / "model.npz"),
+        "model": shared.mm1_model_file(tmp_path / "model.npz"),
         "logs": logs,
         "password": password,
         "ca": cert,
