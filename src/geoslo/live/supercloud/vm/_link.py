@@ -89,25 +89,10 @@ class WanLink:
         route = ProxyRoute(self.source_ns, self.destination_ns, ADDRESS, PORT)
         config = self.state_dir / "vm-proxy.json"
         write_routes(config, [route], self.rtt_ms)
-        ready = config.with_suffix(".ready")
-        ready.unlink(missing_ok=True)
-        command = python_module_command("geoslo.live", "zk-proxy", str(config))
-        self.proxy = ManagedProcess("vm-wan-proxy", command, self.state_dir / "vm-proxy.log")
-        self.proxy.start()
-        deadline = time.monotonic() + 30.0
-        while not ready.exists():
-            if not self.proxy.alive or time.monotonic() > deadline:
-                raise TestbedError(f"the delay proxy did not start; see {self.proxy.log_path}")
-            time.sleep(0.05)
+        self.proxy = start_delay_proxy(config, self.state_dir / "vm-proxy.log")
 
     def close(self) -> None:
-        """Stop the proxy and delete the namespaces (their qdiscs go with them); idempotent."""
-        if self.proxy is not None:
-            self.proxy.stop()
-            self.proxy = None
-        if self.namespaces is not None:
-            self.namespaces.delete()
-            self.namespaces = None
+        close_wan(self)
 
 
 def incoming_address(site_index: int) -> str:
@@ -169,22 +154,34 @@ class SiteWan:
         ]  # fmt: skip
         config = self.state_dir / "vm-wan-proxy.json"
         write_routes(config, routes)
-        ready = config.with_suffix(".ready")
-        ready.unlink(missing_ok=True)
-        command = python_module_command("geoslo.live", "zk-proxy", str(config))
-        self.proxy = ManagedProcess("vm-wan-proxy", command, self.state_dir / "vm-wan-proxy.log")
-        self.proxy.start()
-        deadline = time.monotonic() + 30.0
-        while not ready.exists():
-            if not self.proxy.alive or time.monotonic() > deadline:
-                raise TestbedError(f"the delay proxy did not start; see {self.proxy.log_path}")
-            time.sleep(0.05)
+        self.proxy = start_delay_proxy(config, self.state_dir / "vm-wan-proxy.log")
 
     def close(self) -> None:
-        """Stop the proxy and delete the namespaces (their qdiscs go with them); idempotent."""
-        if self.proxy is not None:
-            self.proxy.stop()
-            self.proxy = None
-        if self.namespaces is not None:
-            self.namespaces.delete()
-            self.namespaces = None
+        close_wan(self)
+
+
+def start_delay_proxy(config: Path, log_path: Path) -> ManagedProcess:
+    """The delay proxy (``zk-proxy``) on the routes of ``config``, once it says it is ready."""
+    ready = config.with_suffix(".ready")
+    ready.unlink(missing_ok=True)
+    command = python_module_command("geoslo.live", "zk-proxy", str(config))
+    proxy = ManagedProcess("vm-wan-proxy", command, log_path)
+    proxy.start()
+    deadline = time.monotonic() + 30.0
+    while not ready.exists():
+        if not proxy.alive or time.monotonic() > deadline:
+            proxy.stop()
+            raise TestbedError(f"the delay proxy did not start; see {log_path}")
+        time.sleep(0.05)
+    return proxy
+
+
+def close_wan(wan: WanLink | SiteWan) -> None:
+    """Stop ``wan``'s proxy and delete its namespaces (their qdiscs go with them);
+    idempotent."""
+    if wan.proxy is not None:
+        wan.proxy.stop()
+        wan.proxy = None
+    if wan.namespaces is not None:
+        wan.namespaces.delete()
+        wan.namespaces = None
