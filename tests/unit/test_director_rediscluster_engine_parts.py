@@ -83,7 +83,7 @@ def test_default_command_runs_a_cluster_node_with_the_spec_persistence():
         ({"appendfsync": "sometimes"}, "appendfsync"),
         ({"node_timeout_ms": 10}, "node_timeout_ms"),
         ({"command_template": "redis-server --port {port}"}, "command_template"),
-        ({"command_template": "redis-server {port} {dir} {host}"}, "command_template"),
+        ({"command_template": "redis-server {port} {dir} {hostname}"}, "command_template"),
     ],
 )
 def test_spec_refuses_bad_values_naming_the_field(changes, field):

@@ -7,11 +7,13 @@ import pytest
 
 from geoslo.live.director.rediscluster._engine import SLOTS, parse_cluster_nodes
 from geoslo.live.director.rediscluster._migrate import (
+    Orphan,
     RepairStep,
     batch_bytes_for_rate,
     config_epochs,
     decide_repairs,
     epochs_settled,
+    find_orphans,
     plan_batches,
     plan_rebalance,
 )
@@ -166,6 +168,34 @@ def test_a_half_migrated_slot_finishes_when_a_key_reached_the_target_else_rolls_
     names = {"A": A, "B": B}
     assert (steps[0].slot, steps[0].kind, steps[0].source) == (100, kind, names[source])
     assert steps[0].target == (names[target[0]] if target else None)
+
+
+@pytest.mark.parametrize(
+    ("a_slots", "b_slots", "epochs", "expected"),
+    [
+        # a kill inside MIGRATE: the batch on both, A (restarted) still owns the slot and
+        # acknowledges writes to those keys: A's copy wins (the old rule kept B's)
+        (["0-8191", HALF], ["8192-16383", IMPORT], {A: 1, B: 2}, "finish A"),
+        # B took the slot with a greater epoch: B's copy wins
+        (["0-8191", HALF], ["100", "8192-16383"], {A: 1, B: 5}, "finish B"),
+        # both claim it: the greater epoch (how Redis settles it) is the owner
+        (["0-8191", HALF], ["100", "8192-16383"], {A: 6, B: 5}, "finish A"),
+        # no key reached B: roll back, A keeps its copies
+        (["0-8191", HALF], ["8192-16383", IMPORT], {A: 1, B: 2}, "roll-back A"),
+    ],
+)
+def test_a_key_on_both_nodes_keeps_the_copy_of_the_slots_owner(a_slots, b_slots, epochs, expected):
+    kind, keep = expected.split()
+    keys = {(A, 100): 4, (B, 100): 4 if kind == "finish" else 0}
+    views = selves(node_line(A, 7000, epochs[A], *a_slots), node_line(B, 7001, epochs[B], *b_slots))
+    (step,) = decide_repairs(views, epochs, keys)
+    assert (step.slot, step.kind, step.keep) == (100, kind, {"A": A, "B": B}[keep])
+
+
+def test_keys_on_a_master_that_does_not_own_their_slot_are_orphans_of_the_owner():
+    views = selves(node_line(A, 7000, 1, "0-8191"), node_line(B, 7001, 2, "8192-16382"))
+    keys = {(A, 5): 3, (B, 5): 2, (B, 9000): 7, (A, 9000): 1, (A, 16383): 4, (B, 6): 0}
+    assert find_orphans(views, {A: 1, B: 2}, keys) == [Orphan(5, B, A, 2), Orphan(9000, A, B, 1)]
 
 
 def test_a_slot_no_master_owns_goes_to_the_master_holding_most_of_its_keys():

@@ -316,6 +316,38 @@ def director_example(
     write_json(state_to_dict(*example), output)
 
 
+@director_app.command("repair")
+@user_errors
+def director_repair(
+    seed_nodes: Annotated[
+        str,
+        typer.Option(help="The cluster's nodes, host:port[,host:port...]; the first answering."),
+    ],
+    dry_run: Annotated[
+        bool, typer.Option("--dry-run", help="Print what it would do; change nothing.")
+    ] = False,
+) -> None:
+    """Finish or roll back the slots of a Redis Cluster that a crash left half-way
+    (MIGRATING/IMPORTING), assign unowned slots, move stranded keys to their owner
+    (docs/director-live.md, "Repair"). A key on two nodes keeps the copy of its slot's
+    owner. Every master must answer. It repairs every open slot, also a reshard still
+    running: run it when none is."""
+    import asyncio
+
+    from geoslo.live.director.rediscluster._repairs import (
+        describe_report,
+        parse_seed_nodes,
+        repair_from_seeds,
+    )
+
+    seeds = parse_seed_nodes(seed_nodes)
+    report = asyncio.run(repair_from_seeds(seeds, dry_run=dry_run))
+    if dry_run:
+        typer.echo("dry run: nothing was changed; repair would do:")
+    for line in describe_report(report):
+        typer.echo(line)
+
+
 @replication_app.command("decide")
 @user_errors
 def replication_decide(input: InputOption, output: OutputOption = None) -> None:
@@ -645,6 +677,13 @@ def reproduce_supercloud(
         bool,
         typer.Option(help="Follow the sun on a live ZooKeeper ensemble over three sites (root)."),
     ] = False,
+    vm: Annotated[
+        bool,
+        typer.Option(
+            help="With --live: the same day on QEMU guests moved by live migration, beside "
+            "ZooKeeper's 2-step and 3-step reconfigurations (root, QEMU; about 6 minutes more)."
+        ),
+    ] = False,
     output: Annotated[
         Path | None, typer.Option(help="Report folder [reports/supercloud or ...-live].")
     ] = None,
@@ -655,13 +694,17 @@ def reproduce_supercloud(
     """Reproduce the Supercloud's evaluation (SoCC 2016 §5): follow the sun (Figs. 4-5),
     ZooKeeper reconfiguration on a real ensemble vs VM migration (Fig. 7, needs root and
     Java), storage under migration on the real image store (Figs. 8-9); with --live, the
-    scheduler moving a real ensemble through a compressed day against fixed ones."""
+    scheduler moving a real ensemble through a compressed day against fixed ones (and with
+    --vm, the same day on live-migrated VMs)."""
     progress = lambda line: typer.echo(line, err=True)  # noqa: E731
+    if vm and not live:
+        raise InputError("--vm", "the VMs' day is part of the live run: add --live")
     if live:
         from geoslo.experiments.supercloud import reproduce_live_sun
 
         _one_live_seed(seeds, ray)
-        index = reproduce_live_sun(output or Path("reports/supercloud-live"), quick, seed, progress)
+        out = output or Path("reports/supercloud-live")
+        index = reproduce_live_sun(out, quick, seed, progress, vm=vm)
     else:
         from geoslo.experiments.supercloud import reproduce
 

@@ -16,6 +16,7 @@ package, docs/director-live.md).
 from __future__ import annotations
 
 import dataclasses
+import os
 import shutil
 import tempfile
 from collections.abc import Mapping
@@ -31,7 +32,9 @@ from geoslo.live.director import BinLayout, ClusterConfig, DirectorTestbedEnviro
 from geoslo.live.director.rediscluster import (
     ClientConfig,
     ClusterSpec,
+    Credentials,
     EnvSettings,
+    ObserverSettings,
     RedisClusterEnvironment,
 )
 from geoslo.live.director.rediscluster._actions import (
@@ -167,8 +170,11 @@ class TestbedSettings(BaseModel):
 class RedisClusterSettings(BaseModel):
     """``[environment] kind = "redis-cluster"``: a real Redis Cluster (docs/director-live.md,
     "The Director on Redis Cluster"): a user's, from ``seed_nodes``, new nodes started from
-    ``command_template``; or a local testbed (``start_testbed``). This process drives the
-    open-loop load (the flash crowd) on keys ``k:0 ..`` and samples it per bin (§5.5)."""
+    ``command_template``; or a local testbed (``start_testbed``). ``load = "none"`` (the
+    default on a user's cluster): the Director observes the users' own requests on the
+    cluster (commandstats and sampled MONITOR) and writes no key; ``"flash-crowd"`` (the
+    testbed's default, refused on a user's cluster): this process drives an open-loop
+    load on keys ``k:0 ..`` and samples it per bin (§5.5)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -176,8 +182,25 @@ class RedisClusterSettings(BaseModel):
     state_dir: str | None = Field(None, description="Default: a temporary directory.")
     seed_nodes: list[str] = Field([], description='"host:port" of the cluster\'s nodes.')
     command_template: str | None = Field(
-        None, description="Starts a new node: {port}, {dir}, optionally {bus_port}."
+        None, description="Starts a new node: {host}, {port}, {dir}, optionally {bus_port}."
     )
+    new_node_host: str = Field("127.0.0.1", description="{host}: where new nodes listen.")
+    retire_template: str | None = Field(
+        None, description="Stops a node it started: {host}, {port}, {dir}, {bus_port}."
+    )
+    username: str | None = Field(None, description="ACL user of every connection.")
+    password_env: str | None = Field(
+        None, description="Environment variable holding the password (AUTH)."
+    )
+    tls: bool = Field(False, description="TLS on every connection.")
+    tls_ca_file: str | None = None
+    tls_cert_file: str | None = None
+    tls_key_file: str | None = None
+    load: Literal["none", "flash-crowd"] | None = Field(
+        None, description='"none" on a user\'s cluster; "flash-crowd" on the testbed.'
+    )
+    monitor_window_s: float = Field(0.1, gt=0.0, le=10.0, description="A MONITOR sample.")
+    monitor_every_s: float = Field(2.0, gt=0.0, le=600.0, description="One per node this often.")
     start_testbed: bool = Field(False, description="Start a local testbed (tests).")
     masters: int = Field(3, ge=1, le=64, description="The testbed's masters.")
     standbys: int = Field(1, ge=0, le=64, description="The testbed's empty masters (§5.6).")
@@ -346,10 +369,19 @@ def _seed(text: str) -> tuple[str, int]:
 def _redis_cluster(env: RedisClusterSettings, controller: DirectorSettings):
     config = controller.director_config()
     check_director_config(config)
+    models = _models(controller, None, env.seed)
     if not env.seed_nodes and not env.start_testbed:
         raise ConfigError("environment.seed_nodes", "give the seed nodes, or start_testbed = true")
     seed_nodes = tuple(_seed(text) for text in env.seed_nodes)
+    load = env.load or ("flash-crowd" if env.start_testbed else "none")
+    if load != "none" and not env.start_testbed:
+        raise ConfigError(
+            "environment.load",
+            'must be "none" on a cluster you run: the synthetic load writes keys k:0.. '
+            "into your keyspace (it is for start_testbed = true)",
+        )
     try:
+        credentials = _credentials(env)
         testbed = None
         if env.start_testbed:
             testbed = ClusterSpec(
@@ -374,14 +406,40 @@ def _redis_cluster(env: RedisClusterSettings, controller: DirectorSettings):
             keys=env.keys,
             value_bytes=env.value_bytes,
             preload=env.preload,
+            observer=ObserverSettings(
+                period_s=config.period_s,
+                monitor_window_s=env.monitor_window_s,
+                monitor_every_s=env.monitor_every_s,
+            ),
+            guard_model=models[0],
+            credentials=credentials,
+            new_node_host=env.new_node_host,
+            retire_template=env.retire_template,
         )
     except ConfigError as error:
         raise ConfigError(f"environment.{error.field}", error.problem) from None
     state_dir = env.state_dir or tempfile.mkdtemp(prefix="geoslo-director-rc-")
     store = (RedisClusterEnvironment if env.state_dir else _TemporaryCluster)(
-        Path(state_dir), settings, _flash_crowd(env, 0)
+        Path(state_dir), settings, _flash_crowd(env, 0) if load == "flash-crowd" else None
     )
-    return store, store.bin_bytes(), _models(controller, None, env.seed)
+    return store, store.bin_bytes(), models  # without a load: filled from the cluster
+
+
+def _credentials(env: RedisClusterSettings) -> Credentials:
+    """AUTH and TLS for every connection; the password from the named variable."""
+    password = None
+    if env.password_env is not None:
+        password = os.environ.get(env.password_env)
+        if password is None:
+            raise ConfigError("password_env", f"the variable {env.password_env} is not set")
+    return Credentials(
+        username=env.username,
+        password=password,
+        tls=env.tls,
+        tls_ca_file=env.tls_ca_file,
+        tls_cert_file=env.tls_cert_file,
+        tls_key_file=env.tls_key_file,
+    )
 
 
 def cluster_plan_record(step: Step) -> Mapping[str, Any]:
@@ -493,12 +551,13 @@ boot_delay_s = 120             # a new server serves after this
 # intercept = -11.8, get_coefficient = 0.0055, put_coefficient = 0.0141
 #   kind = "redis-cluster"
 #   seed_nodes = ["10.0.0.1:7000", "10.0.0.2:7000"]
-#   command_template = "redis-server --port {port} --dir {dir} --cluster-enabled yes"
-#   start_testbed = false     # true: a local testbed (masters, standbys) instead
-#   keys = 10000
-#   value_bytes = 1024
-#   flat_rps = 500.0
-#   hot_rps = 500.0
+#   command_template = "redis-server --port {port} --bind {host} --dir {dir} --cluster-enabled yes"
+#   new_node_host = "10.0.0.9"  # {host}: where added nodes listen
+#   username = "director"       # AUTH: an ACL user and the variable holding its password
+#   password_env = "GEOSLO_REDIS_PASSWORD"
+#   start_testbed = false     # your cluster: its own load observed, no key written
+#                             # true: a local testbed (masters, standbys) with a synthetic
+#                             # load (load = "flash-crowd": keys, value_bytes, flat_rps, hot_rps)
 
 [controller]
 period_s = 20.0                # execution period (§5.7's Table)

@@ -38,6 +38,7 @@ from geoslo.live.director.rediscluster._environment import (
     FinishedClusterAction,
     RedisClusterEnvironment,
 )
+from geoslo.live.director.rediscluster._link import Credentials
 from geoslo.live.director.rediscluster._loadgen import preload_keys, replay_cluster_load
 from geoslo.live.director.rediscluster._migrate import (
     MigrationProgress,
@@ -49,6 +50,12 @@ from geoslo.live.director.rediscluster._migrate import (
     migrate_slots,
     remove_master,
     repair,
+)
+from geoslo.live.director.rediscluster._observe import (
+    ClusterObserver,
+    ObservedPeriod,
+    ObserverSettings,
+    read_bin_bytes,
 )
 from geoslo.live.director.rediscluster._router import SlotRouter
 from geoslo.live.director.rediscluster._stats import (
@@ -98,6 +105,12 @@ __all__ = [
     "replay_cluster_load",
     "slots_of_bin",
     "steady_state_benchmark",
+    # the users' own load read from the cluster (_observe); AUTH and TLS (_link)
+    "ClusterObserver",
+    "Credentials",
+    "ObservedPeriod",
+    "ObserverSettings",
+    "read_bin_bytes",
     # the Director's environment on the cluster (_environment, _actions)
     "EnvSettings",
     "FinishedClusterAction",

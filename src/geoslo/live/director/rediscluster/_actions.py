@@ -12,15 +12,19 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 
+import numpy as np
+
 from geoslo.control.director.types import Action, DirectorConfig, ServerState
 from geoslo.errors import ConfigError
 from geoslo.live.director.rediscluster._engine import SLOTS, SLOTS_PER_BIN, ClusterNode
+from geoslo.models import SteadyStateModel
 
 __all__ = [
     "BINS",
     "bin_owners",
     "check_director_config",
     "copy_refusal",
+    "overpacked_moves",
     "migration_slots",
     "node_name",
     "server_states",
@@ -153,3 +157,44 @@ def copy_refusal(
     if any(n.master_id == target.node_id for n in view):
         return f"copy: target {action.target} has replicas of its own"
     return ""
+
+
+def overpacked_moves(
+    moves: Sequence[Action],
+    servers: Sequence[ServerState],
+    get_rps: np.ndarray,
+    put_rps: np.ndarray,
+    model: SteadyStateModel,
+) -> dict[Action, str]:
+    """The moves to refuse, with why: taken in order on the layout ``servers``, a move is
+    refused when its target would then carry more observed load (``get_rps``,
+    ``put_rps`` per bin, every request of a bin on its one master) than the steady-state
+    model lets a server carry and meet the SLO (§5.4: P(violation) below its threshold).
+    A move onto a target the observed load already overloads is refused too. A target
+    left holding one bin is never refused: a bin too hot for any server alone is moved
+    alone to an empty one and copied there (§6.2; Redis replicas split its reads). The
+    Director's own plan stays within the model on its smoothed rates; this holds an
+    applied plan to the rates the cluster last served, whatever the plan saw."""
+    held = {s.name: set(s.bins) for s in servers}
+    get_rps, put_rps = np.asarray(get_rps, float), np.asarray(put_rps, float)
+
+    def violation(bins: set[int]) -> float:
+        index = sorted(bins)
+        return float(model.violation_probability(get_rps[index].sum(), put_rps[index].sum()))
+
+    refused: dict[Action, str] = {}
+    for move in moves:
+        target = held.setdefault(move.target or "", set())
+        after = target | set(move.bins)
+        p = violation(after)
+        if p >= model.threshold and len(after) > 1:
+            load = sorted(after)
+            refused[move] = (
+                f"move refused: {move.target} would serve {get_rps[load].sum():.0f} gets/s "
+                f"and {put_rps[load].sum():.0f} puts/s observed, P(violation) {p:.2f} >= "
+                f"{model.threshold} (the steady-state model)"
+            )
+            continue
+        target |= set(move.bins)
+        held.setdefault(move.source or "", set()).difference_update(move.bins)
+    return refused

@@ -16,6 +16,7 @@ import json
 import os
 import shlex
 import shutil
+import subprocess
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
@@ -92,15 +93,20 @@ def default_command_template(
     )
 
 
-def render_command(template: str, port: int, directory: Path, bus_port: int) -> list[str]:
-    """The argument list of one node: ``template`` with ``{port}``, ``{dir}`` and
-    ``{bus_port}`` (the cluster bus; Redis uses port + 10000 unless the template sets it)."""
+def render_command(
+    template: str, port: int, directory: Path, bus_port: int, host: str = HOST
+) -> list[str]:
+    """The argument list of one node: ``template`` with ``{host}`` (the address the node
+    listens on and is met at), ``{port}``, ``{dir}`` and ``{bus_port}`` (the cluster bus;
+    Redis uses port + 10000 unless the template sets it)."""
     try:
-        text = template.format(port=port, dir=shlex.quote(str(directory)), bus_port=bus_port)
+        text = template.format(
+            port=port, dir=shlex.quote(str(directory)), bus_port=bus_port, host=host
+        )
     except (KeyError, IndexError, ValueError) as error:
         raise ConfigError(
             "command_template",
-            f"only {{port}}, {{dir}} and {{bus_port}} may appear in braces ({error})",
+            f"only {{host}}, {{port}}, {{dir}} and {{bus_port}} may appear in braces ({error})",
         ) from None
     return shlex.split(text)
 
@@ -278,13 +284,17 @@ def _group_name(state_dir: Path, node: str) -> str:
     return f"rediscluster-{digest}-{node}"
 
 
-def _admin(port: int, timeout_s: float = 5.0) -> redis.Redis:
-    return redis.Redis(HOST, port, socket_timeout=timeout_s, decode_responses=True)
+def _admin(
+    port: int, timeout_s: float = 5.0, host: str = HOST, credentials: dict | None = None
+) -> redis.Redis:
+    return redis.Redis(
+        host, port, socket_timeout=timeout_s, decode_responses=True, **(credentials or {})
+    )
 
 
-def _call(port: int, *args) -> str:
+def _call(port: int, *args, host: str = HOST, credentials: dict | None = None) -> str:
     """One command to the node on ``port``; a refusal becomes a TestbedError naming it."""
-    with _admin(port) as connection:
+    with _admin(port, host=host, credentials=credentials) as connection:
         try:
             return connection.execute_command(*args)
         except redis.exceptions.ResponseError as error:
@@ -308,6 +318,9 @@ class RedisClusterTestbed:
     template: str
     records: list[dict] = field(default_factory=list)  # NodeInfo fields, one per node
     cpu_limit: str = "none"  # what the nodes' CPU limit is, or why there is none
+    host: str = HOST  # where new nodes start ({host} of the template) and are reached
+    retire_template: str | None = None  # stops a node instead of its PID ({host}, {port}, {dir})
+    credentials: dict = field(default_factory=dict)  # redis-py's AUTH/TLS keyword arguments
 
     # --- lifecycle ---------------------------------------------------------------------------
     @classmethod
@@ -374,23 +387,30 @@ class RedisClusterTestbed:
         directory.mkdir(parents=True)
         port, bus_port = _node_ports(uses_bus_port(self.template))
         record = {
-            "name": name, "host": HOST, "port": port, "node_id": "", "role": role,
+            "name": name, "host": self.host, "port": port, "node_id": "", "role": role,
             "pid": None, "bus_port": bus_port, "dir": str(directory), "master": master,
             "cgroup": None,
         }  # fmt: skip
         self.records.append(record)
         self._start_process(record)
-        record["node_id"] = _call(port, "CLUSTER", "MYID")
+        record["node_id"] = self._call(record, "CLUSTER", "MYID")
         self.save()
         return record
+
+    def _call(self, record: dict, *args) -> str:
+        """One command to a recorded node, at its host, with the cluster's credentials."""
+        host = record.get("host", HOST)
+        return _call(record["port"], *args, host=host, credentials=self.credentials)
 
     def _start_process(self, record: dict) -> None:
         """Run the node's command, limit its CPU, wait until it answers PING (AOF loaded)."""
         command = render_command(
-            self.template, record["port"], Path(record["dir"]), record["bus_port"]
+            self.template, record["port"], Path(record["dir"]), record["bus_port"], record["host"]
         )
         log_path = Path(record["dir"]) / "redis.log"
-        process = ManagedProcess(record["name"], command, log_path, record["port"])
+        process = ManagedProcess(
+            record["name"], command, log_path, record["port"], host=record["host"]
+        )
         record["pid"] = process.start(detached=True).pid
         self.save()
         self._limit_cpu(record)
@@ -412,7 +432,7 @@ class RedisClusterTestbed:
         deadline = time.monotonic() + timeout_s
         while True:
             try:
-                if _call(record["port"], "PING"):
+                if self._call(record, "PING"):
                     return
             except redis.exceptions.BusyLoadingError:
                 pass
@@ -504,14 +524,30 @@ class RedisClusterTestbed:
         if not live:
             raise TestbedError("no node runs to introduce a new one to")
         record = self.launch_node(f"node-{len(self.records)}", "standby", None)
-        _call(live[0]["port"], "CLUSTER", "MEET", HOST, record["port"], record["bus_port"])
+        self._call(live[0], "CLUSTER", "MEET", record["host"], record["port"], record["bus_port"])
         self._wait_known(self._live())
         return NodeInfo(**record)
 
     def stop_node(self, name: str, kill: bool = False) -> None:
-        """SIGTERM (or SIGKILL) the node's recorded PID and wait until it exited."""
+        """SIGTERM (or SIGKILL) the node's recorded PID and wait until it exited; with a
+        ``retire_template``, run it instead (a node on another host), then wait for the
+        recorded PID (the command that started it) to end."""
         record = self._record(name)
         pid = record["pid"]
+        if self.retire_template and not kill:
+            command = render_command(
+                self.retire_template, record["port"], Path(record["dir"]),
+                record["bus_port"], record["host"],
+            )  # fmt: skip
+            with open(Path(record["dir"]) / "retire.log", "ab") as log:
+                done = subprocess.run(
+                    command, stdout=log, stderr=subprocess.STDOUT, timeout=60.0, check=False
+                )
+            if done.returncode != 0:
+                raise TestbedError(
+                    f"the retire command of {name} exited {done.returncode}; see "
+                    f"{record['dir']}/retire.log"
+                )
         if pid is None or not process_alive(pid):
             return
         if kill:
@@ -622,6 +658,8 @@ class RedisClusterTestbed:
             "template": self.template,
             "cpu_limit": self.cpu_limit,
             "nodes": self.records,
+            "host": self.host,
+            "retire_template": self.retire_template,
         }
         tmp = self.state_dir / (STATE_FILE + ".tmp")
         tmp.write_text(json.dumps(data, indent=1))
@@ -635,4 +673,7 @@ class RedisClusterTestbed:
             return None
         data = json.loads(path.read_text())
         spec = ClusterSpec(**data["spec"])
-        return cls(spec, Path(state_dir), data["template"], list(data["nodes"]), data["cpu_limit"])
+        return cls(
+            spec, Path(state_dir), data["template"], list(data["nodes"]), data["cpu_limit"],
+            host=data.get("host", HOST), retire_template=data.get("retire_template"),
+        )  # fmt: skip

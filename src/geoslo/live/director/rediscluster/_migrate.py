@@ -5,7 +5,8 @@ specification, "Live reconfiguration"). Per slot, in the specification's order:
 
 1. target ``CLUSTER SETSLOT s IMPORTING <source-id>``, then source ``... MIGRATING <target-id>``
    (importing first: once the source says ``ASK``, the target must accept ``ASKING``);
-2. ``CLUSTER GETKEYSINSLOT`` and ``MIGRATE host port "" 0 timeout KEYS ...`` in batches,
+2. ``CLUSTER GETKEYSINSLOT`` and ``MIGRATE host port "" 0 timeout REPLACE KEYS ...`` in
+   batches (a key a crash left on the target takes the source's copy: the owner's),
    paced to a specified bytes/s as the paper throttles copies (§5.4, ``_throttle``);
 3. ``CLUSTER SETSLOT s NODE <target-id>`` on the target (it bumps its epoch), the source,
    and every other master.
@@ -18,19 +19,21 @@ While a slot migrates, a key still on the source is served there; a key already 
 redirected with ``ASK`` to the target, so a client never reads a value older than one it
 was told was written. A cancelled migration (an overrun, §5.6) finishes the few slots in
 progress and stops: every slot is then wholly on the source or wholly on the target.
-``repair`` finishes or rolls back slots that a crash left half-way.
+``repair`` finishes or rolls back slots that a crash left half-way; a key a crash left on
+both nodes keeps the copy of the slot's owner (the node that acknowledged its writes).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import redis.asyncio as aioredis
-from redis.exceptions import ResponseError
+from redis.exceptions import AskError, ResponseError
 
 from geoslo.errors import InputError, TestbedError
 from geoslo.live.director._throttle import pace_delay_s
@@ -39,11 +42,13 @@ from geoslo.live.director.rediscluster._engine import SLOTS, ClusterNode, parse_
 __all__ = [
     "MigrationProgress",
     "MigrationResult",
+    "Orphan",
     "RepairStep",
     "RepairReport",
     "add_master",
     "batch_bytes_for_rate",
     "decide_repairs",
+    "find_orphans",
     "migrate_slots",
     "config_epochs",
     "epochs_settled",
@@ -172,13 +177,15 @@ RepairKind = Literal["finish", "roll-back", "assign"]
 
 @dataclass(frozen=True)
 class RepairStep:
-    """What ``repair`` does to one slot, and why."""
+    """What ``repair`` does to one slot, and why. ``keep``: the node whose copy a key found
+    on both ends keeps (the slot's owner by the config epochs; None for an assignment)."""
 
     slot: int
     kind: RepairKind
     source: str | None  # node id the keys come from (finish) or the owner (roll-back)
     target: str | None  # node id that ends up owning the slot (None: any master)
     reason: str
+    keep: str | None = None
 
 
 def _owner_of(slot: int, selves: Sequence[ClusterNode], epochs: Mapping[str, int]) -> str | None:
@@ -198,10 +205,14 @@ def decide_repairs(
     a node's keys in a slot (missing: 0). The rule, per slot:
 
     * half-migrated from S to T, it **finishes** (keys to T, T owns it) if T already owns
-      it or holds any of its keys: a key reaches T only through ``MIGRATE`` (which deletes
-      it on S) or through a write redirected by ``ASK`` (S no longer had it), so T's copy
-      is the newer one and a key on both keeps T's;
+      it or holds any of its keys;
     * otherwise no key has left S and it **rolls back** (markers cleared, S keeps it);
+    * either way a key found on both S and T keeps the copy of the slot's **owner** (the
+      claimant with the greatest config epoch, ``keep``): a crash inside a ``MIGRATE``
+      leaves the batch on both, and the owner (S, restarted) then acknowledges writes to
+      those keys, since it has them; T's copy never sees a write while S has the key
+      (S answers ``ASK`` only for keys it lacks). ``redis-cli --cluster fix`` keeps the
+      owner's copy too;
     * no master claims it: it is **assigned** to the master holding most of its keys
       (``target`` None when none holds any: ``repair`` picks the least loaded master).
     """
@@ -234,11 +245,39 @@ def _decide_open(
     keys_in_slot: Mapping[tuple[str, int], int],
 ) -> RepairStep:
     owner = _owner_of(slot, selves, epochs)
+    keep = owner or source
     if owner == target:
-        return RepairStep(slot, "finish", source, target, "the target already owns it")
+        return RepairStep(slot, "finish", source, target, "the target already owns it", keep)
     if keys_in_slot.get((target, slot), 0) > 0:
-        return RepairStep(slot, "finish", source, target, "the target holds some of its keys")
-    return RepairStep(slot, "roll-back", owner or source, None, "no key reached the target")
+        reason = "the target holds some of its keys"
+        return RepairStep(slot, "finish", source, target, reason, keep)
+    return RepairStep(slot, "roll-back", keep, None, "no key reached the target", keep)
+
+
+@dataclass(frozen=True)
+class Orphan:
+    """Keys of ``slot`` on ``holder``, a master that does not own it; they go to ``owner``,
+    whose copy of a key on both wins."""
+
+    slot: int
+    holder: str
+    owner: str
+    keys: int
+
+
+def find_orphans(
+    selves: Sequence[ClusterNode],
+    epochs: Mapping[str, int],
+    keys_in_slot: Mapping[tuple[str, int], int],
+) -> list[Orphan]:
+    """Keys on a master that does not own their slot (by the config epochs), slot by slot:
+    a write that followed an ``ASK`` just before a roll-back cleared the marker."""
+    orphans = []
+    for (node_id, slot), count in sorted(keys_in_slot.items(), key=lambda item: item[0][::-1]):
+        owner = _owner_of(slot, selves, epochs)
+        if count and owner is not None and owner != node_id:
+            orphans.append(Orphan(slot, node_id, owner, count))
+    return orphans
 
 
 # --------------------------------------------------------------------------- node access
@@ -349,10 +388,21 @@ async def _local(node: _Node, asking: bool, *args: Any) -> Any:
 
 
 async def _migrate_batch(
-    source: _Node, target: _Node, keys: Sequence[bytes], timeout_ms: int, asking: bool = False
+    source: _Node,
+    target: _Node,
+    keys: Sequence[bytes],
+    timeout_ms: int,
+    asking: bool = False,
+    keep_source: bool = True,
 ) -> None:
-    """``MIGRATE`` a batch; a key already on the target keeps the target's copy."""
+    """``MIGRATE`` a batch. A key already on the target keeps the owner's copy: the
+    source's (``REPLACE``) when the source owns the slot, else the target's."""
     host, port = target.address
+    if keep_source:
+        await _local(
+            source, asking, "MIGRATE", host, port, "", 0, timeout_ms, "REPLACE", "KEYS", *keys
+        )
+        return
     migrate = ("MIGRATE", host, port, "", 0, timeout_ms, "KEYS")
     try:
         await _local(source, asking, *migrate, *keys)
@@ -360,11 +410,12 @@ async def _migrate_batch(
         if "BUSYKEY" not in str(err):
             raise
         # Keys restored before the clash were deleted on the source; the rest are on both,
-        # and the target's copy is the newer one (see decide_repairs).
-        on_target = [bool(await target.cmd("EXISTS", k)) for k in keys]
+        # and the target (the owner) keeps its copy. ASKING: the target may be importing.
+        on_target = [bool(await _local(target, True, "EXISTS", k)) for k in keys]
         for key, there in zip(keys, on_target, strict=True):
-            if there:
-                await _local(source, asking, "DEL", key)
+            if there:  # ASK: the MIGRATE moved it, it is gone from a migrating source
+                with contextlib.suppress(AskError):
+                    await _local(source, asking, "DEL", key)
         left = [k for k, there in zip(keys, on_target, strict=True) if not there]
         if left:
             await _local(source, asking, *migrate, *left)
@@ -379,8 +430,10 @@ async def _move_keys(
     keys_per_scan: int,
     timeout_ms: int,
     asking: bool = False,
+    keep_source: bool = True,
 ) -> None:
-    """Move every key of ``slot`` from source to target in batches paced to the rate."""
+    """Move every key of ``slot`` from source to target in batches paced to the rate; a key
+    on both keeps the source's copy if ``keep_source`` (the source owns the slot)."""
     while keys := await source.cmd("CLUSTER", "GETKEYSINSLOT", slot, keys_per_scan):
         key_sizes = await _key_sizes(source, keys, asking)
         size_of = dict(key_sizes)
@@ -390,7 +443,7 @@ async def _move_keys(
                 await asyncio.sleep(
                     pace_delay_s(progress.bytes, elapsed_s, progress.rate_bytes_per_s)
                 )
-            await _migrate_batch(source, target, batch, timeout_ms, asking)
+            await _migrate_batch(source, target, batch, timeout_ms, asking, keep_source)
             progress.keys += len(batch)
             progress.bytes += sum(size_of[k] for k in batch)
 
@@ -644,16 +697,30 @@ async def _forget(entries: Sequence[ClusterNode], removed: Sequence[ClusterNode]
 
 @dataclass(frozen=True)
 class RepairReport:
-    """What ``repair`` found and did."""
+    """What ``repair`` found and did (``dry_run``: what it would do, nothing done).
+
+    ``steps`` are the slots repaired, ``orphans`` the stranded keys found (moved to their
+    owner unless a dry run); ``foreign`` the decisions for open slots outside the slots
+    ``repair`` was given, left as they are."""
 
     steps: tuple[RepairStep, ...]
     keys_moved: int
     orphan_keys_moved: int
+    orphans: tuple[Orphan, ...] = ()
+    foreign: tuple[RepairStep, ...] = ()
+    dry_run: bool = False
+
+
+_UNREACHABLE = (OSError, aioredis.ConnectionError, aioredis.TimeoutError)
 
 
 async def _masters(seed: Any) -> list[_Node]:
     """Admin connections to every master the seed knows; all must answer."""
-    seed_node = await _connect(seed)
+    host, port = _address_of(seed)
+    try:
+        seed_node = await _connect(seed)
+    except _UNREACHABLE as err:
+        raise TestbedError(f"repair: the seed node {host}:{port} does not answer ({err})") from err
     try:
         entries = await _cluster_entries(seed_node)
     finally:
@@ -664,7 +731,7 @@ async def _masters(seed: Any) -> list[_Node]:
             continue
         try:
             nodes.append(await _connect((entry.host, entry.port)))
-        except (OSError, aioredis.ConnectionError) as err:
+        except _UNREACHABLE as err:
             await _close(nodes)
             raise TestbedError(
                 f"repair: master {entry.node_id[:8]} at {entry.host}:{entry.port} does not "
@@ -716,21 +783,41 @@ async def _myself(node: _Node) -> ClusterNode:
     return next(e for e in await _cluster_entries(node) if "myself" in e.flags)
 
 
-async def _key_counts(nodes: Sequence[_Node]) -> dict[tuple[str, int], int]:
-    """Every master's key count in every slot (one pipeline of 16384 commands each)."""
+async def _key_counts(
+    nodes: Sequence[_Node], slots: Iterable[int] = range(SLOTS)
+) -> dict[tuple[str, int], int]:
+    """Every master's key count in each of ``slots`` (one pipeline per master)."""
+    slots = list(slots)
     counts: dict[tuple[str, int], int] = {}
     for node in nodes:
         async with node.conn.pipeline(transaction=False) as pipe:
-            for slot in range(SLOTS):
+            for slot in slots:
                 pipe.execute_command("CLUSTER", "COUNTKEYSINSLOT", slot)
             replies = await pipe.execute()
-        counts.update({(node.node_id, s): int(c) for s, c in enumerate(replies) if int(c)})
+        counts.update(
+            {(node.node_id, s): int(c) for s, c in zip(slots, replies, strict=True) if int(c)}
+        )
     return counts
+
+
+def _slots_to_count(selves: Sequence[ClusterNode], scope: set[int] | None) -> Iterable[int]:
+    """All slots, or (scoped) the scope's, the marked ones and the unowned ones: what the
+    decisions on the scope and the report of the open slots outside it need."""
+    if scope is None:
+        return range(SLOTS)
+    claimed = [False] * SLOTS
+    for node in selves:
+        for lo, hi in node.slots:
+            claimed[lo : hi + 1] = [True] * (hi - lo + 1)
+    marked = {s for n in selves for s in (*n.migrating, *n.importing)}
+    return sorted(scope | marked | {s for s in range(SLOTS) if not claimed[s]})
 
 
 async def repair(
     seed: Any,
     *,
+    slots: Iterable[int] | None = None,
+    dry_run: bool = False,
     bytes_per_s: float | None = None,
     serving_timeout_s: float = 30.0,
     log: Callable[[str], Any] | None = None,
@@ -739,19 +826,34 @@ async def repair(
 
     For after a crash of the controller or of a node (restarted from its AOF and
     nodes.conf, which keep its keys and its ``MIGRATING``/``IMPORTING`` markers). Every
-    master must answer. The decisions are ``decide_repairs``'; ``bytes_per_s`` paces the
-    keys it moves (None: unpaced). Keys left on a master that does not own their slot
-    (an ``ASK``-redirected write racing a roll-back) go to the owner; the owner's copy wins.
+    master must answer. The decisions are ``decide_repairs``'; a key on two nodes keeps
+    the copy of its slot's owner. ``slots`` limits what is touched (None: every slot):
+    open slots outside it are only reported (``RepairReport.foreign``). ``dry_run``
+    decides and reports, and changes nothing. ``bytes_per_s`` paces the keys it moves
+    (None: unpaced). Keys left on a master that does not own their slot (an
+    ``ASK``-redirected write racing a roll-back) go to the owner; the owner's copy wins.
     Unowned slots are assigned first; keyed commands then wait (up to ``serving_timeout_s``)
     until every master says ``cluster_state:ok`` (a restarted master refuses them at first).
     """
     say = log or (lambda _message: None)
+    scope = None if slots is None else set(slots)
     nodes = await _masters(seed)
     by_id = {n.node_id: n for n in nodes}
     progress = MigrationProgress(rate_bytes_per_s=bytes_per_s or 0.0, paced=bytes_per_s is not None)
     try:
         selves, epochs = await _self_views(nodes)
-        steps = decide_repairs(selves, epochs, await _key_counts(nodes))
+        counts = await _key_counts(nodes, _slots_to_count(selves, scope))
+        decided = decide_repairs(selves, epochs, counts)
+        steps = [s for s in decided if scope is None or s.slot in scope]
+        foreign = tuple(s for s in decided if scope is not None and s.slot not in scope)
+        if dry_run:
+            stepped = {s.slot for s in steps}
+            orphans = [
+                o
+                for o in find_orphans(selves, epochs, counts)
+                if (scope is None or o.slot in scope) and o.slot not in stepped
+            ]
+            return RepairReport(tuple(steps), 0, 0, tuple(orphans), foreign, dry_run=True)
         steps.sort(key=lambda step: step.kind != "assign")
         waited = False
         for step in steps:
@@ -761,10 +863,11 @@ async def repair(
             await _apply_step(step, by_id, nodes, progress)
         await _wait_serving(nodes, serving_timeout_s)
         keys_moved = progress.keys
-        orphans = await _rehome_orphans(nodes, progress, say)
+        orphans = await _rehome_orphans(nodes, progress, say, scope)
     finally:
         await _close(nodes)
-    return RepairReport(tuple(steps), keys_moved, orphans)
+    moved = progress.keys - keys_moved
+    return RepairReport(tuple(steps), keys_moved, moved, tuple(orphans), foreign)
 
 
 _MOVE = dict(batch_bytes=64 * 1024, keys_per_scan=256, timeout_ms=5000)
@@ -802,12 +905,12 @@ async def _apply_step(
             await node.cmd("CLUSTER", "SETSLOT", slot, "STABLE")  # the owner first: no new ASK
         return
     source, target = by_id[step.source or ""], by_id[step.target or ""]
-    me = await _myself(source)
-    owns = _claims(me, slot)
-    if owns:
-        await target.cmd("CLUSTER", "SETSLOT", slot, "IMPORTING", source.node_id)
-        await source.cmd("CLUSTER", "SETSLOT", slot, "MIGRATING", target.node_id)
-        await _move_keys(source, target, slot, progress, **_MOVE)
+    if _claims(await _myself(source), slot):
+        if not _claims(await _myself(target), slot):  # an owner cannot be IMPORTING
+            await target.cmd("CLUSTER", "SETSLOT", slot, "IMPORTING", source.node_id)
+            await source.cmd("CLUSTER", "SETSLOT", slot, "MIGRATING", target.node_id)
+        keep_source = step.keep != target.node_id
+        await _move_keys(source, target, slot, progress, keep_source=keep_source, **_MOVE)
     elif int(await source.cmd("CLUSTER", "COUNTKEYSINSLOT", slot)):
         await _evacuate(source, target, slot, progress)
     await _assign([slot], target, [n for n in nodes if n is not target])
@@ -823,24 +926,27 @@ async def _least_loaded(nodes: Sequence[_Node]) -> _Node:
 
 
 async def _evacuate(holder: _Node, owner: _Node, slot: int, progress: MigrationProgress) -> None:
-    """Move a non-owner's keys of ``slot`` to its owner (marked importing to reach them)."""
+    """Move a non-owner's keys of ``slot`` to its owner, whose copy of a key on both wins
+    (the holder is marked importing so that ``ASKING`` reaches its keys)."""
     await holder.cmd("CLUSTER", "SETSLOT", slot, "IMPORTING", owner.node_id)
     try:
-        await _move_keys(holder, owner, slot, progress, asking=True, **_MOVE)
+        await _move_keys(holder, owner, slot, progress, asking=True, keep_source=False, **_MOVE)
     finally:
         await holder.cmd("CLUSTER", "SETSLOT", slot, "STABLE")
 
 
 async def _rehome_orphans(
-    nodes: Sequence[_Node], progress: MigrationProgress, say: Callable[[str], Any]
-) -> int:
-    before = progress.keys
+    nodes: Sequence[_Node],
+    progress: MigrationProgress,
+    say: Callable[[str], Any],
+    scope: set[int] | None,
+) -> list[Orphan]:
     selves, epochs = await _self_views(nodes)
+    counts = await _key_counts(nodes, _slots_to_count(selves, scope))
     by_id = {n.node_id: n for n in nodes}
-    for (node_id, slot), _count in sorted((await _key_counts(nodes)).items()):
-        owner = _owner_of(slot, selves, epochs)
-        if owner is None or owner == node_id:
-            continue
-        say(f"repair slot {slot}: {_count} orphan key(s) on {node_id[:8]} go to {owner[:8]}")
-        await _evacuate(by_id[node_id], by_id[owner], slot, progress)
-    return progress.keys - before
+    found = [o for o in find_orphans(selves, epochs, counts) if scope is None or o.slot in scope]
+    for orphan in found:
+        holder, owner = orphan.holder[:8], orphan.owner[:8]
+        say(f"repair slot {orphan.slot}: {orphan.keys} orphan key(s) on {holder} go to {owner}")
+        await _evacuate(by_id[orphan.holder], by_id[orphan.owner], orphan.slot, progress)
+    return found
