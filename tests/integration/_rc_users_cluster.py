@@ -84,10 +84,14 @@ class UsersCluster:
         """One node on a free port; on a shared machine another process can take the port
         between the check and the bind: then another port (the node must answer as
         itself, its folder ours)."""
-        for _ in range(attempts):
+        tries, last_error = 0, None
+        for _ in range(100):  # a port whose bus port (+10000) exists is not an attempt
+            if tries == attempts:
+                break
             (port,) = free_ports(1)
             if port + 10000 > 65535 or port in self.ports:
                 continue
+            tries += 1
             directory = self.folder / f"user-{port}"
             directory.mkdir(parents=True, exist_ok=True)
             command = self.node_command(port, directory)
@@ -101,11 +105,11 @@ class UsersCluster:
                         self.ports.append(port)
                         self.processes.append(process)
                         return
-            except Exception:  # the port was taken: try another
-                pass
+            except Exception as error:  # the port was taken: try another
+                last_error = error
             if process.pid is not None:
                 stop_pid(process.pid, timeout_s=10.0)
-        raise AssertionError("no free port for a node after several tries")
+        raise AssertionError(f"no node after {tries} tries; the last: {last_error!r}")
 
     def add_empty_master_with_replica(self) -> tuple[int, int]:
         """``redis-cli --cluster add-node`` of an empty master and of a replica of it (as a

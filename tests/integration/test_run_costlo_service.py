@@ -98,10 +98,11 @@ def _recorded_pids(state_dir: Path) -> list[int]:
 
 @pytest.mark.parametrize(
     "engine, flags",
-    [  # a dry run on the testbed: the slow set (test_run_on_the_simulator has one)
+    [  # a dry run and the S3 engine: the slow set (the simulator's run has a dry run;
+        # test_cli_testbed and test_costlo_user_s3 run the S3 engine briefly)
         pytest.param("redis", (), id="apply"),
         pytest.param("redis", ("--dry-run",), id="dry-run", marks=pytest.mark.slow),
-        pytest.param("s3", (), id="s3-apply"),
+        pytest.param("s3", (), id="s3-apply", marks=pytest.mark.slow),  # 50-120 s
     ],
 )
 def test_run_on_the_testbed_stops_everything_it_started(tmp_path, needs_redis, engine, flags):
