@@ -80,6 +80,7 @@ def processes_mentioning(text: str) -> list[int]:
     return found
 
 
+@pytest.mark.timeout(180)  # a fresh clone's run once went on for 600 s (run_migration's _within)
 def test_a_failed_migration_leaves_nothing_behind(guest, tmp_path: Path) -> None:
     """A run cut short (its time limit passes while the guest boots) raises TestbedError
     and stops both QEMUs and the proxy and deletes its namespaces."""
