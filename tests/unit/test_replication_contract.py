@@ -197,7 +197,7 @@ def largest_state() -> dict:
     return data
 
 
-@pytest.mark.slow  # 100,000 ADMM iterations at the 180-step horizon: 20-45 s
+@pytest.mark.slow  # twice 100,000 ADMM iterations at the 180-step horizon: 40-90 s
 def test_the_largest_accepted_state_is_decided():
     out = decision_to_dict(decide(parse_state(largest_state())))
     json.dumps(out, allow_nan=False)

@@ -76,11 +76,15 @@ OSQP_SETTINGS = {
     "eps_dual_inf": 1e-7,
     "max_iter": 100_000,  # ~0.4 s here at worst; near-degenerate plans took 23,000
 }
-# ADMM's first step size when a solve ends "solved inaccurate": one cold re-solve from 0.01
+# ADMM's first step size when a solve ends without a solution: one cold re-solve from 0.01
 # (the setting above). A plan with a whole link's backlog beside a 2e-5 MB arrival ended
 # "solved inaccurate" after 100,000 iterations at 0.1 and solved in 300 at 0.01; of 301
 # random plans 1 failed at 0.1, none at 0.01 (tests/unit/test_replication_control.py).
 RETRY_RHO = 0.01
+# Retried: "solved inaccurate", and the iteration limit (a fresh clone's live loop had one
+# plan stop there at t = 8 s); a retried decision may take twice the longest solve (the
+# largest accepted state: 22 s, 44 s retried, on this machine at load 8)
+_RETRIED = (SolverStatus.OSQP_SOLVED_INACCURATE, SolverStatus.OSQP_MAX_ITER_REACHED)
 
 
 @dataclass(frozen=True)
@@ -243,9 +247,7 @@ class ShareMpc:
         self._solver.update(q=q, l=lower, u=upper)
         started = time.perf_counter()
         result, solved = self._admm()
-        if SolverStatus(result.info.status_val) == SolverStatus.OSQP_SOLVED_INACCURATE:
-            # a cold re-solve from another step size (not after the iteration limit: that
-            # would double the longest decision)
+        if SolverStatus(result.info.status_val) in _RETRIED:  # cold, another step size
             self._cold_start()
             self._solver.update_settings(rho=RETRY_RHO)
             result, solved = self._admm()
