@@ -349,6 +349,9 @@ def test_geoslo_run_once_and_refusals(tmp_path):
     assert "replicas" in refused.other + json.dumps(refused.records)
 
 
+# its bin's isolation moves were cancelled by the run's end at -n 3 (2 of 3 busy runs);
+# the copy-of-an-isolated-bin test makes a Redis replica in the short suite
+@pytest.mark.slow
 @pytest.mark.timeout(150)
 def test_geoslo_run_gives_a_hot_bin_a_redis_replica(tmp_path):
     """§6.2's flash crowd on one key: the Director isolates its bin on an empty master
