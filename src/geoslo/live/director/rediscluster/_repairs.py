@@ -98,6 +98,7 @@ class MigrationJournal:
 
     def __init__(self, path: Path) -> None:
         self.path = Path(path)
+        self._last_id: int | None = None  # read from the file once, then counted
 
     def _lines(self) -> list[str]:
         try:
@@ -112,11 +113,14 @@ class MigrationJournal:
         return moves
 
     def _next_id(self) -> int:
-        ids = [0]
-        for line in self._lines():
-            with contextlib.suppress(ValueError, KeyError, TypeError):
-                ids.append(int(json.loads(line)["move"]))
-        return max(ids) + 1
+        if self._last_id is None:
+            ids = [0]
+            for line in self._lines():
+                with contextlib.suppress(ValueError, KeyError, TypeError):
+                    ids.append(int(json.loads(line)["move"]))
+            self._last_id = max(ids)
+        self._last_id += 1
+        return self._last_id
 
     def _append(self, record: dict[str, Any]) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True)
