@@ -382,6 +382,7 @@ def run_cluster(
         keys=settings.keys,
         value_bytes=settings.value_bytes,
         preload=False,  # preloaded below, then the nodes rest (wait_quiet)
+        observe="client",  # the run's own client, sampled (§5.5); its load driven below
     )
     run = _Run(settings, workload, policy, spec, hot_bin, period_s, models, config, progress)
     return asyncio.run(run.drive(Path(state_dir), env_settings))

@@ -106,8 +106,9 @@ class EnvSettings:
     ``preload``, and what the bins' sizes are estimated from without ``bin_bytes_from``
     the cluster. ``observe``: "cluster" reads every request the nodes served
     (``_observe``: commandstats and sampled MONITOR; the users' load), "client" samples
-    the environment's own load (§5.5 as the paper), "auto" the first without a load of
-    its own. ``guard_model``: moves that would load a master past it on the observed
+    the environment's own client (§5.5 as the paper; opened even without a ``load``, for a
+    caller that drives the load itself, as the reproduction does), "auto" the first without
+    a load of its own. ``guard_model``: moves that would load a master past it on the observed
     rates are refused (``overpacked_moves``). ``credentials``: AUTH and TLS for every
     connection the environment opens."""
 
@@ -212,7 +213,7 @@ class RedisClusterEnvironment:
             settings = self.settings.observer or ObserverSettings(period_s=period_s)
             self.observer = ClusterObserver(settings, self.link, log=self.log)
             await self.observer.start(await self.view())
-        if self.load is None:  # nothing of its own to read or write: no client
+        if self.load is None and self.settings.observe != "client":  # no client of its own
             credentials = self.settings.credentials.redis_kwargs()
             sizes = await asyncio.to_thread(read_bin_bytes, self._seeds, credentials)
             self.bin_bytes()[:] = sizes
