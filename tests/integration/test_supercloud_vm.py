@@ -12,14 +12,12 @@ import os
 from pathlib import Path
 
 import pytest
+from _vm_guest import guest_or_skip, processes_mentioning
 
-from geoslo.errors import DependencyError
 from geoslo.experiments.supercloud._live_vm import model_columns
 from geoslo.live.supercloud.vm import (
     MigrationSettings,
     VmSettings,
-    build_guest,
-    cannot_run_reason,
     choose_accel,
     run_migration,
 )
@@ -32,13 +30,7 @@ DIRTY_BYTES_PER_S, LINK_BYTES_PER_S = 8e6, 25e6
 
 @pytest.fixture(scope="module")
 def guest():
-    reason = cannot_run_reason()
-    if reason:
-        pytest.skip(f"live VM migration: {reason}")
-    try:
-        return build_guest()
-    except DependencyError as error:
-        pytest.skip(f"live VM migration: cannot build the guest: {error}")
+    return guest_or_skip("live VM migration")
 
 
 # a 58-s migration of a guest dirtying 8 MB/s; under TCG such a guest sometimes crashes just
@@ -67,18 +59,6 @@ def test_a_dirtying_vm_moves_between_sites(guest, tmp_path: Path) -> None:
     # the model's bytes are of the measured order
     model = model_columns(run.as_row())
     assert 0.5 <= run.transferred_bytes / model["model_bytes"] <= 2.0
-
-
-def processes_mentioning(text: str) -> list[int]:
-    """PIDs whose command line mentions ``text`` (this run's state folder)."""
-    found = []
-    for proc in Path("/proc").glob("[0-9]*"):
-        try:
-            if text.encode() in (proc / "cmdline").read_bytes():
-                found.append(int(proc.name))
-        except OSError:
-            continue
-    return found
 
 
 @pytest.mark.timeout(180)  # a fresh clone's run once went on for 600 s (run_migration's _within)

@@ -13,16 +13,14 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from _vm_guest import guest_or_skip, processes_mentioning
 
 from geoslo.control.supercloud import FrontEnd, PlacementState, decide
-from geoslo.errors import DependencyError
 from geoslo.live._netns import namespaces
 from geoslo.live.supercloud.vm import (
     MigrationSettings,
     SupercloudVmEnvironment,
     VmSettings,
-    build_guest,
-    cannot_run_reason,
     choose_accel,
 )
 from geoslo.live.supercloud.vm._prober import Prober
@@ -42,25 +40,7 @@ DIRTY_BYTES_PER_S = 0.0
 
 @pytest.fixture(scope="module")
 def guest():
-    reason = cannot_run_reason()
-    if reason:
-        pytest.skip(f"VMs moved by the scheduler: {reason}")
-    try:
-        return build_guest()
-    except DependencyError as error:
-        pytest.skip(f"VMs moved by the scheduler: cannot build the guest: {error}")
-
-
-def processes_mentioning(text: str) -> list[int]:
-    """PIDs whose command line mentions ``text`` (this run's state folder)."""
-    found = []
-    for proc in Path("/proc").glob("[0-9]*"):
-        try:
-            if text.encode() in (proc / "cmdline").read_bytes():
-                found.append(int(proc.name))
-        except OSError:
-            continue
-    return found
+    return guest_or_skip("VMs moved by the scheduler")
 
 
 def _mine(names: set[str]) -> list[str]:
