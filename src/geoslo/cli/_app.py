@@ -11,12 +11,15 @@ from collections.abc import Callable
 from dataclasses import replace
 from enum import StrEnum
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from geoslo._json import loads
 from geoslo.errors import GeosloError, InputError, TestbedError
+
+if TYPE_CHECKING:
+    from geoslo.live.director.rediscluster import Credentials
 
 app = typer.Typer(
     add_completion=False,
@@ -316,6 +319,22 @@ def director_example(
     write_json(state_to_dict(*example), output)
 
 
+def _cluster_credentials(**options: str | bool | None) -> Credentials:
+    """The Redis Cluster's ``Credentials`` read as the Director's config reads them from
+    the same-named ``options`` (its ``[environment]``'s ``username``, ``password_env``,
+    ``tls``, ``tls_*_file``): the password from the variable named, never from the
+    command line."""
+    from geoslo.errors import ConfigError
+    from geoslo.runtime.director import RedisClusterSettings, _credentials
+
+    settings = RedisClusterSettings(kind="redis-cluster", **options)
+    try:
+        return _credentials(settings)
+    except ConfigError as error:  # named as the config's field: name the option instead
+        field = "password_env" if error.field == "password" else error.field
+        raise InputError("--" + field.replace("_", "-"), error.problem) from None
+
+
 @director_app.command("repair")
 @user_errors
 def director_repair(
@@ -326,12 +345,23 @@ def director_repair(
     dry_run: Annotated[
         bool, typer.Option("--dry-run", help="Print what it would do; change nothing.")
     ] = False,
+    username: Annotated[
+        str | None, typer.Option(help="ACL user (default: the default user).")
+    ] = None,
+    password_env: Annotated[
+        str | None, typer.Option(help="Environment variable holding the password (AUTH).")
+    ] = None,
+    tls: Annotated[bool, typer.Option("--tls", help="TLS on every connection.")] = False,
+    tls_ca_file: Annotated[str | None, typer.Option(help="CA certificates (PEM).")] = None,
+    tls_cert_file: Annotated[str | None, typer.Option(help="Client certificate (PEM).")] = None,
+    tls_key_file: Annotated[str | None, typer.Option(help="Client key (PEM).")] = None,
 ) -> None:
     """Finish or roll back the slots of a Redis Cluster that a crash left half-way
     (MIGRATING/IMPORTING), assign unowned slots, move stranded keys to their owner
     (docs/director-live.md, "Repair"). A key on two nodes keeps the copy of its slot's
     owner. Every master must answer. It repairs every open slot, also a reshard still
-    running: run it when none is."""
+    running: run it when none is. AUTH and TLS as the Director's config has them
+    (`username`, `password_env`, `tls*`; "On your own cluster")."""
     import asyncio
 
     from geoslo.live.director.rediscluster._repairs import (
@@ -340,8 +370,16 @@ def director_repair(
         repair_from_seeds,
     )
 
+    credentials = _cluster_credentials(
+        username=username,
+        password_env=password_env,
+        tls=tls,
+        tls_ca_file=tls_ca_file,
+        tls_cert_file=tls_cert_file,
+        tls_key_file=tls_key_file,
+    )
     seeds = parse_seed_nodes(seed_nodes)
-    report = asyncio.run(repair_from_seeds(seeds, dry_run=dry_run))
+    report = asyncio.run(repair_from_seeds(seeds, dry_run=dry_run, credentials=credentials))
     if dry_run:
         typer.echo("dry run: nothing was changed; repair would do:")
     for line in describe_report(report):

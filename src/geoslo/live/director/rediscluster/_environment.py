@@ -172,7 +172,8 @@ class RedisClusterEnvironment:
         self.testbed: RedisClusterTestbed | None = None
         self.client: RedisClusterClient | None = None
         self.repair_report = None
-        self.repairs = JournalRepairs(self.state_dir, log)  # the moves' journal, repairs
+        # the moves' journal, repairs
+        self.repairs = JournalRepairs(self.state_dir, log, settings.credentials)
         self.rounds = 0
         self.requests = 0
         self.actions_done = 0
@@ -525,10 +526,12 @@ class RedisClusterEnvironment:
         for node in (source, target):
             await self._command(node, "CONFIG", "SET", "cluster-allow-replica-migration", "no")
         progress = MigrationProgress()
-        rate = self.settings.copy_rate_bytes_per_s
+        rate, credentials = self.settings.copy_rate_bytes_per_s, self.settings.credentials
         with self.repairs.moving(source.node_id, target.node_id, slots) as journaled:
             try:
-                await migrate_slots(source, target, slots, rate, progress=progress)
+                await migrate_slots(
+                    source, target, slots, rate, progress=progress, credentials=credentials
+                )
             except asyncio.CancelledError:
                 await self._roll_back(source, target, slots)
                 journaled.closed("rolled-back")
@@ -556,7 +559,10 @@ class RedisClusterEnvironment:
         moved = {s for lo, hi in now.slots for s in range(lo, hi + 1)} & set(slots)
         if moved:
             self.log(f"move cancelled: {len(moved)} slots back to {source.host}:{source.port}")
-            await migrate_slots(target, source, sorted(moved), _UNPACED_BYTES_PER_S)
+            credentials = self.settings.credentials
+            await migrate_slots(
+                target, source, sorted(moved), _UNPACED_BYTES_PER_S, credentials=credentials
+            )
             await self._bump_epoch(source)
 
     async def _bump_epoch(self, owner: ClusterNode) -> None:

@@ -5,9 +5,10 @@ specification, "Live reconfiguration"). Per slot, in the specification's order:
 
 1. target ``CLUSTER SETSLOT s IMPORTING <source-id>``, then source ``... MIGRATING <target-id>``
    (importing first: once the source says ``ASK``, the target must accept ``ASKING``);
-2. ``CLUSTER GETKEYSINSLOT`` and ``MIGRATE host port "" 0 timeout REPLACE KEYS ...`` in
-   batches (a key a crash left on the target takes the source's copy: the owner's),
-   paced to a specified bytes/s as the paper throttles copies (§5.4, ``_throttle``);
+2. ``CLUSTER GETKEYSINSLOT`` and ``MIGRATE host port "" 0 timeout REPLACE [AUTH2 user
+   password] KEYS ...`` in batches (a key a crash left on the target takes the source's
+   copy: the owner's), paced to a specified bytes/s as the paper throttles copies (§5.4,
+   ``_throttle``);
 3. ``CLUSTER SETSLOT s NODE <target-id>`` on the target (it bumps its epoch), the source,
    and every other master.
 
@@ -21,6 +22,9 @@ was told was written. A cancelled migration (an overrun, §5.6) finishes the few
 progress and stops: every slot is then wholly on the source or wholly on the target.
 ``repair`` finishes or rolls back slots that a crash left half-way; a key a crash left on
 both nodes keeps the copy of the slot's owner (the node that acknowledged its writes).
+
+Every connection opened here, and every ``MIGRATE`` (the source's own connection to the
+target), carries the cluster's ``Credentials`` (docs/director-live.md, "On your own cluster").
 """
 
 from __future__ import annotations
@@ -38,6 +42,7 @@ from redis.exceptions import AskError, ResponseError
 from geoslo.errors import InputError, TestbedError
 from geoslo.live.director._throttle import pace_delay_s
 from geoslo.live.director.rediscluster._engine import SLOTS, ClusterNode, parse_cluster_nodes
+from geoslo.live.director.rediscluster._link import Credentials
 
 __all__ = [
     "MigrationProgress",
@@ -285,11 +290,13 @@ def find_orphans(
 
 @dataclass
 class _Node:
-    """An admin connection to one node, with its id."""
+    """An admin connection to one node, with its id and the cluster's credentials (the
+    nodes it reaches from here, and its ``MIGRATE`` targets, ask for the same)."""
 
     address: Address
     node_id: str
     conn: aioredis.Redis
+    credentials: Credentials
 
     async def cmd(self, *args: Any) -> Any:
         return await self.conn.execute_command(*args)
@@ -301,15 +308,27 @@ def _address_of(node: Any) -> Address:
     return (str(node.host), int(node.port))
 
 
-async def _connect(node: Any, timeout_s: float = 10.0) -> _Node:
+async def _connect(node: Any, credentials: Credentials, timeout_s: float = 10.0) -> _Node:
     host, port = _address_of(node)
-    conn = aioredis.Redis(host=host, port=port, socket_timeout=timeout_s)
+    kwargs = credentials.redis_kwargs()
+    conn = aioredis.Redis(host=host, port=port, socket_timeout=timeout_s, **kwargs)
     try:
         node_id = (await conn.execute_command("CLUSTER", "MYID")).decode()
     except BaseException:
         await conn.aclose()
         raise
-    return _Node((host, port), node_id, conn)
+    return _Node((host, port), node_id, conn, credentials)
+
+
+def _migrate_auth(credentials: Credentials) -> tuple[str, ...]:
+    """``MIGRATE``'s own login at the target (Redis 6+): ``AUTH password`` as the default
+    user, ``AUTH2 username password`` as an ACL user, nothing without a password. (TLS
+    between nodes is the cluster's own setting, ``tls-cluster``.)"""
+    if credentials.password is None:
+        return ()
+    if credentials.username is None:
+        return ("AUTH", credentials.password)
+    return ("AUTH2", credentials.username, credentials.password)
 
 
 async def _cluster_entries(node: _Node) -> list[ClusterNode]:
@@ -398,12 +417,12 @@ async def _migrate_batch(
     """``MIGRATE`` a batch. A key already on the target keeps the owner's copy: the
     source's (``REPLACE``) when the source owns the slot, else the target's."""
     host, port = target.address
+    auth = _migrate_auth(target.credentials)
     if keep_source:
-        await _local(
-            source, asking, "MIGRATE", host, port, "", 0, timeout_ms, "REPLACE", "KEYS", *keys
-        )
+        replace = ("MIGRATE", host, port, "", 0, timeout_ms, "REPLACE", *auth, "KEYS")
+        await _local(source, asking, *replace, *keys)
         return
-    migrate = ("MIGRATE", host, port, "", 0, timeout_ms, "KEYS")
+    migrate = ("MIGRATE", host, port, "", 0, timeout_ms, *auth, "KEYS")
     try:
         await _local(source, asking, *migrate, *keys)
     except ResponseError as err:
@@ -490,7 +509,7 @@ async def _other_masters(source: _Node, exclude: set[str]) -> list[_Node]:
     nodes = []
     for e in wanted:
         try:
-            nodes.append(await _connect((e.host, e.port)))
+            nodes.append(await _connect((e.host, e.port), source.credentials))
         except (OSError, aioredis.ConnectionError):
             continue
     return nodes
@@ -545,6 +564,7 @@ async def migrate_slots(
     slots_per_step: int = 16,
     progress: MigrationProgress | None = None,
     order: MigrationOrder = "spec",
+    credentials: Credentials | None = None,
 ) -> MigrationResult:
     """Move ``slots`` from ``source`` to ``target`` (addresses or ``NodeInfo``), paced.
 
@@ -554,14 +574,15 @@ async def migrate_slots(
     the step in progress unpaced and re-raises: the slots up to it are then on the target,
     the others untouched on the source, and ``progress`` (if given) holds what moved.
     ``order="assign-before-keys"`` breaks the specification's order, for the safety
-    tests only.
+    tests only. ``credentials``: the cluster's AUTH and TLS (None: none).
     """
     if bytes_per_s <= 0:
         raise InputError("bytes_per_s", f"must be > 0, got {bytes_per_s}")
     slots = list(slots)
     progress = progress or MigrationProgress()
     progress.rate_bytes_per_s, progress.started_s = bytes_per_s, time.monotonic()
-    src, dst = await _connect(source), await _connect(target)
+    credentials = credentials or Credentials()
+    src, dst = await _connect(source, credentials), await _connect(target, credentials)
     batch_bytes = batch_bytes_for_rate(bytes_per_s, max_batch_bytes)
     move = dict(batch_bytes=batch_bytes, keys_per_scan=keys_per_scan, timeout_ms=migrate_timeout_ms)
     others: list[_Node] = []
@@ -620,14 +641,21 @@ async def _run_moves(
 
 
 async def add_master(
-    seed: Any, new_master: Any, bytes_per_s: float, **options: Any
+    seed: Any,
+    new_master: Any,
+    bytes_per_s: float,
+    *,
+    credentials: Credentials | None = None,
+    **options: Any,
 ) -> list[MigrationResult]:
     """Give ``new_master`` (a standby or a fresh node already met) an even share of slots.
 
     The slots come from the masters with more than their share (``plan_rebalance``), each
-    move a paced ``migrate_slots`` (the Director's add-server then move, §5.6).
+    move a paced ``migrate_slots`` (the Director's add-server then move, §5.6), with the
+    cluster's ``credentials`` (None: none).
     """
-    seed_node, new = await _connect(seed), await _connect(new_master)
+    credentials = credentials or Credentials()
+    seed_node, new = await _connect(seed, credentials), await _connect(new_master, credentials)
     try:
         entries, owned = await _owned_slots(seed_node)
     finally:
@@ -635,19 +663,26 @@ async def add_master(
     if new.node_id not in {e.node_id for e in entries}:
         raise ValueError(f"add_master: {new.address} is not in the cluster; CLUSTER MEET it first")
     moves = plan_rebalance(owned, joining=[new.node_id])
-    return await _run_moves(entries, moves, bytes_per_s, **options)
+    return await _run_moves(entries, moves, bytes_per_s, credentials=credentials, **options)
 
 
 async def remove_master(
-    seed: Any, leaving: Any, bytes_per_s: float, **options: Any
+    seed: Any,
+    leaving: Any,
+    bytes_per_s: float,
+    *,
+    credentials: Credentials | None = None,
+    **options: Any,
 ) -> list[MigrationResult]:
     """Drain every slot of ``leaving`` to the other masters, then drop it and its replicas.
 
     The drained node and its replicas are reset (``CLUSTER RESET HARD``: they forget the
     cluster, so they cannot gossip their way back), then every other node
     ``CLUSTER FORGET``s them. Stopping their processes is the caller's (the testbed's).
+    ``credentials``: the cluster's (None: none).
     """
-    seed_node, gone = await _connect(seed), await _connect(leaving)
+    credentials = credentials or Credentials()
+    seed_node, gone = await _connect(seed, credentials), await _connect(leaving, credentials)
     try:
         entries, owned = await _owned_slots(seed_node)
     finally:
@@ -656,21 +691,22 @@ async def remove_master(
     # Emptied, it must stay a master until reset, not turn into a replica of a receiver.
     await gone.cmd("CONFIG", "SET", "cluster-allow-replica-migration", "no")
     try:
-        results = await _run_moves(
-            entries, plan_rebalance(owned, leaving=[gone.node_id]), bytes_per_s, **options
-        )
+        moves = plan_rebalance(owned, leaving=[gone.node_id])
+        results = await _run_moves(entries, moves, bytes_per_s, credentials=credentials, **options)
     finally:
         await _close([gone])
     removed = [e for e in entries if e.node_id == gone.node_id or e.master_id == gone.node_id]
-    await _forget(entries, removed)
+    await _forget(entries, removed, credentials)
     return results
 
 
-async def _forget(entries: Sequence[ClusterNode], removed: Sequence[ClusterNode]) -> None:
+async def _forget(
+    entries: Sequence[ClusterNode], removed: Sequence[ClusterNode], credentials: Credentials
+) -> None:
     removed_ids = {e.node_id for e in removed}
     for entry in removed:
         try:
-            node = await _connect((entry.host, entry.port))
+            node = await _connect((entry.host, entry.port), credentials)
         except (OSError, aioredis.ConnectionError):
             continue  # already stopped
         try:
@@ -680,7 +716,7 @@ async def _forget(entries: Sequence[ClusterNode], removed: Sequence[ClusterNode]
     for entry in entries:
         if entry.node_id in removed_ids or "fail" in entry.flags:
             continue
-        node = await _connect((entry.host, entry.port))
+        node = await _connect((entry.host, entry.port), credentials)
         try:
             for node_id in removed_ids:
                 try:
@@ -714,11 +750,11 @@ class RepairReport:
 _UNREACHABLE = (OSError, aioredis.ConnectionError, aioredis.TimeoutError)
 
 
-async def _masters(seed: Any) -> list[_Node]:
+async def _masters(seed: Any, credentials: Credentials) -> list[_Node]:
     """Admin connections to every master the seed knows; all must answer."""
     host, port = _address_of(seed)
     try:
-        seed_node = await _connect(seed)
+        seed_node = await _connect(seed, credentials)
     except _UNREACHABLE as err:
         raise TestbedError(f"repair: the seed node {host}:{port} does not answer ({err})") from err
     try:
@@ -730,7 +766,7 @@ async def _masters(seed: Any) -> list[_Node]:
         if not entry.is_master or "handshake" in entry.flags or "noaddr" in entry.flags:
             continue
         try:
-            nodes.append(await _connect((entry.host, entry.port)))
+            nodes.append(await _connect((entry.host, entry.port), credentials))
         except _UNREACHABLE as err:
             await _close(nodes)
             raise TestbedError(
@@ -821,6 +857,7 @@ async def repair(
     bytes_per_s: float | None = None,
     serving_timeout_s: float = 30.0,
     log: Callable[[str], Any] | None = None,
+    credentials: Credentials | None = None,
 ) -> RepairReport:
     """Finish or roll back every half-migrated slot, assign unowned ones, rehome orphans.
 
@@ -834,10 +871,12 @@ async def repair(
     ``ASK``-redirected write racing a roll-back) go to the owner; the owner's copy wins.
     Unowned slots are assigned first; keyed commands then wait (up to ``serving_timeout_s``)
     until every master says ``cluster_state:ok`` (a restarted master refuses them at first).
+    ``credentials``: the cluster's AUTH and TLS (None: none), for every connection and
+    ``MIGRATE``.
     """
     say = log or (lambda _message: None)
     scope = None if slots is None else set(slots)
-    nodes = await _masters(seed)
+    nodes = await _masters(seed, credentials or Credentials())
     by_id = {n.node_id: n for n in nodes}
     progress = MigrationProgress(rate_bytes_per_s=bytes_per_s or 0.0, paced=bytes_per_s is not None)
     try:

@@ -8,6 +8,7 @@ slots. A move still open is one a crash (of a node or of the controller) may hav
 half-way. Only those slots are repaired, at start-up and, while the Director runs, as soon
 as every master answers again; open slots the Director did not make (an operator's
 reshard) are reported and left alone: ``geoslo director repair`` repairs them on request.
+Every repair connects with the cluster's ``Credentials`` (AUTH, TLS).
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ import redis.asyncio as aioredis
 from redis.exceptions import RedisError
 
 from geoslo.errors import InputError, TestbedError
+from geoslo.live.director.rediscluster._link import Credentials
 from geoslo.live.director.rediscluster._migrate import Orphan, RepairReport, RepairStep, repair
 
 __all__ = [
@@ -215,11 +217,18 @@ class _Move:
 
 class JournalRepairs:
     """The environment's repairs: the journal's open moves at start-up, and while running,
-    the moves that failed, once every master answers (``poll`` from each observation)."""
+    the moves that failed, once every master answers (``poll`` from each observation);
+    with the cluster's ``credentials`` (None: none)."""
 
-    def __init__(self, state_dir: Path, log: Callable[[str], Any] = lambda _m: None) -> None:
+    def __init__(
+        self,
+        state_dir: Path,
+        log: Callable[[str], Any] = lambda _m: None,
+        credentials: Credentials | None = None,
+    ) -> None:
         self.journal = MigrationJournal(Path(state_dir) / MIGRATIONS_FILE)
         self.log = log
+        self.credentials = credentials or Credentials()
         self.repaired_moves = 0
         self.last_report: RepairReport | None = None
         self._pending: dict[int, frozenset[int]] = {}
@@ -252,7 +261,7 @@ class JournalRepairs:
 
     async def _repair(self, seed: Any, moves: dict[int, frozenset[int]]) -> RepairReport:
         slots = frozenset().union(*moves.values())
-        report = await repair(seed, slots=slots, log=self.log)
+        report = await repair(seed, slots=slots, log=self.log, credentials=self.credentials)
         self.journal.end(moves, "repaired")
         for move in moves:
             self._pending.pop(move, None)
@@ -334,9 +343,10 @@ def parse_seed_nodes(text: str) -> list[tuple[str, int]]:
     return seeds
 
 
-async def _answers(host: str, port: int, timeout_s: float) -> str | None:
+async def _answers(host: str, port: int, timeout_s: float, credentials: Credentials) -> str | None:
     """None if the node answers ``CLUSTER MYID``, else why not."""
-    connection = aioredis.Redis(host=host, port=port, socket_timeout=timeout_s)
+    kwargs = credentials.redis_kwargs()
+    connection = aioredis.Redis(host=host, port=port, socket_timeout=timeout_s, **kwargs)
     try:
         await connection.execute_command("CLUSTER", "MYID")
     except (RedisError, OSError) as error:
@@ -347,17 +357,22 @@ async def _answers(host: str, port: int, timeout_s: float) -> str | None:
 
 
 async def repair_from_seeds(
-    seeds: Sequence[tuple[str, int]], *, dry_run: bool = False, timeout_s: float = 5.0
+    seeds: Sequence[tuple[str, int]],
+    *,
+    dry_run: bool = False,
+    timeout_s: float = 5.0,
+    credentials: Credentials | None = None,
 ) -> RepairReport:
     """``repair`` of every slot through the first seed that answers (``geoslo director
-    repair``); TestbedError naming each seed and why when none does, or naming a master
-    that does not answer."""
+    repair``), with the cluster's ``credentials`` (None: none); TestbedError naming each
+    seed and why when none does, or naming a master that does not answer."""
+    credentials = credentials or Credentials()
     errors = []
     for host, port in seeds:
-        why = await _answers(host, port, timeout_s)
+        why = await _answers(host, port, timeout_s, credentials)
         if why is None:
             try:
-                return await repair((host, port), dry_run=dry_run)
+                return await repair((host, port), dry_run=dry_run, credentials=credentials)
             except RedisError as error:
                 raise TestbedError(f"repair through {host}:{port} failed: {error}") from error
         errors.append(f"{host}:{port}: {why}")
