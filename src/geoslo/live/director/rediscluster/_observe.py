@@ -18,6 +18,16 @@ Redis 7.0 counts requests per command and node (``INFO commandstats``), not per 
   period, merged over the nodes: the p99 of the time a node spent executing a read (it
   leaves out queueing and the network: a lower bound of what clients see).
 
+Where every master answers ``CLUSTER SLOT-STATS`` with its per-slot counters (Valkey 8+
+with ``cluster-slot-stats-enabled yes``; Redis 8.2), **where** comes from them instead of
+MONITOR: each node's calls are spread over its slots in the shares of the period's
+increase of a per-slot counter, and no MONITOR window is opened. The counters do not
+tell reads from writes: ``network-bytes`` (the default) spreads reads by the bytes sent
+(a read's reply carries the value) and writes by the bytes received (a write carries
+it); ``cpu-usec`` and the one-way byte counts spread both alike (their errors measured
+by benchmarks/bench_director_slot_stats.py). The source is chosen at ``start`` by what
+the cluster answers (``ClusterObserver.source``).
+
 Nothing here writes: every command used is a read of the node's state (docs/director-live.md,
 "On your own cluster"; the cost of the windows is measured by
 benchmarks/bench_director_observation.py).
@@ -56,11 +66,20 @@ __all__ = [
     "counted_calls",
     "p99_from_histograms",
     "parse_monitor_line",
+    "parse_slot_stats",
     "read_bin_bytes",
+    "slot_increases",
     "slot_of_request",
 ]
 
 BINS = SLOTS // SLOTS_PER_BIN
+# slot_stats_metric -> the counters that spread (reads, writes)
+SLOT_STATS_METRICS = {
+    "network-bytes": ("network-bytes-out", "network-bytes-in"),
+    "cpu-usec": ("cpu-usec", "cpu-usec"),
+    "network-bytes-in": ("network-bytes-in", "network-bytes-in"),
+    "network-bytes-out": ("network-bytes-out", "network-bytes-out"),
+}
 # Keyed commands of a node's own machinery, not the users' requests (a move sizes keys).
 _NOT_REQUESTS = frozenset({"memory|usage", "memory", "object", "dump"})
 
@@ -79,6 +98,10 @@ class ObserverSettings:
     # and the ones before): where the load is, changes slower than how much of it.
     share_periods: int = 3
     monitor: bool = True  # False: commandstats spread by key counts only
+    # Use CLUSTER SLOT-STATS where every master answers it (no MONITOR then), spreading
+    # by this counter's increase (benchmarks/bench_director_slot_stats.py compares them).
+    slot_stats: bool = True
+    slot_stats_metric: str = "network-bytes"
 
     def __post_init__(self) -> None:
         for name in ("period_s", "monitor_window_s", "monitor_every_s"):
@@ -90,6 +113,11 @@ class ObserverSettings:
             raise ConfigError("min_samples", f"must be >= 1, got {self.min_samples}")
         if self.share_periods < 1:
             raise ConfigError("share_periods", f"must be >= 1, got {self.share_periods}")
+        if self.slot_stats_metric not in SLOT_STATS_METRICS:
+            raise ConfigError(
+                "slot_stats_metric",
+                f"must be one of {', '.join(SLOT_STATS_METRICS)}, got {self.slot_stats_metric!r}",
+            )
 
 
 @dataclass(frozen=True)
@@ -105,6 +133,7 @@ class ObservedPeriod:
     read_p99_ms: float
     samples: int  # MONITOR samples that named a slot
     node_rps: dict[str, float] = field(default_factory=dict)  # reads + writes per node
+    source: str = "monitor"  # where the shares came from: "monitor" or "slot-stats"
 
 
 # --- pure parts -----------------------------------------------------------------------------
@@ -236,6 +265,21 @@ def histogram_of(reply: Sequence) -> dict[str, dict[int, int]]:
     return out
 
 
+def parse_slot_stats(reply: Sequence, metrics: Iterable[str]) -> dict[str, dict[int, int]] | None:
+    """``CLUSTER SLOT-STATS SLOTSRANGE``'s reply (``[[slot, [name, value, ...]], ...]``,
+    or RESP3 maps) as metric -> slot -> value; None if the node does not report one of
+    ``metrics`` (``cluster-slot-stats-enabled no`` leaves only ``key-count``)."""
+    out: dict[str, dict[int, int]] = {m: {} for m in metrics}
+    for entry in reply:
+        slot, body = (next(iter(entry.items())) if isinstance(entry, Mapping) else entry)[:2]
+        fields = {_text(k).lower(): v for k, v in _pairs(body)}
+        for metric, values in out.items():
+            if metric not in fields:
+                return None
+            values[int(slot)] = int(fields[metric])
+    return out
+
+
 def _text(value) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
 
@@ -255,6 +299,7 @@ class _NodeCounters:
     writes: int
     histogram: dict[int, int]  # bucket -> calls in it (read commands, summed)
     at_s: float = 0.0  # when they were read (the observer's clock)
+    slots: dict[str, dict[int, int]] | None = None  # SLOT-STATS: metric -> slot -> value
 
 
 class ClusterObserver:
@@ -285,6 +330,7 @@ class ClusterObserver:
         self._closing = False
         self.sample_windows = 0
         self.sampled_requests = 0
+        self.source = "monitor"  # or "slot-stats": chosen by start()
 
     def now_s(self) -> float:
         return self.clock() - self.started
@@ -294,14 +340,40 @@ class ClusterObserver:
         every node's counters as the first period's start, start the MONITOR windows."""
         node = next(n for n in view if not n.failed)
         await self._learn_commands(node)
+        if self.settings.slot_stats:
+            self.source = await self._choose_source(view)
         self.started = self.clock()  # the first period begins now
         self._view = list(view)
         for n in view:
             if not n.failed:
                 with contextlib.suppress(RedisError, OSError):
                     self._last[_address(n)] = await self._counters(n)
-        if self.settings.monitor:
+        if self.settings.monitor and self.source == "monitor":
             self._sampler = asyncio.create_task(self._sample_forever())
+
+    async def _choose_source(self, view: Sequence[ClusterNode]) -> str:
+        """``"slot-stats"`` if every live master reports ``slot_stats_metric`` per slot."""
+        metric = self.settings.slot_stats_metric
+        for n in view:
+            if not n.is_master or n.failed:
+                continue
+            try:
+                slots = await self._slot_stats(n)
+            except (RedisError, OSError) as error:  # Redis 7, or an ACL without it
+                self.log(f"{_address(n)}: no CLUSTER SLOT-STATS ({error}); sampling MONITOR")
+                return "monitor"
+            if slots is None:
+                self.log(
+                    f"{_address(n)}: CLUSTER SLOT-STATS without the {metric} counters "
+                    "(cluster-slot-stats-enabled yes spares MONITOR); sampling MONITOR"
+                )
+                return "monitor"
+        self.log(f"every master reports {metric} per slot: CLUSTER SLOT-STATS, no MONITOR")
+        return "slot-stats"
+
+    async def _slot_stats(self, node: ClusterNode) -> dict[str, dict[int, int]] | None:
+        reply = await self.link.raw(node, "CLUSTER", "SLOT-STATS", "SLOTSRANGE", 0, SLOTS - 1)
+        return parse_slot_stats(reply, set(SLOT_STATS_METRICS[self.settings.slot_stats_metric]))
 
     async def aclose(self) -> None:
         """Stop the MONITOR windows. A cancel that lands as a window's own timeout fires
@@ -349,7 +421,11 @@ class ClusterObserver:
             for cumulative in histogram_of(reply).values():
                 for bound, n in _uncumulate(cumulative).items():
                     histogram[bound] = histogram.get(bound, 0) + n
-        return _NodeCounters(reads, writes, histogram, self.now_s())
+        slots = None
+        if self.source == "slot-stats":
+            with contextlib.suppress(RedisError, OSError):  # a node without: spread evenly
+                slots = await self._slot_stats(node)
+        return _NodeCounters(reads, writes, histogram, self.now_s(), slots)
 
     async def poll(self, view: Sequence[ClusterNode]) -> list[ObservedPeriod]:
         """The period that ended by now, if one did: from the last one's end to now (a
@@ -376,6 +452,8 @@ class ClusterObserver:
         histogram: dict[int, int] = {}
         node_rps: dict[str, float] = {}
         shares: dict[str, dict[int, float]] = {}
+        # (reads, writes): node -> slot -> its counter's increase
+        slot_weights: tuple[dict[str, Counter], dict[str, Counter]] = ({}, {})
         live = [n for n in view if not n.failed]
         read_now = await asyncio.gather(*(self._counters(n) for n in live), return_exceptions=True)
         for n, now in zip(live, read_now, strict=True):
@@ -392,11 +470,20 @@ class ClusterObserver:
             elapsed_s = max(now.at_s - before.at_s, 1e-3)
             read_calls[address], write_calls[address] = reads / elapsed_s, writes / elapsed_s
             node_rps[address] = (reads + writes) / elapsed_s
+            if now.slots is not None and before.slots is not None:
+                counters = SLOT_STATS_METRICS[self.settings.slot_stats_metric]
+                for weights, metric in zip(slot_weights, counters, strict=True):
+                    weights[address] = slot_increases(before.slots[metric], now.slots[metric])
             for bound, count in now.histogram.items():
                 histogram[bound] = histogram.get(bound, 0) + max(
                     0, count - before.histogram.get(bound, 0)
                 )
         s = self.settings
+        if self.source == "slot-stats":
+            return self._slot_stats_period(
+                start_s, end_s, view, masters, (read_calls, write_calls), slot_weights,
+                histogram, node_rps,
+            )  # fmt: skip
         period_samples, self._samples = self._samples, {}
         self._past_samples = (self._past_samples + [period_samples])[-s.share_periods :]
         samples: dict[str, Counter] = {}
@@ -430,6 +517,44 @@ class ClusterObserver:
             read_p99_ms=p99_from_histograms(histogram),
             samples=sum(sum(c.values()) for c in period_samples.values()),
             node_rps=node_rps,
+        )
+
+    def _slot_stats_period(
+        self,
+        start_s: float,
+        end_s: float,
+        view: Sequence[ClusterNode],
+        masters: Mapping[str, ClusterNode],
+        calls: tuple[dict[str, float], dict[str, float]],
+        slot_weights: tuple[Mapping[str, Counter], Mapping[str, Counter]],
+        histogram: Mapping[int, int],
+        node_rps: dict[str, float],
+    ) -> ObservedPeriod:
+        """The period from SLOT-STATS: each node's read (write) calls per second over its
+        slots in the shares of their read (write) counters' increase; a node whose
+        counters did not move (or that did not answer) spreads them over its master's
+        slots evenly."""
+        rates = []
+        for node_calls, node_weights in zip(calls, slot_weights, strict=True):
+            shares: dict[str, dict[int, float]] = {}
+            for n in view:
+                owner = n if n.is_master else masters.get(n.master_id or "")
+                if sum(node_weights.get(_address(n), Counter()).values()) <= 0 and owner:
+                    shares[_address(n)] = self._slot_shares(owner)
+            weights = {a: w for a, w in node_weights.items() if sum(w.values()) > 0}
+            rates.append(bin_rates(node_calls, weights, shares, 1.0, 1))
+        read_calls, write_calls = calls
+        return ObservedPeriod(
+            start_s=start_s,
+            end_s=end_s,
+            get_rps=rates[0],
+            put_rps=rates[1],
+            reads=int(sum(read_calls.values()) * (end_s - start_s)),
+            writes=int(sum(write_calls.values()) * (end_s - start_s)),
+            read_p99_ms=p99_from_histograms(histogram),
+            samples=0,
+            node_rps=node_rps,
+            source="slot-stats",
         )
 
     @staticmethod
@@ -476,6 +601,17 @@ class ClusterObserver:
             if slot is not None:
                 counter[(slot, is_write)] += 1
                 self.sampled_requests += 1
+
+
+def slot_increases(before: Mapping[int, int], now: Mapping[int, int]) -> Counter:
+    """Each slot's counter increase; a slot new to the node, or whose counter went back
+    (the node restarted, or the slot left and came back: its stats reset), from zero."""
+    out: Counter = Counter()
+    for slot, value in now.items():
+        increase = _delta(value, before.get(slot, 0))
+        if increase > 0:
+            out[slot] = increase
+    return out
 
 
 def _only(samples: Mapping[str, Counter], writes: bool) -> dict[str, Counter]:
