@@ -205,6 +205,11 @@ def kurma_example(
     write_json(problem_to_dict(example_problem(sites, seed)), output)
 
 
+from geoslo.cli._kurma_model import kurma_model  # noqa: E402 (the command is long)
+
+kurma_app.command("model")(user_errors(kurma_model))
+
+
 @costlo_app.command("decide")
 @user_errors
 def costlo_decide(

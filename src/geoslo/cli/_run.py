@@ -56,11 +56,26 @@ def register_run(
         system_app.command("config-schema")(user_errors(_config_schema(name)))
 
 
+KindOption = Annotated[
+    str | None,
+    typer.Option(help="The environment kind to write an example for (kurma: simulator, agent)."),
+]
+
+
 def _example_config(name: str) -> Callable:
-    def example_config(output: OutputOption = None) -> None:
+    def example_config(output: OutputOption = None, kind: KindOption = None) -> None:
+        from geoslo.errors import InputError
         from geoslo.runtime import load_system
 
-        _write(load_system(name).example_config, output)
+        system = load_system(name)
+        if kind is None:
+            text = system.example_config
+        elif kind in system.example_configs:
+            text = system.example_configs[kind]
+        else:
+            kinds = ", ".join(system.example_configs) or "none (leave --kind out)"
+            raise InputError("--kind", f"{name}'s examples by kind: {kinds}; not {kind!r}")
+        _write(text, output)
 
     example_config.__doc__ = f"Write a commented `geoslo run` configuration for {name}."
     return example_config

@@ -29,6 +29,7 @@ from geoslo.models._slo_curves import (
     build_slo_surface,
     profile_backend,
     profile_loads,
+    saturation_rps,
 )
 from geoslo.models._storage_service import (
     PairSamples,
@@ -74,4 +75,5 @@ __all__ = [
     "mmc_violation_surface",
     "profile_backend",
     "profile_loads",
+    "saturation_rps",
 ]

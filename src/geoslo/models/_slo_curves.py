@@ -24,6 +24,7 @@ __all__ = [
     "SloSurface",
     "profile_loads",
     "profile_backend",
+    "saturation_rps",
     "build_slo_surface",
 ]
 
@@ -176,6 +177,17 @@ def profile_backend(
         for w in range(len(mixes))
     )
     return ServiceProfile(mixes, loads, rows, min(m for _, m in points))
+
+
+def saturation_rps(
+    measure_ms: Callable[[float, float], np.ndarray], load_rps: Sequence[float], slo_ms: float
+) -> float:
+    """The first profiled load whose median response exceeds the SLO (reads only): the
+    site's capacity as Kurma's model takes it (§4.1, §7.1.1); the last load if none does."""
+    for load in load_rps:
+        if float(np.median(measure_ms(float(load), 0.0))) > slo_ms:
+            return float(load)
+    return float(load_rps[-1])
 
 
 @dataclass(frozen=True)

@@ -4,7 +4,7 @@ its controller and environment from them (``geoslo.runtime.<system>.SYSTEM``).""
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from pydantic import BaseModel
@@ -41,7 +41,9 @@ class System:
     ``controller_settings`` validates the ``[controller]`` table and ``environments`` the
     ``[environment]`` table, one model per ``kind`` ("simulator", "testbed", an engine);
     both forbid unknown keys. ``build(controller, environment, interval_s)`` returns the
-    service (nothing started yet). ``example_config`` is a commented TOML file that runs."""
+    service (nothing started yet). ``example_config`` is a commented TOML file that runs;
+    ``example_configs`` holds one per environment kind that has its own (``geoslo <system>
+    example-config --kind KIND``; empty: only the one)."""
 
     name: str
     default_interval_s: float  # the paper's control interval
@@ -49,3 +51,4 @@ class System:
     environments: Mapping[str, type[BaseModel]]
     build: Callable[[BaseModel, BaseModel, float], Service]
     example_config: str
+    example_configs: Mapping[str, str] = field(default_factory=dict)

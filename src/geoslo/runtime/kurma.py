@@ -241,24 +241,12 @@ def _simulator_model(c: ControllerSettings, e: SimulatorSettings):
 
 def _testbed_model(c: ControllerSettings, e: TestbedSettings) -> KurmaModel:
     """Each site's servers as independent M/M/1 queues, a request at a random server (§4)."""
-    from geoslo.dist import LatencyDistribution
-    from geoslo.models import SloSurface, mmc_violation_surface
+    from geoslo.control.kurma import queueing_model
 
     per_server_rps = 1000.0 / e.service_mean_ms
-    capacity = e.servers_per_site * per_server_rps
-    loads = np.linspace(0.0, 0.98 * capacity, 40)
-    bases = np.arange(0.0, 41.0)  # a curve per whole ms of base RTT, §6
-    residual = (
-        LatencyDistribution.exponential(e.residual_rtt_mean_ms)
-        if e.residual_rtt_mean_ms > 0
-        else None
+    return queueing_model(
+        tuple(e.sites), e.servers_per_site, per_server_rps, c.slo_ms, e.residual_rtt_mean_ms
     )
-    violation = mmc_violation_surface(
-        1, per_server_rps, loads / e.servers_per_site, c.slo_ms, bases, residual
-    )
-    surface = SloSurface(bases, np.array([0.0]), loads, violation[:, None, :])
-    n = len(e.sites)
-    return KurmaModel(tuple(e.sites), np.full(n, capacity), (surface,) * n, 0.0)
 
 
 def _kurma_config(c: ControllerSettings, interval_s: float) -> KurmaConfig:
@@ -522,6 +510,42 @@ profile_seconds = 30.0
 intervals = 0                  # 0: run until SIGTERM
 """
 
+AGENT_EXAMPLE_CONFIG = """\
+# geoslo run: one site's Kurma agent among its peers (§6; docs/live.md, "Point it at your
+# own Redis"). Every agent lists the same sites in the same order and reads the same model;
+# keep the machines' clocks synchronised. geoslo run --dry-run exchanges and solves for
+# real but only logs this site's row.
+system = "kurma"
+interval_s = 2.5               # §6: the redirect rates are recomputed every 2.5 s
+
+[environment]
+kind = "agent"
+site = "Toronto"               # this agent's site, one of sites
+sites = ["Toronto", "Montreal", "Washington-DC"]
+peers = { Montreal = "10.1.0.5:7400", "Washington-DC" = "10.2.0.5:7400" }  # their exchange_listen
+exchange_listen = "10.0.0.5:7400"    # where the peers reach this agent (authenticated)
+clients_listen = "127.0.0.1:7401"    # the local clients' reports and rows
+servers = ["10.0.0.11:6379", "10.0.0.12:6379"]   # this site's stores: liveness, §9
+secret_file = "/etc/geoslo/kurma.key"          # shared by every agent: 32+ bytes, chmod 600
+model_file = "/etc/geoslo/kurma-model.npz"     # geoslo kurma model --sites ... -o ...
+max_one_way_ms = 15                  # the largest one-way delay to a peer: §6's dt
+# log_dir = "/var/log/geoslo"        # round and probe logs (created)
+# server_choice = "least_outstanding"  # inside the chosen site: random, round_robin,
+#                                      # least_outstanding, p2c, c3; sent to every client
+# clients_secret_file = "/etc/geoslo/kurma-clients.key"  # clients seal their reports
+#                                      # (required when clients_listen is beyond loopback)
+# servers_password_file = "/etc/geoslo/redis.password"   # AUTH for the stores' INFO
+# servers_tls_ca_file = "/etc/geoslo/redis-ca.pem"       # TLS to the stores
+
+[controller]
+objective = "perf"             # §5: "perf" KurmaPerf, "cost" KurmaCost; "none": measure only
+slo_ms = 30.0                  # §7: 30 ms at the 95th percentile (the model's SLO)
+slo_violation_target = 0.05    # rho, §5 and §7
+
+[service]
+listen = "127.0.0.1:9464"      # /metrics (the runtime's and the agent's), /healthz, /plan
+"""
+
 SYSTEM = System(
     name="kurma",
     default_interval_s=DEFAULT_INTERVAL_S,
@@ -533,4 +557,5 @@ SYSTEM = System(
     },
     build=build,
     example_config=EXAMPLE_CONFIG,
+    example_configs={"simulator": EXAMPLE_CONFIG, "agent": AGENT_EXAMPLE_CONFIG},
 )

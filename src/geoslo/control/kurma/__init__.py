@@ -2,12 +2,18 @@
 
 ``types`` (config, observation, model), ``validation`` (the JSON contract), ``problem`` and
 ``solver`` (KurmaPerf / KurmaCost, exact), ``decide`` (pure), ``loop`` (the controller),
-``model_file`` (a model as a file an agent reads).
+``model_file`` (a model as a file an agent reads, and how to build one).
 """
 
 from geoslo.control.kurma.decide import build_problem, decide, dissemination_offset_s
 from geoslo.control.kurma.loop import KurmaController, plan_fractions
-from geoslo.control.kurma.model_file import load_model, save_model
+from geoslo.control.kurma.model_file import (
+    exponential_residual,
+    load_model,
+    profiled_model,
+    queueing_model,
+    save_model,
+)
 from geoslo.control.kurma.problem import KurmaPlan, KurmaProblem
 from geoslo.control.kurma.solver import evaluate, solve
 from geoslo.control.kurma.types import (
@@ -29,7 +35,10 @@ __all__ = [
     "KurmaObservation",
     "KurmaPlan",
     "KurmaProblem",
+    "exponential_residual",
     "load_model",
+    "profiled_model",
+    "queueing_model",
     "build_problem",
     "decide",
     "dissemination_offset_s",

@@ -17,12 +17,12 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
 
-from geoslo.control.kurma import KurmaModel, save_model
+from geoslo.control.kurma import profiled_model, save_model
 from geoslo.dist import LatencyDistribution
 from geoslo.errors import TestbedError
 from geoslo.experiments.kurma._runs import INTERVAL_S, split_cell
@@ -44,6 +44,7 @@ from geoslo.models import (
     build_slo_surface,
     probe_residuals_ms,
     profile_backend,
+    saturation_rps,
 )
 from geoslo.report import progress as progress_bar
 
@@ -346,9 +347,7 @@ def profile_testbed(
         return response[chosen]
 
     profile = profile_backend(measure, loads)
-    medians = [float(np.median(measure(load, 0.0))) for load in loads]
-    past = [load for load, median in zip(loads, medians, strict=True) if median > SLO_MS]
-    saturation = float(past[0]) if past else float(loads[-1])
+    saturation = saturation_rps(measure, loads, SLO_MS)
     # Near saturation the three generators starve the 2 cores and the probes would measure
     # that, not the WAN: the residual comes from the points below RESIDUAL_MAX_LOAD_FRACTION.
     calm_until = start + period * int(np.sum(loads <= RESIDUAL_MAX_LOAD_FRACTION * nominal_rps))
@@ -358,12 +357,9 @@ def profile_testbed(
         for link, rtts in probes.items()
     }
     pooled = LatencyDistribution.from_samples(np.concatenate(list(residuals.values())), 0.1)
-    surface = build_slo_surface(profile, SLO_MS, pooled, BASE_RTT_RANGE_MS)
-    n = len(spec.sites)
-    model = KurmaModel(
-        spec.sites, np.full(n, saturation), (surface,) * n, profile.min_service_ms,
-        _pair_surfaces(profile, residuals, n),
-    )  # fmt: skip
+    model = profiled_model(spec.sites, profile, saturation, SLO_MS, pooled)
+    surface = model.surfaces[0]
+    model = replace(model, pair_surfaces=_pair_surfaces(profile, residuals, len(spec.sites)))
     model_path = save_model(model, run_dir / "model.npz")
     samples = {f"{spec.sites[i]}>{spec.sites[j]}": r for (i, j), r in residuals.items()}
     return LiveModel(

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from geoslo.control.kurma.model_file import BASE_RTT_MS
 from geoslo.dist import LatencyDistribution
 from geoslo.experiments._parallel import run_jobs
 from geoslo.experiments.kurma._settings import Settings
@@ -44,7 +45,7 @@ __all__ = [
 SLO_MS = 30.0  # 30 ms at the 95th percentile, §7
 RHO = 0.05
 MMC_SERVERS = 10  # c = 10, §7.1.1
-BASE_RTT_RANGE_MS = np.arange(0, 41)  # curve family per whole ms of base RTT, §6
+BASE_RTT_RANGE_MS = BASE_RTT_MS  # curve family per whole ms of base RTT, §6 (the model file's)
 PROBES_PER_SITE, PROBE_INTERVAL_S, PROBE_MINUTES = 3, 0.2, 5.0  # WAN measurement, §6
 
 

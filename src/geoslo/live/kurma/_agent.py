@@ -89,6 +89,7 @@ __all__ = [
     "checked_scale",
     "failover_row",
     "measurements_from_states",
+    "read_password_file",
     "views_agree",
 ]
 
@@ -443,7 +444,7 @@ class KurmaAgentEnvironment:
         self.servers_password = (
             None
             if spec.servers_password_file is None
-            else _read_password(Path(spec.servers_password_file))
+            else read_password_file(Path(spec.servers_password_file))
         )
         self.servers_tls = (
             None
@@ -1100,16 +1101,15 @@ def clients_listen_warning(host: str, sealed: bool) -> str | None:
     return f"clients_listen on {host} is reachable beyond loopback: it takes {how}"
 
 
-def _read_password(path: Path) -> str:
-    """The stores' AUTH password: the first line of an owner-only file."""
+def read_password_file(path: Path, field: str = "servers_password_file") -> str:
+    """The stores' AUTH password: the first line of an owner-only file (ConfigError naming
+    ``field`` otherwise)."""
     try:
         mode, text = path.stat().st_mode, path.read_text()
     except OSError as error:
-        raise ConfigError(
-            "servers_password_file", f"cannot read {path}: {error.strerror}"
-        ) from None
+        raise ConfigError(field, f"cannot read {path}: {error.strerror}") from None
     if mode & 0o077:
-        raise ConfigError("servers_password_file", f"{path} is readable by others; chmod 600")
+        raise ConfigError(field, f"{path} is readable by others; chmod 600")
     return text.strip()
 
 

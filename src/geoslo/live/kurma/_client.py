@@ -54,6 +54,7 @@ WATCHDOG_FRACTION = 0.1  # deadlines are checked every 10% of the request timeou
 MAX_LOGGED_SITES = (1 << 13) - 1  # a site index fits an int16 beside two flag bits
 DRAW_BLOCK = 1024  # random numbers drawn from numpy at a time (_Draws)
 HELD_TOO_LONG = -1  # the server of a request that timed out in the backpressure queue
+FAILED = object()  # what _exchange returns for a failed request (None is a nil reply: a miss)
 
 
 def agent_clients_name(site: str) -> str:
@@ -367,7 +368,8 @@ class SiteClient:
 
     # --- requests ----------------------------------------------------------------------------
     async def get(self, key: bytes) -> bytes | None:
-        """Read ``key`` from the site the policy picks; None if it failed (counted)."""
+        """Read ``key`` from the site the policy picks; None if it failed (counted as a
+        failure) or the store has no such key (a reply like any other)."""
         self.metrics.arrivals += 1
         issued, start = time.time(), time.perf_counter()
         host = self._choose(start) or await self._held_back(start)
@@ -375,7 +377,7 @@ class SiteClient:
         sent = time.perf_counter()
         reply = await self._exchange(host, payload, replies, sent)
         self._finish(host, payload, reply, issued, start, sent, False)
-        return self.work.value_of(reply) if reply is not None else None
+        return None if reply is FAILED else self.work.value_of(reply)
 
     async def put(self, key: bytes, value: bytes) -> bool:
         """Write ``key`` at the site the policy picks, then propagate it everywhere."""
@@ -387,9 +389,9 @@ class SiteClient:
         sent = time.perf_counter()
         reply = await self._exchange(host, payload, replies, sent)
         self._finish(host, payload, reply, issued, start, sent, True)
-        if reply is not None:
+        if reply is not FAILED:
             self._propagate(*host, key, value)
-        return reply is not None
+        return reply is not FAILED
 
     def _choose(self, start: float) -> tuple[int, int] | None:
         """The policy's host, unless requests are held back (they go first, in order)."""
@@ -425,18 +427,18 @@ class SiteClient:
     async def _exchange(self, host: tuple[int, int], payload: bytes, replies: int, sent: float):
         """The reply to ``payload`` from ``host`` (sent at ``sent``, perf_counter s: its
         deadline runs from there, so time spent held back does not count against the
-        host), or None if the request failed or timed out (the host is then skipped for
+        host), or FAILED if the request failed or timed out (the host is then skipped for
         a while)."""
         site, server = host
         if server == HELD_TOO_LONG:
-            return None
+            return FAILED
         in_flight = self.in_flight[site]
         in_flight[server] += 1
         try:
             return await self._send(host, payload, replies, sent)
         except (TimeoutError, TestbedError):
             self.policy.failed(site, server, _now_ms() + DOWN_BACKOFF_MS)
-            return None
+            return FAILED
         finally:
             in_flight[server] -= 1
 
@@ -465,8 +467,8 @@ class SiteClient:
         done = time.perf_counter()
         response_ms = (done - start) * 1e3
         site = host[0]
-        self.log.append(issued, site, response_ms, reply is not None, write)
-        if reply is None:
+        self.log.append(issued, site, response_ms, reply is not FAILED, write)
+        if reply is FAILED:
             self.metrics.errors[site] += 1
             return
         self.metrics.observe_ms(site, response_ms)
