@@ -3,7 +3,9 @@
 numba compiles a kernel the first time it is called with a new signature and, with
 ``cache=True``, stores the machine code in ``NUMBA_CACHE_DIR``; later processes load it.
 A cold cache costs a first ``geoslo kurma decide`` about 20-50 s (issue 17, start-up).
-``./dev`` runs ``geoslo warmup`` after installing and whenever a kernel's source changes.
+``./dev`` runs ``geoslo warmup`` after installing and whenever a kernel's source changes;
+one who installed with pip and did not is told so by the first call that compiles
+(:func:`notice_if_cold`, one warning per process).
 
 Kernel signatures depend on argument types (dtypes, dimensions, layouts), not sizes, so
 one call of each entry point compiles it for every problem size; but the solver reaches
@@ -15,18 +17,61 @@ afterwards compiles nothing new.
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable
+from types import ModuleType
 
-__all__ = ["compile_kernels", "WARMUP_SITES"]
+__all__ = ["COLD_CACHE_NOTICE", "compile_kernels", "notice_if_cold", "WARMUP_SITES"]
 
 WARMUP_SITES = (2, 3, 4, 5, 6)  # reaches one receiver, two receivers and the label DP
 WARMUP_SEEDS = (0, 1)
 SIM_SECONDS = 1.0  # one simulated second per routing policy
+COLD_CACHE_NOTICE = (
+    "geoslo: compiling the numba kernels for this machine, once (up to a minute); "
+    "`geoslo warmup` after installing does it ahead of time"
+)
+_log = logging.getLogger("geoslo.warmup")
+_checked: set[str] = set()  # kernel modules whose cache this process looked at
+_told = False  # the notice is given once per process
+
+
+def notice_if_cold(kernels: ModuleType) -> bool:
+    """Before a first call into ``kernels`` (a module of numba kernels): if numba's cache holds
+    none of them, warn once per process (COLD_CACHE_NOTICE, a ``logging`` warning: a plain
+    line on stderr, a ``library_log`` record under ``geoslo run``). True if it warned."""
+    global _told
+    if _told or kernels.__name__ in _checked:
+        return False
+    _checked.add(kernels.__name__)
+    if _has_cached_kernel(kernels):
+        return False
+    _told = True
+    _log.warning(COLD_CACHE_NOTICE)
+    return True
+
+
+def _has_cached_kernel(kernels: ModuleType) -> bool:
+    """Whether numba's cache holds machine code for any kernel of the module (numba's own
+    index, the one it loads from: missing, or stale after an edit, counts as none). A module
+    without cached kernels, or a numba whose cache is laid out otherwise, counts as cached:
+    the notice is never given wrongly, at worst not given."""
+    from numba.core.registry import CPUDispatcher
+
+    dispatchers = [k for k in vars(kernels).values() if isinstance(k, CPUDispatcher)]
+    # njit(cache=True) kernels have a FunctionCache with an index file; others a NullCache
+    indexes = [getattr(getattr(d, "_cache", None), "_cache_file", None) for d in dispatchers]
+    indexes = [index for index in indexes if index is not None]
+    try:
+        return not indexes or any(index._load_index() for index in indexes)
+    except Exception:  # numba's private layout changed: never fail a call over a notice
+        return True
 
 
 def compile_kernels() -> dict[str, float]:
     """Compile (or load from the cache) every kernel; seconds spent per kernel module."""
+    global _told
+    _told = True  # this is the warm-up: no notice to run it
     return {
         "kurma solver": _timed(_kurma_solver),
         "kurma simulator": _timed(_kurma_simulator),

@@ -194,6 +194,15 @@ class AgentSettings(BaseModel):
     )
     epoch_unix_s: float = Field(0.0, ge=0, description="Rounds at epoch + k * interval_s (§6).")
     log_dir: str | None = Field(None, description="Round and probe logs (None: none).")
+    log_max_bytes: int = Field(
+        64 * 2**20,
+        ge=0,
+        description="Each log in log_dir rolls over at this size (0: never): "
+        "kurma-<site>-rounds.jsonl becomes .1, .1 becomes .2, ...",
+    )
+    log_backups: int = Field(
+        4, ge=1, le=1000, description="Rolled-over files kept per log in log_dir (.1 newest)."
+    )
     server_choice: ServerChoiceName | None = Field(
         None,
         description=SERVER_CHOICE_HELP + " Sent to every client of the site as it connects.",
@@ -334,6 +343,8 @@ def _agent(c: ControllerSettings, e: AgentSettings, interval_s: float):
         max_one_way_ms=e.max_one_way_ms,
         epoch_unix_s=e.epoch_unix_s,
         log_dir=e.log_dir,
+        log_max_bytes=e.log_max_bytes,
+        log_backups=e.log_backups,
         slo_ms=c.slo_ms,
         server_choice=e.server_choice,
         clients_secret_file=e.clients_secret_file,
@@ -530,6 +541,8 @@ secret_file = "/etc/geoslo/kurma.key"          # shared by every agent: 32+ byte
 model_file = "/etc/geoslo/kurma-model.npz"     # geoslo kurma model --sites ... -o ...
 max_one_way_ms = 15                  # the largest one-way delay to a peer: §6's dt
 # log_dir = "/var/log/geoslo"        # round and probe logs (created)
+# log_max_bytes = 67108864           # each rolls over at 64 MiB (0: never) ...
+# log_backups = 4                    # ... keeping .1 (newest) to .4
 # server_choice = "least_outstanding"  # inside the chosen site: random, round_robin,
 #                                      # least_outstanding, p2c, c3; sent to every client
 # clients_secret_file = "/etc/geoslo/kurma-clients.key"  # clients seal their reports

@@ -33,6 +33,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
+from geoslo._warmup import notice_if_cold
 from geoslo.control import Outcome
 from geoslo.control.kurma import _aggregate
 from geoslo.control.kurma import _solver_kernels as kern
@@ -644,6 +645,7 @@ def _ensure_compiled() -> None:
     global _compiled
     if _compiled:
         return
+    notice_if_cold(kern)
     grid = np.array([0.0, 10.0, 20.0])
     problem = KurmaProblem(
         sites=("a", "b", "c"),

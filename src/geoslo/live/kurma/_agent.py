@@ -46,8 +46,9 @@ import ssl
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from logging.handlers import RotatingFileHandler
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 import numpy as np
 from prometheus_client import CollectorRegistry, Counter, Gauge, Summary
@@ -103,6 +104,8 @@ SILENT_ROUNDS = 2  # a client that answered none of this many collections is rep
 COUNT_SLACK_FRACTION = 0.1  # client counts may exceed the stores' by this much (timing)
 COUNT_SLACK_REQUESTS = 20.0  # and by this many (the agent's own INFO and AUTH, skew)
 MIN_CHECKED_SHARE = 0.05  # a local share below this bounds the demand too loosely to check
+LOG_MAX_BYTES = 64 * 2**20  # a round or probe log rolls over at this size (0: never)
+LOG_BACKUPS = 4  # rolled-over files kept per log: kurma-<site>-rounds.jsonl.1 ... .4
 _log = logging.getLogger("geoslo.kurma.agent")
 
 
@@ -125,6 +128,8 @@ class AgentSpec:
     max_one_way_ms: float = 50.0  # the largest one-way delay to a peer: dt's first term, §6
     epoch_unix_s: float = 0.0  # rounds at epoch + k * interval_s
     log_dir: str | None = None  # round log and probe log (None: none written)
+    log_max_bytes: int = LOG_MAX_BYTES  # each log rolls over at this size (0: never)
+    log_backups: int = LOG_BACKUPS  # rolled-over files kept per log (path.1 newest)
     slo_ms: float = 30.0
     server_choice: str | None = None  # what the clients are told (None: they keep their own)
     clients_secret_file: str | None = None  # reports sealed with it (None: plain, loopback)
@@ -479,8 +484,8 @@ class KurmaAgentEnvironment:
         self._round_done = asyncio.Event()
         self._servers: list[asyncio.Server] = []
         self._tasks: list[asyncio.Task] = []
-        self._round_log: IO[str] | None = None
-        self._probe_log: IO[str] | None = None
+        self._round_log: SizeRotatedLog | None = None
+        self._probe_log: SizeRotatedLog | None = None
 
     # --- lifecycle ---------------------------------------------------------------------------
     async def start(self) -> None:
@@ -502,12 +507,14 @@ class KurmaAgentEnvironment:
         self._tasks += [loop.create_task(self._probe_loop()), loop.create_task(self._rounds())]
 
     def _open_logs(self, log_dir: Path) -> None:
-        """The round log and the probe log in ``log_dir`` (created if missing), appended to."""
+        """The round log and the probe log in ``log_dir`` (created if missing), appended to,
+        each rolled over by size (``log_max_bytes``, ``log_backups``)."""
         stem = log_dir / f"kurma-{self.spec.site.lower()}"
+        size = (self.spec.log_max_bytes, self.spec.log_backups)
         try:
             log_dir.mkdir(parents=True, exist_ok=True)
-            self._round_log = open(f"{stem}-rounds.jsonl", "a")  # noqa: SIM115
-            self._probe_log = open(f"{stem}-probes.csv", "a")  # noqa: SIM115
+            self._round_log = SizeRotatedLog(Path(f"{stem}-rounds.jsonl"), *size)
+            self._probe_log = SizeRotatedLog(Path(f"{stem}-probes.csv"), *size)
         except OSError as error:
             for log in (self._round_log, self._probe_log):
                 if log is not None:
@@ -625,7 +632,7 @@ class KurmaAgentEnvironment:
         now = time.time()
         self.probe_rtts.append((now, j, rtt_ms))
         if self._probe_log is not None:
-            self._probe_log.write(f"{now:.4f},{self.sites[j]},{rtt_ms:.4f}\n")
+            self._probe_log.write_line(f"{now:.4f},{self.sites[j]},{rtt_ms:.4f}")
         self.metrics.probe_rtt_ms.labels(dst=self.sites[j]).set(rtt_ms)
 
     def _seal(self, j: int, body: dict) -> bytes:
@@ -976,10 +983,34 @@ class KurmaAgentEnvironment:
 
     def _log(self, record: dict) -> None:
         if self._round_log is not None:
-            self._round_log.write(json.dumps(record) + "\n")
+            self._round_log.write_line(json.dumps(record))
             self._round_log.flush()
         if self._probe_log is not None:
             self._probe_log.flush()
+
+
+class SizeRotatedLog:
+    """A line log appended to ``path`` that rolls over by size as ``logging``'s
+    ``RotatingFileHandler`` does (``path.1`` the newest of ``backups`` old files; ``max_bytes``
+    0: never). Lines are written as given, not formatted; a failed write raises."""
+
+    def __init__(self, path: Path, max_bytes: int, backups: int) -> None:
+        self._file = RotatingFileHandler(
+            path, maxBytes=max_bytes, backupCount=backups, encoding="utf-8"
+        )
+
+    def write_line(self, text: str) -> None:
+        """Append ``text`` and a newline, rolling over first if it would reach the limit."""
+        if self._file.shouldRollover(logging.makeLogRecord({"msg": text})):
+            self._file.doRollover()
+        assert self._file.stream is not None  # opened at construction, reopened on rollover
+        self._file.stream.write(text + "\n")
+
+    def flush(self) -> None:
+        self._file.flush()
+
+    def close(self) -> None:
+        self._file.close()
 
 
 def measurements_from_states(

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from geoslo._warmup import notice_if_cold
 from geoslo.control.kurma import SERVER_CHOICES
 from geoslo.errors import InputError
 from geoslo.sim.kurma import _kernels as K
@@ -533,6 +534,8 @@ class RequestLevelSim:
         if not (np.isfinite(duration_s) and duration_s > 0):
             raise InputError("duration_s", f"must be > 0, got {duration_s}")
         kern = K if kernels is None else kernels
+        if kern is K:
+            notice_if_cold(K)  # once per process: a first run without `geoslo warmup`
         n = self.n_sites
         frac = self._fractions(rates_fraction)
         cum = np.cumsum(frac, axis=1)
