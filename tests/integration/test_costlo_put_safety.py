@@ -43,7 +43,7 @@ from geoslo.live.costlo import (
     server_index,
 )
 from geoslo.live.costlo._locks import read_json_lines
-from geoslo.live.costlo._storage import region_store
+from geoslo.live.costlo._storage import StoreUnavailable, region_store
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
 
@@ -348,7 +348,11 @@ def test_two_writers_survive_the_lock_service_killed_mid_put(cluster, tmp_path, 
     check_read_after_write(writes)
     later = [v for t, v, _, _ in writes.acked if t > crashed_at]
     assert len(later) >= 10, f"PUTs stopped being acknowledged after the crash ({later})"
-    assert all(isinstance(e, WriteRefusedError) for e in writes.failed), writes.failed
+    # The crash causes no failure but the guard's refusals. A storage request past the VMs'
+    # 1-s write deadline fails its PUT unacknowledged (StoreUnavailable: once at -n 3 in a
+    # fresh clone, an S3 PUT through the proxy); that is the storage's, not the locks'.
+    expected = (WriteRefusedError, StoreUnavailable)
+    assert all(isinstance(e, expected) for e in writes.failed), writes.failed
     assert version >= max(v for _, v, _, _ in writes.acked)
     assert (holder_s, holder_a) == (None, None)
 
