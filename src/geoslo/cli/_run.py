@@ -20,7 +20,12 @@ DryRunOption = Annotated[
     bool, typer.Option("--dry-run", help="Observe for real; log each plan instead of applying it.")
 ]
 OnceOption = Annotated[
-    bool, typer.Option("--once", help="Run one interval, then stop (exit 3 if it had an error).")
+    bool,
+    typer.Option(
+        "--once",
+        help="Run one interval, then stop (exit 3 if it had an error, 5 if the environment "
+        "said it was degraded, e.g. a Kurma agent's store down).",
+    ),
 ]
 OutputOption = Annotated[
     Path | None, typer.Option("--output", "-o", help="Where to write it (stdout if absent).")
