@@ -68,9 +68,11 @@ def test_three_sites_rtts_are_measured_and_a_plan_moves_the_ensemble(testbed_ok,
     configured = np.asarray(RTT_MS)
     off = ~np.eye(3, dtype=bool)
     # the least of 3 echoes through the delay proxy: the RTT set, plus the proxy's timers,
-    # which fire late on a busy machine (36.0 ms on the 30 ms link beside other jobs)
+    # which fire late on a busy machine (36.0 ms on the 30 ms link beside other jobs, 45.6 ms
+    # in a fresh clone's -n 3 run). Never below the link; under two of its RTTs (a probe
+    # that timed two round trips, or the one-way delay, would be outside these bounds).
     assert np.all(first.rtt_ms[off] >= configured[off] - 1.0), first.rtt_ms
-    assert np.all(first.rtt_ms[off] <= configured[off] + np.maximum(8.0, 0.25 * configured[off]))
+    assert np.all(first.rtt_ms[off] < 2.0 * configured[off]), first.rtt_ms
     assert Counter(n.site for n in first.current.nodes) == Counter(["east", "east", "west"])
     # the plan, as the ensemble itself reports it after the reconfiguration
     assert any(m.to_site == "south" for m in plan.migrations)
