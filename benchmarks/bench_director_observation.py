@@ -51,12 +51,12 @@ def _cpu_s(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-async def _benchmark(port: int, requests: int, clients: int) -> float:
-    """redis-benchmark's GET and SET requests/s (their mean)."""
+async def _benchmark(port: int, requests: int, clients: int, cluster: bool = False) -> float:
+    """redis-benchmark's GET and SET requests/s (their mean); ``cluster``: ``--cluster``."""
     command = [
-        find_program("redis-benchmark", "redis-server"), "-h", "127.0.0.1", "-p", str(port),
-        "-t", "get,set", "-n", str(requests), "-c", str(clients), "-r", "100000", "-q",
-        "--csv",
+        find_program("redis-benchmark", "redis-server"), *(["--cluster"] if cluster else []),
+        "-h", "127.0.0.1", "-p", str(port), "-t", "get,set", "-n", str(requests),
+        "-c", str(clients), "-r", "100000", "-q", "--csv",
     ]  # fmt: skip
     process = await asyncio.create_subprocess_exec(
         *command, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE

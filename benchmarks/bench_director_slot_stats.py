@@ -32,7 +32,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import random
-import re
 import statistics
 import sys
 import tempfile
@@ -45,9 +44,9 @@ from redis.crc import key_slot
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "integration"))
 from _rc_users_cluster import HOST, LOAD_SCRIPT, UsersCluster, UsersLoad  # noqa: E402
-from bench_director_observation import _cpu_s  # noqa: E402
+from bench_director_observation import _benchmark, _cpu_s  # noqa: E402
 
-from geoslo.live._processes import find_program, find_valkey_server  # noqa: E402
+from geoslo.live._processes import find_valkey_server  # noqa: E402
 from geoslo.live.director.rediscluster._engine import SLOTS_PER_BIN, cluster_view  # noqa: E402
 from geoslo.live.director.rediscluster._link import NodeLink  # noqa: E402
 from geoslo.live.director.rediscluster._migrate import migrate_slots  # noqa: E402
@@ -188,23 +187,6 @@ COST = {
 }
 
 
-async def _cluster_benchmark(port: int, requests: int, clients: int) -> float:
-    """``redis-benchmark --cluster``'s GET and SET requests/s (their mean)."""
-    command = [
-        find_program("redis-benchmark", "redis-server"), "--cluster", "-h", HOST,
-        "-p", str(port), "-t", "get,set", "-n", str(requests), "-c", str(clients),
-        "-r", "100000", "-q", "--csv",
-    ]  # fmt: skip
-    process = await asyncio.create_subprocess_exec(
-        *command, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE
-    )
-    out, _ = await process.communicate()
-    rates = [float(m) for m in re.findall(r'^"(?:GET|SET)","([0-9.]+)"', out.decode(), re.M)]
-    if len(rates) != 2:
-        raise RuntimeError(f"redis-benchmark said: {out.decode()[:300]}")
-    return statistics.mean(rates)
-
-
 async def _cost_one(cluster, settings, requests: int, clients: int) -> tuple[float, float, str]:
     """(requests/s, the nodes' CPU s per 100k requests, the source) of one setting."""
     view = cluster_view(cluster.ports[0])
@@ -222,7 +204,7 @@ async def _cost_one(cluster, settings, requests: int, clients: int) -> tuple[flo
     pids = [p.pid for p in cluster.processes]
     cpu_before = sum(_cpu_s(pid) for pid in pids)
     try:
-        rate = await _cluster_benchmark(cluster.ports[0], requests, clients)
+        rate = await _benchmark(cluster.ports[0], requests, clients, cluster=True)
     finally:
         stop.set()
         if poller:
