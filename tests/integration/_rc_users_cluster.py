@@ -307,3 +307,28 @@ class UsersLoad:
 
     def __exit__(self, *exc) -> None:
         self.stop()
+
+
+async def drain_period(env) -> None:
+    """Observe until a period ends, dropping it (its start preceded the load)."""
+    for _ in range(300):
+        if (await env.observe()).histograms:
+            return
+        await asyncio.sleep(0.2)
+    raise AssertionError(f"no period ended by {env.observer.now_s():.1f} s")
+
+
+async def observed_under_load(env, load: UsersLoad, periods: int) -> tuple[list, dict, dict]:
+    """``periods`` observed periods that began after ``load`` started (bounded: about 15 s
+    a period at most, never a hang), and the load's own counts before and after them."""
+    await load.running()
+    await drain_period(env)  # a period that began before the load
+    first = load.counts()
+    observed: list = []
+    for _ in range(30 * periods):
+        await asyncio.sleep(0.5)
+        observed += list((await env.observe()).histograms)
+        if len(observed) >= periods:
+            break
+    assert len(observed) >= periods, (len(observed), env.observer.now_s())
+    return observed, first, load.counts()

@@ -13,7 +13,7 @@ import time
 import numpy as np
 import pytest
 import redis
-from _rc_users_cluster import HOST, UsersCluster, UsersLoad
+from _rc_users_cluster import HOST, UsersCluster, UsersLoad, drain_period, observed_under_load
 
 from _run import run_service
 from geoslo.control.director import DirectorConfig, DirectorLoop
@@ -214,19 +214,9 @@ def test_the_observation_names_the_hot_bins_of_a_load_it_did_not_make(tmp_path):
             settings = _env_settings(cluster, monitor_every_s=0.5)
             env = RedisClusterEnvironment(tmp_path / "env", settings, load=None)
             await env.start()
-            periods = []
             try:
                 with UsersLoad(cluster, rps=300.0, seconds=40.0, hot=HOT, hot_share=0.5) as load:
-                    await load.running()
-                    await _drain(env)  # a period that began before the load
-                    first = load.counts()
-                    for _ in range(120):  # 4 periods of 2 s: bounded, never a hang
-                        await asyncio.sleep(0.5)
-                        periods += [h for h in (await env.observe()).histograms]
-                        if len(periods) >= 4:
-                            break
-                    assert len(periods) >= 4, (len(periods), env.observer.now_s())
-                    last = load.counts()
+                    periods, first, last = await observed_under_load(env, load, 4)
             finally:
                 await env.close()
             return periods, first, last, env
@@ -241,15 +231,6 @@ def test_the_observation_names_the_hot_bins_of_a_load_it_did_not_make(tmp_path):
         served_rps = (last["gets"] - first["gets"]) / (last["end"] - first["end"])
         assert abs(get_rps.sum() - served_rps) < 0.25 * served_rps, (get_rps.sum(), served_rps)
         assert env.observer.sampled_requests > 0
-
-
-async def _drain(env) -> None:
-    """Observe until a period ends, dropping it (its start preceded the load)."""
-    for _ in range(300):
-        if (await env.observe()).histograms:
-            return
-        await asyncio.sleep(0.2)
-    raise AssertionError(f"no period ended by {env.observer.now_s():.1f} s")
 
 
 def test_a_load_two_masters_need_is_not_packed_onto_one(tmp_path):
@@ -276,7 +257,7 @@ def test_a_load_two_masters_need_is_not_packed_onto_one(tmp_path):
             try:
                 with UsersLoad(cluster, rps=350.0, seconds=40.0) as load:
                     await load.running()
-                    await _drain(env)
+                    await drain_period(env)
                     for _ in range(20):
                         observation = await env.observe()
                         seen += observation.histograms

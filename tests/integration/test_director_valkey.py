@@ -9,7 +9,7 @@ import asyncio
 
 import numpy as np
 import pytest
-from _rc_users_cluster import HOST, UsersCluster, UsersLoad
+from _rc_users_cluster import HOST, UsersCluster, UsersLoad, observed_under_load
 
 from geoslo.live._processes import find_valkey_server
 from geoslo.live.director.rediscluster import Credentials, bin_of_key
@@ -61,19 +61,9 @@ def test_slot_stats_name_the_hot_bins_of_a_load_it_did_not_make(tmp_path):
             )
             env = RedisClusterEnvironment(tmp_path / "env", settings, load=None)
             await env.start()
-            periods = []
             try:
                 with UsersLoad(cluster, rps=300.0, seconds=30.0, hot=HOT, hot_share=0.5) as load:
-                    await load.running()
-                    await _drain(env)  # a period that began before the load
-                    first = load.counts()
-                    for _ in range(80):  # 3 periods of 2 s: bounded, never a hang
-                        await asyncio.sleep(0.5)
-                        periods += [h for h in (await env.observe()).histograms]
-                        if len(periods) >= 3:
-                            break
-                    assert len(periods) >= 3, (len(periods), env.observer.now_s())
-                    last = load.counts()
+                    periods, first, last = await observed_under_load(env, load, 3)
             finally:
                 await env.close()
             return periods, first, last, env.observer
@@ -88,12 +78,3 @@ def test_slot_stats_name_the_hot_bins_of_a_load_it_did_not_make(tmp_path):
         assert hot_rps > 0.3 * get_rps.sum(), (hot_rps, get_rps.sum())
         served_rps = (last["gets"] - first["gets"]) / (last["end"] - first["end"])
         assert abs(get_rps.sum() - served_rps) < 0.25 * served_rps, (get_rps.sum(), served_rps)
-
-
-async def _drain(env) -> None:
-    """Observe until a period ends, dropping it (its start preceded the load)."""
-    for _ in range(300):
-        if (await env.observe()).histograms:
-            return
-        await asyncio.sleep(0.2)
-    raise AssertionError(f"no period ended by {env.observer.now_s():.1f} s")
