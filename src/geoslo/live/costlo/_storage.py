@@ -170,6 +170,8 @@ class GuardedWrites:
             first = False
             if loop.time() >= give_up:
                 reason = error or "its retries were refused by the hedge budget"
+                if isinstance(error, TimeoutError):
+                    reason = f"no answer within {deadline_s:g} s"
                 raise TestbedError(f"{self.name}: cannot write {copy_key(key, copy)}: {reason}")
             await asyncio.sleep(min(wait_s, max(give_up - loop.time(), 0.0)))
             wait_s = min(2.0 * wait_s, RETRY_MAX_S)
