@@ -447,6 +447,8 @@ def test_two_writer_vms_survive_the_vm_the_lock_service_and_a_server_killed(clus
         while process_alive(process.pid):
             assert time.monotonic() < deadline, f"{process.name} did not finish"
             await asyncio.sleep(0.05)
+        log = process.log_path.read_text()
+        assert "PUTs done" in log, f"{process.name} ended before its workload: {log[-2000:]}"
 
     async def scenario():
         stop = asyncio.Event()

@@ -329,6 +329,34 @@ def test_lock_service_restarts_from_its_backup_and_regrants_to_the_same_owner(tm
     assert read_json_lines(backup)[0]["op"] == "snapshot"
 
 
+def test_a_lock_client_waits_for_a_service_that_starts_late_and_only_as_long_as_asked(tmp_path):
+    from geoslo.live._processes import free_ports
+
+    async def scenario():
+        (port,) = free_ports(1)
+        with pytest.raises(TestbedError, match="cannot connect to lock service"):
+            await LockClient.open(port)  # no wait: the refusal is the answer
+        service = LockService(tmp_path / "locks.jsonl")
+        servers = []
+
+        async def start_late():
+            await asyncio.sleep(0.3)
+            servers.append(await serve_json_lines(service.handle, port))
+
+        starting = asyncio.create_task(start_late())
+        client = await LockClient.open(port, wait_s=30.0)  # a VM started mid-restart
+        try:
+            await starting
+            assert await client.acquire("S", "o", "a") == 0
+        finally:
+            await client.close()
+            servers[0].close()
+            await servers[0].wait_closed()
+            service.close()
+
+    asyncio.run(scenario())
+
+
 def test_lock_client_speaks_json_lines_to_the_service(tmp_path):
     from geoslo.live._processes import free_ports
 

@@ -64,6 +64,7 @@ __all__ = [
 SERVICE_NAME = "costlo-locks"  # what a sealed request is addressed to
 MAX_POOLS = 1_000  # hedge budgets one service keeps (memory stays bounded)
 LOCK_KINDS = ("S", "A")  # §5.4: L_S for synchronous PUTs, L_A for asynchronous ones
+RESTART_POLL_S = 0.05  # how often a client asks a restarting lock service again
 DEFAULT_LEASE_S = 5.0  # ours: §5.4 assumes a dead VM restarts; a lease bounds the wait if not
 
 
@@ -419,10 +420,20 @@ class LockClient:
         self._reconnecting = asyncio.Lock()
 
     @classmethod
-    async def open(cls, where: int | LockEndpoint) -> LockClient:
+    async def open(cls, where: int | LockEndpoint, wait_s: float = 0.0) -> LockClient:
+        """Connected; a service that refuses is asked again for up to ``wait_s`` (a VM
+        that starts while its lock service restarts waits for it), then TestbedError."""
         client = cls(where)
-        await client._connected()
-        return client
+        loop = asyncio.get_running_loop()
+        give_up = loop.time() + wait_s
+        while True:
+            try:
+                await client._connected()
+                return client
+            except TestbedError:
+                if loop.time() >= give_up:
+                    raise
+            await asyncio.sleep(min(RESTART_POLL_S, max(give_up - loop.time(), 0.0)))
 
     async def _connect(self) -> JsonLineClient:
         e = self.endpoint
@@ -487,7 +498,7 @@ class LockClient:
             except TestbedError:
                 if loop.time() >= give_up:
                     raise
-                await asyncio.sleep(0.05)  # the service is restarting: ask again
+                await asyncio.sleep(RESTART_POLL_S)  # the service is restarting: ask again
 
     async def acquire(
         self,

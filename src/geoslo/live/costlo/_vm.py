@@ -184,10 +184,10 @@ class VmLibrary:
     # --- lifecycle ---------------------------------------------------------------------------
     async def start(self) -> VmLibrary:
         """Open the log (keeping its unfinished operations for :meth:`recover`), the lock
-        service and the storage servers."""
+        service (waited for up to ``lock_timeout_s``) and the storage servers."""
         self._unfinished = [op for op in replay_log(self.log_path) if not op.finished]
         self._log = VmLog(self.log_path, {op.op for op in self._unfinished})
-        self._locks = await LockClient.open(self.lock_port)
+        self._locks = await LockClient.open(self.lock_port, wait_s=self.lock_timeout_s)
         if self.configuration.hedge_budget is not None and self.budget_pool is not None:
             budget = self.configuration.hedge_budget  # the fleet's, in the lock service
             self.budget = SharedBudget(self._locks, self.budget_pool, budget)
