@@ -178,14 +178,21 @@ def http_get(url: str) -> tuple[int, bytes]:
         return error.code, error.read()
 
 
+LABEL_ORDER = ("site", "stream", "prefix", "src", "dst")  # the runtime gauges' labels
+
+
 def gauges(base_url: str, family: str) -> dict[str, float]:
-    """One scrape of ``/metrics``: the ``geoslo_<family>`` gauge's values by ``name``
-    (``plan`` or ``observation``)."""
+    """One scrape of ``/metrics``: the ``geoslo_<family>_<quantity>`` gauges (``plan`` or
+    ``observation``), in base units, by ``quantity`` or ``quantity:label->label``."""
     _, body = http_get(f"{base_url}/metrics")
+    prefix, values = f"geoslo_{family}_", {}
     for found in text_string_to_metric_families(body.decode()):
-        if found.name == f"geoslo_{family}":
-            return {sample.labels["name"]: sample.value for sample in found.samples}
-    return {}
+        if found.name.startswith(prefix):
+            for sample in found.samples:
+                labels = [sample.labels[k] for k in LABEL_ORDER if k in sample.labels]
+                name = found.name.removeprefix(prefix)
+                values[":".join([name, "->".join(labels)]) if labels else name] = sample.value
+    return values
 
 
 def processes_mentioning(text: str) -> list[int]:

@@ -382,7 +382,8 @@ def test_geoslo_run_puts_plans_in_htb_and_a_dry_run_only_logs_them(tmp_path, can
     plans = [record["plan"]["shares"] for record in result.events("dry_run")]
     in_force = (1 / 3, 1 / 3, 1 / 3) if flags else STATIC_SHARES
     assert rates_bps == pytest.approx([s * CAPACITY_BPS for s in in_force], rel=0.01)
-    assert b"geoslo_replication_capacity_mbps 20.0" in metrics  # the link's own gauges
+    assert b"geoslo_replication_capacity_bytes_per_second 2.5e+06" in metrics  # the link's own
+    assert b"geoslo_replication_capacity_mbps 20.0" in metrics  # its deprecated 0.x name
     assert b"geoslo_replication_measured_capacity_mbps" in metrics
     if flags:
         assert len(plans) == len(intervals) >= 2

@@ -85,12 +85,10 @@ def test_metrics_are_scraped_during_a_run_and_sigterm_stops_it_cleanly(tmp_path)
             if s.name.endswith("_bucket")
         ]
         assert {"0.001", "10.0", "+Inf"} <= set(buckets)
-        shares = {s.labels["name"] for s in families["geoslo_plan"].samples}
-        assert shares == {
-            "share_fraction:application",
-            "share_fraction:replication",
-            "share_fraction:vm_image",
-        }
+        shares = {s.labels["stream"]: s.value for s in families["geoslo_plan_share_ratio"].samples}
+        assert set(shares) == {"application", "replication", "vm_image"}
+        legacy = {s.labels["name"]: s.value for s in families["geoslo_plan"].samples}
+        assert legacy == {f"share_fraction:{stream}": v for stream, v in shares.items()}
         assert {
             s.labels["kind"] for s in families["geoslo_errors"].samples if s.name.endswith("_total")
         } == {
@@ -103,9 +101,8 @@ def test_metrics_are_scraped_during_a_run_and_sigterm_stops_it_cleanly(tmp_path)
             for s in families["geoslo_plans"].samples
             if s.labels.get("status") == "optimal"
         )
-        assert "buffer_mb:application" in {
-            s.labels["name"] for s in families["geoslo_observation"].samples
-        }
+        buffers = families["geoslo_observation_buffer_bytes"].samples
+        assert "application" in {s.labels["stream"] for s in buffers}
         status, body = http_get(f"{base}/healthz")
         health = json.loads(body)
         assert status == 200 and health["status"] == "ok" and health["intervals"] > 0

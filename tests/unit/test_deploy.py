@@ -18,7 +18,7 @@ from geoslo.live.kurma._agent import _Metrics as AgentMetrics
 from geoslo.live.replication._environment import EgressEnvironment, EgressSpec
 from geoslo.live.replication._htb import PortMatch
 from geoslo.live.replication._sources import RedisAddress
-from geoslo.runtime._metrics import Metrics
+from geoslo.runtime._metrics import Metrics, Reading
 
 ROOT = Path(__file__).resolve().parents[2]
 DEPLOY = ROOT / "deploy"
@@ -34,7 +34,8 @@ SUFFIXES = {
     "histogram": ("_bucket", "_count", "_sum", "_created"),
     "summary": ("_count", "_sum", "_created"),
 }
-METRIC_NAME = re.compile(r"(?<![\w:])geoslo_[a-zA-Z0-9_]+")
+METRIC_NAME = re.compile(r"(?<![\w:])geoslo_[a-zA-Z0-9_]+(?![\w.])")  # not a regex's prefix
+FAMILY_PREFIX = re.compile(r'__name__=~"(geoslo_[a-z_]+)\.\+"')  # {__name__=~"geoslo_plan_.+"}
 
 
 def _egress_registry(tmp_path: Path) -> CollectorRegistry:
@@ -53,14 +54,16 @@ def _egress_registry(tmp_path: Path) -> CollectorRegistry:
     return EgressEnvironment(spec).registry
 
 
-def registered_metric_names(tmp_path: Path) -> set[str]:
+def registered_metric_names(tmp_path: Path, deprecated: bool = False) -> set[str]:
     """Every series name a `geoslo run` service can expose: the runtime's metrics, a Kurma
-    agent's and the MPC host mode's, with the suffixes each type adds."""
+    agent's and the MPC host mode's, with the suffixes each type adds (``deprecated``:
+    only the 0.x names kept one release)."""
     registries = [Metrics("any").registry, AgentMetrics().registry, _egress_registry(tmp_path)]
     names = set()
     for registry in registries:
         for family in registry.collect():
-            names.update(family.name + suffix for suffix in SUFFIXES[family.type])
+            if family.documentation.startswith("Deprecated") == deprecated:
+                names.update(family.name + suffix for suffix in SUFFIXES[family.type])
     return names
 
 
@@ -105,12 +108,34 @@ def test_the_registered_names_include_each_kind_of_series(tmp_path):
     assert {
         "geoslo_decision_seconds_bucket",
         "geoslo_errors_total",
-        "geoslo_plan",
         "geoslo_kurma_solve_seconds_count",
         "geoslo_exchange_rejected_total",
-        "geoslo_replication_measured_capacity_mbps",
+        "geoslo_replication_measured_capacity_bytes_per_second",
     } <= names
     assert "geoslo_errors" not in names  # a counter is exposed as _total only
+    assert {"geoslo_plan", "geoslo_replication_measured_capacity_mbps"} <= registered_metric_names(
+        tmp_path, deprecated=True
+    )
+
+
+@pytest.mark.parametrize(
+    "expressions", [rule_expressions, dashboard_expressions], ids=["rules", "dashboard"]
+)
+def test_no_rule_or_panel_reads_a_deprecated_name(tmp_path, expressions):
+    deprecated = registered_metric_names(tmp_path, deprecated=True)
+    used = {where: metric_names_in(e) & deprecated for where, e in expressions().items()}
+    assert {where: names for where, names in used.items() if names} == {}
+
+
+def test_the_plan_and_observation_panels_read_the_families_the_runtime_makes():
+    metrics = Metrics("any")
+    metrics.set_plan([Reading.of("rate_rps", 1.0, src="a", dst="b")])
+    metrics.set_observation([Reading.of("demand_rps", 1.0, site="a")])
+    families = {f.name for f in metrics.registry.collect()}
+    prefixes = {p for e in dashboard_expressions().values() for p in FAMILY_PREFIX.findall(e)}
+    assert prefixes == {"geoslo_plan_", "geoslo_observation_"}
+    assert "geoslo_plan_rate_requests_per_second" in families
+    assert "geoslo_observation_demand_requests_per_second" in families
 
 
 @pytest.mark.parametrize(
@@ -162,8 +187,6 @@ def test_the_dashboard_has_a_panel_per_runtime_metric():
     used = set().union(*map(metric_names_in, dashboard_expressions().values()))
     runtime = {
         "geoslo_decision_seconds_bucket",
-        "geoslo_plan",
-        "geoslo_observation",
         "geoslo_errors_total",
         "geoslo_intervals_total",
         "geoslo_plans_total",

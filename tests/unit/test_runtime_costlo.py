@@ -13,6 +13,7 @@ from geoslo.control.costlo import CostloLoop, EpochPlan, Slo
 from geoslo.control.costlo.example import EXAMPLE_WORKLOAD
 from geoslo.errors import InputError
 from geoslo.runtime import parse_config
+from geoslo.runtime._metrics import named
 from geoslo.runtime.costlo import (
     DEFAULT_INTERVAL_S,
     EXAMPLE_CONFIG,
@@ -154,7 +155,7 @@ def test_every_epoch_is_a_new_plan_with_its_own_measurements(simulated):
 def test_gauges_and_record_are_numbers_and_json(simulated):
     _, runs = simulated
     observation, plan = runs[-1]
-    gauges = {**plan_gauges(plan), **observation_gauges(observation)}
+    gauges = named([*plan_gauges(plan), *observation_gauges(observation)])
     assert all(isinstance(v, float) for v in gauges.values())
     assert any(k.startswith("measured_inflation_ms:") for k in gauges)
     record = json.loads(json.dumps(plan_record(plan)))

@@ -11,6 +11,7 @@ import pytest
 from geoslo.control.director import DirectorConfig, DirectorLoop
 from geoslo.errors import ConfigError, InputError
 from geoslo.runtime._config import parse_config
+from geoslo.runtime._metrics import named
 from geoslo.runtime.director import SYSTEM, DirectorSettings
 from geoslo.sim.director import DirectorSimEnvironment
 
@@ -81,7 +82,7 @@ def test_the_built_service_runs_the_loop_on_the_simulated_store():
         steps = []
         for _ in range(12):
             observation = await service.environment.observe()
-            gauges = service.observation_gauges(observation)
+            gauges = named(service.observation_gauges(observation))
             assert gauges["servers"] == len(observation.servers)
             step = service.controller.step(observation)
             if step is not None:
@@ -96,4 +97,4 @@ def test_the_built_service_runs_the_loop_on_the_simulated_store():
     assert 2 <= len(decided) <= 11
     record = service.plan_record(decided[0])
     assert record["outcome"]["status"] in ("feasible", "infeasible") and record["decided"]
-    assert service.plan_gauges(decided[0])["servers_after_plan"] >= 1
+    assert named(service.plan_gauges(decided[0]))["servers_after_plan"] >= 1

@@ -13,6 +13,7 @@ import pytest
 from pydantic import ValidationError
 
 from geoslo.control.kurma import KurmaController, Routing
+from geoslo.runtime._metrics import named
 from geoslo.runtime.kurma import SYSTEM, ControllerSettings, SimulatorSettings, TestbedSettings
 from geoslo.sim.kurma import KurmaSimEnvironment
 
@@ -97,9 +98,9 @@ def test_the_service_plans_every_interval_and_puts_the_routing_in_force(objectiv
         assert np.allclose(in_force.sum(axis=1), 1.0)
     # Trace-1: the busiest site sheds load once the controller has measured it
     assert steps[-1][2][0, 1:].sum() > 0
-    gauges = service.plan_gauges(steps[-1][1])
+    gauges = named(service.plan_gauges(steps[-1][1]))
     assert gauges["rate_rps:London->Ireland"] == steps[-1][1].plan.rates_rps[0, 1]
-    observed = service.observation_gauges(steps[-1][0])
+    observed = named(service.observation_gauges(steps[-1][0]))
     assert observed["model_build_s"] > 0 and observed["demand_rps:London"] > 0
     record = service.plan_record(steps[-1][1])
     assert record["status"] in ("optimal", "time_limit", "infeasible")

@@ -10,21 +10,61 @@ from urllib.error import HTTPError
 from urllib.request import urlopen
 
 import numpy as np
+import pytest
 
 from geoslo.live._metrics import _json_bytes, serve_metrics
 from geoslo.runtime import Metrics, ServiceLog
-from geoslo.runtime._metrics import DECISION_BUCKETS_S, Health
+from geoslo.live._metrics import in_base_units
+from geoslo.runtime._metrics import DECISION_BUCKETS_S, Health, Reading
 
 
-def test_plan_gauges_follow_the_plan_and_drop_names_that_are_gone():
+def test_plan_gauges_follow_the_plan_and_drop_series_that_are_gone():
     metrics = Metrics("replication")
-    metrics.set_plan({"share_fraction:application": 0.5, "share_fraction:replication": 0.3})
-    metrics.set_plan({"priority_rank:application": 0.0})
+    metrics.set_plan(
+        [
+            Reading.of("share_fraction", 0.5, stream="application"),
+            Reading.of("share_fraction", 0.3, stream="replication"),
+        ]
+    )
+    metrics.set_plan([Reading.of("priority_rank", 0.0, stream="application")])
     registry = metrics.registry
-    labels = {"system": "replication", "name": "share_fraction:application"}
-    assert registry.get_sample_value("geoslo_plan", labels) is None
-    labels["name"] = "priority_rank:application"
-    assert registry.get_sample_value("geoslo_plan", labels) == 0.0
+    labels = {"system": "replication", "stream": "application"}
+    assert registry.get_sample_value("geoslo_plan_share_ratio", labels) is None
+    assert registry.get_sample_value("geoslo_plan_priority_rank", labels) == 0.0
+    legacy = {"system": "replication", "name": "share_fraction:application"}
+    assert registry.get_sample_value("geoslo_plan", legacy) is None
+    legacy["name"] = "priority_rank:application"
+    assert registry.get_sample_value("geoslo_plan", legacy) == 0.0
+
+
+def test_gauges_are_in_base_units_with_src_and_dst_labels_and_keep_their_old_names():
+    metrics = Metrics("kurma")
+    metrics.set_plan([Reading.of("rate_rps", 120.0, src="Toronto", dst="Montreal")])
+    metrics.set_observation(
+        [Reading.of("rtt_ms", 25.0, dst="Tokyo"), Reading.of("buffer_mb", 2.0, stream="vm")]
+    )
+    registry = metrics.registry
+    pair = {"system": "kurma", "src": "Toronto", "dst": "Montreal"}
+    assert registry.get_sample_value("geoslo_plan_rate_requests_per_second", pair) == 120.0
+    rtt = registry.get_sample_value(
+        "geoslo_observation_rtt_seconds", {"system": "kurma", "dst": "Tokyo"}
+    )
+    assert rtt == pytest.approx(0.025)
+    buffer = {"system": "kurma", "stream": "vm"}
+    assert registry.get_sample_value("geoslo_observation_buffer_bytes", buffer) == 2e6
+    old = {"system": "kurma", "name": "rate_rps:Toronto->Montreal"}
+    assert registry.get_sample_value("geoslo_plan", old) == 120.0  # deprecated, one release
+    old = {"system": "kurma", "name": "rtt_ms:Tokyo"}
+    assert registry.get_sample_value("geoslo_observation", old) == 25.0
+
+
+def test_base_units_follow_prometheus_naming():
+    assert in_base_units("get_timeout_ms", 30.0) == ("get_timeout_seconds", 0.03)
+    assert in_base_units("now_s", 4.0) == ("now_seconds", 4.0)
+    assert in_base_units("capacity_mbps", 8.0) == ("capacity_bytes_per_second", 1e6)
+    assert in_base_units("redirect_fraction", 0.25) == ("redirect_ratio", 0.25)
+    assert in_base_units("score_ms_requests", -2000.0) == ("score_request_seconds", -2.0)
+    assert in_base_units("servers", 3.0) == ("servers", 3.0)
 
 
 def test_every_error_kind_is_exposed_from_the_start_at_zero():

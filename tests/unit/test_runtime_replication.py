@@ -10,6 +10,7 @@ import pytest
 
 from geoslo.control import Outcome
 from geoslo.control.replication import Allocation, Decision, FifoPolicy, StaticPolicy
+from geoslo.runtime._metrics import named
 from geoslo.runtime.replication import (
     SYSTEM,
     ReplicationSettings,
@@ -81,7 +82,7 @@ def test_plan_gauges_and_record_name_the_streams():
     shares = Decision(
         Allocation("shares", (0.6, 0.3, 0.1)), Outcome("optimal", "solved", 12.5, 1.2)
     )
-    assert plan_gauges(shares) == {
+    assert named(plan_gauges(shares)) == {
         "share_fraction:application": 0.6,
         "share_fraction:replication": 0.3,
         "share_fraction:vm_image": 0.1,
@@ -89,7 +90,7 @@ def test_plan_gauges_and_record_name_the_streams():
     assert plan_record(shares)["shares"]["vm_image"] == 0.1
     assert plan_record(shares)["outcome"]["solver_status"] == "solved"
     priority = Decision(Allocation("priority", order=(1, 0, 2)), Outcome("feasible", "PRIO"))
-    assert plan_gauges(priority)["priority_rank:replication"] == 0
+    assert named(plan_gauges(priority))["priority_rank:replication"] == 0
     assert plan_record(priority)["order"] == ["replication", "application", "vm_image"]
 
 

@@ -12,6 +12,7 @@ from pydantic import ValidationError
 
 from geoslo.control.supercloud.loop import PlacementLoop
 from geoslo.errors import ConfigError
+from geoslo.runtime._metrics import named
 from geoslo.runtime.supercloud import SYSTEM, ControllerSettings, SimulatorSettings
 
 EXAMPLE = tomllib.loads(SYSTEM.example_config)
@@ -117,12 +118,12 @@ def test_a_day_of_the_service_follows_the_sun_with_gauges_and_records() -> None:
         assert plan.outcome.status == "optimal" and plan.migrations
         busier = max(observation.front_ends, key=lambda f: f.reads + f.writes).site
         assert plan.placement.site_of(plan.placement.leader) == busier
-        gauges = service.plan_gauges(plan)
+        gauges = named(service.plan_gauges(plan))
         assert gauges["migrations"] == len(plan.migrations)
         assert gauges["score_ms_requests"] == plan.score > plan.current_score
         record = service.plan_record(plan)
         assert record["status"] == "optimal" and record["objective"] == plan.score
-        seen = service.observation_gauges(observation)
+        seen = named(service.observation_gauges(observation))
         assert sum(v for k, v in seen.items() if k.startswith("nodes:")) == 3
         assert seen["busy"] == 0.0
     assert service.environment.migrations == sum(len(p.migrations) for _, p in plans)

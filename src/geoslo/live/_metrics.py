@@ -8,6 +8,10 @@ the format the scraper asks for and, when given them, ``GET /healthz`` with the 
 check's JSON and ``GET /plan`` with the plan in force (read-only JSON, for a client in any
 language), on a threading HTTP server of its own (a scrape never waits for the controller's
 event loop). It binds to loopback unless told otherwise; other paths get 404.
+
+Metric names are in base units (``_seconds``, ``_bytes``, ``_ratio``: Prometheus' naming
+practice) while the code counts in its own (``_ms``, ``_mb``, ``_fraction``):
+:func:`in_base_units` converts one to the other in one place.
 """
 
 from __future__ import annotations
@@ -19,15 +23,71 @@ from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from prometheus_client import CollectorRegistry
+from prometheus_client import CollectorRegistry, Gauge
 from prometheus_client.exposition import choose_encoder
 
 from geoslo.errors import InputError
 
-__all__ = ["HealthCheck", "JsonEndpoint", "MetricsServer", "serve_metrics", "json_line"]
+__all__ = [
+    "BASE_UNITS",
+    "HealthCheck",
+    "JsonEndpoint",
+    "MetricsServer",
+    "UnitGauge",
+    "in_base_units",
+    "json_line",
+    "serve_metrics",
+]
 
 JsonEndpoint = Callable[[], tuple[int, dict[str, Any]]]  # (HTTP status, JSON body)
 HealthCheck = JsonEndpoint
+
+
+# A quantity's unit suffix as the code names it, and as Prometheus names it (its base units,
+# https://prometheus.io/docs/practices/naming/) with the factor to them; first match wins.
+BASE_UNITS = (
+    ("_ms_requests", "_request_seconds", 1e-3),
+    ("_ms", "_seconds", 1e-3),
+    ("_s", "_seconds", 1.0),
+    ("_mbps", "_bytes_per_second", 1e6 / 8),  # Mbit/s
+    ("_mb", "_bytes", 1e6),  # MB: 10^6 bytes
+    ("_rps", "_requests_per_second", 1.0),
+    ("_fraction", "_ratio", 1.0),
+)
+
+
+def in_base_units(quantity: str, value: float) -> tuple[str, float]:
+    """``quantity`` renamed to its base unit and ``value`` converted (``"rtt_ms", 25`` ->
+    ``"rtt_seconds", 0.025``); a quantity with no unit suffix is kept."""
+    for suffix, base, factor in BASE_UNITS:
+        if quantity.endswith(suffix):
+            return quantity[: -len(suffix)] + base, value * factor
+    return quantity, value
+
+
+class UnitGauge:
+    """A gauge set in the code's unit (``capacity_mbps``), exposed in base units
+    (``geoslo_replication_capacity_bytes_per_second``); its 0.x name, in the code's unit,
+    is kept one release as a deprecated alias."""
+
+    def __init__(
+        self, quantity: str, doc: str, labels: tuple[str, ...], registry: CollectorRegistry
+    ) -> None:
+        base, self.factor = in_base_units(quantity, 1.0)
+        self.gauge = Gauge(base, doc, labels, registry=registry)
+        self.legacy = None
+        if base != quantity:
+            self.legacy = Gauge(quantity, f"Deprecated: {base} instead", labels, registry=registry)
+
+    def set(self, value: float, **labels: str) -> None:
+        for gauge, factor in ((self.gauge, self.factor), (self.legacy, 1.0)):
+            if gauge is not None:
+                (gauge.labels(**labels) if labels else gauge).set(value * factor)
+
+    def remove(self, *label_values: str) -> None:
+        for gauge in (self.gauge, self.legacy):
+            if gauge is not None:
+                gauge.remove(*label_values)
 
 
 class MetricsServer:

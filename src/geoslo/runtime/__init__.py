@@ -18,7 +18,7 @@ from geoslo.runtime._config import (
 from geoslo.runtime._dryrun import DryRunEnvironment
 from geoslo.runtime._log import ServiceLog
 from geoslo.runtime._loop import ONCE_FAILED_EXIT, IntervalReport, ServiceLoop, serve
-from geoslo.runtime._metrics import Metrics
+from geoslo.runtime._metrics import Metrics, Reading
 from geoslo.runtime._service import Service, System
 
 __all__ = [
@@ -27,6 +27,7 @@ __all__ = [
     "DryRunEnvironment",
     "IntervalReport",
     "Metrics",
+    "Reading",
     "RunConfig",
     "Service",
     "ServiceLog",

@@ -3,13 +3,14 @@ its controller and environment from them (``geoslo.runtime.<system>.SYSTEM``).""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from pydantic import BaseModel
 
 from geoslo.control import Controller, Environment
+from geoslo.runtime._metrics import Reading
 
 __all__ = ["Service", "System"]
 
@@ -18,8 +19,9 @@ __all__ = ["Service", "System"]
 class Service:
     """One controller driving one environment every ``interval_s``.
 
-    ``plan_gauges`` and ``observation_gauges`` name the numbers worth a Prometheus gauge
-    (the key is the gauge's ``name`` label, with its unit: ``"rate_rps:a->b"``);
+    ``plan_gauges`` and ``observation_gauges`` give the numbers worth a Prometheus gauge
+    (:class:`~geoslo.runtime._metrics.Reading`: ``Reading.of("rate_rps", r, src=a, dst=b)``
+    is exposed as ``geoslo_plan_rate_requests_per_second{src="a",dst="b"}``);
     ``plan_record`` is the JSON-able plan for the structured log and the dry run;
     ``collectors`` are Prometheus collectors (a registry of the environment's own metrics)
     served beside the runtime's at ``/metrics``."""
@@ -28,8 +30,8 @@ class Service:
     controller: Controller
     environment: Environment
     interval_s: float
-    plan_gauges: Callable[[Any], Mapping[str, float]]
-    observation_gauges: Callable[[Any], Mapping[str, float]]
+    plan_gauges: Callable[[Any], Iterable[Reading]]
+    observation_gauges: Callable[[Any], Iterable[Reading]]
     plan_record: Callable[[Any], Mapping[str, Any]]
     collectors: tuple[Any, ...] = ()
 

@@ -33,6 +33,7 @@ from geoslo.control.costlo.validation import LIMITS_RANGES, MAX_SLO_MS
 from geoslo.errors import InputError
 from geoslo.live.costlo import CostloTestbedEnvironment, StallSettings, region_rtts
 from geoslo.live.costlo._s3_environment import CostloS3Environment, UserRegion
+from geoslo.runtime._metrics import Reading
 from geoslo.runtime._service import Service, System
 from geoslo.sim.costlo import CostloSimEnvironment
 
@@ -253,26 +254,28 @@ def testbed(settings: TestbedSettings, controller: CostloSettings) -> CostloTest
     )
 
 
-def plan_gauges(plan: EpochPlan) -> Mapping[str, float]:
+def plan_gauges(plan: EpochPlan) -> list[Reading]:
     """Per prefix: copies, requests per copy and probability of the redundant set, and the
     configuration's cost (USD per month)."""
-    values: dict[str, float] = {}
+    values = []
     for prefix, s in plan.selections.items():
         c = s.configuration
-        values[f"get_requests:{prefix}"] = float(c.get_requests)
-        values[f"get_timeout_ms:{prefix}"] = c.get_timeout_ms
-        values[f"get_probability_fraction:{prefix}"] = c.get_probability
-        values[f"cost_usd_per_month:{prefix}"] = s.cost.total_usd
+        values += [
+            Reading.of("get_requests", c.get_requests, prefix=prefix),
+            Reading.of("get_timeout_ms", c.get_timeout_ms, prefix=prefix),
+            Reading.of("get_probability_fraction", c.get_probability, prefix=prefix),
+            Reading.of("cost_usd_per_month", s.cost.total_usd, prefix=prefix),
+        ]
     return values
 
 
-def observation_gauges(observation: EpochObservation) -> Mapping[str, float]:
+def observation_gauges(observation: EpochObservation) -> list[Reading]:
     """Per prefix: the GET inflation its clients measured under the configuration in force."""
-    return {
-        f"measured_inflation_ms:{p.name}": p.measured_inflation_ms
+    return [
+        Reading.of("measured_inflation_ms", p.measured_inflation_ms, prefix=p.name)
         for p in observation.prefixes
         if p.measured_inflation_ms is not None
-    }
+    ]
 
 
 def plan_record(plan: EpochPlan) -> Mapping[str, Any]:

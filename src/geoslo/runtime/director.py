@@ -43,6 +43,7 @@ from geoslo.live.director.rediscluster._actions import (
     slots_of_bins,
 )
 from geoslo.models import CopyDurationModel, SteadyStateModel
+from geoslo.runtime._metrics import Reading
 from geoslo.runtime._service import Service, System
 from geoslo.sim.director import (
     DirectorSimEnvironment,
@@ -462,24 +463,24 @@ def cluster_plan_record(step: Step) -> Mapping[str, Any]:
     return {**plan_record(step), "cluster_operations": operations}
 
 
-def plan_gauges(step: Step) -> Mapping[str, float]:
-    gauges = {
-        "actions_started": float(len(step.start)),
-        "actions_cancelled": float(len(step.cancel)),
-    }
+def plan_gauges(step: Step) -> list[Reading]:
+    gauges = [
+        Reading.of("actions_started", len(step.start)),
+        Reading.of("actions_cancelled", len(step.cancel)),
+    ]
     if step.outcome.objective is not None:
-        gauges["servers_after_plan"] = step.outcome.objective
+        gauges.append(Reading.of("servers_after_plan", step.outcome.objective))
     return gauges
 
 
-def observation_gauges(observation) -> Mapping[str, float]:
+def observation_gauges(observation) -> list[Reading]:
     values = {
         "now_s": float(observation.now_s),
         "servers": float(len(observation.servers)),
         "running_actions": float(len(observation.running)),
     }
     values |= {k: float(v) for k, v in observation.measurements.items() if np.isfinite(v)}
-    return values
+    return [Reading.of(quantity, value) for quantity, value in values.items()]
 
 
 def plan_record(step: Step) -> Mapping[str, Any]:

@@ -39,6 +39,7 @@ from geoslo.control.kurma import (
 )
 from geoslo.errors import ConfigError
 from geoslo.runtime._config import parse_listen
+from geoslo.runtime._metrics import Reading
 from geoslo.runtime._service import Service, System
 
 __all__ = [
@@ -375,9 +376,10 @@ def _build_agent(c: ControllerSettings, e: AgentSettings, interval_s: float) -> 
         controller=controller or _MeasureOnly(),
         environment=environment,
         interval_s=interval_s,
-        plan_gauges=lambda plan: {
-            f"redirect_fraction:{e.site}->{dst}": float(plan.row[j]) for j, dst in enumerate(sites)
-        },
+        plan_gauges=lambda plan: [
+            Reading.of("redirect_fraction", plan.row[j], src=e.site, dst=dst)
+            for j, dst in enumerate(sites)
+        ],
         observation_gauges=lambda r: _observation_gauges(sites, r.measurements),
         plan_record=lambda plan: agent_plan_record(sites, e.site, interval_s, e.epoch_unix_s, plan),
         collectors=(environment.metrics.registry,),
@@ -431,8 +433,8 @@ def build(controller: BaseModel, environment: BaseModel, interval_s: float) -> S
     build_s = time.perf_counter() - started
     kurma = KurmaController(model, _kurma_config(controller, interval_s))
 
-    def observation_gauges(m: IntervalMeasurements) -> Mapping[str, float]:
-        return {"model_build_s": build_s, **_observation_gauges(model.sites, m)}
+    def observation_gauges(m: IntervalMeasurements) -> list[Reading]:
+        return [Reading.of("model_build_s", build_s), *_observation_gauges(model.sites, m)]
 
     return Service(
         system="kurma",
@@ -445,29 +447,32 @@ def build(controller: BaseModel, environment: BaseModel, interval_s: float) -> S
     )
 
 
-def plan_gauges(sites: tuple[str, ...], routing: Routing) -> Mapping[str, float]:
+def plan_gauges(sites: tuple[str, ...], routing: Routing) -> list[Reading]:
     """Each pair's redirect fraction and planned rate, and each site's expected violations."""
-    gauges: dict[str, float] = {}
     plan = routing.plan
+    gauges = [Reading.of("redirected_rps", plan.redirected_rps), Reading.of("gap", plan.gap)]
     for i, src in enumerate(sites):
-        gauges[f"expected_violation_fraction:{src}"] = float(plan.site_violation_fraction[i])
+        gauges.append(
+            Reading.of("expected_violation_fraction", plan.site_violation_fraction[i], site=src)
+        )
         for j, dst in enumerate(sites):
-            gauges[f"redirect_fraction:{src}->{dst}"] = float(routing.fractions[i, j])
-            gauges[f"rate_rps:{src}->{dst}"] = float(plan.rates_rps[i, j])
-    gauges["redirected_rps"] = float(plan.redirected_rps)
-    gauges["gap"] = float(plan.gap)
+            gauges.append(
+                Reading.of("redirect_fraction", routing.fractions[i, j], src=src, dst=dst)
+            )
+            gauges.append(Reading.of("rate_rps", plan.rates_rps[i, j], src=src, dst=dst))
     return gauges
 
 
-def _observation_gauges(sites: tuple[str, ...], m: IntervalMeasurements) -> dict[str, float]:
+def _observation_gauges(sites: tuple[str, ...], m: IntervalMeasurements) -> list[Reading]:
     """Each site's demand and its requests' violation fraction in the interval."""
     requests = np.asarray(m.requests, dtype=float)
     violations = np.asarray(m.violations, dtype=float)
-    gauges: dict[str, float] = {}
+    gauges = []
     for i, site in enumerate(sites):
-        gauges[f"demand_rps:{site}"] = float(m.arrivals[i]) / m.duration_s
+        gauges.append(Reading.of("demand_rps", m.arrivals[i] / m.duration_s, site=site))
         sent = requests[i].sum()
-        gauges[f"violation_fraction:{site}"] = float(violations[i].sum() / sent) if sent else 0.0
+        missed = violations[i].sum() / sent if sent else 0.0
+        gauges.append(Reading.of("violation_fraction", missed, site=site))
     return gauges
 
 

@@ -47,6 +47,7 @@ from geoslo.live.replication import (
 )
 from geoslo.models import ArrivalModel
 from geoslo.runtime._config import parse_listen
+from geoslo.runtime._metrics import Reading
 from geoslo.runtime._service import Service, System
 from geoslo.sim.replication import LinkSettings, ReplicationSimEnvironment
 
@@ -381,22 +382,24 @@ def host(settings: HostSettings, config: ReplicationConfig) -> EgressEnvironment
     return EgressEnvironment(spec, act_at_start=False)  # a dry run changes nothing
 
 
-def plan_gauges(plan: Decision) -> Mapping[str, float]:
+def plan_gauges(plan: Decision) -> list[Reading]:
     allocation = plan.allocation
     if allocation.mode == "priority":
-        return {f"priority_rank:{STREAMS[i]}": rank for rank, i in enumerate(allocation.order)}
-    return {
-        f"share_fraction:{s}": share for s, share in zip(STREAMS, allocation.shares, strict=True)
-    }
+        order = enumerate(allocation.order)
+        return [Reading.of("priority_rank", rank, stream=STREAMS[i]) for rank, i in order]
+    shares = zip(STREAMS, allocation.shares, strict=True)
+    return [Reading.of("share_fraction", share, stream=s) for s, share in shares]
 
 
-def observation_gauges(observation: ReplicationObservation) -> Mapping[str, float]:
+def observation_gauges(observation: ReplicationObservation) -> list[Reading]:
     m = observation.measurement
-    values = {"now_s": observation.now_s}
+    values = [Reading.of("now_s", observation.now_s)]
     for i, stream in enumerate(STREAMS):
-        values[f"buffer_mb:{stream}"] = float(m.buffers_mb[i])
-        values[f"sent_mb:{stream}"] = float(m.sent_mb[i])
-        values[f"arrived_mb:{stream}"] = float(m.arrived_mb[i])
+        values += [
+            Reading.of("buffer_mb", m.buffers_mb[i], stream=stream),
+            Reading.of("sent_mb", m.sent_mb[i], stream=stream),
+            Reading.of("arrived_mb", m.arrived_mb[i], stream=stream),
+        ]
     return values
 
 

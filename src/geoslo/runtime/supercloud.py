@@ -8,7 +8,6 @@ reconfiguration (``kind = "testbed"``, root), on one's own ensemble (``kind =
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Mapping
 from pathlib import Path
 from typing import Literal
 
@@ -18,6 +17,7 @@ from geoslo.control.supercloud import FrontEnd, Placement, PlacementObservation,
 from geoslo.control.supercloud.loop import INTERVAL_S, THRESHOLD_FRACTION, PlacementLoop
 from geoslo.control.supercloud.validation import plan_to_dict
 from geoslo.errors import ConfigError, InputError
+from geoslo.runtime._metrics import Reading
 from geoslo.runtime._service import Service, System
 
 __all__ = [
@@ -347,30 +347,29 @@ def build(controller: BaseModel, environment: BaseModel, interval_s: float) -> S
     )
 
 
-def _nodes_per_site(placement: Placement) -> dict[str, float]:
+def _nodes_per_site(placement: Placement) -> list[Reading]:
     counts = Counter(node.site for node in placement.nodes)
-    return {f"nodes:{site}": float(n) for site, n in sorted(counts.items())}
+    return [Reading.of("nodes", n, site=site) for site, n in sorted(counts.items())]
 
 
-def plan_gauges(plan) -> Mapping[str, float]:
+def plan_gauges(plan) -> list[Reading]:
     """The plan's score (ms x requests, negated), moves and nodes per site."""
-    return {
-        "score_ms_requests": plan.score,
-        "improvement_ms_requests": plan.score - plan.current_score,
-        "migrations": float(len(plan.migrations)),
-        **_nodes_per_site(plan.placement),
-    }
+    return [
+        Reading.of("score_ms_requests", plan.score),
+        Reading.of("improvement_ms_requests", plan.score - plan.current_score),
+        Reading.of("migrations", len(plan.migrations)),
+        *_nodes_per_site(plan.placement),
+    ]
 
 
-def observation_gauges(observation: PlacementObservation) -> Mapping[str, float]:
+def observation_gauges(observation: PlacementObservation) -> list[Reading]:
     """Each site's reads and writes in the interval, nodes per site, busy (0/1)."""
-    gauges: dict[str, float] = {"busy": float(observation.busy)}
+    gauges = [Reading.of("busy", observation.busy)]
     front_end: FrontEnd
     for front_end in observation.front_ends:
-        gauges[f"reads:{front_end.site}"] = front_end.reads
-        gauges[f"writes:{front_end.site}"] = front_end.writes
-    gauges.update(_nodes_per_site(observation.current))
-    return gauges
+        gauges.append(Reading.of("reads", front_end.reads, site=front_end.site))
+        gauges.append(Reading.of("writes", front_end.writes, site=front_end.site))
+    return gauges + _nodes_per_site(observation.current)
 
 
 EXAMPLE_CONFIG = """\

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-from prometheus_client import CollectorRegistry, Gauge
+from prometheus_client import CollectorRegistry
 
 from geoslo.control.replication.types import (
     Allocation,
@@ -33,6 +33,7 @@ from geoslo.control.replication.types import (
     ReplicationObservation,
 )
 from geoslo.errors import ConfigError, TestbedError
+from geoslo.live._metrics import UnitGauge
 from geoslo.live._netns import cannot_run_reason, run_in
 from geoslo.live._processes import find_program
 from geoslo.live.replication._capacity import full_link_goodput_mbps
@@ -154,15 +155,17 @@ class EgressEnvironment:
         self._last: _Reading | None = None
         self._totals: list[tuple[float, float, float]] = []  # (now_s, backlog MB, sent MB)
         self.registry = registry or CollectorRegistry()
-        self._capacity_gauge = Gauge(
+        self._capacity_gauge = UnitGauge(
             "geoslo_replication_capacity_mbps",
             "C in force: given or read from the interface",
-            registry=self.registry,
+            (),
+            self.registry,
         )
-        self._measured_gauge = Gauge(
+        self._measured_gauge = UnitGauge(
             "geoslo_replication_measured_capacity_mbps",
             "Median goodput of the recent intervals in which the link was full (nan: none)",
-            registry=self.registry,
+            (),
+            self.registry,
         )
 
     @property
