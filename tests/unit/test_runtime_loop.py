@@ -315,3 +315,13 @@ def test_a_solve_interrupted_by_sigint_stops_the_loop():
     assert loop.interval == 1
     stopping = [r for r in records(stream) if r["event"] == "stopping"]
     assert stopping == [stopping[0]] and stopping[0]["via"] == "solver"
+
+
+def test_an_apply_may_take_the_services_own_limit_unless_the_config_sets_one():
+    service = replace(replication_service(), apply_timeout_s=7.0)  # the Director: a period
+    log = ServiceLog("replication", io.StringIO())
+    assert ServiceLoop(service, ServiceSettings(), log).apply_timeout_s == 7.0
+    settings = ServiceSettings(apply_timeout_s=2.0)
+    assert ServiceLoop(service, settings, log).apply_timeout_s == 2.0
+    plain = replication_service()
+    assert ServiceLoop(plain, ServiceSettings(), log).apply_timeout_s == plain.interval_s

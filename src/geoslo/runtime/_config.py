@@ -62,7 +62,11 @@ class ServiceSettings(BaseModel):
         None, gt=0, description="Wall time one observe() may take; default: one interval."
     )
     apply_timeout_s: float | None = Field(
-        None, gt=0, description="Wall time one apply() may take; default: one interval."
+        None,
+        gt=0,
+        description="Wall time one apply() may take; default: one interval "
+        "(the Director on a cluster or testbed: one period, since an apply waits for the "
+        "roll-backs of the moves it cancels).",
     )
     log_format: Literal["json", "text"] = Field(
         "json", description="One JSON object per line on stderr, or one plain line."

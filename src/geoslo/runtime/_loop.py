@@ -82,7 +82,9 @@ class ServiceLoop:
         self.observe_timeout_s = settings.observe_timeout_s or service.interval_s
         if self.self_paced:  # observe() first waits up to an interval for its point
             self.observe_timeout_s += service.interval_s
-        self.apply_timeout_s = settings.apply_timeout_s or service.interval_s
+        self.apply_timeout_s = (
+            settings.apply_timeout_s or service.apply_timeout_s or service.interval_s
+        )
         self.max_intervals = settings.intervals if max_intervals is None else max_intervals
         stale_after_s = 3 * service.interval_s + self.observe_timeout_s + self.apply_timeout_s
         self.health = Health(stale_after_s)

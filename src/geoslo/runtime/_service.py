@@ -34,6 +34,7 @@ class Service:
     observation_gauges: Callable[[Any], Iterable[Reading]]
     plan_record: Callable[[Any], Mapping[str, Any]]
     collectors: tuple[Any, ...] = ()
+    apply_timeout_s: float | None = None  # when [service] sets none; None: one interval
 
 
 @dataclass(frozen=True)

@@ -516,6 +516,9 @@ def build(controller: BaseModel, environment: BaseModel, interval_s: float) -> S
         plan_gauges=plan_gauges,
         observation_gauges=observation_gauges,
         plan_record=record,
+        # On a cluster an apply waits for the roll-backs of the moves it cancels (§5.3): at
+        # one 1-s tick that timed out under two CPU hogs; a period bounds it instead.
+        apply_timeout_s=None if isinstance(environment, SimulatorSettings) else config.period_s,
     )
 
 
