@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import secrets
 import shutil
 import tempfile
 from collections.abc import Mapping
@@ -220,6 +221,12 @@ class RedisClusterSettings(BaseModel):
     read_fraction: float = Field(0.95, ge=0.0, le=1.0)
 
 
+def _temporary_dir(prefix: str) -> Path:
+    """A folder of its own under the temporary directory, named now and made by the
+    environment when it starts (a service built and never started leaves nothing)."""
+    return Path(tempfile.gettempdir()) / f"{prefix}{secrets.token_hex(8)}"
+
+
 class _Testbed(DirectorTestbedEnvironment):
     """The live store in a temporary directory of its own, removed at close."""
 
@@ -320,7 +327,7 @@ def _testbed(env: TestbedSettings, controller: DirectorSettings, interval_s: flo
         max_duration_s=float(duration_s),
         seed=env.seed,
     )
-    state_dir = env.state_dir or tempfile.mkdtemp(prefix="geoslo-director-")
+    state_dir = env.state_dir or _temporary_dir("geoslo-director-")
     store = (DirectorTestbedEnvironment if env.state_dir else _Testbed)(
         Path(state_dir), cluster, load
     )
@@ -419,7 +426,7 @@ def _redis_cluster(env: RedisClusterSettings, controller: DirectorSettings):
         )
     except ConfigError as error:
         raise ConfigError(f"environment.{error.field}", error.problem) from None
-    state_dir = env.state_dir or tempfile.mkdtemp(prefix="geoslo-director-rc-")
+    state_dir = env.state_dir or _temporary_dir("geoslo-director-rc-")
     store = (RedisClusterEnvironment if env.state_dir else _TemporaryCluster)(
         Path(state_dir), settings, _flash_crowd(env, 0) if load == "flash-crowd" else None
     )
