@@ -317,11 +317,15 @@ def test_a_solve_interrupted_by_sigint_stops_the_loop():
     assert stopping == [stopping[0]] and stopping[0]["via"] == "solver"
 
 
-def test_an_apply_may_take_the_services_own_limit_unless_the_config_sets_one():
-    service = replace(replication_service(), apply_timeout_s=7.0)  # the Director: a period
+def test_observe_and_apply_may_take_the_services_own_limits_unless_the_config_sets_them():
+    # the Director on a cluster: a period each
+    service = replace(replication_service(), observe_timeout_s=6.0, apply_timeout_s=7.0)
     log = ServiceLog("replication", io.StringIO())
-    assert ServiceLoop(service, ServiceSettings(), log).apply_timeout_s == 7.0
-    settings = ServiceSettings(apply_timeout_s=2.0)
-    assert ServiceLoop(service, settings, log).apply_timeout_s == 2.0
+    loop = ServiceLoop(service, ServiceSettings(), log)
+    assert (loop.observe_timeout_s, loop.apply_timeout_s) == (6.0, 7.0)
+    settings = ServiceSettings(observe_timeout_s=1.5, apply_timeout_s=2.0)
+    loop = ServiceLoop(service, settings, log)
+    assert (loop.observe_timeout_s, loop.apply_timeout_s) == (1.5, 2.0)
     plain = replication_service()
-    assert ServiceLoop(plain, ServiceSettings(), log).apply_timeout_s == plain.interval_s
+    loop = ServiceLoop(plain, ServiceSettings(), log)
+    assert loop.observe_timeout_s == loop.apply_timeout_s == plain.interval_s

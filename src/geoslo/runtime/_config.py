@@ -59,7 +59,10 @@ class ServiceSettings(BaseModel):
     )
     intervals: int = Field(0, ge=0, description="Intervals to run; 0 = until SIGTERM/SIGINT.")
     observe_timeout_s: float | None = Field(
-        None, gt=0, description="Wall time one observe() may take; default: one interval."
+        None,
+        gt=0,
+        description="Wall time one observe() may take; default: one interval "
+        "(the Director on a cluster or testbed: one period, since it reads every node).",
     )
     apply_timeout_s: float | None = Field(
         None,

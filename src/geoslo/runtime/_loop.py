@@ -79,7 +79,9 @@ class ServiceLoop:
             environment = DryRunEnvironment(environment, service.plan_record, log)
         self.environment = environment
         self.self_paced = is_self_paced(environment)
-        self.observe_timeout_s = settings.observe_timeout_s or service.interval_s
+        self.observe_timeout_s = (
+            settings.observe_timeout_s or service.observe_timeout_s or service.interval_s
+        )
         if self.self_paced:  # observe() first waits up to an interval for its point
             self.observe_timeout_s += service.interval_s
         self.apply_timeout_s = (

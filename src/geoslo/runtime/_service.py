@@ -34,7 +34,9 @@ class Service:
     observation_gauges: Callable[[Any], Iterable[Reading]]
     plan_record: Callable[[Any], Mapping[str, Any]]
     collectors: tuple[Any, ...] = ()
-    apply_timeout_s: float | None = None  # when [service] sets none; None: one interval
+    # an observe's and an apply's wall-time limits when [service] sets none; None: an interval
+    observe_timeout_s: float | None = None
+    apply_timeout_s: float | None = None
 
 
 @dataclass(frozen=True)

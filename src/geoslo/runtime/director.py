@@ -515,6 +515,7 @@ def build(controller: BaseModel, environment: BaseModel, interval_s: float) -> S
         store, bin_bytes, models = _testbed(environment, controller, interval_s)
     config = controller.director_config()
     loop = DirectorLoop(*models, config, bin_bytes, history=controller.history)
+    limit_s = None if isinstance(environment, SimulatorSettings) else config.period_s
     return Service(
         system="director",
         controller=loop,
@@ -523,9 +524,11 @@ def build(controller: BaseModel, environment: BaseModel, interval_s: float) -> S
         plan_gauges=plan_gauges,
         observation_gauges=observation_gauges,
         plan_record=record,
-        # On a cluster an apply waits for the roll-backs of the moves it cancels (§5.3): at
-        # one 1-s tick that timed out under two CPU hogs; a period bounds it instead.
-        apply_timeout_s=None if isinstance(environment, SimulatorSettings) else config.period_s,
+        # On a cluster an observe reads every node and an apply waits for the roll-backs of
+        # the moves it cancels (§5.3): at one 1-s tick both timed out under two CPU hogs; a
+        # period bounds them instead.
+        observe_timeout_s=limit_s,
+        apply_timeout_s=limit_s,
     )
 
 
