@@ -12,9 +12,8 @@ from urllib.request import urlopen
 import numpy as np
 import pytest
 
-from geoslo.live._metrics import _json_bytes, serve_metrics
+from geoslo.live._metrics import _json_bytes, in_base_units, serve_metrics
 from geoslo.runtime import Metrics, ServiceLog
-from geoslo.live._metrics import in_base_units
 from geoslo.runtime._metrics import DECISION_BUCKETS_S, Health, Reading
 
 

@@ -210,6 +210,47 @@ from geoslo.cli._kurma_model import kurma_model  # noqa: E402 (the command is lo
 kurma_app.command("model")(user_errors(kurma_model))
 
 
+@kurma_app.command("haproxy-config")
+@user_errors
+def kurma_haproxy_config(
+    config: Annotated[
+        Path,
+        typer.Option(
+            "--config", help='The site\'s agent file (kind = "agent", [environment.dataplane]).'
+        ),
+    ],
+    output: Annotated[
+        Path | None, typer.Option("--output", "-o", help="Where to write it (stdout if absent).")
+    ] = None,
+) -> None:
+    """Write the site's haproxy.cfg: a frontend on the dataplane's listen address, one
+    server per site weighted by the agent's row, each site's stores balanced by its
+    server_choice (docs/live.md, "Through HAProxy"). TCP mode: HAProxy balances
+    connections, not requests."""
+    from geoslo.live.kurma._haproxy import haproxy_config
+    from geoslo.runtime._config import load_config
+    from geoslo.runtime.kurma import AgentSettings, haproxy_spec
+
+    try:
+        environment = load_config(config).environment
+        spec = haproxy_spec(environment) if isinstance(environment, AgentSettings) else None
+    except InputError as error:  # a file that cannot be read is named by its path already
+        where = error.problem if error.field == str(config) else error
+        raise InputError("--config", f"{config}: {where}") from None
+    if spec is None:
+        raise InputError(
+            "--config", f'{config} has no agent (kind = "agent") with an [environment.dataplane]'
+        )
+    text = haproxy_config(spec)
+    if output is None:
+        typer.echo(text, nl=False)
+        return
+    try:
+        output.write_text(text)
+    except OSError as error:
+        raise InputError("--output", f"cannot write {output}: {error.strerror or error}") from None
+
+
 @costlo_app.command("decide")
 @user_errors
 def costlo_decide(

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping
-from typing import Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 import numpy as np
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field
@@ -41,6 +41,9 @@ from geoslo.errors import ConfigError
 from geoslo.runtime._config import parse_listen
 from geoslo.runtime._metrics import Reading
 from geoslo.runtime._service import Service, System
+
+if TYPE_CHECKING:
+    from geoslo.live.kurma._haproxy import HaproxySpec
 
 __all__ = [
     "SYSTEM",
@@ -164,6 +167,37 @@ def _address(value: str) -> str:
 Address = Annotated[str, AfterValidator(_address)]
 
 
+class DataplaneSettings(BaseModel):
+    """The ``[environment.dataplane]`` table: the site's HAProxy in front of every site's
+    stores, whose weights the agent sets to its row every interval (docs/live.md, "Through
+    HAProxy"; ``geoslo kurma haproxy-config`` writes its haproxy.cfg)."""
+
+    model_config = _FROZEN
+
+    kind: Literal["haproxy"] = Field(description="HAProxy 2.6+ (Debian's haproxy).")
+    socket: str = Field(
+        description="HAProxy's stats socket (level admin): the Runtime API the agent "
+        "writes weights through; the generated haproxy.cfg opens it."
+    )
+    listen: Address = Field(
+        "127.0.0.1:6380", description="Where the site's applications connect (HOST:PORT)."
+    )
+    peer_servers: dict[str, tuple[Address, ...]] = Field(
+        description="Each other site's stores as reached from this site (HOST:PORT, through "
+        "the WAN): where HAProxy sends the requests the row redirects."
+    )
+    check_interval_ms: int = Field(
+        1000, ge=100, le=60_000, description="HAProxy's health checks: 2 failed mark a "
+        "server down (drained), 2 passed bring it back.",
+    )  # fmt: skip
+    arrivals: Literal["clients", "connections"] = Field(
+        "clients",
+        description="This site's demand: the SiteClients' reports (clients), or also every "
+        "connection through HAProxy as one request (connections: for applications that "
+        "connect per request; TCP mode balances connections, not requests).",
+    )
+
+
 class AgentSettings(BaseModel):
     """``kind = "agent"``: this site's agent, every address named (docs/live.md, "Point it
     at your own Redis")."""
@@ -221,6 +255,9 @@ class AgentSettings(BaseModel):
     )
     servers_tls_ca_file: str | None = Field(
         None, description="The CA of the stores' TLS certificates: INFO is read over TLS."
+    )
+    dataplane: DataplaneSettings | None = Field(
+        None, description="The site's HAProxy (none: the SiteClients follow the row alone)."
     )
 
 
@@ -351,6 +388,7 @@ def _agent(c: ControllerSettings, e: AgentSettings, interval_s: float):
         clients_secret_file=e.clients_secret_file,
         servers_password_file=e.servers_password_file,
         servers_tls_ca_file=e.servers_tls_ca_file,
+        dataplane=haproxy_spec(e),
     )
     if c.objective == "none":
         return None, KurmaAgentEnvironment(spec)
@@ -361,6 +399,36 @@ def _agent(c: ControllerSettings, e: AgentSettings, interval_s: float):
         raise ConfigError("environment.sites", f"the model's sites are {model.sites}")
     controller = KurmaAgentController(model, _kurma_config(c, interval_s), e.site)
     return controller, KurmaAgentEnvironment(spec, controller)
+
+
+def haproxy_spec(e: AgentSettings) -> HaproxySpec | None:
+    """The site's HAProxy as the agent's file describes it (None: no dataplane table);
+    ConfigError naming the key for a site without servers or a choice HAProxy lacks."""
+    from geoslo.live.kurma._haproxy import HaproxySpec
+
+    d = e.dataplane
+    if d is None:
+        return None
+    unknown = sorted(set(d.peer_servers) - set(e.sites))
+    if unknown or e.site in d.peer_servers:
+        problem = f"no such sites: {unknown}" if unknown else "this site's are environment.servers"
+        raise ConfigError("environment.dataplane.peer_servers", problem)
+    servers = {site: tuple(map(parse_listen, d.peer_servers.get(site, ()))) for site in e.sites}
+    servers[e.site] = tuple(parse_listen(address) for address in e.servers)
+    try:
+        return HaproxySpec(
+            site=e.site,
+            sites=tuple(e.sites),
+            servers=servers,
+            listen=parse_listen(d.listen),
+            socket=d.socket,
+            server_choice=e.server_choice,
+            check_interval_ms=d.check_interval_ms,
+            arrivals=d.arrivals,
+            ping_checks=e.servers_password_file is None and e.servers_tls_ca_file is None,
+        )
+    except ConfigError as error:
+        raise ConfigError(f"environment.{error.field}", error.problem) from None
 
 
 def _build_agent(c: ControllerSettings, e: AgentSettings, interval_s: float) -> Service:
@@ -554,6 +622,13 @@ max_one_way_ms = 15                  # the largest one-way delay to a peer: §6'
 #                                      # (required when clients_listen is beyond loopback)
 # servers_password_file = "/etc/geoslo/redis.password"   # AUTH for the stores' INFO
 # servers_tls_ca_file = "/etc/geoslo/redis-ca.pem"       # TLS to the stores
+
+# [environment.dataplane]            # the site's HAProxy: applications connect to listen,
+# kind = "haproxy"                   # the agent sets its weights to the row (docs/live.md,
+# socket = "/run/geoslo/haproxy-toronto.sock"   # "Through HAProxy"); geoslo kurma
+# listen = "127.0.0.1:6380"          # haproxy-config --config THIS.toml writes haproxy.cfg
+# peer_servers = { Montreal = ["10.1.0.11:6379"], "Washington-DC" = ["10.2.0.11:6379"] }
+# arrivals = "clients"               # or "connections": one request per connection
 
 [controller]
 objective = "perf"             # §5: "perf" KurmaPerf, "cost" KurmaCost; "none": measure only

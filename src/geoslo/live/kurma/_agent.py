@@ -19,7 +19,8 @@ logged as skipped. The controller steps a :class:`KurmaController` in
 a spawned process, one solve at a time (a worker thread would not do: the solver's
 compiled kernels hold the interpreter lock for up to seconds), so the exchange, the probes,
 the clients and /metrics are served during a solve. When the views disagree, its plan is
-this site's all-local row. ``apply(plan)`` sends the clients their row.
+this site's all-local row. ``apply(plan)`` sends the clients their row and, with a data
+plane (``AgentSpec.dataplane``, ``_haproxy.py``), writes it into the site's HAProxy as weights.
 
 A client that connects is first sent the site's settings, ``{"type": "site",
 "server_choice": NAME}``, when the agent has a server choice (``AgentSpec.server_choice``):
@@ -80,6 +81,12 @@ from geoslo.live._resp import RedisConnection
 from geoslo.live._tasks import cancel_and_wait
 from geoslo.live.kurma._client import agent_clients_name
 from geoslo.live.kurma._client_metrics import ClientTotals, read_exposition
+from geoslo.live.kurma._haproxy import (
+    HaproxyDataplane,
+    HaproxySpec,
+    arrivals_with_connections,
+    check_agent_match,
+)
 
 __all__ = [
     "AgentPlan",
@@ -135,6 +142,7 @@ class AgentSpec:
     clients_secret_file: str | None = None  # reports sealed with it (None: plain, loopback)
     servers_password_file: str | None = None  # AUTH for INFO on this site's stores
     servers_tls_ca_file: str | None = None  # TLS to this site's stores, verified by this CA
+    dataplane: HaproxySpec | None = None  # the site's HAProxy, weights written every interval
 
     def __post_init__(self) -> None:
         if self.server_choice is not None:
@@ -146,6 +154,10 @@ class AgentSpec:
             raise ConfigError("peers", f"give the address of every other site: {sorted(others)}")
         if not self.servers:
             raise ConfigError("servers", "give at least one of this site's servers")
+        if self.dataplane is not None:
+            check_agent_match(
+                self.dataplane, self.site, self.sites, self.servers, self.server_choice
+            )
         host = self.clients_listen[0]
         if self.clients_secret_file is None and not is_loopback(host):
             raise ConfigError(
@@ -456,6 +468,7 @@ class KurmaAgentEnvironment:
             if spec.servers_tls_ca_file is None
             else ssl.create_default_context(cafile=spec.servers_tls_ca_file)
         )
+        self.dataplane = None if spec.dataplane is None else HaproxyDataplane(spec.dataplane)
         self._store_connections: dict[int, RedisConnection] = {}
         self._executed_before: list[float | None] = [None] * len(spec.servers)
         self._share_min: float | None = None  # the least local share in force this interval
@@ -496,6 +509,7 @@ class KurmaAgentEnvironment:
         await self._listen("exchange_listen", self._on_peer, limit=MAX_MESSAGE_BYTES)
         if self.solver is not None:
             await asyncio.to_thread(self.solver.wait_ready)
+        await self._check_dataplane()
         await self._listen("clients_listen", self._on_client)
         warning = clients_listen_warning(
             self.spec.clients_listen[0], self.clients_opener is not None
@@ -524,6 +538,19 @@ class KurmaAgentEnvironment:
             raise ConfigError(
                 "environment.log_dir", f"cannot write the logs in {log_dir}: {reason}"
             ) from None
+
+    async def _check_dataplane(self) -> None:
+        """Refuse (exit 2) a site HAProxy that balances inside sites otherwise than the
+        model assumes, and (exit 1) one whose socket does not answer."""
+        if self.dataplane is None:
+            return
+        try:
+            await self.dataplane.check()
+        except (ConfigError, TestbedError) as error:
+            await self.close()
+            if isinstance(error, ConfigError):
+                raise ConfigError(f"environment.{error.field}", error.problem) from None
+            raise GeosloError(f"environment.dataplane.socket: {error}") from None
 
     async def _listen(self, key: str, on_connect, **options) -> None:
         """Serve ``on_connect`` at the spec's address ``key``. An address that cannot be
@@ -820,9 +847,10 @@ class KurmaAgentEnvironment:
             k = max(k + 1, int((time.time() + self.offset_s - epoch) // interval) + 1)
 
     async def _disseminate(self, k: int) -> dict:
-        report, up, executed = await asyncio.gather(
-            self._collect(k), self._servers_up(), self._executed_commands()
+        report, up, executed, proxied = await asyncio.gather(
+            self._collect(k), self._servers_up(), self._executed_commands(), self._proxied()
         )
+        report = arrivals_with_connections(report, proxied)
         servers_up = sum(up)
         report = self._checked(report, executed, all(up))
         self._store_problems = [
@@ -850,6 +878,13 @@ class KurmaAgentEnvironment:
         self.states[self.me] = state
         self._count(report)
         return state
+
+    async def _proxied(self) -> tuple[float, np.ndarray] | None:
+        """The connections the site's HAProxy took since the last round, when they count as
+        arrivals (None: no proxy, or ``arrivals = "clients"``)."""
+        if self.dataplane is None or self.dataplane.spec.arrivals != "connections":
+            return None
+        return await self.dataplane.connections()
 
     def _count(self, report: dict) -> None:
         """Counters of the interval just measured, and Kurma's estimate for its redirects."""
@@ -882,6 +917,7 @@ class KurmaAgentEnvironment:
             *([f"clients: refused {_counts(refused)} since the last round"] if refused else []),
             *self._client_problems,
             *self._count_problems,
+            *([] if self.dataplane is None else self.dataplane.problems),
         ]
         record = {
             "round": k,
@@ -928,7 +964,8 @@ class KurmaAgentEnvironment:
         return observed
 
     async def apply(self, plan: AgentPlan) -> None:
-        """Send the clients this site's row; publish the plan's metrics; log the round."""
+        """Send the clients this site's row (and the site's HAProxy, as weights); publish
+        the plan's metrics; log the round."""
         row = np.asarray(plan.row, dtype=float)
         if row.shape != (self.n,):
             raise ConfigError("row", f"must give {self.n} fractions, not {row.shape}")
@@ -947,6 +984,8 @@ class KurmaAgentEnvironment:
             entry["views_disagree"] = {self.sites[j]: v for j, v in plan.views_disagree.items()}
         if plan.failover:
             entry["failover"] = "local stores down"
+        if self.dataplane is not None:  # HAProxy keeps these weights if the agent stops
+            entry["dataplane"] = await self.dataplane.apply(row)
         if plan.solved is not None:
             entry.update(self._publish(plan.solved))
         if self._unlogged is not None:
