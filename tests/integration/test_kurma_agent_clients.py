@@ -171,7 +171,7 @@ async def _scenario(ports: dict, files: dict) -> dict:
         end = time.monotonic() + 5 * INTERVAL_S
         while time.monotonic() < end:
             metrics = await asyncio.to_thread(scrape, ports["West"]["metrics"])
-            demand.append(metrics[("geoslo_kurma_demand_rps", (("site", "East"),))])
+            demand.append(metrics[("geoslo_kurma_demand_requests_per_second", (("site", "East"),))])
             status, plan = await asyncio.to_thread(_plan, east["metrics"])
             if status == 200:
                 west_share.append(plan["plan"]["row"][1])

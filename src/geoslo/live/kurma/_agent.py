@@ -76,6 +76,7 @@ from geoslo.live._exchange import (
     read_secret_file,
     seal,
 )
+from geoslo.live._metrics import UnitGauge
 from geoslo.live._processes import is_loopback
 from geoslo.live._resp import RedisConnection
 from geoslo.live._tasks import cancel_and_wait
@@ -177,6 +178,10 @@ class _Metrics:
         def gauge(name: str, doc: str, labels: tuple[str, ...] = ()) -> Gauge:
             return Gauge(f"geoslo_kurma_{name}", doc, labels, registry=r)
 
+        def in_units(name: str, doc: str, labels: tuple[str, ...]) -> UnitGauge:
+            """Named in base units; the 0.x name (ms, rps, fraction) kept one release."""
+            return UnitGauge(f"geoslo_kurma_{name}", doc, labels, r)
+
         def counter(name: str, doc: str, labels: tuple[str, ...] = ()) -> Counter:
             return Counter(f"geoslo_kurma_{name}", doc, labels, registry=r)
 
@@ -184,20 +189,20 @@ class _Metrics:
         self.site_available = gauge(
             "site_available", "1 if the site took part in the last round", ("site",)
         )
-        self.demand_rps = gauge(
+        self.demand_rps = in_units(
             "demand_rps", "Client requests arriving at each site in the last interval", ("site",)
         )
-        self.base_rtt_ms = gauge(
+        self.base_rtt_ms = in_units(
             "base_rtt_ms", "Estimated base RTT from this site (whole ms)", ("dst",)
         )
-        self.probe_rtt_ms = gauge("probe_rtt_ms", "Last WAN probe RTT from this site", ("dst",))
-        self.redirect_fraction = gauge(
+        self.probe_rtt_ms = in_units("probe_rtt_ms", "Last WAN probe RTT from this site", ("dst",))
+        self.redirect_fraction = in_units(
             "redirect_fraction", "Share of this site's requests sent to each site", ("dst",)
         )
-        self.plan_rate_rps = gauge(
+        self.plan_rate_rps = in_units(
             "plan_rate_rps", "The global plan: rate from src served at dst", ("src", "dst")
         )
-        self.expected_violation_fraction = gauge(
+        self.expected_violation_fraction = in_units(
             "expected_violation_fraction", "The plan's expected SLO misses per site", ("site",)
         )
         self.plan_optimal = gauge("plan_optimal", "1 if the last plan is a proven optimum")
@@ -660,7 +665,7 @@ class KurmaAgentEnvironment:
         self.probe_rtts.append((now, j, rtt_ms))
         if self._probe_log is not None:
             self._probe_log.write_line(f"{now:.4f},{self.sites[j]},{rtt_ms:.4f}")
-        self.metrics.probe_rtt_ms.labels(dst=self.sites[j]).set(rtt_ms)
+        self.metrics.probe_rtt_ms.set(rtt_ms, dst=self.sites[j])
 
     def _seal(self, j: int, body: dict) -> bytes:
         return seal(self.secret, self.spec.site, self.sites[j], body)
@@ -936,7 +941,7 @@ class KurmaAgentEnvironment:
             record["degraded"] = list(self.problems)
         for j, site in enumerate(self.sites):
             self.metrics.site_available.labels(site=site).set(float(m.available[j]))
-            self.metrics.demand_rps.labels(site=site).set(m.arrivals[j] / m.duration_s)
+            self.metrics.demand_rps.set(m.arrivals[j] / m.duration_s, site=site)
         self.metrics.round.set(k)
         if self._ready is not None:
             self._ready.record["skipped"] = SKIPPED
@@ -976,7 +981,7 @@ class KurmaAgentEnvironment:
         share = self._current_share
         self._share_min = share if self._share_min is None else min(self._share_min, share)
         for j, site in enumerate(self.sites):
-            self.metrics.redirect_fraction.labels(dst=site).set(float(row[j]))
+            self.metrics.redirect_fraction.set(float(row[j]), dst=site)
         entry = {"fractions": row.tolist(), "enforced_unix_s": time.time()}
         if plan.views_disagree is not None:
             self.metrics.view_disagreements.inc()
@@ -999,12 +1004,10 @@ class KurmaAgentEnvironment:
         m.solve_seconds.observe(solved.solve_s)
         m.plan_optimal.set(float(solved.optimal))
         for j, site in enumerate(self.sites):
-            m.base_rtt_ms.labels(dst=site).set(float(solved.base_rtt_row_ms[j]))
-            m.expected_violation_fraction.labels(site=site).set(
-                float(solved.site_violation_fraction[j])
-            )
+            m.base_rtt_ms.set(float(solved.base_rtt_row_ms[j]), dst=site)
+            m.expected_violation_fraction.set(float(solved.site_violation_fraction[j]), site=site)
             for i, src in enumerate(self.sites):
-                m.plan_rate_rps.labels(src=src, dst=site).set(float(solved.rates_rps[i, j]))
+                m.plan_rate_rps.set(float(solved.rates_rps[i, j]), src=src, dst=site)
         return {
             "rates_rps": solved.rates_rps.tolist(),
             "demand_rps": solved.demand_rps.tolist(),
