@@ -132,19 +132,21 @@ def test_c3_moves_its_requests_off_a_busy_server(testbed):
         policy.chosen = Counter()
         client = await SiteClient(endpoints, testbed.workload, policy, seed=1).start()
 
-        async def load(seconds: float) -> None:
-            tasks, start = [], time.monotonic()
-            while time.monotonic() - start < seconds:
+        async def load(requests: int) -> None:
+            """``requests`` GETs 5 ms apart: a count, so a busy machine that stretches the
+            sleeps stretches the run, not the sample (152 GETs in 4 s under load)."""
+            tasks = []
+            for _ in range(requests):
                 tasks.append(asyncio.ensure_future(client.get(b"k:3")))
                 await asyncio.sleep(0.005)
             await asyncio.gather(*tasks)
 
-        await load(2.0)  # every replica answers at least once
+        await load(400)  # every replica answers at least once
         stop = asyncio.Event()
         hogging = asyncio.ensure_future(keep_busy(testbed, stop))
         await asyncio.sleep(0.5)
         policy.counting = True
-        await load(4.0)
+        await load(800)
         stop.set()
         await hogging
         await client.close()

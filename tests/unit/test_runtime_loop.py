@@ -283,7 +283,8 @@ def test_a_self_paced_environment_sets_the_pace_and_stop_ends_its_wait():
     service = replication_service()
     env = SelfPaced(service.environment, every_s=0.5)
     service = replace(service, environment=env, interval_s=0.5)
-    settings = ServiceSettings(intervals=4, observe_timeout_s=0.05)  # shorter than a wait
+    # shorter than a wait (0.5 s), longer than an observe on a busy machine (0.05 s failed once)
+    settings = ServiceSettings(intervals=4, observe_timeout_s=0.2)
     loop = ServiceLoop(service, settings, ServiceLog("replication", io.StringIO()))
     asyncio.run(loop.run())
     assert loop.failed_intervals == 0  # the wait for the point is not an observe timeout
