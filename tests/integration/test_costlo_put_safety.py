@@ -68,7 +68,17 @@ def cluster(request, tmp_path):
     running.down()
 
 
-def vm(cluster, configuration, log_path, owner, strong=False, lease_s=LEASE_S) -> VmLibrary:
+# A storage write's deadline: the library's default where no server dies (1 s timed out a
+# live copy in a fresh clone's -n 3 run), 1 s where one does (each PUT after the kill holds
+# its lock for the dead copy's deadline).
+WRITE_DEADLINE_S = 5.0
+DEAD_SERVER_WRITE_DEADLINE_S = 1.0
+
+
+def vm(
+    cluster, configuration, log_path, owner, strong=False, lease_s=LEASE_S,
+    write_deadline_s=WRITE_DEADLINE_S,
+) -> VmLibrary:  # fmt: skip
     return VmLibrary(
         configuration,
         cluster.regions(),
@@ -76,7 +86,7 @@ def vm(cluster, configuration, log_path, owner, strong=False, lease_s=LEASE_S) -
         log_path,
         owner,
         strong=strong,
-        write_deadline_s=1.0,
+        write_deadline_s=write_deadline_s,
         lease_s=lease_s,
         lock_timeout_s=20.0,
     )
@@ -297,14 +307,15 @@ async def after_mid_put(libraries, log_paths, acks_before, writes) -> None:
 
 
 async def two_writers_and_a_crash(
-    cluster, tmp_path, key, crash, puts=24, lease_s=LEASE_S
+    cluster, tmp_path, key, crash, puts=24, lease_s=LEASE_S, write_deadline_s=WRITE_DEADLINE_S
 ) -> tuple[Writes, float]:
     """Two VMs PUT one key ``puts`` times each; ``crash()`` runs (in a thread) mid-PUT;
     the time it ended."""
     writes = Writes()
     paths = [tmp_path / f"vm{i}.log" for i in range(2)]
     libraries = [
-        vm(cluster, STRONG, p, f"vm{i}", strong=True, lease_s=lease_s) for i, p in enumerate(paths)
+        vm(cluster, STRONG, p, f"vm{i}", True, lease_s, write_deadline_s)
+        for i, p in enumerate(paths)
     ]
     for library in libraries:
         await library.start()
@@ -350,7 +361,7 @@ def test_two_writers_survive_the_lock_service_killed_mid_put(cluster, tmp_path, 
     later = [v for t, v, _, _ in writes.acked if t > crashed_at]
     assert len(later) >= 10, f"PUTs stopped being acknowledged after the crash ({later})"
     # The crash causes no failure but the guard's refusals. A storage request past the VMs'
-    # 1-s write deadline fails its PUT unacknowledged (StoreUnavailable: once at -n 3 in a
+    # write deadline fails its PUT unacknowledged (StoreUnavailable: once at -n 3 in a
     # fresh clone, an S3 PUT through the proxy); that is the storage's, not the locks'.
     expected = (WriteRefusedError, StoreUnavailable)
     assert all(isinstance(e, expected) for e in writes.failed), writes.failed
@@ -368,7 +379,13 @@ def test_two_writers_survive_a_storage_server_killed_mid_put(cluster, tmp_path):
         # Each PUT after the kill holds L_S for the 1 s write deadline of the dead copy; a
         # long lease makes sure that a lock left held would not be freed by expiry instead.
         writes, crashed_at = await two_writers_and_a_crash(
-            cluster, tmp_path, key, lambda: cluster.kill(victim), puts=8, lease_s=30.0
+            cluster,
+            tmp_path,
+            key,
+            lambda: cluster.kill(victim),
+            puts=8,
+            lease_s=30.0,
+            write_deadline_s=DEAD_SERVER_WRITE_DEADLINE_S,
         )
         return writes, crashed_at, await lock_state(cluster, key)
 

@@ -24,6 +24,7 @@ import os
 import shutil
 import subprocess
 import time
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -91,6 +92,10 @@ class Site:
         command = [HAPROXY, "-db", "-f", str(config)]
         log = self.folder / "haproxy.log"
         self.run(ManagedProcess("haproxy", command, log, self.spec.listen[1]))
+        deadline = time.monotonic() + 30.0  # the admin socket can appear after the port
+        while not Path(self.spec.socket).exists():
+            assert time.monotonic() < deadline, f"no admin socket: {log.read_text()[-2000:]}"
+            time.sleep(0.05)
 
     def spec_for(self, choice: str, listen_port: int) -> HaproxySpec:
         servers = {
